@@ -1,0 +1,43 @@
+# fastfeed: `make demo` packs the bundled sample and benchmarks it; `make test` runs the tests.
+# Everything installs into .venv with the CPU build of PyTorch pinned (an unpinned torch pulls
+# a multi-GB CUDA build). Override on a GPU machine: make TORCH_SPEC='torch>=2.6' ...
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+EXTRAS ?= dev,plot,dali
+PY := $(VENV)/bin/python
+OUT ?= build/demo
+
+.PHONY: venv demo test test-all lint bench-pack clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]" "$(TORCH_SPEC)"
+	touch $@
+
+demo: venv
+	@mkdir -p $(OUT)
+	$(VENV)/bin/fastfeed pack -o $(OUT)/sample.ff --force
+	$(VENV)/bin/fastfeed inspect $(OUT)/sample.ff
+	$(VENV)/bin/fastfeed verify $(OUT)/sample.ff --decode
+	$(PY) benchmarks/pack.py --quick
+
+# Fast suite (no `slow`); pytest's exit code 5 means "no tests collected", which is not a failure here.
+test: venv
+	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+
+test-all: venv
+	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+
+lint: venv
+	$(VENV)/bin/ruff check fastfeed tests benchmarks tools
+
+bench-pack: venv
+	$(PY) benchmarks/pack.py
+
+clean:
+	rm -rf build .pytest_cache

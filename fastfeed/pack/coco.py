@@ -1,0 +1,110 @@
+"""Read a COCO detection dataset: `instances_<split>.json` plus its images folder."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from .report import Problem
+from .source import Item, PackError, Source, list_images
+
+
+def _load_json(ann_file: Path) -> dict:
+    try:
+        with open(ann_file, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise PackError(f"annotation file {ann_file} not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise PackError(f"{ann_file} is not valid JSON: {e}. Fix or re-export the annotation file.") from None
+    if not isinstance(data, dict):
+        raise PackError(f"{ann_file}: expected a JSON object with 'images', 'annotations', 'categories'")
+    for key in ("images", "annotations", "categories"):
+        if not isinstance(data.get(key), list):
+            raise PackError(f"{ann_file}: missing or non-list '{key}'; a COCO detection file needs "
+                            "'images', 'annotations' and 'categories' lists")
+    return data
+
+
+def _categories(cats: list, ann_file: Path) -> tuple[list[str], list[int], dict[int, int]]:
+    """Class names and source ids, ordered by id; map source id -> contiguous class."""
+    seen = {}
+    for c in cats:
+        if not isinstance(c, dict) or not isinstance(c.get("id"), int) or isinstance(c.get("id"), bool):
+            raise PackError(f"{ann_file}: category entry without an integer 'id': {str(c)[:120]}")
+        if c["id"] in seen:
+            raise PackError(f"{ann_file}: category id {c['id']} appears twice")
+        seen[c["id"]] = str(c.get("name", c["id"]))
+    if not seen:
+        raise PackError(f"{ann_file}: 'categories' is empty; nothing to train on")
+    ids = sorted(seen)
+    return [seen[i] for i in ids], ids, {cid: k for k, cid in enumerate(ids)}
+
+
+def _valid_bbox(b) -> bool:
+    return (isinstance(b, list) and len(b) == 4
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in b))
+
+
+def read_coco(ann_file: Path, images_dir: Path, split: str | None = None, root: Path | None = None) -> Source:
+    data = _load_json(ann_file)
+    names, cat_ids, cat_map = _categories(data["categories"], ann_file)
+    problems: list[Problem] = []
+    images: dict[int, dict] = {}
+    for im in data["images"]:
+        if (not isinstance(im, dict) or not isinstance(im.get("id"), int)
+                or not isinstance(im.get("file_name"), str) or not im["file_name"]):
+            problems.append(Problem("malformed_annotation", ann_file.name,
+                                    f"image entry without integer 'id' and 'file_name': {str(im)[:100]}"))
+            continue
+        images[im["id"]] = im
+
+    per_image = defaultdict(list)
+    for a in data["annotations"]:
+        if not isinstance(a, dict) or "image_id" not in a:
+            problems.append(Problem("malformed_annotation", ann_file.name, f"annotation without image_id: {str(a)[:100]}"))
+            continue
+        im = images.get(a["image_id"])
+        if im is None:
+            problems.append(Problem("orphan_annotation", ann_file.name,
+                                    f"annotation {a.get('id')} refers to image id {a['image_id']}"))
+            continue
+        per_image[a["image_id"]].append(a)
+
+    items = []
+    for image_id in sorted(images):
+        im = images[image_id]
+        item = Item(path=images_dir / im["file_name"], name=im["file_name"], image_id=image_id)
+        w, h = im.get("width"), im.get("height")
+        if isinstance(w, int) and isinstance(h, int) and w > 0 and h > 0:
+            item.ann_size = (h, w)
+        boxes, classes, crowd = [], [], []
+        for a in per_image.get(image_id, ()):
+            if not _valid_bbox(a.get("bbox")):
+                item.problems.append(Problem("malformed_annotation", im["file_name"],
+                                             f"annotation {a.get('id')}: bbox {str(a.get('bbox'))[:60]} is not 4 numbers"))
+                continue
+            if a.get("category_id") not in cat_map:
+                item.problems.append(Problem("unknown_category", im["file_name"],
+                                             f"annotation {a.get('id')}: category_id {a.get('category_id')}"))
+                continue
+            boxes.append(a["bbox"])
+            classes.append(cat_map[a["category_id"]])
+            crowd.append(bool(a.get("iscrowd", 0)))
+        item.coco_xywh = np.asarray(boxes, np.float64).reshape(-1, 4)
+        item.coco_classes = np.asarray(classes, np.int64)
+        item.coco_crowd = np.asarray(crowd, bool)
+        items.append(item)
+
+    listed = {os.path.normpath(im["file_name"]) for im in images.values()}
+    if images_dir.is_dir():
+        for p in list_images(images_dir):
+            name = str(p.relative_to(images_dir))
+            if name not in listed:
+                problems.append(Problem("unlisted_image", name))
+    return Source("coco", root or images_dir.parent, split, items, names, cat_ids, problems, [ann_file])

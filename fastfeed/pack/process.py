@@ -1,0 +1,144 @@
+"""The per-image work of a pack, run in worker processes: read, check, convert, encode one record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .. import codec
+from ..store import format as fmt
+from .report import Problem
+from .source import Item
+from .yolo import parse_label
+
+STORE_MODES = ("original", "jpeg", "raw")
+_CLIP_TOLERANCE_PX = 0.5  # COCO boxes often overshoot by float noise; that is not worth a note
+
+
+@dataclass(frozen=True, slots=True)
+class PayloadConfig:
+    """How pixels are stored: see `fastfeed pack --help`."""
+
+    store: str = "original"
+    max_side: int | None = None
+    quality: int = 90
+    check: str = "entropy"   # 'entropy': strict JPEG decode at 1/8 scale; 'full': full-size decode
+
+
+@dataclass(slots=True)
+class Result:
+    name: str
+    record: bytes | None = None          # None: image rejected (the reason is in problems)
+    payload_file: Path | None = None     # set: the record continues with this file's bytes
+    problems: list[Problem] = field(default_factory=list)
+    classes: np.ndarray | None = None    # training classes, for the manifest's statistics
+    n_crowd: int = 0
+    orig_size: tuple[int, int] = (0, 0)
+    size: tuple[int, int] = (0, 0)
+    source_crc: int = 0                  # CRC32 of the source file, for the source fingerprint
+
+
+def _conversion_notes(data, name: str) -> list[Problem]:
+    container, colour, bits = codec.describe(data)
+    notes = []
+    if container != "jpeg":
+        notes.append(Problem("converted_format", name, container))
+    if colour in ("grayscale", "cmyk", "rgba"):
+        notes.append(Problem(f"converted_{colour}", name))
+    if bits == 16:
+        notes.append(Problem("converted_16bit", name))
+    return notes
+
+
+def _decode(data, cfg: PayloadConfig):
+    """(pixels to store or None, original (h, w), stored (h, w), codec). Every image is decoded
+    strictly enough to prove it intact (see `codec.check_decodable`)."""
+    if cfg.store == "original":
+        size, how = codec.check_decodable(data, full=cfg.check == "full")
+        return None, size, size, how
+    img, orig, _ = codec.decode_fit(data, cfg.max_side)
+    return img, orig, img.shape[:2], cfg.store
+
+
+def _clean_boxes(xyxy: np.ndarray, classes, crowd, size, name: str, problems: list[Problem]):
+    """Drop degenerate and outside boxes, clip the rest; xyxy normalised, float64."""
+    h, w = size
+    bw, bh = xyxy[:, 2] - xyxy[:, 0], xyxy[:, 3] - xyxy[:, 1]
+    degenerate = ~((bw > 0) & (bh > 0))
+    outside = ~degenerate & ((xyxy[:, 2] <= 0) | (xyxy[:, 3] <= 0) | (xyxy[:, 0] >= 1) | (xyxy[:, 1] >= 1))
+    over = np.maximum(np.maximum(-xyxy[:, [0, 2]], xyxy[:, [0, 2]] - 1).max(1) * w,
+                      np.maximum(-xyxy[:, [1, 3]], xyxy[:, [1, 3]] - 1).max(1) * h)
+    clipped = ~degenerate & ~outside & (over > _CLIP_TOLERANCE_PX)
+    for reason, mask in (("box_degenerate", degenerate), ("box_outside", outside), ("box_clipped", clipped)):
+        for i in np.flatnonzero(mask):
+            x1, y1, x2, y2 = xyxy[i] * (w, h, w, h)
+            problems.append(Problem(reason, name, f"class {classes[i]} box x1={x1:.1f} y1={y1:.1f} x2={x2:.1f} y2={y2:.1f}"))
+    keep = ~degenerate & ~outside
+    return np.clip(xyxy[keep], 0.0, 1.0), classes[keep], crowd[keep]
+
+
+def _labels(item: Item, size, nc: int | None, problems: list[Problem]):
+    """The item's boxes as normalised xyxy, with classes and crowd flags."""
+    h, w = size
+    if item.coco_xywh is None:  # YOLO; no label file means a background image
+        if item.label_path is None:
+            cxcywh, classes = np.zeros((0, 4)), np.zeros(0, np.int64)
+        else:
+            cxcywh, classes, found = parse_label(item.label_path, item.name, nc)
+            problems.extend(found)
+        half = cxcywh[:, 2:] / 2
+        xyxy = np.concatenate([cxcywh[:, :2] - half, cxcywh[:, :2] + half], axis=1)
+        crowd = np.zeros(len(classes), bool)
+    else:
+        b = item.coco_xywh
+        xyxy = np.stack([b[:, 0] / w, b[:, 1] / h, (b[:, 0] + b[:, 2]) / w, (b[:, 1] + b[:, 3]) / h], 1)
+        classes, crowd = item.coco_classes, item.coco_crowd
+    return _clean_boxes(xyxy.reshape(-1, 4), classes, crowd, size, item.name, problems)
+
+
+def process_item(item: Item, cfg: PayloadConfig, nc: int | None) -> Result:
+    res = Result(item.name, problems=list(item.problems))
+    try:
+        data = item.path.read_bytes()
+    except FileNotFoundError:
+        res.problems.append(Problem("missing_image", item.name, f"{item.path} does not exist"))
+        return res
+    except OSError as e:
+        res.problems.append(Problem("unreadable_image", item.name, str(e)))
+        return res
+    res.source_crc = fmt.crc32(data)
+    try:
+        notes = _conversion_notes(data, item.name)
+        pixels, orig, size, how = _decode(data, cfg)
+    except (codec.DecodeError, ValueError, OSError) as e:
+        res.problems.append(Problem("corrupt_image", item.name, str(e)[:200]))
+        return res
+    if item.ann_size is not None and tuple(item.ann_size) != tuple(orig):
+        res.problems.append(Problem("size_mismatch", item.name, f"annotation says {item.ann_size[1]}x{item.ann_size[0]} "
+                                    f"(w x h), the file is {orig[1]}x{orig[0]}"))
+        return res
+    res.problems.extend(notes)
+    xyxy, classes, crowd = _labels(item, orig, nc, res.problems)
+    if crowd.any():
+        res.problems.extend(Problem("crowd", item.name) for _ in range(int(crowd.sum())))
+    if not (~crowd).any():
+        res.problems.append(Problem("background", item.name))
+
+    if cfg.store == "original":
+        payload = data
+    elif cfg.store == "jpeg":
+        payload, how = codec.encode_jpeg(pixels, cfg.quality), "jpeg"
+    else:
+        payload = np.ascontiguousarray(pixels).tobytes()
+    # An original payload is the source file itself: the writer re-reads it (from the page cache)
+    # instead of receiving it through a pipe, which would cost the single writer more than the read.
+    encode = fmt.encode_record_head if cfg.store == "original" else fmt.encode_record
+    res.record = encode(
+        codec=how, height=size[0], width=size[1], orig_height=orig[0], orig_width=orig[1],
+        image_id=item.image_id, file_name=item.name, boxes=xyxy[~crowd], classes=classes[~crowd],
+        crowd_boxes=xyxy[crowd], crowd_classes=classes[crowd], payload=payload)
+    res.classes, res.n_crowd, res.orig_size, res.size = classes[~crowd], int(crowd.sum()), orig, size
+    res.payload_file = item.path if cfg.store == "original" else None
+    return res

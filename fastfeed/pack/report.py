@@ -1,0 +1,106 @@
+"""What the packer found wrong with the source, counted and kept with file names.
+
+Every problem has a reason code. `ERRORS` lose data (an image skipped, a label or box dropped):
+they go to `rejects.jsonl` and stop a pack run with `--on-error fail`. `NOTES` are repairs or facts
+(a clipped box, a background image, a converted grayscale JPEG) and are only counted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+
+# reason -> what it means, for the summary a user reads.
+ERRORS = {
+    "missing_image": "image listed but its file is missing (image skipped)",
+    "unreadable_image": "image file could not be read (image skipped)",
+    "corrupt_image": "image truncated or corrupt, or not an image (image skipped)",
+    "size_mismatch": "image size disagrees with the annotation (image skipped)",
+    "label_without_image": "label file with no image (labels ignored)",
+    "orphan_annotation": "annotation for an image id not in the JSON (dropped)",
+    "malformed_annotation": "malformed JSON annotation or image entry (dropped)",
+    "malformed_line": "malformed label line (dropped)",
+    "unknown_category": "box with a category/class id not in the class list (dropped)",
+    "box_degenerate": "box with zero or negative width/height (dropped)",
+    "box_outside": "box entirely outside the image (dropped)",
+}
+NOTES = {
+    "background": "image without boxes (kept as background)",
+    "box_clipped": "box partly outside the image (clipped to it)",
+    "crowd": "iscrowd box (kept for evaluation, excluded from training boxes)",
+    "duplicate_box": "identical box repeated in one label file (duplicate dropped)",
+    "polygon_to_box": "segment polygon label (converted to its bounding box)",
+    "converted_grayscale": "grayscale image (decoded to RGB)",
+    "converted_cmyk": "CMYK JPEG (decoded to RGB through OpenCV)",
+    "converted_rgba": "image with alpha (alpha dropped, decoded to RGB)",
+    "converted_format": "not a JPEG (PNG/BMP/WebP/...; decoded through OpenCV)",
+    "converted_16bit": "16-bit image (scaled to 8 bits)",
+    "unlisted_image": "image file not referenced by the annotations (not packed)",
+}
+IMAGE_REJECTS = {"missing_image", "unreadable_image", "corrupt_image", "size_mismatch"}
+EXAMPLES_KEPT = 20
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    reason: str
+    file: str
+    detail: str = ""
+
+    def __post_init__(self):
+        assert self.reason in ERRORS or self.reason in NOTES, self.reason
+
+    @property
+    def is_error(self) -> bool:
+        return self.reason in ERRORS
+
+    def describe(self) -> str:
+        return f"{self.file}: {self.reason}" + (f" ({self.detail})" if self.detail else "")
+
+
+class PackReport:
+    """Counts of every reason, a few examples of each, and the full list of errors."""
+
+    def __init__(self):
+        self.counts: Counter[str] = Counter()
+        self.examples: dict[str, list[str]] = {}
+        self.errors: list[Problem] = []
+
+    def add(self, problem: Problem) -> None:
+        self.counts[problem.reason] += 1
+        ex = self.examples.setdefault(problem.reason, [])
+        if len(ex) < EXAMPLES_KEPT:
+            ex.append(problem.describe())
+        if problem.is_error:
+            self.errors.append(problem)
+
+    def extend(self, problems) -> None:
+        for p in problems:
+            self.add(p)
+
+    @property
+    def images_rejected(self) -> int:
+        return sum(self.counts[r] for r in IMAGE_REJECTS)
+
+    def write_rejects(self, path) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            for p in self.errors:
+                kind = "image" if p.reason in IMAGE_REJECTS else "label"
+                f.write(json.dumps({"file": p.file, "kind": kind, "reason": p.reason, "detail": p.detail}) + "\n")
+
+    def to_dict(self) -> dict:
+        return {"errors": {r: self.counts[r] for r in ERRORS if self.counts[r]},
+                "notes": {r: self.counts[r] for r in NOTES if self.counts[r]},
+                "examples": {r: self.examples[r] for r in sorted(self.examples)}}
+
+    def summary_lines(self) -> list[str]:
+        """Human-readable lines: one per reason seen, with its meaning and first example."""
+        lines = []
+        for table, tag in ((ERRORS, "error"), (NOTES, "note")):
+            for reason, meaning in table.items():
+                n = self.counts[reason]
+                if n:
+                    first = self.examples[reason][0]
+                    lines.append(f"{tag:5} {n:6d}  {reason}: {meaning}; e.g. {first}")
+        return lines

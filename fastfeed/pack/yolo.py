@@ -1,0 +1,106 @@
+"""Read an Ultralytics/YOLO dataset: `images/<split>/` + `labels/<split>/*.txt` (+ data.yaml names)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .report import Problem
+from .source import Item, PackError, Source, list_images
+
+
+def read_names(root: Path) -> list[str] | None:
+    """Class names from `data.yaml` (or the only *.yaml in root); None when there is none."""
+    candidates = [root / "data.yaml"] if (root / "data.yaml").is_file() else sorted(root.glob("*.yaml"))
+    if len(candidates) != 1:
+        return None
+    import yaml
+
+    try:
+        cfg = yaml.safe_load(candidates[0].read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise PackError(f"{candidates[0]} is not valid YAML: {e}") from None
+    names = cfg.get("names") if isinstance(cfg, dict) else None
+    if names is None:
+        return None
+    if isinstance(names, dict):
+        keys = sorted(names)
+        if keys != list(range(len(keys))):
+            raise PackError(f"{candidates[0]}: 'names' keys must be 0..N-1, got {keys[:10]}")
+        return [str(names[k]) for k in keys]
+    if isinstance(names, list):
+        return [str(n) for n in names]
+    raise PackError(f"{candidates[0]}: 'names' must be a list or a {{id: name}} mapping")
+
+
+def read_yolo(images_dir: Path, labels_dir: Path, root: Path, split: str | None = None) -> Source:
+    images = list_images(images_dir)
+    items, problems = [], []
+    seen_labels = set()
+    rel = [p.relative_to(images_dir) for p in images]
+    # Numeric stems (COCO-style file names) become the image ids; otherwise the position.
+    stems = [p.stem for p in rel]
+    numeric = all(s.isdigit() for s in stems) and len({int(s) for s in stems}) == len(stems)
+    for k, (path, r) in enumerate(zip(images, rel)):
+        label = (labels_dir / r).with_suffix(".txt")
+        seen_labels.add(label)
+        items.append(Item(path=path, name=str(r), image_id=int(r.stem) if numeric else k,
+                          label_path=label if label.is_file() else None))
+    if labels_dir.is_dir():
+        for label in sorted(labels_dir.rglob("*.txt")):
+            if label not in seen_labels:
+                problems.append(Problem("label_without_image", str(label.relative_to(labels_dir))))
+    names = read_names(root) or []
+    return Source("yolo", root, split, items, names, list(range(len(names))), problems, [])
+
+
+def parse_label(path: Path, name: str, nc: int | None):
+    """Parse one label file into (cxcywh normalised [N,4] float64, classes [N], problems).
+
+    Lines are `cls cx cy w h`, or `cls x1 y1 x2 y2 ... ` polygons (turned into their box).
+    With `nc` (class names known) a class >= nc is unknown; without, any class >= 0 is accepted.
+    """
+    problems = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        return np.zeros((0, 4)), np.zeros(0, np.int64), [Problem("malformed_line", name, f"label file unreadable: {e}")]
+    boxes, classes, seen = [], [], set()
+    for lineno, line in enumerate(text.splitlines(), 1):
+        parts = line.split()
+        if not parts:
+            continue
+        where = f"{path.name}:{lineno}"
+        try:
+            vals = [float(v) for v in parts]
+        except ValueError:
+            problems.append(Problem("malformed_line", name, f"{where}: not numbers: {line.strip()[:60]!r}"))
+            continue
+        n = len(vals) - 1
+        if n != 4 and not (n >= 6 and n % 2 == 0):
+            problems.append(Problem("malformed_line", name, f"{where}: {len(vals)} values, expected 5 (cls cx cy w h) "
+                                    "or an odd count >= 7 (cls + polygon)"))
+            continue
+        if not all(math.isfinite(v) for v in vals) or vals[0] < 0 or vals[0] != int(vals[0]):
+            problems.append(Problem("malformed_line", name, f"{where}: bad class or non-finite value: {line.strip()[:60]!r}"))
+            continue
+        cls = int(vals[0])
+        if nc is not None and cls >= nc:
+            problems.append(Problem("unknown_category", name, f"{where}: class {cls} but data.yaml names {nc} classes"))
+            continue
+        if n == 4:
+            box = tuple(vals[1:])
+        else:
+            xs, ys = vals[1::2], vals[2::2]
+            x1, x2, y1, y2 = min(xs), max(xs), min(ys), max(ys)
+            box = ((x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1)
+            problems.append(Problem("polygon_to_box", name, where))
+        if (cls, box) in seen:
+            problems.append(Problem("duplicate_box", name, where))
+            continue
+        seen.add((cls, box))
+        boxes.append(box)
+        classes.append(cls)
+    return np.asarray(boxes, np.float64).reshape(-1, 4), np.asarray(classes, np.int64), problems

@@ -1,0 +1,59 @@
+"""The command line: exit codes, messages, and the commands the README names."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from fastfeed.cli import main
+
+
+def test_pack_inspect_verify_on_the_bundled_sample(tmp_path, capsys):
+    out = tmp_path / "s.ff"
+    assert main(["pack", "-o", str(out), "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "bundled sample" in text and "16 images, 109 boxes (1 crowd)" in text
+    assert main(["inspect", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "images 16" in text and "person" in text
+    assert main(["inspect", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["images"] == 16
+    assert main(["verify", str(out), "--decode", "--quiet"]) == 0
+    assert "OK, 16 records checked, 16 images decoded" in capsys.readouterr().out
+    assert main(["pack", "-o", str(out), "--quiet"]) == 1
+    assert "--force" in capsys.readouterr().err
+
+
+def test_pack_reports_problems_and_exit_codes(tmp_path, capsys, coco_builder):
+    coco_builder.add_image("ok.jpg", boxes=[(1, [1, 1, 5, 5])])
+    coco_builder.add_image("bad.jpg", data=b"junk")
+    src = coco_builder.write()
+    assert main(["pack", str(src), "-o", str(tmp_path / "a"), "--quiet", "--workers", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "1 image(s) skipped" in text and "corrupt_image" in text and "bad.jpg" in text
+    assert main(["pack", str(src), "-o", str(tmp_path / "b"), "--quiet", "--on-error", "fail"]) == 1
+    assert "bad.jpg: corrupt_image" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+    assert main(["pack", str(src), "-o", str(tmp_path / "c"), "--max-side", "64"]) == 2
+    assert "max_side applies" in capsys.readouterr().err
+
+
+def test_verify_and_inspect_on_a_non_store(tmp_path, capsys):
+    assert main(["verify", str(tmp_path)]) == 1
+    assert "not a fastfeed store" in capsys.readouterr().err
+    assert main(["inspect", str(tmp_path / "missing")]) == 1
+
+
+def test_unknown_choices_and_help(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["pack", "-o", "x", "--store", "webp"])
+    assert e.value.code == 2 and "invalid choice: 'webp'" in capsys.readouterr().err
+    assert main([]) == 2
+
+
+def test_python_dash_m_and_console_script(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "fastfeed", "pack", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "--store {original,jpeg,raw}" in r.stdout and "YOLO" in r.stdout

@@ -1,0 +1,143 @@
+"""YOLO layouts, layout detection, and the real coco128 sample in both layouts."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from test_pack import by_name, rejects, run_pack
+
+from fastfeed import Store, codec
+from fastfeed.pack import PackError
+
+
+def test_yolo_labels_parsed_with_names_from_data_yaml(yolo_builder, tmp_path):
+    b = yolo_builder(names=["cat", "dog"])
+    b.add("0001", ["0 0.5 0.5 0.2 0.4", "1 0.25 0.25 0.1 0.1"], h=100, w=200)
+    b.add("0002", None)                                   # no label file: background
+    b.add("0003", ["1 0.1 0.1 0.2 0.2 0.3 0.1"], h=50)     # a polygon -> its bounding box
+    res = run_pack(b.root, tmp_path / "out")
+    store = Store(tmp_path / "out")
+    assert store.class_names == ["cat", "dog"] and len(store) == 3
+    s = by_name(store)
+    np.testing.assert_allclose(s["0001.jpg"].boxes, [[0.4, 0.3, 0.6, 0.7], [0.2, 0.2, 0.3, 0.3]], atol=1e-6)
+    assert s["0001.jpg"].classes.tolist() == [0, 1] and s["0001.jpg"].image_id == 1
+    np.testing.assert_allclose(s["0003.jpg"].boxes, [[0.1, 0.1, 0.3, 0.2]], atol=1e-6)
+    assert len(s["0002.jpg"].boxes) == 0
+    assert res.report.counts["background"] == 1 and res.report.counts["polygon_to_box"] == 1
+
+
+def test_yolo_bad_lines_unknown_class_orphans_and_duplicates(yolo_builder, tmp_path):
+    b = yolo_builder(names=["a", "b"])
+    b.add("img", ["0 0.5 0.5 0.2 0.2",
+                  "0 0.5 0.5 0.2 0.2",      # duplicate
+                  "1 0.5 0.5 0.2",          # too few values
+                  "x 0.5 0.5 0.2 0.2",      # not a number
+                  "-1 0.5 0.5 0.2 0.2",     # negative class
+                  "0 nan 0.5 0.2 0.2",      # non-finite
+                  "5 0.5 0.5 0.2 0.2",      # class not in data.yaml
+                  "1 0.5 0.5 0 0.2",        # zero width
+                  "1 1.5 0.5 0.2 0.2",      # fully outside
+                  "1 0.95 0.5 0.2 0.2"])    # partly outside: clipped
+    b.add("lonely", ["0 0.5 0.5 0.1 0.1"], image=False)
+    res = run_pack(b.root, tmp_path / "out")
+    c = res.report.counts
+    assert c["malformed_line"] == 4 and c["unknown_category"] == 1 and c["duplicate_box"] == 1
+    assert c["box_degenerate"] == 1 and c["box_outside"] == 1 and c["box_clipped"] == 1
+    assert c["label_without_image"] == 1
+    s = Store(tmp_path / "out")[0]
+    np.testing.assert_allclose(s.boxes, [[0.4, 0.4, 0.6, 0.6], [0.85, 0.4, 1.0, 0.6]], atol=1e-6)
+    lines = {r["detail"].split(":")[0] + ":" + r["detail"].split(":")[1] for r in rejects(tmp_path / "out")
+             if r["reason"] == "malformed_line"}
+    assert {"img.txt:3", "img.txt:4", "img.txt:5", "img.txt:6"} <= {line.strip() for line in lines}
+
+
+def test_yolo_without_names_takes_classes_from_labels_flat_layout(yolo_builder, tmp_path):
+    b = yolo_builder(split=None)
+    b.add("a", ["3 0.5 0.5 0.2 0.2"]).add("b", ["0 0.5 0.5 0.2 0.2"], ext=".png",
+                                           data=codec.encode_jpeg(np.zeros((8, 8, 3), np.uint8), 90))
+    run_pack(b.root, tmp_path / "out")
+    store = Store(tmp_path / "out")
+    assert store.class_names == ["0", "1", "2", "3"] and len(store) == 2
+
+
+def test_layout_errors_say_what_was_expected(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(PackError, match="cannot tell the layout"):
+        run_pack(tmp_path / "empty", tmp_path / "o")
+    with pytest.raises(PackError, match="not a directory"):
+        run_pack(tmp_path / "nope", tmp_path / "o")
+    with pytest.raises(PackError, match="no dataset given"):
+        run_pack(None, tmp_path / "o")
+
+
+def test_split_choice(coco_builder, tmp_path):
+    from conftest import CocoBuilder
+
+    for split in ("train2017", "val2017"):
+        b = CocoBuilder(tmp_path / "c", split=split)
+        b.add_image(f"{split}.jpg", boxes=[(1, [1, 1, 5, 5])])
+        b.write()
+    run_pack(tmp_path / "c", tmp_path / "t")  # default train2017 when several
+    assert Store(tmp_path / "t")[0].file_name == "train2017.jpg"
+    run_pack(tmp_path / "c", tmp_path / "v", split="val2017")
+    assert Store(tmp_path / "v")[0].file_name == "val2017.jpg"
+    with pytest.raises(PackError, match="available: train2017, val2017"):
+        run_pack(tmp_path / "c", tmp_path / "x", split="test")
+
+
+def test_explicit_ann_and_images(coco_builder, tmp_path):
+    coco_builder.add_image("a.jpg", boxes=[(1, [1, 1, 5, 5])])
+    root = coco_builder.write()
+    run_pack(None, tmp_path / "o", ann=root / "annotations" / "instances_train2017.json", images=coco_builder.images_dir)
+    assert len(Store(tmp_path / "o")) == 1
+    with pytest.raises(PackError, match="go together"):
+        run_pack(None, tmp_path / "p", ann=root / "annotations" / "instances_train2017.json")
+
+
+# --- the real sample ------------------------------------------------------------------------------
+
+def test_bundled_sample_packs_clean(sample_dir, tmp_path):
+    res = run_pack(sample_dir, tmp_path / "s", workers=2)
+    assert res.manifest["num_images"] == 16 and res.report.errors == []
+    assert res.report.counts["converted_grayscale"] == 1 and res.report.counts["crowd"] == 1
+    attribution = (sample_dir / "ATTRIBUTION.md").read_text()
+    ann = json.loads((sample_dir / "annotations" / "instances_train2017.json").read_text())
+    assert all(im["license"] in (4, 5, 7) and im["file_name"] in attribution for im in ann["images"])
+    assert sum(p.stat().st_size for p in (sample_dir / "images").rglob("*.jpg")) <= 3 * 2**20
+
+
+def test_coco128_coco_and_yolo_layouts_agree(coco128, tmp_path):
+    rc = run_pack(coco128, tmp_path / "c", workers=2)
+    ry = run_pack(coco128, tmp_path / "y", format="yolo", workers=2)
+    c, y = Store(tmp_path / "c"), Store(tmp_path / "y")
+    assert len(c) == len(y) == 128
+    assert rc.manifest["num_crowd"] == 10 and rc.manifest["num_boxes"] == 929 == ry.manifest["num_boxes"]
+    assert ry.report.counts["label_without_image"] == 2 and ry.report.counts["background"] == 2
+    ys = by_name(y)
+    for i in range(len(c)):
+        a = c[i]
+        b = ys[a.file_name]
+        assert a.image_id == b.image_id and a.orig_size == b.orig_size
+        ka, kb = (np.lexsort(np.round(s.boxes, 3).T[::-1]) for s in (a, b))  # same order despite float noise
+        np.testing.assert_allclose(a.boxes[ka], b.boxes[kb], atol=2e-4)
+        assert a.classes[ka].tolist() == b.classes[kb].tolist()
+
+
+def test_coco128_every_record_equals_its_source(coco128, tmp_path):
+    run_pack(coco128, tmp_path / "c", workers=2)
+    store = Store(tmp_path / "c")
+    ann = json.loads((coco128 / "annotations" / "instances_train2017.json").read_text())
+    ids = {c["id"]: k for k, c in enumerate(sorted(ann["categories"], key=lambda c: c["id"]))}
+    images = {im["id"]: im for im in ann["images"]}
+    for i in range(len(store)):
+        s = store.get(i, decode=False)
+        im = images[s.image_id]
+        assert s.data == (coco128 / "images" / "train2017" / im["file_name"]).read_bytes()
+        anns = [a for a in ann["annotations"] if a["image_id"] == s.image_id and not a["iscrowd"]]
+        w, h = im["width"], im["height"]
+        expect = np.array([[a["bbox"][0] / w, a["bbox"][1] / h, (a["bbox"][0] + a["bbox"][2]) / w,
+                            (a["bbox"][1] + a["bbox"][3]) / h] for a in anns]).reshape(-1, 4)
+        np.testing.assert_allclose(s.boxes, np.clip(expect, 0, 1), atol=1e-6)
+        assert s.classes.tolist() == [ids[a["category_id"]] for a in anns]
