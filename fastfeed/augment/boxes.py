@@ -1,0 +1,87 @@
+"""Box geometry: affine transform, clipping, the "box candidates" filter, format conversions.
+
+Boxes are float32 [N,4] x1,y1,x2,y2 in continuous pixel coordinates: pixel (i, j) covers
+[j, j+1) x [i, i+1), so a box framing a whole W x H image is (0, 0, W, H). Matrices are 3x3
+(or 2x3) float64 mapping those continuous coordinates, the same convention as the pixel warps,
+so a box follows its pixels exactly through any chain of scale, flip, rotation and shear.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Corner picking: (x, y) column indices of the 4 corners of an x1,y1,x2,y2 box.
+_CORNER_X = np.array([0, 2, 0, 2])
+_CORNER_Y = np.array([1, 1, 3, 3])
+
+
+def transform_boxes(boxes: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    """Map boxes by an affine matrix; returns the axis-aligned box enclosing each mapped rectangle.
+
+    `matrix` is one 3x3 (or 2x3) map, or one per box ([N,3,3] / [N,2,3]) so boxes from several
+    tiles go through in a single vectorised call. Under rotation or shear the enclosing box grows:
+    the usual YOLO trade-off, the box still frames the object's pixels, loosely.
+    """
+    b = np.asarray(boxes, np.float32).reshape(-1, 4)
+    m = np.asarray(matrix, np.float64)
+    if m.ndim == 2:
+        m = m[None]
+    if len(b) == 0:
+        return np.zeros((0, 4), np.float32)
+    cx = b[:, _CORNER_X].astype(np.float64)
+    cy = b[:, _CORNER_Y].astype(np.float64)
+    x = cx * m[:, 0, 0, None] + cy * m[:, 0, 1, None] + m[:, 0, 2, None]
+    y = cx * m[:, 1, 0, None] + cy * m[:, 1, 1, None] + m[:, 1, 2, None]
+    return np.stack([x.min(1), y.min(1), x.max(1), y.max(1)], axis=1).astype(np.float32)
+
+
+def clip_boxes_to(boxes: np.ndarray, rect) -> np.ndarray:
+    """Clip boxes to a rectangle x1,y1,x2,y2 ([4], or [N,4]: one per box); returns a new array."""
+    b = np.asarray(boxes, np.float32).reshape(-1, 4)
+    r = np.asarray(rect, np.float32)
+    return np.clip(b, r[..., [0, 1, 0, 1]], r[..., [2, 3, 2, 3]])
+
+
+def clip_boxes(boxes: np.ndarray, width: float, height: float) -> np.ndarray:
+    """Clip boxes to a width x height image."""
+    return clip_boxes_to(boxes, (0.0, 0.0, width, height))
+
+
+def box_candidates(before: np.ndarray, after: np.ndarray, *, min_side: float = 2.0,
+                   min_area_ratio: float = 0.1, max_aspect: float = 100.0) -> np.ndarray:
+    """Keep mask for boxes that survive a transform.
+
+    `before` is each box mapped without any clipping, `after` the same box clipped, both in output
+    pixels. A box is dropped when a side is <= min_side, when less than min_area_ratio of its
+    area is left (mostly cut off by a crop or the image border), or when it is thinner than
+    1:max_aspect; such labels point at slivers the model cannot see.
+    """
+    w1, h1 = before[:, 2] - before[:, 0], before[:, 3] - before[:, 1]
+    w2, h2 = after[:, 2] - after[:, 0], after[:, 3] - after[:, 1]
+    eps = 1e-9
+    aspect = np.maximum(w2 / (h2 + eps), h2 / (w2 + eps))
+    return ((w2 > min_side) & (h2 > min_side) & (w2 * h2 > min_area_ratio * (w1 * h1) + eps)
+            & (aspect < max_aspect))
+
+
+def xyxy_to_cxcywh(boxes: np.ndarray, width: float, height: float) -> np.ndarray:
+    """Pixel x1,y1,x2,y2 -> normalised cx,cy,w,h (the YOLO label / Batch.targets layout)."""
+    b = np.asarray(boxes, np.float32).reshape(-1, 4)
+    out = np.empty_like(b)
+    out[:, 0] = (b[:, 0] + b[:, 2]) * (0.5 / width)
+    out[:, 1] = (b[:, 1] + b[:, 3]) * (0.5 / height)
+    out[:, 2] = (b[:, 2] - b[:, 0]) * (1.0 / width)
+    out[:, 3] = (b[:, 3] - b[:, 1]) * (1.0 / height)
+    return out
+
+
+def cxcywh_to_xyxy(boxes: np.ndarray, width: float, height: float) -> np.ndarray:
+    """Normalised cx,cy,w,h -> pixel x1,y1,x2,y2 of a width x height image."""
+    b = np.asarray(boxes, np.float32).reshape(-1, 4)
+    out = np.empty_like(b)
+    half_w, half_h = b[:, 2] * 0.5, b[:, 3] * 0.5
+    out[:, 0] = (b[:, 0] - half_w) * width
+    out[:, 1] = (b[:, 1] - half_h) * height
+    out[:, 2] = (b[:, 0] + half_w) * width
+    out[:, 3] = (b[:, 1] + half_h) * height
+    return out

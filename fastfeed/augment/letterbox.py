@@ -1,0 +1,68 @@
+"""Letterbox: fit an image into a square (or stride-aligned) frame without distorting it.
+
+Used for validation and the rectangular-batch path. One resize straight into the centre of the
+output plus four border fills; with `out=` nothing is allocated.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import cv2
+import numpy as np
+
+from ._validate import check_fill, check_image, check_out, check_size
+
+
+def letterbox(img: np.ndarray, size: int, *, stride: int = 32, rect: bool = False, fill: int = 114,
+              scaleup: bool = True, out: np.ndarray | None = None
+              ) -> tuple[np.ndarray, tuple[float, float], tuple[int, int]]:
+    """Resize so the long side is `size`, then pad centred with `fill`.
+
+    `scaleup=False` never enlarges (upscaled validation images score differently). `rect=True`
+    pads only to the smallest multiple of `stride` holding the resized image instead of the square,
+    so the output shape varies per image: `out` must then have that shape.
+    Returns (img, (ratio_x, ratio_y), (pad_x, pad_y)); the two ratios differ only by rounding of
+    the resized size and map boxes exactly (see `letterbox_boxes`).
+    """
+    check_image(img)
+    size = check_size(size)
+    stride = check_size(stride, "stride")
+    fill = check_fill(fill)
+    h, w = img.shape[:2]
+    r = size / max(h, w)
+    if not scaleup:
+        r = min(r, 1.0)
+    nw, nh = max(1, min(size, round(w * r))), max(1, min(size, round(h * r)))
+    if rect:
+        ow, oh = math.ceil(nw / stride) * stride, math.ceil(nh / stride) * stride
+    else:
+        ow = oh = size
+    out = check_out(out, (oh, ow, 3))
+    left, top = (ow - nw) // 2, (oh - nh) // 2
+    # Fill only the border: the centre is overwritten by the resize anyway.
+    out[:top] = fill
+    out[top + nh:] = fill
+    out[top:top + nh, :left] = fill
+    out[top:top + nh, left + nw:] = fill
+    dst = out[top:top + nh, left:left + nw]
+    if (nw, nh) == (w, h):
+        dst[...] = img
+    else:
+        # Bilinear aliases below half size; INTER_AREA is slower but correct there.
+        interp = cv2.INTER_AREA if r < 0.5 else cv2.INTER_LINEAR
+        cv2.resize(img, (nw, nh), dst=dst, interpolation=interp)
+    return out, (nw / w, nh / h), (left, top)
+
+
+def letterbox_boxes(boxes: np.ndarray, ratio, pad: tuple[float, float]) -> np.ndarray:
+    """Map x1,y1,x2,y2 boxes of the source image into the letterboxed image.
+
+    `ratio` is the (ratio_x, ratio_y) that `letterbox` returned, or one number for both axes.
+    """
+    b = np.asarray(boxes, np.float32).reshape(-1, 4)
+    rx, ry = (ratio, ratio) if isinstance(ratio, numbers.Real) else ratio
+    scale = np.array([rx, ry, rx, ry], np.float32)
+    shift = np.array([pad[0], pad[1], pad[0], pad[1]], np.float32)
+    return b * scale + shift

@@ -1,0 +1,145 @@
+"""Draw one rectangle of a source image into an output through an affine map, and nothing else.
+
+This is the engine under `mosaic` and `random_affine`: every output pixel is produced once,
+straight from its source tile, so no intermediate canvas is built and the cost follows the output
+size, not the tile resolution. Two paths:
+
+* axis-aligned maps (no rotation/shear, the YOLO default): `cv2.resize` into the exact output
+  rectangle, then an in-place `cv2.flip` of that rectangle for a mirrored map. resize is 3-5x
+  cheaper than warpAffine and reads only real tile pixels, so seams are clean. The source crop is
+  snapped to whole pixels, which perturbs the drawn scale by under a pixel; the returned matrix is
+  the realised one, so boxes still match pixels exactly.
+* rotated/sheared maps: `cv2.warpAffine` into the bounding rectangle of the mapped quad with
+  BORDER_TRANSPARENT. OpenCV blends a bilinear sample that straddles the source edge with the
+  pixel already in the output (grey or another tile); a 1 px replicated border around the crop
+  keeps that blend outside the tile's own region, so the region itself is never smeared. The
+  price is an anti-aliased fringe of <= 2 source px just outside the region: at a seam the tile
+  drawn later covers that much of its neighbour, much like bilinear sampling across a canvas seam.
+
+Downscaling by more than 2x aliases with bilinear sampling (the resize path switches to INTER_AREA,
+the warp path cannot): callers should decode within 2x of the drawn size, e.g. by JPEG DCT scaling.
+"""
+
+from __future__ import annotations
+
+import math
+
+import cv2
+import numpy as np
+
+from .boxes import box_candidates, clip_boxes, clip_boxes_to, transform_boxes
+from .hyp import AugmentHyp
+
+# Placement of a tile into the intermediate ("mid", e.g. mosaic canvas) frame: u_mid = r*u + (ox, oy).
+Place = tuple[float, float, float]
+Rect = tuple[float, float, float, float]
+
+
+def _place_matrix(place: Place) -> np.ndarray:
+    r, ox, oy = place
+    return np.array([[r, 0.0, ox], [0.0, r, oy], [0.0, 0.0, 1.0]])
+
+
+def _roi_span(a: float, b: float, size: int) -> tuple[int, int]:
+    """Output pixels whose centres fall in [min(a,b), max(a,b)), clipped to [0, size)."""
+    lo, hi = (a, b) if a <= b else (b, a)
+    return min(max(math.ceil(lo - 0.5), 0), size), min(max(math.ceil(hi - 0.5), 0), size)
+
+
+def paste_tile(out: np.ndarray, img: np.ndarray, place: Place, region: Rect,
+               matrix: np.ndarray) -> tuple[np.ndarray, Rect]:
+    """Draw the part of `img` that `place` puts inside `region` (mid frame) into `out` via `matrix`.
+
+    `matrix` (3x3) maps the mid frame to `out`, flips included. Returns the realised 3x3 map from
+    img coordinates to out coordinates and the crop of `img` actually shown (img coordinates), which
+    is what the tile's boxes must be clipped to and then mapped by.
+    """
+    h, w = img.shape[:2]
+    full = matrix @ _place_matrix(place)
+    r, ox, oy = place
+    x1, y1, x2, y2 = region
+    if matrix[0, 1] == 0 and matrix[1, 0] == 0:
+        return _paste_resize(out, img, full, (matrix[0, 0] * x1 + matrix[0, 2], matrix[0, 0] * x2 + matrix[0, 2]),
+                             (matrix[1, 1] * y1 + matrix[1, 2], matrix[1, 1] * y2 + matrix[1, 2]))
+    crop = (max((x1 - ox) / r, 0.0), max((y1 - oy) / r, 0.0), min((x2 - ox) / r, w), min((y2 - oy) / r, h))
+    corners = matrix[:2] @ np.array([[x1, x2, x1, x2], [y1, y1, y2, y2], [1.0, 1.0, 1.0, 1.0]])
+    j0, j1 = _roi_span(corners[0].min(), corners[0].max(), out.shape[1])
+    i0, i1 = _roi_span(corners[1].min(), corners[1].max(), out.shape[0])
+    # Source pixels whose bilinear footprint the region needs: index floor(x1-0.5) .. ceil(x2-0.5)
+    # (inclusive; pixel centres sit at index + 0.5). Outside the image, replicate the edge pixel.
+    fx, fy = math.floor(crop[0] - 0.5), math.floor(crop[1] - 0.5)
+    lx, ly = math.ceil(crop[2] - 0.5), math.ceil(crop[3] - 0.5)
+    if j1 <= j0 or i1 <= i0 or lx < fx or ly < fy or crop[2] <= crop[0] or crop[3] <= crop[1]:
+        return full, (0.0, 0.0, 0.0, 0.0)
+    vx0, vy0, vx1, vy1 = max(fx, 0), max(fy, 0), min(lx, w - 1) + 1, min(ly, h - 1) + 1
+    src = img[vy0:vy1, vx0:vx1]
+    pads = (vy0 - fy, ly + 1 - vy1, vx0 - fx, lx + 1 - vx1)  # top, bottom, left, right: 0 or 1
+    if any(pads):
+        src = cv2.copyMakeBorder(src, *pads, cv2.BORDER_REPLICATE)
+    # src continuous -> roi continuous, then to OpenCV's pixel-centre convention (+-0.5).
+    m = full.copy()
+    m[0, 2] += m[0, 0] * fx + m[0, 1] * fy - j0
+    m[1, 2] += m[1, 0] * fx + m[1, 1] * fy - i0
+    m[0, 2] += 0.5 * (m[0, 0] + m[0, 1]) - 0.5
+    m[1, 2] += 0.5 * (m[1, 0] + m[1, 1]) - 0.5
+    cv2.warpAffine(src, m[:2], (j1 - j0, i1 - i0), dst=out[i0:i1, j0:j1], flags=cv2.INTER_LINEAR,
+                   borderMode=cv2.BORDER_TRANSPARENT)
+    return full, crop
+
+
+def _axis(a: float, b: float, p0: float, p1: float, n_out: int, n_src: int):
+    """Snap one axis: output span [o0, o1), whole-pixel source span [s0, s1), realised a', b'."""
+    o0, o1 = _roi_span(p0, p1, n_out)
+    if o1 <= o0:
+        return None
+    u0, u1 = (o0 - b) / a, (o1 - b) / a
+    if u0 > u1:
+        u0, u1 = u1, u0
+    s0 = min(max(int(round(u0)), 0), n_src - 1)
+    s1 = max(min(int(round(u1)), n_src), s0 + 1)
+    scale = (o1 - o0) / (s1 - s0)
+    # realised map u -> scale*u + shift, mirrored when the drawn map was.
+    shift = o0 - scale * s0 if a > 0 else o1 + scale * s0
+    return o0, o1, s0, s1, (scale if a > 0 else -scale), shift
+
+
+def _paste_resize(out, img, full, xs, ys):
+    h, w = img.shape[:2]
+    ax = _axis(full[0, 0], full[0, 2], xs[0], xs[1], out.shape[1], w)
+    ay = _axis(full[1, 1], full[1, 2], ys[0], ys[1], out.shape[0], h)
+    if ax is None or ay is None:
+        return full, (0.0, 0.0, 0.0, 0.0)
+    j0, j1, sx0, sx1, kx, bx = ax
+    i0, i1, sy0, sy1, ky, by = ay
+    dst = out[i0:i1, j0:j1]
+    shrink = abs(kx) < 0.5 and abs(ky) < 0.5
+    cv2.resize(img[sy0:sy1, sx0:sx1], (j1 - j0, i1 - i0), dst=dst,
+               interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR)
+    if kx < 0 or ky < 0:
+        cv2.flip(dst, -1 if (kx < 0 and ky < 0) else (1 if kx < 0 else 0), dst=dst)
+    realised = np.array([[kx, 0.0, bx], [0.0, ky, by], [0.0, 0.0, 1.0]])
+    return realised, (float(sx0), float(sy0), float(sx1), float(sy1))
+
+
+def paste_boxes(boxes: list[np.ndarray], classes: list[np.ndarray], realised: list[np.ndarray],
+                crops: list[Rect], size: int, hyp: AugmentHyp) -> tuple[np.ndarray, np.ndarray]:
+    """Boxes of pasted tiles in the size x size output, filtered; classes follow.
+
+    Each tile's boxes are clipped to the crop that was shown, mapped by the tile's realised
+    matrix, clipped to the output, then judged by `box_candidates` against the same box mapped
+    unclipped, so a box that lost most of its area to any crop or border is dropped. All tiles go
+    through one vectorised pass (per-box crops and matrices).
+    """
+    counts = [len(b) for b in boxes]
+    cls = np.concatenate(classes)
+    if not any(counts):
+        return np.zeros((0, 4), np.float32), cls
+    b = np.concatenate(boxes)
+    per_box_m = np.repeat(np.stack(realised), counts, axis=0)
+    per_box_crop = np.repeat(np.asarray(crops, np.float32), counts, axis=0)
+    n = len(b)
+    both = transform_boxes(np.concatenate([b, clip_boxes_to(b, per_box_crop)]), np.concatenate([per_box_m] * 2))
+    before, after = both[:n], clip_boxes(both[n:], size, size)
+    keep = box_candidates(before, after, min_side=hyp.min_box_side,
+                          min_area_ratio=hyp.min_box_area_ratio, max_aspect=hyp.max_box_aspect)
+    return after[keep], cls[keep]
