@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import multiprocessing as mp
 import os
 import shutil
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .. import __version__
+from ..procs import worker_context
 from ..store import format as fmt
 from .layout import open_source
 from .process import STORE_MODES, PayloadConfig, process_item
@@ -151,16 +151,18 @@ def _results(source, cfg: PackConfig, workers: int):
         yield from map(work, source.items)
         return
     chunk = max(1, min(16, len(source.items) // (workers * 8)))
-    if "fork" in mp.get_all_start_methods():
-        _FORKED = (work, source.items)
+    with worker_context() as ctx:
+        forked = ctx.get_start_method() == "fork"
+        _FORKED = (work, source.items) if forked else ()
+        pool = ctx.Pool(workers)
+    with pool:
         try:
-            with mp.get_context("fork").Pool(workers) as pool:
+            if forked:
                 yield from pool.imap(_run_forked, range(len(source.items)), chunksize=chunk)
+            else:
+                yield from pool.imap(work, source.items, chunksize=chunk)
         finally:
             _FORKED = ()
-    else:
-        with mp.get_context("spawn").Pool(workers) as pool:
-            yield from pool.imap(work, source.items, chunksize=chunk)
 
 
 def pack(cfg: PackConfig) -> PackResult:

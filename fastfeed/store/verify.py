@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import lmdb
 from tqdm import tqdm
 
 from .. import codec
+from ..procs import worker_context
 from . import format as fmt
 from .reader import Store
 
@@ -78,8 +78,9 @@ def verify(path, decode: bool = False, workers: int = 1, progress: bool = True) 
     jobs = [(str(path), a, min(a + _CHUNK, n), decode) for a in range(0, n, _CHUNK)]
     with tqdm(total=n, unit="rec", desc="verify", disable=not progress) as bar:
         if workers > 1 and len(jobs) > 1:
-            ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-            with ctx.Pool(workers) as pool:
+            with worker_context() as ctx:
+                pool = ctx.Pool(workers)
+            with pool:
                 outs = pool.imap(_check_range, jobs)
                 for count, damaged in outs:
                     result.damaged += damaged
