@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -31,7 +30,6 @@ class PayloadConfig:
 class Result:
     name: str
     record: bytes | None = None          # None: image rejected (the reason is in problems)
-    payload_file: Path | None = None     # set: the record continues with this file's bytes
     problems: list[Problem] = field(default_factory=list)
     classes: np.ndarray | None = None    # training classes, for the manifest's statistics
     n_crowd: int = 0
@@ -132,13 +130,9 @@ def process_item(item: Item, cfg: PayloadConfig, nc: int | None) -> Result:
         payload, how = codec.encode_jpeg(pixels, cfg.quality), "jpeg"
     else:
         payload = np.ascontiguousarray(pixels).tobytes()
-    # An original payload is the source file itself: the writer re-reads it (from the page cache)
-    # instead of receiving it through a pipe, which would cost the single writer more than the read.
-    encode = fmt.encode_record_head if cfg.store == "original" else fmt.encode_record
-    res.record = encode(
+    res.record = fmt.encode_record(
         codec=how, height=size[0], width=size[1], orig_height=orig[0], orig_width=orig[1],
         image_id=item.image_id, file_name=item.name, boxes=xyxy[~crowd], classes=classes[~crowd],
         crowd_boxes=xyxy[crowd], crowd_classes=classes[crowd], payload=payload)
     res.classes, res.n_crowd, res.orig_size, res.size = classes[~crowd], int(crowd.sum()), orig, size
-    res.payload_file = item.path if cfg.store == "original" else None
     return res

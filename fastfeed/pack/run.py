@@ -5,13 +5,12 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import multiprocessing as mp
 import os
 import shutil
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from functools import partial
 from pathlib import Path
 
 from tqdm import tqdm
@@ -19,11 +18,12 @@ from tqdm import tqdm
 from .. import __version__
 from ..procs import worker_context
 from ..store import format as fmt
+from . import segment
 from .layout import open_source
-from .process import STORE_MODES, PayloadConfig, process_item
+from .process import STORE_MODES, PayloadConfig
 from .report import PackReport
 from .source import PackError
-from .writer import ShardWriter, publish, temp_dir_for
+from .writer import publish, temp_dir_for
 
 log = logging.getLogger(__name__)
 DEFAULT_SHARD_MB = 1024
@@ -89,38 +89,6 @@ class PackResult:
     extra: dict = field(default_factory=dict)
 
 
-class _Stats:
-    """Running totals for the manifest, and both fingerprints."""
-
-    def __init__(self):
-        self.class_boxes: Counter[int] = Counter()
-        self.sizes: Counter[str] = Counter()
-        self.num_boxes = self.num_crowd = self.payload_bytes = 0
-        self.store_hash, self.source_hash = hashlib.sha256(), hashlib.sha256()
-
-    def add(self, res, record: bytes) -> None:
-        self.class_boxes.update(res.classes.tolist())
-        self.sizes[f"{res.orig_size[1]}x{res.orig_size[0]}"] += 1
-        self.num_boxes += len(res.classes)
-        self.num_crowd += res.n_crowd
-        self.payload_bytes += len(record)
-        self.store_hash.update(record[4:8])  # the record's CRC32 covers all its content
-
-    def to_dict(self, nc: int) -> dict:
-        return {"class_boxes": [self.class_boxes.get(c, 0) for c in range(nc)],
-                "sizes": dict(self.sizes.most_common()), "record_bytes": self.payload_bytes}
-
-
-def _complete(res) -> bytes:
-    """The whole record: append the payload a worker left in its source file, and prove it unchanged."""
-    if res.payload_file is None:
-        return res.record
-    record = res.record + res.payload_file.read_bytes()
-    if not fmt.check_crc(record):
-        raise PackError(f"{res.name} changed while it was being packed; pack again once the source is stable")
-    return record
-
-
 def _check_out(cfg: PackConfig) -> None:
     out = cfg.out
     if not out.exists():
@@ -135,34 +103,63 @@ def _check_out(cfg: PackConfig) -> None:
         raise PackError(f"refusing to replace {out}: it is a file, not a fastfeed store")
 
 
-_FORKED: tuple = ()  # (work, items), inherited by forked workers instead of pickled per task
+_MIN_SEGMENT = 64  # images; smaller runs are not worth a shard of their own
 
 
-def _run_forked(index: int):
-    work, items = _FORKED
-    return work(items[index])
+def _estimated_bytes(item, cfg: PackConfig) -> int:
+    if cfg.store == "raw":
+        h, w = item.ann_size or (cfg.max_side or 640, cfg.max_side or 640)
+        r = min(1.0, (cfg.max_side or max(h, w)) / max(h, w))
+        return int(h * r) * int(w * r) * 3
+    try:
+        size = item.path.stat().st_size
+    except OSError:
+        return 0
+    if cfg.store == "jpeg" and cfg.max_side and item.ann_size:
+        size = int(size * min(1.0, (cfg.max_side / max(item.ann_size)) ** 2))
+    return size
 
 
-def _results(source, cfg: PackConfig, workers: int):
-    global _FORKED
-    nc = len(source.class_names) or None
-    work = partial(process_item, cfg=PayloadConfig(cfg.store, cfg.max_side, cfg.quality, cfg.check), nc=nc)
-    if workers <= 1:
-        yield from map(work, source.items)
-        return
-    chunk = max(1, min(16, len(source.items) // (workers * 8)))
-    with worker_context() as ctx:
-        forked = ctx.get_start_method() == "fork"
-        _FORKED = (work, source.items) if forked else ()
-        pool = ctx.Pool(workers)
-    with pool:
-        try:
-            if forked:
-                yield from pool.imap(_run_forked, range(len(source.items)), chunksize=chunk)
-            else:
-                yield from pool.imap(work, source.items, chunksize=chunk)
-        finally:
-            _FORKED = ()
+def plan_segments(items: list, cfg: PackConfig, workers: int) -> list[list]:
+    """Contiguous runs of items, one shard each: `--shards N`, or by estimated size (`--shard-mb`),
+    split further so every worker has work (at least 4 runs per worker, of >= 64 images)."""
+    n = len(items)
+    if cfg.shards:
+        count = min(cfg.shards, n)
+    else:
+        limit = (cfg.shard_mb or DEFAULT_SHARD_MB) * 2**20
+        total = sum(_estimated_bytes(it, cfg) for it in items)
+        count = max(math.ceil(total / limit), min(4 * max(workers, 1), math.ceil(n / _MIN_SEGMENT)), 1)
+    bounds = [round(k * n / count) for k in range(count + 1)]
+    return [items[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+def _run_segments(jobs: list[segment.SegmentJob], workers: int, progress: bool, total: int):
+    """Run every job; yield results in segment order. Stops early on a --on-error fail result."""
+    with tqdm(total=total, unit="img", desc="pack", disable=not progress) as bar:
+        with worker_context() as ctx:
+            counter, abort = ctx.Value("q", 0), ctx.Event()
+            pool = ctx.Pool(workers, segment.init, (counter, abort)) if workers > 1 else None
+        if pool is None:
+            segment.init(counter, abort)
+            for job in jobs:
+                res = segment.run(job)
+                bar.update(counter.value - bar.n)
+                yield res
+            return
+        with pool:
+            pending = pool.imap(segment.run, jobs)
+            for _ in jobs:
+                while True:
+                    try:
+                        res = pending.next(timeout=0.25)
+                        break
+                    except mp.TimeoutError:
+                        bar.update(counter.value - bar.n)
+                bar.update(counter.value - bar.n)
+                if res.failed is not None:
+                    abort.set()   # other workers stop at their next image
+                yield res
 
 
 def pack(cfg: PackConfig) -> PackResult:
@@ -178,53 +175,33 @@ def pack(cfg: PackConfig) -> PackResult:
     if cfg.on_error == "fail" and report.errors:
         raise PackError(f"--on-error fail: {report.errors[0].describe()}")
     workers = cfg.workers if cfg.workers is not None else default_workers()
-    per_shard = math.ceil(len(source.items) / cfg.shards) if cfg.shards else None
-    shard_bytes = None if per_shard else int((cfg.shard_mb or DEFAULT_SHARD_MB) * 2**20)
 
     tmp = temp_dir_for(cfg.out)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        writer, stats = ShardWriter(tmp, per_shard, shard_bytes), _Stats()
-        with tqdm(total=len(source.items), unit="img", desc="pack", disable=not cfg.progress) as bar:
-            for res in _results(source, cfg, workers):
-                report.extend(res.problems)
-                if cfg.on_error == "fail" and any(p.is_error for p in res.problems):
-                    first = next(p for p in res.problems if p.is_error)
-                    raise PackError(f"--on-error fail: {first.describe()}", report)
-                if res.record is not None:
-                    record = _complete(res)
-                    writer.append(record)
-                    stats.add(res, record)
-                stats.source_hash.update(f"{res.name}\0{res.source_crc}\n".encode())
-                bar.update()
-        shards = writer.close()
-        if writer.count == 0:
+        payload = PayloadConfig(cfg.store, cfg.max_side, cfg.quality, cfg.check)
+        nc = len(source.class_names) or None
+        jobs = [segment.SegmentJob(k, items, payload, nc, tmp, cfg.on_error == "fail")
+                for k, items in enumerate(plan_segments(source.items, cfg, workers))]
+        stats, shards = segment.SegmentStats(), []
+        for res in _run_segments(jobs, workers, cfg.progress, len(source.items)):
+            report.extend(res.problems)
+            if res.failed is not None:
+                raise PackError(f"--on-error fail: {res.failed.describe()}", report)
+            stats.merge(res.stats)
+            if res.shard is not None:
+                shards.append(res.shard)
+        if not shards:
             raise PackError(f"nothing usable was packed: all {len(source.items)} images were rejected", report)
-        for ann in source.annotation_files:
-            stats.source_hash.update(hashlib.sha256(ann.read_bytes()).digest())
-        names, cat_ids = source.class_names, source.category_ids
-        if not names:  # YOLO without data.yaml: classes are whatever ids the labels use
-            nc = max(stats.class_boxes, default=-1) + 1
-            names, cat_ids = [str(i) for i in range(nc)], list(range(nc))
-        manifest = {
-            "format": fmt.FORMAT_NAME, "format_version": fmt.FORMAT_VERSION, "fastfeed_version": __version__,
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "num_images": writer.count, "num_boxes": stats.num_boxes, "num_crowd": stats.num_crowd,
-            "classes": names, "category_ids": cat_ids,
-            "payload": {"store": cfg.store, "max_side": cfg.max_side,
-                        "quality": cfg.quality if cfg.store == "jpeg" else None},
-            "shards": shards,
-            "fingerprint": hashlib.sha256(f"{fmt.FORMAT_VERSION}:{cfg.store}:{cfg.max_side}:{cfg.quality}:{names}".encode()
-                                          + stats.store_hash.digest()).hexdigest()[:32],
-            "source": {"format": source.format, "root": str(source.root.resolve()), "split": source.split,
-                       "annotations": [str(a.resolve()) for a in source.annotation_files],
-                       "images_seen": len(source.items), "fingerprint": stats.source_hash.hexdigest()[:32]},
-            "pack_options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()
-                             if k in ("shards", "shard_mb", "on_error", "format", "split", "check")} | {"workers": workers},
-            "stats": stats.to_dict(len(names)),
-            "report": report.to_dict(),
-        }
+        start = 0
+        for k, shard in enumerate(shards):  # number the shards that hold records 0, 1, 2, ...
+            name = fmt.shard_file(k)
+            if shard["file"] != name:
+                os.rename(tmp / shard["file"], tmp / name)
+            shard.update(file=name, start=start)
+            start += shard["count"]
+        manifest = _manifest(cfg, source, shards, stats, report, workers)
         report.write_rejects(tmp / fmt.REJECTS)
         fmt.write_manifest(tmp / fmt.MANIFEST, manifest)  # last: a store without it is not a store
         publish(tmp, cfg.out, cfg.overwrite)
@@ -232,3 +209,34 @@ def pack(cfg: PackConfig) -> PackResult:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return PackResult(cfg.out, manifest, report, time.perf_counter() - t0, source.describe())
+
+
+def _manifest(cfg: PackConfig, source, shards: list[dict], stats, report: PackReport, workers: int) -> dict:
+    names, cat_ids = source.class_names, source.category_ids
+    if not names:  # YOLO without data.yaml: classes are whatever ids the labels use
+        nc = max(stats.class_boxes, default=-1) + 1
+        names, cat_ids = [str(i) for i in range(nc)], list(range(nc))
+    source_hash = hashlib.sha256()
+    for name, crc in stats.sources:
+        source_hash.update(f"{name}\0{crc}\n".encode())
+    for ann in source.annotation_files:
+        source_hash.update(hashlib.sha256(ann.read_bytes()).digest())
+    content = f"{fmt.FORMAT_VERSION}:{cfg.store}:{cfg.max_side}:{cfg.quality}:{names}".encode() + bytes(stats.record_crcs)
+    return {
+        "format": fmt.FORMAT_NAME, "format_version": fmt.FORMAT_VERSION, "fastfeed_version": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "num_images": sum(s["count"] for s in shards), "num_boxes": stats.num_boxes, "num_crowd": stats.num_crowd,
+        "classes": names, "category_ids": cat_ids,
+        "payload": {"store": cfg.store, "max_side": cfg.max_side,
+                    "quality": cfg.quality if cfg.store == "jpeg" else None},
+        "shards": shards,
+        "fingerprint": hashlib.sha256(content).hexdigest()[:32],
+        "source": {"format": source.format, "root": str(source.root.resolve()), "split": source.split,
+                   "annotations": [str(a.resolve()) for a in source.annotation_files],
+                   "images_seen": len(source.items), "fingerprint": source_hash.hexdigest()[:32]},
+        "pack_options": {k: v for k, v in asdict(cfg).items()
+                         if k in ("shards", "shard_mb", "on_error", "format", "split", "check")} | {"workers": workers},
+        "stats": {"class_boxes": [stats.class_boxes.get(c, 0) for c in range(len(names))],
+                  "sizes": dict(stats.sizes.most_common()), "record_bytes": stats.record_bytes},
+        "report": report.to_dict(),
+    }

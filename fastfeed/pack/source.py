@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,5 +64,9 @@ class Source:
 
 
 def list_images(folder: Path) -> list[Path]:
-    """Image files under `folder`, recursively, in a stable order."""
-    return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+    """Image files under `folder`, recursively, in a stable order (plain strings sort far faster
+    than Path objects on a folder of 100k images)."""
+    found = []
+    for root, _, files in os.walk(folder):
+        found += [os.path.join(root, f) for f in files if os.path.splitext(f)[1].lower() in IMAGE_SUFFIXES]
+    return [Path(p) for p in sorted(found)]

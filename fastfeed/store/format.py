@@ -50,9 +50,12 @@ def shard_file(index: int) -> str:
     return f"shard-{index:05d}.mdb"
 
 
-def record_key(index: int) -> bytes:
-    """Key of the record at global index `index`; big-endian so LMDB keeps records in order."""
-    return index.to_bytes(8, "big")
+def record_key(local: int) -> bytes:
+    """Key of the `local`-th record of a shard (global index minus the shard's start).
+
+    Shard-relative, so shards can be written in parallel before their global offsets are known;
+    big-endian, so LMDB's key order is record order and appends are cheap."""
+    return local.to_bytes(8, "big")
 
 
 class FormatError(ValueError):
@@ -76,15 +79,9 @@ class RecordHeader:
     name_len: int
 
 
-def encode_record(*, payload: bytes, **fields) -> bytes:
-    return encode_record_head(payload=payload, **fields) + payload
-
-
-def encode_record_head(*, codec: str, height: int, width: int, orig_height: int, orig_width: int,
-                       image_id: int, file_name: str, boxes: np.ndarray, classes: np.ndarray,
-                       crowd_boxes: np.ndarray, crowd_classes: np.ndarray, payload: bytes) -> bytes:
-    """The record up to its payload, with a CRC that already covers `payload`: head + payload is
-    the whole record. Lets the packer send only this across processes and append the payload later."""
+def encode_record(*, codec: str, height: int, width: int, orig_height: int, orig_width: int,
+                  image_id: int, file_name: str, boxes: np.ndarray, classes: np.ndarray,
+                  crowd_boxes: np.ndarray, crowd_classes: np.ndarray, payload: bytes) -> bytes:
     name = file_name.encode("utf-8")
     if len(name) > 0xFFFF:
         raise FormatError(f"file name longer than 65535 bytes: {file_name[:80]}...")
@@ -93,7 +90,7 @@ def encode_record_head(*, codec: str, height: int, width: int, orig_height: int,
     head = HEADER.pack(MAGIC, 0, _CODEC_ID[codec], 3, 0, height, width, orig_height, orig_width,
                        image_id, len(boxes), len(crowd_boxes), len(name))
     body = b"".join([head[_CRC_FROM:], name, all_boxes.tobytes(), all_classes.tobytes()])
-    return MAGIC + struct.pack("<I", crc32(payload, crc32(body))) + body
+    return b"".join([MAGIC, struct.pack("<I", crc32(payload, crc32(body))), body, payload])
 
 
 def check_crc(buf) -> bool:

@@ -182,7 +182,7 @@ class Store:
         if self._pid != os.getpid():
             self._open()
         shard = self._locate(index)
-        buf = self._txns[shard].get(fmt.record_key(index))
+        buf = self._txns[shard].get(fmt.record_key(index - self._starts[shard]))
         if buf is None:
             raise fmt.RecordCorrupt(f"record {index} missing from shard {self.shards[shard]['file']}")
         return buf

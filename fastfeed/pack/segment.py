@@ -1,0 +1,100 @@
+"""A pack worker's unit of work: a contiguous run of images written to a shard of its own.
+
+Workers write their shards themselves, in parallel. Nothing but small summaries crosses process
+boundaries, so the main process stays idle whatever the core count (a single writer receiving
+every record through a pipe cost as much CPU as a third of a decode per image). Shard keys are
+shard-relative (see store/format.py), so a shard needs no knowledge of the records before it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..store import format as fmt
+from .process import PayloadConfig, process_item
+from .report import Problem
+from .source import Item
+from .writer import ShardWriter
+
+
+@dataclass
+class SegmentStats:
+    class_boxes: Counter = field(default_factory=Counter)
+    sizes: Counter = field(default_factory=Counter)
+    num_boxes: int = 0
+    num_crowd: int = 0
+    record_bytes: int = 0
+    record_crcs: bytearray = field(default_factory=bytearray)   # 4 bytes per record, in order
+    sources: list = field(default_factory=list)                  # (name, source CRC) per image
+
+    def merge(self, other: SegmentStats) -> None:
+        self.class_boxes.update(other.class_boxes)
+        self.sizes.update(other.sizes)
+        self.num_boxes += other.num_boxes
+        self.num_crowd += other.num_crowd
+        self.record_bytes += other.record_bytes
+        self.record_crcs += other.record_crcs
+        self.sources += other.sources
+
+
+@dataclass
+class SegmentResult:
+    segment: int
+    shard: dict | None = None            # {file, count, bytes}; None when every image was rejected
+    problems: list[Problem] = field(default_factory=list)
+    stats: SegmentStats = field(default_factory=SegmentStats)
+    failed: Problem | None = None        # --on-error fail: the first error, the segment stopped there
+
+
+@dataclass(frozen=True)
+class SegmentJob:
+    segment: int
+    items: list[Item]
+    payload: PayloadConfig
+    nc: int | None
+    out_dir: Path
+    fail_fast: bool
+
+
+# Set in each worker process (or in-process) by `init`: a shared progress counter and abort flag.
+_PROGRESS = None
+_ABORT = None
+
+
+def init(progress, abort) -> None:
+    global _PROGRESS, _ABORT
+    _PROGRESS, _ABORT = progress, abort
+
+
+def run(job: SegmentJob) -> SegmentResult:
+    res = SegmentResult(job.segment)
+    writer = ShardWriter(job.out_dir / fmt.shard_file(job.segment))
+    st = res.stats
+    try:
+        for item in job.items:
+            if _ABORT is not None and _ABORT.is_set():
+                break
+            r = process_item(item, job.payload, job.nc)
+            res.problems += r.problems
+            st.sources.append((r.name, r.source_crc))
+            if job.fail_fast and any(p.is_error for p in r.problems):
+                res.failed = next(p for p in r.problems if p.is_error)
+                break
+            if r.record is not None:
+                writer.append(r.record)
+                st.class_boxes.update(r.classes.tolist())
+                st.sizes[f"{r.orig_size[1]}x{r.orig_size[0]}"] += 1
+                st.num_boxes += len(r.classes)
+                st.num_crowd += r.n_crowd
+                st.record_bytes += len(r.record)
+                st.record_crcs += r.record[4:8]   # a record's CRC-32 covers all of its content
+            if _PROGRESS is not None:
+                with _PROGRESS.get_lock():
+                    _PROGRESS.value += 1
+        res.shard = writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    return res
