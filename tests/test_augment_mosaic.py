@@ -12,12 +12,13 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from conftest import COCO128 as COCO128_ROOT
 
 from fastfeed.augment import AugmentHyp, mosaic, mosaic_layout, random_affine, random_affine_matrix
 from fastfeed.augment.paste import paste_tile
 
 COLOURS = [(255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 0)]
-COCO128 = Path(__file__).resolve().parents[2] / "shared" / "data" / "coco128" / "images" / "train2017"
+COCO128 = COCO128_ROOT / "images" / "train2017"
 ROTATED = AugmentHyp(degrees=12, shear=3, fliplr=0.5, flipud=0.5)
 
 
