@@ -1,0 +1,97 @@
+"""Per-worker batch building: read -> decode -> augment -> write into the output slot.
+
+This is the per-sample hot path, shared by every CPU-side loader; what differs between loaders is
+only where decoded pixels come from (a `SampleSource`: the store with a JPEG decode, or a shared
+decoded cache). Stage times are measured here and summed per batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from time import perf_counter
+
+import numpy as np
+
+from .. import augment
+from ..store import format as fmt
+from ..store.reader import Store
+from .base import LoaderConfig
+
+
+class StoreSource:
+    """Decoded samples straight from a `Store`: JPEGs decoded at the smallest DCT scale that still
+    gives a long side >= imgsz (what the output needs); raw payloads are zero-copy views."""
+
+    def __init__(self, store: Store, imgsz: int):
+        self.store, self.imgsz = store, imgsz
+
+    def load(self, index: int, times: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(image HWC RGB, boxes normalised xyxy float32, classes int64) of record `index`."""
+        t0 = perf_counter()
+        buf = self.store.raw_record(index)
+        try:
+            head, _, boxes, classes, payload = fmt.decode_record(buf, self.store.check_crc)
+        except fmt.RecordCorrupt as e:
+            raise fmt.RecordCorrupt(f"record {index} in shard {self.store.shard_name(index)}: {e}") from None
+        t1 = perf_counter()
+        if head.codec == "raw":
+            img = np.frombuffer(payload, np.uint8).reshape(head.height, head.width, 3)
+        else:
+            h, w = head.height, head.width
+            r = self.imgsz / max(h, w)
+            want = (math.ceil(h * r), math.ceil(w * r)) if r < 1 else None
+            from ..codec import decode_cv2, decode_jpeg
+
+            img = decode_jpeg(payload, want) if head.codec == "jpeg" else decode_cv2(payload)
+        t2 = perf_counter()
+        times["read"] += t1 - t0
+        times["decode"] += t2 - t1
+        nb = head.n_boxes
+        return img, boxes[:nb], classes[:nb]
+
+
+class BatchBuilder:
+    """Builds batches inside one worker. Randomness comes from (seed, rank, epoch, batch id), and
+    mosaic partners from this worker's buffer of recently loaded images, so batches are the same for
+    the same seed, world size and worker count."""
+
+    def __init__(self, source, cfg: LoaderConfig, rank: int = 0):
+        self.source, self.cfg, self.rank = source, cfg, rank
+        self.size = cfg.imgsz
+        self.scratch = np.empty((self.size, self.size, 3), np.uint8)
+        self.partners: deque = deque(maxlen=cfg.partner_buffer)
+
+    def build(self, indices, epoch: int, batch_id: int, mosaic_on: bool, out: np.ndarray):
+        """Fill out[:len(indices)] (uint8 [B,3,S,S]); return (targets float32 [M,6], stage seconds)."""
+        cfg, hyp, S = self.cfg, self.cfg.hyp, self.size
+        times = {"read": 0.0, "decode": 0.0, "augment": 0.0, "collate": 0.0}
+        rng = np.random.default_rng([cfg.seed, self.rank, epoch, batch_id])
+        targets = []
+        for j, index in enumerate(indices):
+            img, nboxes, classes = self.source.load(int(index), times)
+            h, w = img.shape[:2]
+            boxes = nboxes * np.array([w, h, w, h], np.float32)
+            t0 = perf_counter()
+            if not cfg.augment:
+                res, ratio, pad = augment.letterbox(img, S, fill=hyp.fill, out=self.scratch)
+                boxes = augment.letterbox_boxes(boxes, ratio, pad)
+            else:
+                self.partners.append((img, boxes, classes))
+                if mosaic_on and rng.random() < hyp.mosaic:
+                    picks = rng.integers(len(self.partners), size=3)
+                    tiles = [(img, boxes, classes)] + [self.partners[k] for k in picks]
+                    res, boxes, classes = augment.mosaic(tiles, S, rng, hyp, out=self.scratch)
+                else:
+                    res, boxes, classes = augment.random_affine(img, boxes, classes, S, rng, hyp, out=self.scratch)
+                augment.hsv_jitter(res, rng, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v)
+            t1 = perf_counter()
+            np.copyto(out[j], res.transpose(2, 0, 1))
+            if len(boxes):
+                cxcywh = augment.xyxy_to_cxcywh(boxes, S, S)
+                t = np.empty((len(boxes), 6), np.float32)
+                t[:, 0], t[:, 1], t[:, 2:] = j, classes, cxcywh
+                targets.append(t)
+            times["augment"] += t1 - t0
+            times["collate"] += perf_counter() - t1
+        return (np.concatenate(targets) if targets else np.zeros((0, 6), np.float32)), times

@@ -1,0 +1,169 @@
+"""A persistent pool of batch-building processes writing into shared output slots.
+
+Why not torch's DataLoader: it ships every sample through a pipe (or a fresh shared-memory block)
+and then collates — a copy of every pixel in the main process. Here each worker builds whole batches
+straight into one of `workers x prefetch` preallocated shared slots; the main process hands the slot
+out as the batch (zero copy) and reuses it once the next batch is requested. Batch k always goes to
+worker k % W, so per-worker state (the mosaic partner buffer) and hence the batches are
+deterministic for a given seed and worker count.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import traceback
+from collections.abc import Callable
+from time import monotonic
+
+import numpy as np
+import torch
+
+from ..procs import worker_context
+
+log = logging.getLogger(__name__)
+_POLL = 0.5  # seconds between liveness checks while waiting for a batch
+
+
+class WorkerError(RuntimeError):
+    """A loader worker raised or died; the message carries its traceback or exit code."""
+
+
+def _worker_main(worker_id: int, make_builder: Callable, slots: torch.Tensor, tasks, results) -> None:
+    import cv2
+
+    cv2.setNumThreads(1)          # one process per core already; nested thread pools only thrash
+    torch.set_num_threads(1)
+    try:
+        builder = make_builder()
+    except BaseException:
+        results.put(("error", -1, -1, worker_id, traceback.format_exc()))
+        return
+    out = slots.numpy()
+    while True:
+        task = tasks.get()
+        if task is None:
+            return
+        gen, batch_id, slot, indices, epoch, mosaic_on = task
+        try:
+            targets, times = builder.build(indices, epoch, batch_id, mosaic_on, out[slot])
+            results.put(("ok", gen, batch_id, slot, targets, times, len(indices)))
+        except BaseException:
+            results.put(("error", gen, batch_id, worker_id, traceback.format_exc()))
+
+
+class WorkerPool:
+    """Starts `n` workers, each running `make_builder()` once, then `builder.build(...)` per task."""
+
+    def __init__(self, n: int, make_builder: Callable, slot_shape: tuple, prefetch: int, timeout: float,
+                 pin: bool = False):
+        self.n, self.timeout = n, timeout
+        self.slots = torch.empty((n * prefetch, *slot_shape), dtype=torch.uint8).share_memory_()
+        self.pinned = pin and _pin(self.slots)
+        with worker_context() as ctx:
+            self.tasks = [ctx.SimpleQueue() for _ in range(n)]
+            self.results = ctx.Queue()
+            self.procs = [ctx.Process(target=_worker_main, daemon=True, name=f"fastfeed-worker-{i}",
+                                      args=(i, make_builder, self.slots, self.tasks[i], self.results))
+                          for i in range(n)]
+            for p in self.procs:
+                p.start()
+        self.free = list(range(len(self.slots)))[::-1]
+        self.outstanding = 0
+        self.gen = 0
+
+    def submit(self, batch_id: int, indices: np.ndarray, epoch: int, mosaic_on: bool) -> bool:
+        """Queue a batch if a slot is free; False when all slots are busy."""
+        if not self.free:
+            return False
+        slot = self.free.pop()
+        self.tasks[batch_id % self.n].put((self.gen, batch_id, slot, indices, epoch, mosaic_on))
+        self.outstanding += 1
+        return True
+
+    def release(self, slot: int) -> None:
+        self.free.append(slot)
+
+    def next_result(self):
+        """The next finished batch of the current generation: (batch_id, slot, targets, times, count)."""
+        waited = 0.0
+        while True:
+            start = monotonic()
+            try:
+                msg = self.results.get(timeout=_POLL)
+            except queue.Empty:
+                waited += monotonic() - start
+                self._check_alive()
+                if waited > self.timeout:
+                    raise WorkerError(f"no batch from the loader workers for {self.timeout:.0f} s (LoaderConfig.timeout); "
+                                      "a worker is stuck") from None
+                continue
+            if msg[0] == "error":
+                _, gen, batch_id, worker_id, tb = msg
+                raise WorkerError(f"loader worker {worker_id} failed" + (f" on batch {batch_id}" if batch_id >= 0 else
+                                                                         " while starting") + f":\n{tb}")
+            _, gen, batch_id, slot, targets, times, count = msg
+            self.outstanding -= 1
+            if gen != self.gen:  # left over from an epoch the consumer abandoned
+                self.release(slot)
+                continue
+            return batch_id, slot, targets, times, count
+
+    def new_generation(self) -> None:
+        """Discard whatever an abandoned iteration left in flight, then start afresh."""
+        self.gen += 1
+        deadline = monotonic() + self.timeout
+        while self.outstanding:
+            try:
+                msg = self.results.get(timeout=_POLL)
+            except queue.Empty:
+                self._check_alive()
+                if monotonic() > deadline:
+                    raise WorkerError("loader workers did not finish their batches in time") from None
+                continue
+            if msg[0] == "error" and msg[2] < 0:
+                raise WorkerError(f"loader worker {msg[3]} failed while starting:\n{msg[4]}")
+            self.outstanding -= 1
+        self.free = list(range(len(self.slots)))[::-1]
+
+    def _check_alive(self) -> None:
+        for i, p in enumerate(self.procs):
+            if not p.is_alive():
+                raise WorkerError(f"loader worker {i} (pid {p.pid}) exited unexpectedly with code {p.exitcode}"
+                                  + (" (killed by a signal: out of memory?)" if (p.exitcode or 0) < 0 else ""))
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p.is_alive()]
+
+    def close(self) -> None:
+        for q, p in zip(self.tasks, self.procs):
+            if p.is_alive():
+                try:
+                    q.put(None)
+                except (OSError, ValueError):
+                    pass
+        for p in self.procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+        self.results.close()
+        self.results.join_thread()
+        if self.pinned:
+            _unpin(self.slots)
+        self.procs = []
+
+
+def _pin(t: torch.Tensor) -> bool:
+    """Page-lock shared memory in place so device copies can be asynchronous (CUDA only)."""
+    if not torch.cuda.is_available():
+        return False
+    err = torch.cuda.cudart().cudaHostRegister(t.data_ptr(), t.numel() * t.element_size(), 0)
+    if int(err) != 0:
+        log.warning("could not pin the loader's shared buffers (cudaHostRegister error %s); copies will be synchronous", err)
+        return False
+    return True
+
+
+def _unpin(t: torch.Tensor) -> None:
+    torch.cuda.cudart().cudaHostUnregister(t.data_ptr())

@@ -1,0 +1,207 @@
+"""The `cpu` loader: the Batch contract, boxes on their objects, determinism, ranks, failures."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pytest
+import torch
+from conftest import CocoBuilder, jpeg_bytes
+from test_pack import run_pack
+
+from fastfeed import Store
+from fastfeed.augment import AugmentHyp
+from fastfeed.loaders import LoaderConfig, WorkerError, create_loader, list_loaders
+from fastfeed.loaders.sampler import batches_per_epoch, epoch_batches
+
+RED = (230, 20, 20)
+NO_COLOUR = AugmentHyp(hsv_h=0, hsv_s=0, hsv_v=0)  # keeps the paint colour exact for box checks
+
+
+def _painted(k: int, h: int, w: int):
+    """Grey noise (never red) with one red rectangle whose place depends on k."""
+    rng = np.random.default_rng(k)
+    img = rng.integers(90, 160, (h, w, 3), dtype=np.uint8)
+    x1, y1 = 10 + (k * 7) % (w // 2), 8 + (k * 5) % (h // 2)
+    bw, bh = w // 4 + k % 9, h // 4 + k % 7
+    img[y1:y1 + bh, x1:x1 + bw] = RED
+    return img, [x1, y1, bw, bh]
+
+
+@pytest.fixture(scope="module")
+def painted_store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("painted")
+    b = CocoBuilder(root / "src")
+    for k in range(24):
+        h, w = (120, 160) if k % 2 else (160, 120)
+        img, box = _painted(k, h, w)
+        b.add_image(f"{k:02d}.jpg", h, w, data=jpeg_bytes(img, 97), boxes=[((1, 3, 18)[k % 3], box)])
+    run_pack(b.write(), root / "s.ff", store="raw")   # raw: exact pixels, no JPEG ringing at the edges
+    return Store(root / "s.ff")
+
+
+def _red(images: torch.Tensor) -> np.ndarray:
+    x = images.numpy().astype(int)
+    return (x[:, 0] > 180) & (x[:, 1] < 80) & (x[:, 2] < 80)
+
+
+def _collect(loader, epoch=0):
+    loader.set_epoch(epoch)
+    return [(b.images.clone(), b.targets.clone()) for b in loader]
+
+
+def test_registry_lists_cpu_and_rejects_unknown_names(painted_store):
+    assert "cpu" in list_loaders()
+    with pytest.raises(ValueError, match="unknown loader 'gpu'; valid loaders: .*cpu"):
+        create_loader("gpu", painted_store)
+
+
+@pytest.mark.parametrize("field, value", [("imgsz", 100), ("batch_size", 0), ("workers", -1), ("prefetch", 0),
+                                          ("rank", 2), ("world_size", 0), ("close_mosaic", -1), ("epochs", 0),
+                                          ("hyp", {"mosaic": 1})])
+def test_bad_config_values_name_the_field(field, value):
+    kw = {field: value}
+    if field == "rank":
+        kw["world_size"] = 2
+    with pytest.raises(ValueError, match=f"LoaderConfig.{field}"):
+        LoaderConfig(**kw)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_batch_contract(painted_store, workers):
+    cfg = LoaderConfig(imgsz=96, batch_size=5, workers=workers, drop_last=False)
+    with create_loader("cpu", painted_store, cfg) as loader:
+        batches = _collect(loader)
+    assert len(batches) == len(loader) == 5
+    for images, targets in batches:
+        assert images.dtype == torch.uint8 and images.shape[1:] == (3, 96, 96) and images.is_contiguous()
+        assert targets.dtype == torch.float32 and targets.shape[1] == 6
+        b = len(images)
+        assert ((targets[:, 0] >= 0) & (targets[:, 0] < b)).all() and (targets[:, 0] == targets[:, 0].round()).all()
+        assert ((targets[:, 1] >= 0) & (targets[:, 1] < 3)).all()
+        assert ((targets[:, 2:] >= 0) & (targets[:, 2:] <= 1)).all()
+    assert sum(len(i) for i, _ in batches) == 24
+
+
+@pytest.mark.parametrize("hyp", [NO_COLOUR, AugmentHyp(hsv_h=0, hsv_s=0, hsv_v=0, degrees=0, mosaic=0.0),
+                                 AugmentHyp(hsv_h=0, hsv_s=0, hsv_v=0, fliplr=1.0, flipud=0.5)])
+def test_boxes_frame_the_painted_objects_after_augmentation(painted_store, hyp):
+    cfg = LoaderConfig(imgsz=128, batch_size=8, workers=2, hyp=hyp, seed=3)
+    with create_loader("cpu", painted_store, cfg) as loader:
+        batches = _collect(loader) + _collect(loader, 1)
+    seen = uncovered = total = 0
+    for images, targets in batches:
+        red = _red(images)
+        covered = np.zeros_like(red)
+        for j, _, cx, cy, w, h in targets.tolist():
+            x1, y1, x2, y2 = (np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2]) * 128).round().astype(int)
+            inside = red[int(j), y1:y2, x1:x2]
+            assert inside.mean() > 0.85, "a box does not frame its painted object"
+            covered[int(j), max(y1 - 1, 0):y2 + 1, max(x1 - 1, 0):x2 + 1] = True
+            seen += 1
+        uncovered += (red & ~covered).sum()
+        total += red.sum()
+    # Objects keep their boxes; what is left unboxed are the slivers the box filter drops on
+    # purpose (less than 10% of an object left visible after a crop, or a side of <= 2 px).
+    assert uncovered <= 0.04 * total
+    assert seen > 20
+
+
+def test_eval_batches_are_letterboxed_store_images(painted_store):
+    cfg = LoaderConfig(imgsz=160, batch_size=4, workers=0, augment=False, shuffle=False, drop_last=False)
+    with create_loader("cpu", painted_store, cfg) as loader:
+        images, targets = next(iter(loader))
+    s = painted_store[1]                      # 120x160: fits the width, padded top and bottom by 20
+    expect = np.full((160, 160, 3), 114, np.uint8)
+    expect[20:140] = s.image
+    assert np.array_equal(images[1].permute(1, 2, 0).numpy(), expect)
+    t = targets[targets[:, 0] == 1][0]
+    x1, y1, x2, y2 = s.boxes[0] * [160, 120, 160, 120]
+    np.testing.assert_allclose(t[2:].numpy(), [(x1 + x2) / 320, (y1 + y2 + 40) / 320, (x2 - x1) / 160, (y2 - y1) / 160],
+                               atol=1e-5)
+
+
+def test_same_seed_same_batches_other_seed_other_batches(painted_store):
+    def run(seed, workers=2):
+        with create_loader("cpu", painted_store, LoaderConfig(imgsz=96, batch_size=4, workers=workers, seed=seed)) as ld:
+            return _collect(ld) + _collect(ld, 1)
+
+    a, b, c = run(1), run(1), run(2)
+    assert all(torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]) for x, y in zip(a, b))
+    assert not all(torch.equal(x[0], y[0]) for x, y in zip(a, c))
+
+
+def test_set_epoch_reshuffles_and_ranks_partition_the_epoch():
+    for n, ws, drop in ((24, 2, False), (23, 3, False), (24, 2, True), (25, 4, True)):
+        for epoch in (0, 1):
+            ranks = [np.concatenate(epoch_batches(n, 4, epoch=epoch, seed=0, rank=r, world_size=ws, drop_last=drop) or
+                                    [np.zeros(0, int)]) for r in range(ws)]
+            counts = {len(epoch_batches(n, 4, epoch=epoch, seed=0, rank=r, world_size=ws, drop_last=drop)) for r in range(ws)}
+            assert counts == {batches_per_epoch(n, 4, ws, drop)}          # every rank runs the same steps
+            union = np.concatenate(ranks)
+            if not drop:
+                assert set(union.tolist()) == set(range(n))                # together they cover the epoch
+                assert len(union) - len(set(union.tolist())) < ws           # repeats only to pad the last rank
+            if n % ws == 0:
+                assert len(union) == len(set(union.tolist()))               # and are disjoint
+    e0 = np.concatenate(epoch_batches(24, 4, epoch=0, seed=0))
+    e1 = np.concatenate(epoch_batches(24, 4, epoch=1, seed=0))
+    assert not np.array_equal(e0, e1) and sorted(e0) == sorted(e1)
+
+
+def test_two_rank_loaders_see_disjoint_samples_covering_the_epoch(painted_store):
+    """Identify samples by their one box: letterboxed eval batches keep each image's box exactly."""
+    def boxes_of(rank):
+        cfg = LoaderConfig(imgsz=160, batch_size=4, workers=0, augment=False, rank=rank, world_size=2, drop_last=False)
+        with create_loader("cpu", painted_store, cfg) as loader:
+            return {tuple(np.round(t[1:].numpy(), 4)) for _, targets in _collect(loader) for t in targets}
+
+    r0, r1 = boxes_of(0), boxes_of(1)
+    assert not r0 & r1 and len(r0 | r1) == 24
+
+
+def test_close_mosaic_turns_mosaic_off_for_the_last_epochs(painted_store):
+    cfg = LoaderConfig(imgsz=128, batch_size=8, workers=0, epochs=3, close_mosaic=1, hyp=NO_COLOUR)
+    assert [cfg.mosaic_on(e) for e in range(3)] == [True, True, False]
+    with create_loader("cpu", painted_store, cfg) as loader:
+        def boxes_per_image(epoch):
+            return max(np.bincount(t[:, 0].long().numpy()).max() for _, t in _collect(loader, epoch))
+        assert boxes_per_image(0) > 1       # mosaic: several images' boxes in one sample
+        assert boxes_per_image(2) == 1      # one image per sample, one box each
+
+
+def test_early_stop_then_next_epoch_works(painted_store):
+    with create_loader("cpu", painted_store, LoaderConfig(imgsz=64, batch_size=2, workers=2, prefetch=2)) as loader:
+        for k, _ in enumerate(loader):
+            if k == 1:
+                break
+        loader.set_epoch(1)
+        assert len(list(loader)) == len(loader)
+
+
+def test_a_corrupt_record_raises_in_the_main_process(painted_store, tmp_path):
+    import shutil
+
+    from test_store import _flip_byte_in_record
+
+    bad = tmp_path / "bad.ff"
+    shutil.copytree(painted_store.path, bad)
+    _flip_byte_in_record(bad, 5)
+    loader = create_loader("cpu", Store(bad), LoaderConfig(imgsz=64, batch_size=4, workers=2, shuffle=False))
+    with pytest.raises(WorkerError, match="record 5 in shard shard-00000.mdb: CRC32 mismatch"):
+        list(loader)
+    loader.close()
+
+
+def test_a_killed_worker_raises_instead_of_hanging(painted_store):
+    loader = create_loader("cpu", painted_store, LoaderConfig(imgsz=64, batch_size=2, workers=2, timeout=30))
+    it = iter(loader)
+    next(it)
+    os.kill(loader.memory_pids()[0], signal.SIGKILL)
+    with pytest.raises(WorkerError, match="exited unexpectedly with code -9"):
+        for _ in range(40):
+            next(it)
+    loader.close()
+    assert loader.memory_pids() == []
