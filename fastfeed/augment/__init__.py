@@ -10,6 +10,7 @@ mosaic (or random_affine) -> optional mixup -> hsv_jitter, and letterbox for val
 from .affine import random_affine, random_affine_matrix
 from .boxes import box_candidates, clip_boxes, clip_boxes_to, cxcywh_to_xyxy, transform_boxes, xyxy_to_cxcywh
 from .hsv import hsv_jitter
+from .hsv_planes import hsv_jitter_to_planes, hue_rotation
 from .hyp import AugmentHyp
 from .letterbox import letterbox, letterbox_boxes
 from .mixup import mixup
@@ -22,6 +23,8 @@ __all__ = [
     "clip_boxes_to",
     "cxcywh_to_xyxy",
     "hsv_jitter",
+    "hsv_jitter_to_planes",
+    "hue_rotation",
     "letterbox",
     "letterbox_boxes",
     "mixup",

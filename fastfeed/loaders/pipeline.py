@@ -11,6 +11,7 @@ import math
 from collections import deque
 from time import perf_counter
 
+import cv2
 import numpy as np
 
 from .. import augment
@@ -60,6 +61,7 @@ class BatchBuilder:
         self.source, self.cfg, self.rank = source, cfg, rank
         self.size = cfg.imgsz
         self.scratch = np.empty((self.size, self.size, 3), np.uint8)
+        self.plane_scratch = np.empty((self.size, self.size), np.uint8)
         self.partners: deque = deque(maxlen=cfg.partner_buffer)
 
     def build(self, indices, epoch: int, batch_id: int, mosaic_on: bool, out: np.ndarray):
@@ -73,9 +75,12 @@ class BatchBuilder:
             h, w = img.shape[:2]
             boxes = nboxes * np.array([w, h, w, h], np.float32)
             t0 = perf_counter()
+            o = out[j]
+            planes = [o[0], o[1], o[2]]  # the slot is CHW: results are written plane by plane
             if not cfg.augment:
                 res, ratio, pad = augment.letterbox(img, S, fill=hyp.fill, out=self.scratch)
                 boxes = augment.letterbox_boxes(boxes, ratio, pad)
+                cv2.split(res, planes)
             else:
                 self.partners.append((img, boxes, classes))
                 if mosaic_on and rng.random() < hyp.mosaic:
@@ -84,9 +89,8 @@ class BatchBuilder:
                     res, boxes, classes = augment.mosaic(tiles, S, rng, hyp, out=self.scratch)
                 else:
                     res, boxes, classes = augment.random_affine(img, boxes, classes, S, rng, hyp, out=self.scratch)
-                augment.hsv_jitter(res, rng, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v)
+                augment.hsv_jitter_to_planes(res, planes, rng, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v, self.plane_scratch)
             t1 = perf_counter()
-            np.copyto(out[j], res.transpose(2, 0, 1))
             if len(boxes):
                 cxcywh = augment.xyxy_to_cxcywh(boxes, S, S)
                 t = np.empty((len(boxes), 6), np.float32)
