@@ -70,10 +70,14 @@ class BatchBuilder:
         times = {"read": 0.0, "decode": 0.0, "augment": 0.0, "collate": 0.0}
         rng = np.random.default_rng([cfg.seed, self.rank, epoch, batch_id])
         targets = []
-        for j, index in enumerate(indices):
+        loaded = []
+        for index in indices:  # load the whole batch first: mosaic partners can then be any of it
             img, nboxes, classes = self.source.load(int(index), times)
             h, w = img.shape[:2]
-            boxes = nboxes * np.array([w, h, w, h], np.float32)
+            loaded.append((img, nboxes * np.array([w, h, w, h], np.float32), classes))
+            if cfg.augment:
+                self.partners.append(loaded[-1])
+        for j, (img, boxes, classes) in enumerate(loaded):
             t0 = perf_counter()
             o = out[j]
             planes = [o[0], o[1], o[2]]  # the slot is CHW: results are written plane by plane
@@ -82,7 +86,6 @@ class BatchBuilder:
                 boxes = augment.letterbox_boxes(boxes, ratio, pad)
                 cv2.split(res, planes)
             else:
-                self.partners.append((img, boxes, classes))
                 if mosaic_on and rng.random() < hyp.mosaic:
                     picks = rng.integers(len(self.partners), size=3)
                     tiles = [(img, boxes, classes)] + [self.partners[k] for k in picks]
