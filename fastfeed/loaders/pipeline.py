@@ -15,6 +15,7 @@ import cv2
 import numpy as np
 
 from .. import augment
+from ..codec import decode_cv2, decode_jpeg
 from ..store import format as fmt
 from ..store.reader import Store
 from .base import LoaderConfig
@@ -42,8 +43,6 @@ class StoreSource:
             h, w = head.height, head.width
             r = self.imgsz / max(h, w)
             want = (math.ceil(h * r), math.ceil(w * r)) if r < 1 else None
-            from ..codec import decode_cv2, decode_jpeg
-
             img = decode_jpeg(payload, want) if head.codec == "jpeg" else decode_cv2(payload)
         t2 = perf_counter()
         times["read"] += t1 - t0

@@ -1,0 +1,152 @@
+"""fastfeed's loaders against Ultralytics' training dataloader, same images, same cores, one run.
+
+    python benchmarks/vs_ultralytics.py [--images 1024] [--seconds 30] [--rounds 2] [--loader cpu ...]
+
+Set-up, identical on both sides: coco128 replicated to --images real JPEG files, imgsz 640, batch
+16, 2 workers, training augmentation with mosaic, no image cache. Ultralytics runs in its own venv
+(`.venv-ultralytics`, created here on first use with `pip install ultralytics torch==2.13.0`, which
+keeps the CPU torch; its dataloader does not need the torchvision that cannot import beside it).
+Contenders alternate for --rounds rounds and each reports images/s after a warm-up; the median is
+compared. The decode-only rate of the same files on every core is printed as the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import REPO, default_source, machine, replicate_coco  # noqa: E402
+from pack import decode_floor  # noqa: E402
+
+ULTRA_VENV = REPO / ".venv-ultralytics"
+
+# Runs inside the Ultralytics venv: its own dataset + dataloader, exactly as its trainer builds them.
+ULTRA_RUNNER = textwrap.dedent("""
+    import json, sys, time
+    from ultralytics.cfg import get_cfg
+    from ultralytics.data.build import build_dataloader, build_yolo_dataset
+    from ultralytics.utils import DEFAULT_CFG
+    img_path, imgsz, batch, workers, seconds, warmup, cache = sys.argv[1:8]
+    imgsz, batch, workers, seconds, warmup = int(imgsz), int(batch), int(workers), float(seconds), int(warmup)
+    cache = False if cache == "none" else cache
+    cfg = get_cfg(DEFAULT_CFG, overrides={"imgsz": imgsz, "batch": batch, "workers": workers, "cache": cache})
+    data = {"names": {i: str(i) for i in range(80)}, "nc": 80, "channels": 3}
+    ds = build_yolo_dataset(cfg, img_path, batch, data, mode="train")
+    dl = build_dataloader(ds, batch=batch, workers=workers, shuffle=True, rank=-1, pin_memory=False, device="cpu")
+    t0 = time.perf_counter(); n = 0; marks = []; first = None
+    while not marks or marks[-1][0] - t0 < seconds:
+        for b in dl:
+            now = time.perf_counter()
+            first = now - t0 if first is None else first
+            n += len(b["img"]); marks.append((now, n))
+            if now - t0 >= seconds:
+                break
+    (ta, na), (tb, nb) = marks[min(warmup, len(marks) - 2)], marks[-1]
+    print("RESULT " + json.dumps({"images_s": (nb - na) / (tb - ta), "first_batch_s": first,
+                                  "shape": list(b["img"].shape), "dtype": str(b["img"].dtype)}))
+""")
+
+# Runs in this venv, in a fresh process like the other side, so neither inherits the other's state.
+FF_RUNNER = textwrap.dedent("""
+    import json, sys, time
+    from fastfeed import Store
+    from fastfeed.loaders import LoaderConfig, create_loader
+    path, name, imgsz, batch, workers, seconds, warmup = sys.argv[1:8]
+    imgsz, batch, workers, seconds, warmup = int(imgsz), int(batch), int(workers), float(seconds), int(warmup)
+    loader = create_loader(name, Store(path), LoaderConfig(imgsz=imgsz, batch_size=batch, workers=workers))
+    t0 = time.perf_counter(); n = 0; marks = []; epoch = 0; first = None
+    while not marks or marks[-1][0] - t0 < seconds:
+        loader.set_epoch(epoch); epoch += 1
+        for b in loader:
+            now = time.perf_counter()
+            first = now - t0 if first is None else first
+            n += len(b.images); marks.append((now, n))
+            if now - t0 >= seconds:
+                break
+    (ta, na), (tb, nb) = marks[min(warmup, len(marks) - 2)], marks[-1]
+    print("RESULT " + json.dumps({"images_s": (nb - na) / (tb - ta), "first_batch_s": first,
+                                  "stages_ms": loader.stage_times().per_sample_ms(),
+                                  "shape": list(b.images.shape), "dtype": str(b.images.dtype)}))
+    loader.close()
+""")
+
+
+def ensure_ultralytics_venv() -> Path:
+    py = ULTRA_VENV / "bin" / "python"
+    if not py.exists():
+        print(f"creating {ULTRA_VENV} (pip install ultralytics torch==2.13.0) ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(ULTRA_VENV)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "--quiet", "ultralytics", "torch==2.13.0"], check=True)
+    return py
+
+
+def run(cmd: list[str], cwd: Path) -> dict:
+    out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"{cmd[0]} failed ({out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
+    return json.loads(lines[-1][7:])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--images", type=int, default=1024)
+    ap.add_argument("--imgsz", type=int, default=640)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--seconds", type=float, default=30.0, help="timed run per contender per round")
+    ap.add_argument("--warmup", type=int, default=3, help="batches not counted")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--loader", action="append", help="fastfeed loaders to run (default: cpu)")
+    ap.add_argument("--ultra-cache", default="none", choices=("none", "ram"),
+                    help="Ultralytics' image cache for its side (the shm comparison uses ram)")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    loaders = args.loader or ["cpu"]
+    ultra_py = ensure_ultralytics_venv()
+    src = default_source()
+    res = {"machine": machine(), "config": vars(args) | {"json": None, "loader": loaders}, "rounds": []}
+    with tempfile.TemporaryDirectory(prefix="ffvsul-") as tmp:
+        tmp = Path(tmp)
+        data = replicate_coco(src, tmp / "data", args.images)
+        store = tmp / "data.ff"
+        subprocess.run([sys.executable, "-m", "fastfeed", "pack", str(data), "-o", str(store), "--quiet"],
+                       check=True, capture_output=True)
+        files = sorted(str(p) for p in (data / "images" / "train2017").glob("*.jpg"))
+        res["decode_only_img_s"] = len(files) / decode_floor(files, len(os.sched_getaffinity(0)))
+        (tmp / "ultra.py").write_text(ULTRA_RUNNER)
+        (tmp / "ff.py").write_text(FF_RUNNER)
+        common = [str(args.imgsz), str(args.batch), str(args.workers), str(args.seconds), str(args.warmup)]
+        for r in range(args.rounds):
+            rnd = {"ultralytics": run([str(ultra_py), str(tmp / "ultra.py"), str(data / "images" / "train2017"),
+                                       *common, args.ultra_cache], tmp)}
+            for name in loaders:
+                rnd[name] = run([sys.executable, str(tmp / "ff.py"), str(store), name, *common], tmp)
+            res["rounds"].append(rnd)
+            print(f"round {r + 1}: " + ", ".join(f"{k} {v['images_s']:.0f} img/s" for k, v in rnd.items()), flush=True)
+    med = {k: statistics.median(rnd[k]["images_s"] for rnd in res["rounds"]) for k in res["rounds"][0]}
+    res["median_images_s"] = med
+    base = med["ultralytics"]
+    cache = "" if args.ultra_cache == "none" else f' cache="{args.ultra_cache}"'
+    print(f"\n{args.images} images, imgsz {args.imgsz}, batch {args.batch}, {args.workers} workers, mosaic on; "
+          f"median of {args.rounds} rounds of {args.seconds:.0f} s")
+    print(f"  {'decode only, all cores (floor)':34} {res['decode_only_img_s']:7.0f} images/s")
+    print(f"  {'ultralytics' + cache:34} {base:7.0f} images/s  1.00x")
+    for name in loaders:
+        print(f"  {'fastfeed ' + name:34} {med[name]:7.0f} images/s  {med[name] / base:.2f}x ultralytics, "
+              f"{med[name] / res['decode_only_img_s']:.0%} of decode-only")
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
