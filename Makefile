@@ -13,7 +13,7 @@ OUT ?= build/demo
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml Makefile
+$(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]" "$(TORCH_SPEC)"
@@ -25,6 +25,7 @@ demo: venv
 	$(VENV)/bin/fastfeed inspect $(OUT)/sample.ff
 	$(VENV)/bin/fastfeed verify $(OUT)/sample.ff --decode
 	$(PY) benchmarks/pack.py --quick
+	$(VENV)/bin/fastfeed bench --data $(OUT)/sample.ff --loader all --seconds 5 --imgsz 320 --batch 4 --plot $(OUT)/bench.png --json $(OUT)/bench.json
 
 # Fast suite (no `slow`); pytest's exit code 5 means "no tests collected", which is not a failure here.
 test: venv

@@ -1,0 +1,24 @@
+"""`fastfeed bench`: loaders side by side in one process — throughput, stage times, stalls, CPU, memory.
+
+    from fastfeed.bench import BenchConfig, run_bench, format_table
+    result = run_bench(BenchConfig(data="coco.ff", loaders=("cpu", "shm"), seconds=10))
+    text = format_table(result)          # the terminal table (the CLI prints it)
+    result.to_dict()                      # every figure, the machine and the resolved configuration
+
+Nothing here prints: results are dataclasses, progress goes to a tqdm bar on stderr, notes to logging.
+"""
+
+from .config import BenchConfig, BenchError
+from .report import format_table
+from .result import BenchResult, LoaderResult
+from .run import run_bench
+
+
+def write_plot(result: BenchResult, path) -> None:
+    """A PNG with throughput bars and stacked per-sample stage times (needs the `plot` extra)."""
+    from .plot import write_plot as _write
+
+    _write(result, path)
+
+
+__all__ = ["BenchConfig", "BenchError", "BenchResult", "LoaderResult", "format_table", "run_bench", "write_plot"]

@@ -1,0 +1,107 @@
+"""What a bench run measures: `BenchConfig`, checked once, with errors naming the flag and what is valid."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+MODELS = ("yolov3-tiny", "yolov3")
+DEVICES = ("cpu", "cuda", "npu")
+
+
+class BenchError(RuntimeError):
+    """The bench cannot run as asked on this machine (a device or a model that is not there)."""
+
+
+@dataclass
+class BenchConfig:
+    """A bench run. `workers`: an int, None (LoaderConfig's default) or "auto" (a short sweep).
+
+    The clock runs for `seconds`, or for `batches` timed batches when that is set (it wins).
+    The first max(warmup, 1) batches are untimed (the first one's latency is reported apart).
+    `step_ms` simulates an accelerator step of that length (the host sleeps, as it would while a
+    GPU computes); `model` runs the bundled trainer's step instead.
+    """
+
+    data: Path | str
+    loaders: tuple[str, ...] = ("cpu",)
+    imgsz: int = 640
+    batch_size: int = 16
+    workers: int | str | None = None
+    seconds: float = 10.0
+    batches: int | None = None
+    warmup: int = 2
+    augment: bool = True
+    device: str = "cpu"
+    step_ms: float | None = None
+    model: str | None = None
+    seed: int = 0
+    progress: bool = True
+    sweep_seconds: float | None = None    # per worker count in --workers auto (default: seconds/4, 1..3 s)
+    monitor_interval: float = 0.2         # seconds between CPU/memory samples
+
+    def __post_init__(self):
+        self.data = Path(self.data)
+        self.loaders = tuple(self.loaders) if not isinstance(self.loaders, str) else (self.loaders,)
+
+        def need(ok: bool, flag: str, rule: str, value):
+            if not ok:
+                raise ValueError(f"{flag} {rule}, got {value!r}")
+
+        need(len(self.loaders) > 0, "--loader", "needs at least one loader name (or 'all')", self.loaders)
+        need(_is_int(self.imgsz) and self.imgsz >= 32 and self.imgsz % 32 == 0, "--imgsz",
+             "must be a positive multiple of 32", self.imgsz)
+        need(_is_int(self.batch_size) and self.batch_size >= 1, "--batch", "must be >= 1", self.batch_size)
+        need(self.workers is None or self.workers == "auto" or (_is_int(self.workers) and self.workers >= 0),
+             "--workers", "must be an integer >= 0 (0: in the main process) or 'auto'", self.workers)
+        need(_is_num(self.seconds) and self.seconds > 0, "--seconds", "must be > 0", self.seconds)
+        need(self.batches is None or (_is_int(self.batches) and self.batches >= 1), "--batches", "must be >= 1",
+             self.batches)
+        need(_is_int(self.warmup) and self.warmup >= 0, "--warmup", "must be >= 0 batches", self.warmup)
+        need(isinstance(self.device, str) and re.fullmatch(r"(cpu|cuda|npu)(:\d+)?", self.device) is not None,
+             "--device", f"must be one of {', '.join(DEVICES)} (optionally with :index)", self.device)
+        need(self.step_ms is None or (_is_num(self.step_ms) and self.step_ms >= 0), "--step-ms", "must be >= 0",
+             self.step_ms)
+        need(self.model is None or self.model in MODELS, "--model", f"must be one of {', '.join(MODELS)}",
+             self.model)
+        need(self.step_ms is None or self.model is None, "--step-ms", "and --model exclude each other",
+             (self.step_ms, self.model))
+        need(self.sweep_seconds is None or (_is_num(self.sweep_seconds) and self.sweep_seconds > 0),
+             "sweep_seconds", "must be > 0", self.sweep_seconds)
+        need(_is_num(self.monitor_interval) and self.monitor_interval > 0, "monitor_interval", "must be > 0",
+             self.monitor_interval)
+
+    def resolved_loaders(self) -> list[str]:
+        """The loader names in order, 'all' expanded, duplicates dropped; unknown names raise ValueError."""
+        from ..loaders import list_loaders
+
+        valid = list_loaders()
+        names: list[str] = []
+        for name in self.loaders:
+            for n in (valid if name == "all" else [name]):
+                if n not in valid:
+                    raise ValueError(f"unknown loader {n!r}; valid loaders: {', '.join(valid)} (or 'all')")
+                if n not in names:
+                    names.append(n)
+        return names
+
+    @property
+    def sweep_window(self) -> float:
+        if self.sweep_seconds is not None:
+            return float(self.sweep_seconds)
+        return min(3.0, max(1.0, self.seconds / 4))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["data"] = str(self.data)
+        d["loaders"] = list(self.loaders)
+        return d
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)

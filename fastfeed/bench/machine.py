@@ -1,0 +1,76 @@
+"""The machine a bench ran on: cores, RAM, CPU model, accelerator, and library versions."""
+
+from __future__ import annotations
+
+import os
+import platform
+from importlib import metadata
+
+import psutil
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _dist_version(*names: str) -> str | None:
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _dali_version() -> str | None:
+    # Any nvidia-dali-cudaXXX wheel; read from metadata so DALI itself is not imported.
+    for dist in metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower()
+        if name.startswith("nvidia-dali"):
+            return f"{dist.version} ({name})"
+    return None
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def machine_info(device: str = "cpu") -> dict:
+    import cv2
+    import numpy
+    import torch
+
+    info = {
+        "cpu_model": _cpu_model(),
+        "cores_usable": usable_cores(),
+        "cores_logical": psutil.cpu_count(logical=True),
+        "cores_physical": psutil.cpu_count(logical=False),
+        "ram_bytes": psutil.virtual_memory().total,
+        "platform": platform.platform(),
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "numpy": numpy.__version__,
+            "opencv": cv2.__version__,
+            "simplejpeg": _dist_version("simplejpeg"),
+            "lmdb": _dist_version("lmdb"),
+            "psutil": psutil.__version__,
+            "dali": _dali_version(),
+            "torch_npu": _dist_version("torch-npu", "torch_npu"),
+        },
+        "accelerator": None,
+    }
+    if device.startswith("cuda") and torch.cuda.is_available():
+        idx = torch.device(device).index or 0
+        info["accelerator"] = {"kind": "cuda", "name": torch.cuda.get_device_name(idx),
+                               "cuda": torch.version.cuda}
+    elif device.startswith("npu") and hasattr(torch, "npu"):
+        info["accelerator"] = {"kind": "npu", "name": str(getattr(torch.npu, "get_device_name", lambda *_: "npu")(0))}
+    return info

@@ -1,0 +1,102 @@
+"""`format_table(result)`: the terminal table, as a string (the CLI prints it)."""
+
+from __future__ import annotations
+
+from .result import STAGE_NAMES, BenchResult, LoaderResult
+
+
+def human_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}" if v < 10 else f"{v:.1f}"
+
+
+def _row(r: LoaderResult, cfg: dict, stall_mode: bool) -> list[str] | str:
+    name = r.name + (" *" if r.fastest else "")
+    workers = str(r.workers) if r.workers is not None else "-"
+    if not r.ok:
+        return [name, workers, f"{r.status}: {r.error.splitlines()[0] if r.error else ''}"]
+    ips, bps = r.images_per_s, r.batches_per_s
+    stages = r.stage_ms_per_sample or {}
+    cells = [name, workers, f"{ips.median:.0f} ±{100 * ips.spread:.0f}%", f"{bps.median:.2f}",
+             f"{r.ratio:.2f}x" if r.ratio is not None else "-", f"{r.first_batch_s:.2f} s"]
+    cells += [_ms(stages.get(k)) for k in STAGE_NAMES[:-1]]
+    cells.append(_ms(stages.get("copy")) if r.copy_applicable else "-")
+    cells += [f"{r.cpu['total_percent']:.0f}%" if r.cpu.get("total_percent") is not None else "-",
+              human_bytes(r.memory.get("peak_bytes")), human_bytes(r.shared_bytes)]
+    if stall_mode:
+        s = r.stall
+        cells += [f"{100 * s.stall_fraction:.0f}%",
+                  f"{s.steps_per_s:.1f}" + (f" of {s.step_only_per_s:.1f}" if s.step_only_per_s else "")]
+    return cells
+
+
+def format_table(result: BenchResult) -> str:
+    cfg, m = result.config, result.machine
+    stall_mode = bool(cfg.get("stall_mode"))
+    mem_metric = next((r.memory.get("metric") for r in result.results if r.ok), "pss").upper()
+    heads = ["loader", "workers", "images/s", "batches/s", f"vs {result.baseline or '-'}", "1st batch",
+             "read", "decode", "augment", "collate", "copy", "CPU", f"peak {mem_metric}", "shared"]
+    if stall_mode:
+        heads += ["stall", "steps/s"]
+    rows = [_row(r, cfg, stall_mode) for r in result.results]
+    full = [r for r in rows if len(r) == len(heads)]
+    widths = [max(len(h), *(len(r[i]) for r in full)) if full else len(h) for i, h in enumerate(heads)]
+    left = {0}
+
+    def line(cells):
+        return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    s0 = heads.index("read")
+    span = sum(widths[s0:s0 + 5]) + 2 * 4
+    group = " " * (sum(widths[:s0]) + 2 * s0) + "ms per sample".center(span, "-")
+
+    timed = f"{cfg['batches']} timed batches" if cfg.get("batches") else f"{cfg['seconds']:g} s"
+    st = result.store
+    payload = (st.get("payload") or {}).get("store", "?")
+    out = [f"fastfeed bench  {st['path']} ({st['images']} images, {payload})  imgsz {cfg['imgsz']}  "
+           f"batch {cfg['batch_size']}  augment {'on' if cfg['augment'] else 'off'}  device {cfg['device']}",
+           f"  {timed} per loader after {max(cfg['warmup'], 1)} untimed batch(es); {m['cpu_model']}, "
+           f"{m['cores_usable']} cores, {human_bytes(m['ram_bytes'])} RAM; torch {m['versions']['torch']}",
+           "", group, line(heads), line(["-" * w for w in widths])]
+    for cells in rows:
+        if isinstance(cells, list) and len(cells) == len(heads):
+            out.append(line(cells))
+        else:
+            out.append("  ".join([cells[0].ljust(widths[0]), cells[1].rjust(widths[1]), cells[2]]))
+
+    out.append("")
+    ran = [r for r in result.results if r.ok]
+    if ran:
+        out += [f"* fastest. images/s: median over ~10 intervals ±half the interquartile range; vs: against {result.baseline}.",
+                "  ms per sample: wall time inside the workers, summed over workers; copy: host->device (- on cpu).",
+                "  CPU: the whole machine (other users included) over the timed window.",
+                f"  peak {mem_metric}: summed over this process and the loader's workers"
+                + (" (PSS splits shared pages)." if mem_metric == "PSS" else " (RSS: shared pages counted per process).")]
+        if stall_mode:
+            step = f"a {cfg['step_ms']:g} ms step" if cfg.get("step_ms") is not None else f"the {cfg.get('model')} step"
+            out.append(f"  stall: share of wall time waiting for a batch with {step}; steps/s of the step-only rate.")
+    for r in result.results:
+        extra = []
+        if r.ok and r.cpu.get("per_core_percent"):
+            extra.append("CPU per core " + " ".join(f"{p:.0f}%" for p in r.cpu["per_core_percent"]))
+        pc = r.cpu.get("process_cores") if r.ok else None
+        if pc:
+            extra.append(f"bench processes used {pc['workers'] + pc['main']:.2f} cores (workers {pc['workers']:.2f})")
+        if r.ok and r.worker_busy_fraction is not None:
+            extra.append(f"workers busy {100 * r.worker_busy_fraction:.0f}%")
+        if extra:
+            out.append(f"  {r.name}: " + "; ".join(extra))
+        if r.sweep is not None:
+            out.append(f"  {r.name}: --workers auto chose {r.sweep.chosen}: {r.sweep.reason}")
+        for note in r.notes:
+            out.append(f"  {r.name}: note: {note}")
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,118 @@
+"""What a bench run returns: plain dataclasses, `to_dict()` for JSON. No formatting here."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+STAGE_NAMES = ("read", "decode", "augment", "collate", "copy")
+
+
+@dataclass
+class Rate:
+    """A rate over the timed window: `overall` = total / wall; median and spread over intervals
+    of consecutive batches (about ten per window), each interval's count / its duration."""
+
+    overall: float
+    median: float
+    p25: float
+    p75: float
+    min: float
+    max: float
+    intervals: list[float]
+
+    @property
+    def spread(self) -> float:
+        """Half the interquartile range, relative to the median (0.05: about +-5 %)."""
+        return (self.p75 - self.p25) / 2 / self.median if self.median > 0 else 0.0
+
+
+@dataclass
+class Stall:
+    """Where the consumer's wall time went. stall_fraction = waiting for the next batch / wall.
+
+    With no step (pure throughput) the consumer only waits, so the fraction is near 1 by design;
+    it means something in stall mode (`step_ms` or a model), where `steps_per_s` is set against
+    `step_only_per_s` (1000 / step_ms: what the accelerator would do with data always ready).
+    """
+
+    step_ms: float | None
+    stall_fraction: float
+    wait_s: float
+    copy_s: float
+    step_s: float
+    steps_per_s: float
+    step_only_per_s: float | None
+    efficiency: float | None       # steps_per_s / step_only_per_s
+
+
+@dataclass
+class Sweep:
+    """`--workers auto`: each candidate's throughput, the pick and why."""
+
+    window_s: float
+    points: list[dict]
+    chosen: int
+    reason: str
+
+
+@dataclass
+class LoaderResult:
+    name: str
+    status: str = "ok"                      # ok | unavailable (a missing optional dependency) | failed
+    error: str | None = None
+    workers: int | None = None
+    loader_config: dict | None = None
+    batches_per_epoch: int | None = None
+    first_batch_s: float | None = None      # create_loader() to the first batch in hand (includes worker start)
+    warmup_batches: int = 0
+    timed_batches: int = 0
+    timed_images: int = 0
+    wall_s: float = 0.0
+    images_per_s: Rate | None = None
+    batches_per_s: Rate | None = None
+    # Per-sample milliseconds of each stage, measured inside the workers (wall time in the stage,
+    # summed over workers) over the timed window; `copy` is host->device, measured in this process
+    # (0.0 on --device cpu, see copy_applicable).
+    stage_ms_per_sample: dict[str, float] | None = None
+    stage_samples: int = 0
+    copy_applicable: bool = False
+    stage_sum_ms: float | None = None       # sum of the worker stages per sample (copy excluded)
+    worker_busy_fraction: float | None = None   # stage seconds / (max(workers,1) * wall)
+    cpu_ms_per_sample: dict[str, float] | None = None   # process CPU (user+sys): workers, main, total
+    cpu: dict = field(default_factory=dict)             # machine utilisation over the window, per core and total
+    memory: dict = field(default_factory=dict)          # peak sums over main + workers (see monitor.py)
+    shared_bytes: int = 0
+    stall: Stall | None = None
+    sweep: Sweep | None = None
+    notes: list[str] = field(default_factory=list)
+    ratio: float | None = None              # images/s median against the first loader that ran
+    fastest: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass
+class BenchResult:
+    created: str
+    fastfeed_version: str
+    machine: dict
+    store: dict
+    config: dict               # the resolved configuration (loader names expanded, device, step)
+    results: list[LoaderResult]
+    baseline: str | None = None    # the loader ratios are taken against
+
+    def fastest(self) -> LoaderResult | None:
+        return next((r for r in self.results if r.fastest), None)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for r, rd in zip(self.results, d["results"]):
+            for key in ("images_per_s", "batches_per_s"):
+                rate = getattr(r, key)
+                if rate is not None:
+                    rd[key]["spread"] = rate.spread
+        f = self.fastest()
+        d["fastest"] = f.name if f else None
+        return d

@@ -1,0 +1,105 @@
+"""`run_bench`: every asked loader in turn, in this process, on the same store and settings."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from datetime import datetime, timezone
+
+from .. import __version__
+from ..loaders import LoaderConfig
+from ..store.reader import Store
+from .config import BenchConfig
+from .device import make_copy, make_step, resolve_device
+from .machine import machine_info, usable_cores
+from .measure import measure
+from .result import BenchResult, LoaderResult, Sweep
+
+log = logging.getLogger(__name__)
+
+SWEEP_TOLERANCE = 0.05   # a smaller worker count within 5 % of the best wins: the difference is noise
+
+
+def auto_candidates(cores: int) -> list[int]:
+    """1, 2, cores/2, cores, cores+1 (one over: a worker may block on I/O), bounded at 33."""
+    return sorted({c for c in (1, 2, cores // 2, cores, cores + 1) if 1 <= c <= 33})
+
+
+def sweep_workers(name: str, store, cfg: BenchConfig, base: LoaderConfig) -> tuple[Sweep | None, LoaderResult | None]:
+    """Measure `name` at each candidate worker count (no step, no copy: the loader alone) and pick one.
+    Returns (sweep, None), or (None, the failed/unavailable result) when the loader cannot run."""
+    window, points = cfg.sweep_window, []
+    for w in auto_candidates(usable_cores()):
+        r = measure(name, store, replace(base, workers=w), seconds=window, batches=None, warmup=cfg.warmup,
+                    interval=cfg.monitor_interval, progress=cfg.progress, label=f"{name} sweep workers={w}")
+        if not r.ok:
+            return None, r
+        points.append({"workers": w, "images_per_s": r.images_per_s.median, "spread": r.images_per_s.spread,
+                       "cpu_total_percent": r.cpu.get("total_percent"), "peak_memory_bytes": r.memory.get("peak_bytes")})
+        log.info("sweep %s: %d worker(s) %.0f images/s", name, w, r.images_per_s.median)
+    best = max(points, key=lambda p: p["images_per_s"])
+    chosen = min((p for p in points if p["images_per_s"] >= (1 - SWEEP_TOLERANCE) * best["images_per_s"]),
+                 key=lambda p: p["workers"])
+    seen = ", ".join(f"{p['workers']}: {p['images_per_s']:.0f}" for p in points)
+    if chosen is best:
+        reason = f"{best['workers']} worker(s) gave the most images/s ({seen})"
+    else:
+        reason = (f"{chosen['workers']} worker(s) came within {SWEEP_TOLERANCE:.0%} of the best "
+                  f"({best['workers']}: {best['images_per_s']:.0f} images/s) with fewer processes, leaving cores "
+                  f"and memory to the trainer ({seen})")
+    return Sweep(window_s=window, points=points, chosen=chosen["workers"], reason=reason), None
+
+
+def _rank(results: list[LoaderResult]) -> str | None:
+    ran = [r for r in results if r.ok]
+    if not ran:
+        return None
+    base = ran[0].images_per_s.median
+    for r in ran:
+        r.ratio = r.images_per_s.median / base if base > 0 else None
+    max(ran, key=lambda r: r.images_per_s.median).fastest = True
+    return ran[0].name
+
+
+def run_bench(cfg: BenchConfig) -> BenchResult:
+    """Measure each of `cfg.loaders` on `cfg.data`.
+
+    Raises ValueError for an unknown loader (listing the valid ones) or a batch larger than the store,
+    FormatError (a ValueError) for a path that is not a store, BenchError/ImportError for a device or
+    model that is not there. A loader that cannot run is reported in its result, not raised.
+    """
+    names = cfg.resolved_loaders()
+    store = Store(cfg.data)
+    if len(store) < cfg.batch_size:
+        raise ValueError(f"--batch {cfg.batch_size} is larger than the store ({len(store)} images); "
+                         f"use --batch {len(store)} or less")
+    device = resolve_device(cfg.device)
+    step = make_step(cfg, device)
+    copy = make_copy(device)
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    base = LoaderConfig(imgsz=cfg.imgsz, batch_size=cfg.batch_size, augment=cfg.augment, seed=cfg.seed)
+
+    results = []
+    for name in names:
+        sweep, workers = None, cfg.workers
+        if workers == "auto":
+            sweep, failed = sweep_workers(name, store, cfg, base)
+            if failed is not None:
+                results.append(failed)
+                continue
+            workers = sweep.chosen
+        lcfg = base if workers is None else replace(base, workers=workers)
+        log.info("bench %s: %d worker(s)", name, lcfg.workers)
+        r = measure(name, store, lcfg, seconds=cfg.seconds, batches=cfg.batches, warmup=cfg.warmup, copy=copy,
+                    step=step, step_ms=cfg.step_ms, interval=cfg.monitor_interval, progress=cfg.progress)
+        r.sweep = sweep
+        results.append(r)
+    baseline = _rank(results)
+
+    resolved = cfg.to_dict() | {"loaders": names, "workers_requested": cfg.workers,
+                                "timed_by": "batches" if cfg.batches else "seconds",
+                                "stall_mode": step is not None, "copy_device": str(device) if device else None}
+    store_info = {"path": str(store.path), "images": len(store), "fingerprint": store.fingerprint,
+                  "payload": store.manifest.get("payload")}
+    return BenchResult(created=started, fastfeed_version=__version__, machine=machine_info(cfg.device),
+                       store=store_info, config=resolved, results=results, baseline=baseline)

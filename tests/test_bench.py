@@ -1,0 +1,342 @@
+"""fastfeed bench: the figures it reports, stall mode, the sweep, the plot, and how it fails.
+
+Runs on the bundled 16-image sample at 128 px with short windows. The machine is shared and noisy, so
+nothing here checks speed: only that the figures exist, are consistent with each other, and move the
+right way when the consumer is slow or fast.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import uuid
+
+import pytest
+
+import fastfeed
+from fastfeed.bench import BenchConfig, format_table, run_bench, write_plot
+from fastfeed.bench.measure import rate_stats
+from fastfeed.bench.run import auto_candidates
+from fastfeed.cli import main
+from fastfeed.loaders import Loader, list_loaders, register_loader
+from fastfeed.loaders import base as loaders_base
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+STAGES = {"read", "decode", "augment", "collate", "copy"}
+# 16 images in batches of 2: 8 batches per epoch, so one worker is never starved by epoch boundaries.
+FAST = ["--imgsz", "128", "--batch", "2", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    from fastfeed.pack import PackConfig, pack
+
+    out = tmp_path_factory.mktemp("bench") / "s.ff"
+    pack(PackConfig(src=fastfeed.sample_path(), out=out, workers=1, progress=False))
+    return out
+
+
+@pytest.fixture
+def fake_loaders():
+    """Register test-only loaders under unique names; take them out of the registry afterwards."""
+    names = []
+
+    def add(factory):
+        name = f"test-bench-{uuid.uuid4().hex[:8]}"
+        register_loader(name, factory)
+        names.append(name)
+        return name
+
+    yield add
+    for name in names:
+        loaders_base._LOADERS.pop(name, None)
+
+
+def _bench(store, **kw):
+    kw = {"imgsz": 128, "batch_size": 2, "workers": 1, "seconds": 1.0, "progress": False} | kw
+    return run_bench(BenchConfig(data=store, **kw))
+
+
+# --- the report -----------------------------------------------------------------------------------
+
+def test_json_holds_every_figure_with_sane_values(store, tmp_path, capsys):
+    out = tmp_path / "b.json"
+    assert main(["bench", "--data", str(store), "--loader", "cpu", "--workers", "1", "--seconds", "1.5",
+                 "--json", str(out), *FAST]) == 0
+    table = capsys.readouterr().out
+    assert "cpu *" in table and "images/s" in table and "1.00x" in table and f"wrote {out}" in table
+
+    d = json.loads(out.read_text())
+    m = d["machine"]
+    assert m["cores_usable"] >= 1 and m["ram_bytes"] > 2**28 and m["cpu_model"]
+    assert {"python", "torch", "numpy", "opencv", "simplejpeg", "dali"} <= set(m["versions"])
+    assert m["versions"]["torch"] and m["versions"]["simplejpeg"]
+    c = d["config"]
+    assert c["loaders"] == ["cpu"] and c["imgsz"] == 128 and c["batch_size"] == 2 and c["device"] == "cpu"
+    assert c["stall_mode"] is False and c["copy_device"] is None
+    assert d["store"]["images"] == 16 and d["fastest"] == "cpu" and d["baseline"] == "cpu"
+
+    (r,) = d["results"]
+    assert r["status"] == "ok" and r["error"] is None and r["workers"] == 1 and r["fastest"] and r["ratio"] == 1.0
+    assert r["loader_config"]["imgsz"] == 128 and r["batches_per_epoch"] == 8
+    assert 0 < r["first_batch_s"] < 60 and r["warmup_batches"] == 2
+    assert r["timed_batches"] >= 5 and r["timed_images"] == 2 * r["timed_batches"] and r["wall_s"] >= 1.5
+    for key in ("images_per_s", "batches_per_s"):
+        rate = r[key]
+        assert rate["overall"] > 0 and rate["median"] > 0 and rate["intervals"]
+        assert rate["min"] <= rate["p25"] <= rate["median"] <= rate["p75"] <= rate["max"]
+        assert rate["spread"] >= 0
+    assert r["images_per_s"]["median"] == pytest.approx(2 * r["batches_per_s"]["median"])
+    assert r["images_per_s"]["overall"] == pytest.approx(r["timed_images"] / r["wall_s"])
+
+    st = r["stage_ms_per_sample"]
+    assert set(st) == STAGES and all(v >= 0 for v in st.values())
+    assert st["decode"] > 0 and st["augment"] > 0 and st["copy"] == 0 and r["copy_applicable"] is False
+    assert r["stage_samples"] > 0
+    assert r["stage_sum_ms"] == pytest.approx(sum(v for k, v in st.items() if k != "copy"))
+    # Do the stage times add up? They are wall time inside the worker, per sample, summed over
+    # workers. With one worker and a consumer that only waits, the worker is building batches nearly
+    # all the time, so stage seconds ~= 1 x the window (what is left: IPC and the queue hand-off; and
+    # a batch built partly before the window is counted inside it, hence the slack above 1).
+    assert 0.3 < r["worker_busy_fraction"] < 1.3
+    # The same from the other side: the worker's CPU time per sample (psutil, user+sys) should be of
+    # the stage sum's order; it includes the IPC outside the stages, and the stage wall time includes
+    # any time the worker lost its core to another process, so only a loose factor is honest here.
+    assert 0.3 < r["stage_sum_ms"] / r["cpu_ms_per_sample"]["workers"] < 3
+    assert r["cpu_ms_per_sample"]["total"] >= r["cpu_ms_per_sample"]["workers"]
+
+    cpu = r["cpu"]
+    assert len(cpu["per_core_percent"]) == m["cores_logical"] and cpu["samples"] >= 2
+    assert all(0 <= p <= 100 for p in cpu["per_core_percent"]) and 0 < cpu["total_percent"] <= 100
+    assert 0 < cpu["process_cores"]["workers"] <= 1.2   # one single-threaded worker uses at most a core
+    mem = r["memory"]
+    assert mem["metric"] in ("pss", "rss") and mem["processes"] == 2   # main + 1 worker
+    assert mem["peak_bytes"] == mem[f"peak_{mem['metric']}_bytes"] > 50 * 2**20
+    assert r["shared_bytes"] == 0
+    s = r["stall"]
+    assert 0 <= s["stall_fraction"] <= 1 and s["step_ms"] is None and s["step_only_per_s"] is None
+    assert s["steps_per_s"] == pytest.approx(r["timed_batches"] / r["wall_s"])
+    assert r["sweep"] is None
+
+
+def test_stage_times_fill_the_window_in_process(store):
+    # workers=0: batches are built inside next() in this process, so the stages cannot take longer than
+    # the window and, with nothing else to do, fill most of it.
+    r = _bench(store, workers=0).results[0]
+    assert r.ok and r.memory["processes"] == 1
+    assert 0.5 < r.worker_busy_fraction <= 1.01
+    assert r.stall.stall_fraction > 0.5   # the consumer waits while the batch is built
+
+
+def test_batches_mode_and_no_augment(store):
+    r = _bench(store, batches=6, augment=False, warmup=0).results[0]
+    assert r.timed_batches == 6 and r.warmup_batches == 1 and r.loader_config["augment"] is False
+    assert r.stage_ms_per_sample["augment"] > 0   # the letterbox is timed as augment
+
+
+def test_rate_stats_are_exact_over_intervals():
+    ends = [0.1 * (k + 1) for k in range(20)]
+    r = rate_stats(0.0, ends, [4] * 20, 2.0)
+    assert r.overall == pytest.approx(40) and r.median == pytest.approx(40) and len(r.intervals) == 10
+    assert r.spread == pytest.approx(0)
+
+
+# --- stall mode -----------------------------------------------------------------------------------
+
+def test_stall_near_zero_when_the_step_is_far_longer_than_loading(store):
+    # One worker builds a batch of two 128 px images in a few ms; a 60 ms step leaves it idle
+    # most of the time, so the consumer (almost) never waits. Only the first batch of each epoch
+    # (1 in 8) waits: the loader starts an epoch with nothing in flight.
+    res = _bench(store, step_ms=60.0, batches=12)
+    r = res.results[0]
+    assert res.config["stall_mode"] is True
+    assert r.stall.stall_fraction < 0.2
+    assert r.stall.step_only_per_s == pytest.approx(1000 / 60)
+    assert r.stall.steps_per_s <= r.stall.step_only_per_s and r.stall.efficiency > 0.75
+    assert r.stall.step_s == pytest.approx(12 * 0.060, rel=0.25)
+    assert "stall" in format_table(res) and "of 16.7" in format_table(res)
+
+
+def test_stall_near_one_when_the_step_is_near_zero(store):
+    r = _bench(store, step_ms=0.01, seconds=0.8).results[0]
+    assert r.stall.stall_fraction > 0.7
+    assert r.stall.efficiency < 0.2   # 100,000 steps/s would be possible; loading allows a few hundred
+
+
+# --- --workers auto -------------------------------------------------------------------------------
+
+def test_auto_candidates():
+    assert auto_candidates(1) == [1, 2]
+    assert auto_candidates(2) == [1, 2, 3]
+    assert auto_candidates(16) == [1, 2, 8, 16, 17]
+    assert max(auto_candidates(128)) <= 33
+
+
+def test_workers_auto_sweeps_and_says_why(store):
+    from fastfeed.bench.machine import usable_cores
+
+    r = _bench(store, workers="auto", sweep_seconds=0.4, seconds=0.6).results[0]
+    assert r.ok and r.sweep is not None
+    tried = [p["workers"] for p in r.sweep.points]
+    assert tried == auto_candidates(usable_cores())
+    assert r.sweep.chosen in tried and r.workers == r.sweep.chosen
+    assert all(p["images_per_s"] > 0 for p in r.sweep.points)
+    assert f"{r.sweep.chosen} worker" in r.sweep.reason
+    assert "--workers auto chose" in format_table(run_result(r))
+
+
+def run_result(r):
+    """A minimal BenchResult around one LoaderResult, for format_table."""
+    from fastfeed.bench import BenchResult
+    from fastfeed.bench.machine import machine_info
+
+    cfg = BenchConfig(data=".", imgsz=128, batch_size=2).to_dict() | {"stall_mode": False}
+    return BenchResult(created="", fastfeed_version=fastfeed.__version__, machine=machine_info(), config=cfg,
+                       store={"path": "s.ff", "images": 16, "payload": {"store": "original"}}, results=[r],
+                       baseline=r.name)
+
+
+# --- plot -----------------------------------------------------------------------------------------
+
+def test_plot_writes_a_png(store, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "out" / "bench.png"
+    assert main(["bench", "--data", str(store), "--workers", "1", "--seconds", "0.5", "--step-ms", "1",
+                 "--plot", str(png), *FAST]) == 0
+    assert f"wrote {png}" in capsys.readouterr().out
+    data = png.read_bytes()
+    assert data[:8] == PNG_SIGNATURE and len(data) > 10_000
+    width, height = struct.unpack(">II", data[16:24])   # the IHDR chunk
+    assert width >= 800 and height >= 300
+
+
+def test_plot_without_matplotlib_names_the_extra(store, tmp_path, monkeypatch, capsys):
+    r = _bench(store, seconds=0.3)
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)   # import matplotlib -> ImportError
+    with pytest.raises(ImportError, match=r"pip install fastfeed\[plot\]"):
+        write_plot(r, tmp_path / "x.png")
+    # The CLI says so before measuring anything.
+    assert main(["bench", "--data", str(store), "--plot", str(tmp_path / "x.png"), *FAST]) == 1
+    assert "pip install fastfeed[plot]" in capsys.readouterr().err
+
+
+# --- bad input and missing loaders ----------------------------------------------------------------
+
+def test_unknown_loader_lists_the_valid_ones(store, capsys):
+    assert main(["bench", "--data", str(store), "--loader", "cpu", "--loader", "nope", *FAST]) == 2
+    err = capsys.readouterr().err
+    assert "unknown loader 'nope'" in err and "valid loaders: " + ", ".join(list_loaders()) in err
+
+
+def test_a_path_that_is_not_a_store(tmp_path, capsys):
+    assert main(["bench", "--data", str(tmp_path), *FAST]) == 1
+    assert "not a fastfeed store" in capsys.readouterr().err
+    assert main(["bench", "--data", str(tmp_path / "missing"), *FAST]) == 1
+    assert "not a fastfeed store" in capsys.readouterr().err
+
+
+class _FailsOnIter(Loader):
+    """A loader that builds but fails at its first batch (as a lazily-initialised DALI pipeline may)."""
+
+    def __init__(self, exc):
+        self.exc = exc
+
+    def __iter__(self):
+        raise self.exc
+
+    def __len__(self):
+        return 8
+
+    def set_epoch(self, epoch):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_missing_optional_dependency_is_reported_and_the_others_run(store, tmp_path, capsys, fake_loaders):
+    def missing(store, cfg):
+        raise ImportError("needs fakepkg: pip install fastfeed[fake]")
+
+    no_dep = fake_loaders(missing)
+    lazy = fake_loaders(lambda store, cfg: _FailsOnIter(ImportError("fakepkg is not installed")))
+    broken = fake_loaders(lambda store, cfg: _FailsOnIter(RuntimeError("boom")))
+    out = tmp_path / "b.json"
+    assert main(["bench", "--data", str(store), "--loader", no_dep, "--loader", "cpu", "--loader", lazy,
+                 "--loader", broken, "--workers", "1", "--seconds", "0.5", "--json", str(out), *FAST]) == 0
+    table = capsys.readouterr().out
+    assert f"{no_dep}" in table and "unavailable: needs fakepkg: pip install fastfeed[fake]" in table
+    assert "unavailable: fakepkg is not installed" in table and "failed: RuntimeError: boom" in table
+    d = json.loads(out.read_text())
+    rows = {r["name"]: r for r in d["results"]}
+    assert [r["name"] for r in d["results"]] == [no_dep, "cpu", lazy, broken]
+    assert rows[no_dep]["status"] == "unavailable" and rows[no_dep]["images_per_s"] is None
+    assert rows[lazy]["status"] == "unavailable" and rows[broken]["status"] == "failed"
+    assert rows["cpu"]["status"] == "ok" and rows["cpu"]["images_per_s"]["median"] > 0
+    assert d["baseline"] == "cpu" and d["fastest"] == "cpu"   # ratios against the first loader that ran
+
+
+def test_all_loaders_unavailable_exits_1(store, capsys, fake_loaders):
+    def missing(store, cfg):
+        raise ImportError("needs fakepkg")
+
+    assert main(["bench", "--data", str(store), "--loader", fake_loaders(missing), *FAST]) == 1
+    assert "unavailable: needs fakepkg" in capsys.readouterr().out
+
+
+def test_loader_all_expands_to_the_registry(store):
+    assert BenchConfig(data=store, loaders=("all", "cpu")).resolved_loaders() == list_loaders()
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"imgsz": 100}, "--imgsz must be a positive multiple of 32"),
+    ({"batch_size": 0}, "--batch must be >= 1"),
+    ({"workers": -1}, "--workers must be an integer >= 0"),
+    ({"workers": "many"}, "or 'auto'"),
+    ({"seconds": 0}, "--seconds must be > 0"),
+    ({"warmup": -1}, "--warmup must be >= 0"),
+    ({"device": "tpu"}, "--device must be one of cpu, cuda, npu"),
+    ({"step_ms": -1}, "--step-ms must be >= 0"),
+    ({"step_ms": 5, "model": "yolov3"}, "exclude each other"),
+    ({"model": "yolov5"}, "--model must be one of yolov3-tiny, yolov3"),
+])
+def test_bad_values_name_the_flag(kw, match):
+    with pytest.raises(ValueError, match=match):
+        BenchConfig(data=".", **kw)
+
+
+def test_cli_usage_errors(store, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--data", str(store), "--workers", "lots"])
+    assert e.value.code == 2 and "'auto'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--data", str(store), "--step-ms", "5", "--model", "yolov3"])
+    assert e.value.code == 2
+    assert main(["bench", "--data", str(store), "--batch", "32", "--quiet"]) == 2
+    assert "--batch 32 is larger than the store (16 images)" in capsys.readouterr().err
+
+
+def test_model_needs_the_trainer(store, capsys):
+    try:
+        import fastfeed.train  # noqa: F401
+        pytest.skip("fastfeed.train exists: --model runs the bundled model")
+    except ImportError:
+        pass
+    assert main(["bench", "--data", str(store), "--model", "yolov3-tiny", *FAST]) == 1
+    err = capsys.readouterr().err
+    assert "arrives with `fastfeed train`" in err and "--step-ms" in err
+
+
+def test_cuda_without_a_gpu_says_so(store, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert main(["bench", "--data", str(store), "--device", "cuda", *FAST]) == 1
+    assert "sees no CUDA device" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_cuda_copy_stage_is_timed(store):
+    r = _bench(store, device="cuda", seconds=1.0).results[0]
+    assert r.ok and r.copy_applicable and r.stage_ms_per_sample["copy"] > 0 and r.stall.copy_s > 0
