@@ -205,3 +205,23 @@ def test_a_killed_worker_raises_instead_of_hanging(painted_store):
             next(it)
     loader.close()
     assert loader.memory_pids() == []
+
+
+def test_the_next_epoch_is_queued_ahead_and_dropped_when_another_is_asked(painted_store):
+    """Eval batches identify their images (one box each): each epoch must hold exactly its own order."""
+    def key(store_index):
+        s = painted_store[int(store_index)]
+        h, w = s.size
+        r = 160 / max(h, w)
+        x1, y1, x2, y2 = s.boxes[0] * [w * r, h * r, w * r, h * r] + [(160 - w * r) / 2, (160 - h * r) / 2] * 2
+        return (x1 + x2) / 320, (y1 + y2) / 320
+
+    cfg = LoaderConfig(imgsz=160, batch_size=4, workers=2, augment=False, prefetch=3)
+    with create_loader("cpu", painted_store, cfg) as loader:
+        for epoch in (0, 1, 5, 6):
+            got = [t[2:4].tolist() for _, targets in _collect(loader, epoch)
+                   for t in sorted(targets, key=lambda t: float(t[0]))]
+            expect = [key(i) for b in epoch_batches(24, 4, epoch=epoch, seed=0) for i in b]
+            np.testing.assert_allclose(got, expect, atol=2e-3, err_msg=f"epoch {epoch} mixed up")
+            if epoch in (0, 5):
+                assert loader._pool.outstanding > 0   # the following epoch is already being built

@@ -37,19 +37,19 @@ def _worker_main(worker_id: int, make_builder: Callable, slots: torch.Tensor, ta
     try:
         builder = make_builder()
     except BaseException:
-        results.put(("error", -1, -1, worker_id, traceback.format_exc()))
+        results.put(("error", -1, -1, -1, worker_id, traceback.format_exc()))
         return
     out = slots.numpy()
     while True:
         task = tasks.get()
         if task is None:
             return
-        gen, batch_id, slot, indices, epoch, mosaic_on = task
+        gen, epoch, k, slot, indices, mosaic_on = task
         try:
-            targets, times = builder.build(indices, epoch, batch_id, mosaic_on, out[slot])
-            results.put(("ok", gen, batch_id, slot, targets, times, len(indices)))
+            targets, times = builder.build(indices, epoch, k, mosaic_on, out[slot])
+            results.put(("ok", gen, epoch, k, slot, targets, times, len(indices)))
         except BaseException:
-            results.put(("error", gen, batch_id, worker_id, traceback.format_exc()))
+            results.put(("error", gen, epoch, k, worker_id, traceback.format_exc()))
 
 
 class WorkerPool:
@@ -72,12 +72,12 @@ class WorkerPool:
         self.outstanding = 0
         self.gen = 0
 
-    def submit(self, batch_id: int, indices: np.ndarray, epoch: int, mosaic_on: bool) -> bool:
-        """Queue a batch if a slot is free; False when all slots are busy."""
+    def submit(self, epoch: int, k: int, indices: np.ndarray, mosaic_on: bool) -> bool:
+        """Queue batch k of `epoch` (to worker k % n) if a slot is free; False when all are busy."""
         if not self.free:
             return False
         slot = self.free.pop()
-        self.tasks[batch_id % self.n].put((self.gen, batch_id, slot, indices, epoch, mosaic_on))
+        self.tasks[k % self.n].put((self.gen, epoch, k, slot, indices, mosaic_on))
         self.outstanding += 1
         return True
 
@@ -85,7 +85,7 @@ class WorkerPool:
         self.free.append(slot)
 
     def next_result(self):
-        """The next finished batch of the current generation: (batch_id, slot, targets, times, count)."""
+        """The next finished batch of the current generation: ((epoch, k), slot, targets, times, count)."""
         waited = 0.0
         while True:
             start = monotonic()
@@ -99,15 +99,15 @@ class WorkerPool:
                                       "a worker is stuck") from None
                 continue
             if msg[0] == "error":
-                _, gen, batch_id, worker_id, tb = msg
-                raise WorkerError(f"loader worker {worker_id} failed" + (f" on batch {batch_id}" if batch_id >= 0 else
-                                                                         " while starting") + f":\n{tb}")
-            _, gen, batch_id, slot, targets, times, count = msg
+                _, gen, epoch, k, worker_id, tb = msg
+                where = f" on batch {k} of epoch {epoch}" if k >= 0 else " while starting"
+                raise WorkerError(f"loader worker {worker_id} failed{where}:\n{tb}")
+            _, gen, epoch, k, slot, targets, times, count = msg
             self.outstanding -= 1
             if gen != self.gen:  # left over from an epoch the consumer abandoned
                 self.release(slot)
                 continue
-            return batch_id, slot, targets, times, count
+            return (epoch, k), slot, targets, times, count
 
     def new_generation(self) -> None:
         """Discard whatever an abandoned iteration left in flight, then start afresh."""
@@ -121,8 +121,8 @@ class WorkerPool:
                 if monotonic() > deadline:
                     raise WorkerError("loader workers did not finish their batches in time") from None
                 continue
-            if msg[0] == "error" and msg[2] < 0:
-                raise WorkerError(f"loader worker {msg[3]} failed while starting:\n{msg[4]}")
+            if msg[0] == "error" and msg[3] < 0:
+                raise WorkerError(f"loader worker {msg[4]} failed while starting:\n{msg[5]}")
             self.outstanding -= 1
         self.free = list(range(len(self.slots)))[::-1]
 
