@@ -1,0 +1,98 @@
+"""`fastfeed bench`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, fail
+
+
+def _workers_arg(value: str):
+    if value == "auto":
+        return "auto"
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0 or 'auto', got {value!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0 or 'auto', got {value!r}")
+    return n
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "bench", help="measure loaders side by side: throughput, stage times, stalls, CPU, memory",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run each --loader in turn, in this process, on the same store and settings, and report\n"
+                    "images/s and batches/s (median and spread over intervals, after warm-up), time to the first\n"
+                    "batch, per-sample stage times (read, decode, augment, collate, host->device copy), CPU per\n"
+                    "core, peak memory summed over the process and its workers, and any shared cache.\n"
+                    "With --step-ms, a training step of that length is simulated (the host sleeps, as it does\n"
+                    "while an accelerator computes) and the share of time spent waiting for data is reported.",
+        epilog="examples:\n"
+               "  fastfeed bench --data sample.ff --loader cpu --seconds 5 --imgsz 320\n"
+               "  fastfeed bench --data coco.ff --loader all --workers auto --plot bench.png --json bench.json\n"
+               "  fastfeed bench --data coco.ff --loader cpu --step-ms 50    # would a 50 ms step starve?")
+    p.add_argument("--data", type=Path, required=True, help="a store made by `fastfeed pack`")
+    p.add_argument("--loader", action="append", dest="loaders", metavar="NAME",
+                   help="loader to measure; repeat for several, 'all' for every registered one (default: cpu)")
+    p.add_argument("--imgsz", type=int, default=640, help="output side, a multiple of 32 (default 640)")
+    p.add_argument("--batch", type=int, default=16, help="batch size (default 16)")
+    p.add_argument("--workers", type=_workers_arg, metavar="N|auto",
+                   help="worker processes (0: in this process; default: LoaderConfig's, one per core up to 8); "
+                        "'auto' sweeps 1, 2, cores/2, cores, cores+1 briefly and keeps the fastest")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--seconds", type=float, default=10.0, help="timed seconds per loader (default 10)")
+    g.add_argument("--batches", type=int, help="timed batches per loader instead of --seconds")
+    p.add_argument("--warmup", type=int, default=2, help="untimed batches first, the first batch included (default 2)")
+    p.add_argument("--no-augment", dest="augment", action="store_false",
+                   help="letterboxed evaluation batches instead of mosaic/affine/HSV training batches")
+    p.add_argument("--device", default="cpu", help="cpu (no copy stage), cuda or npu: also time the host->device copy")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--step-ms", type=float, metavar="MS",
+                   help="simulate an accelerator step of MS milliseconds; report the stall fraction and steps/s")
+    g.add_argument("--model", choices=("yolov3-tiny", "yolov3"),
+                   help="run the bundled model's training step instead of a simulated one")
+    p.add_argument("--seed", type=int, default=0, help="loader seed (default 0)")
+    p.add_argument("--json", type=Path, metavar="FILE", help="write every figure, the machine and the configuration")
+    p.add_argument("--plot", type=Path, metavar="FILE.png",
+                   help="write a PNG: throughput bars and per-sample stage times (needs fastfeed[plot])")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..bench import BenchConfig, BenchError, format_table, run_bench, write_plot
+    from ..store.format import FormatError
+
+    try:
+        cfg = BenchConfig(data=args.data, loaders=tuple(args.loaders or ("cpu",)), imgsz=args.imgsz,
+                          batch_size=args.batch, workers=args.workers, seconds=args.seconds, batches=args.batches,
+                          warmup=args.warmup, augment=args.augment, device=args.device, step_ms=args.step_ms,
+                          model=args.model, seed=args.seed, progress=not args.quiet)
+        if args.plot is not None:
+            import importlib.util
+
+            if importlib.util.find_spec("matplotlib") is None:   # say so before minutes of measuring
+                return fail("--plot needs matplotlib: pip install fastfeed[plot]")
+        res = run_bench(cfg)
+    except FormatError as e:        # a ValueError too, but a bad path is not a usage error
+        return fail(str(e))
+    except ValueError as e:
+        return fail(str(e), EXIT_USAGE)
+    except (BenchError, ImportError) as e:
+        return fail(str(e))
+    print(format_table(res), end="")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(res.to_dict(), indent=1) + "\n")
+        print(f"wrote {args.json}")
+    if args.plot is not None:
+        try:
+            write_plot(res, args.plot)
+        except ImportError as e:
+            return fail(str(e))
+        print(f"wrote {args.plot}")
+    return EXIT_OK if any(r.ok for r in res.results) else EXIT_FAIL

@@ -1,0 +1,90 @@
+"""`fastfeed pack`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .. import sample_path
+from .common import EXIT_OK, EXIT_USAGE, fail
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "pack", help="pack a COCO or YOLO dataset into a checked LMDB store",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Pack a COCO or YOLO dataset into LMDB shards + manifest.json. Every image is decoded\n"
+                    "and every box checked; problems are counted, reported by file name, and skipped images\n"
+                    "listed in OUT/rejects.jsonl. The store is written beside OUT and renamed into place only\n"
+                    "when complete. The source is never modified.",
+        epilog="layouts (auto-detected):\n"
+               "  COCO  SRC/annotations/instances_<split>.json + SRC/images/<split>/\n"
+               "  YOLO  SRC/images/<split>/ + SRC/labels/<split>/*.txt (+ SRC/data.yaml names),\n"
+               "        or SRC/images/ + SRC/labels/\n"
+               "examples:\n"
+               "  fastfeed pack -o sample.ff                        # the bundled 16-image sample\n"
+               "  fastfeed pack datasets/coco -o coco.ff --split val2017\n"
+               "  fastfeed pack datasets/yolo -o small.ff --store jpeg --max-side 640 --quality 90")
+    p.add_argument("src", nargs="?", type=Path,
+                   help="dataset folder (default: the sample bundled with fastfeed)")
+    p.add_argument("-o", "--out", type=Path, required=True, help="store folder to create")
+    p.add_argument("--format", choices=("coco", "yolo"), help="force the layout instead of detecting it")
+    p.add_argument("--split", help="split to pack (default: the only one, else train2017/train)")
+    p.add_argument("--ann", type=Path, help="COCO JSON file (with --images, instead of SRC)")
+    p.add_argument("--images", type=Path, help="images folder for --ann")
+    p.add_argument("--store", choices=("original", "jpeg", "raw"), default="original",
+                   help="payload: source bytes (default), re-encoded JPEG, or decoded pixels (no decode at read time)")
+    p.add_argument("--max-side", type=int, help="jpeg/raw: shrink so the long side is at most this (boxes follow)")
+    p.add_argument("--quality", type=int, default=90, help="jpeg: JPEG quality 1-100 (default 90)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--shards", type=int, help="number of shards (default: by size, see --shard-mb)")
+    g.add_argument("--shard-mb", type=float, help="start a new shard past this many MB (default 1024)")
+    p.add_argument("--workers", type=int, help="worker processes (default: all cores; 0 or 1 packs in-process)")
+    p.add_argument("--on-error", choices=("skip", "fail"), default="skip",
+                   help="skip bad images/labels and report them (default), or stop at the first")
+    p.add_argument("--check", choices=("entropy", "full"), default="entropy",
+                   help="how --store original proves JPEGs intact: a strict decode at 1/8 scale, which fails "
+                        "on the same truncated/corrupt files as a full decode at about half the cost "
+                        "(default), or a full-size decode")
+    p.add_argument("--force", action="store_true", help="replace OUT if it is an existing store")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def _print_report(report) -> None:
+    lines = report.summary_lines()
+    if lines:
+        print("problems found (all counted; errors are listed in rejects.jsonl):")
+        for line in lines:
+            print("  " + line)
+
+
+def run(args) -> int:
+    from ..pack import PackConfig, PackError, pack
+
+    src, ann = args.src, args.ann
+    if src is None and ann is None:
+        src = sample_path()
+        print(f"no SRC given: packing the bundled sample ({src})")
+    try:
+        cfg = PackConfig(src=src, out=args.out, format=args.format, split=args.split, ann=ann,
+                         images=args.images, store=args.store, max_side=args.max_side, quality=args.quality,
+                         shards=args.shards, shard_mb=args.shard_mb, workers=args.workers,
+                         on_error=args.on_error, check=args.check, overwrite=args.force, progress=not args.quiet)
+        res = pack(cfg)
+    except ValueError as e:
+        return fail(str(e), EXIT_USAGE)
+    except PackError as e:
+        if e.report is not None:
+            _print_report(e.report)
+        return fail(str(e))
+    m = res.manifest
+    print(f"packed {res.source_desc}")
+    print(f"  -> {res.out}: {m['num_images']} images, {m['num_boxes']} boxes ({m['num_crowd']} crowd), "
+          f"{len(m['shards'])} shard(s), {m['stats']['record_bytes'] / 2**20:.1f} MB, "
+          f"{res.seconds:.1f} s ({m['num_images'] / max(res.seconds, 1e-9):.0f} images/s)")
+    rejected = res.report.images_rejected
+    if rejected:
+        print(f"  {rejected} image(s) skipped: see {res.out / 'rejects.jsonl'}")
+    _print_report(res.report)
+    return EXIT_OK

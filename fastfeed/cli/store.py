@@ -1,0 +1,77 @@
+"""`fastfeed inspect` and `fastfeed verify`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .common import EXIT_FAIL, EXIT_OK, fail
+
+
+def add_inspect(sub) -> None:
+    p = sub.add_parser("inspect", help="summarise a store: counts, classes, image sizes, bytes")
+    p.add_argument("store", type=Path)
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=cmd_inspect)
+
+
+def cmd_inspect(args) -> int:
+    from ..store.format import FormatError
+    from ..store.verify import summarize
+
+    try:
+        s = summarize(args.store)
+    except FormatError as e:
+        return fail(str(e))
+    if args.json:
+        print(json.dumps(s, indent=1))
+        return EXIT_OK
+    p = s["payload"]
+    print(f"{s['path']}  (format v{s['format_version']}, created {s['created']}, fingerprint {s['fingerprint']})")
+    print(f"  images {s['images']}   boxes {s['boxes']}   crowd boxes {s['crowd_boxes']}   classes {len(s['classes'])}")
+    print(f"  payload {p['store']}" + (f", max side {p['max_side']}" if p["max_side"] else "")
+          + (f", quality {p['quality']}" if p["quality"] else "")
+          + f"   shards {s['shards']}   on disk {s['bytes'] / 2**20:.1f} MB   records {s['record_bytes'] / 2**20:.1f} MB")
+    print(f"  source {s['source']['format']} {s['source']['root']}" + (f" [{s['source']['split']}]" if s['source']['split'] else ""))
+    print("  image long side: " + "  ".join(f"{k}: {v}" for k, v in s["long_side_histogram"].items() if v))
+    print("  common sizes (w x h): " + "  ".join(f"{k}: {v}" for k, v in s["common_sizes"].items()))
+    used = sorted((c for c in s["classes"] if c["boxes"]), key=lambda c: -c["boxes"])
+    print(f"  classes with boxes ({len(used)} of {len(s['classes'])}):")
+    for c in used:
+        print(f"    {c['id']:4d} {c['name']:<20} (source id {c['source_id']}) {c['boxes']:7d}")
+    for kind in ("errors", "notes"):
+        if s["report"][kind]:
+            print(f"  pack {kind}: " + ", ".join(f"{k} {v}" for k, v in s["report"][kind].items()))
+    return EXIT_OK
+
+
+def add_verify(sub) -> None:
+    p = sub.add_parser("verify", help="re-check every record's CRC (and decode every image)")
+    p.add_argument("store", type=Path)
+    p.add_argument("--decode", action="store_true", help="also decode every image")
+    p.add_argument("--workers", type=int, help="processes (default: all cores)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_verify)
+
+
+def cmd_verify(args) -> int:
+    from ..pack.run import default_workers
+    from ..store.format import FormatError
+    from ..store.verify import verify
+
+    try:
+        res = verify(args.store, decode=args.decode, workers=args.workers or default_workers(),
+                     progress=not args.quiet)
+    except FormatError as e:
+        return fail(str(e))
+    if res.ok:
+        extra = f", {res.decoded} images decoded" if args.decode else ""
+        print(f"{res.path}: OK, {res.checked} records checked{extra}")
+        return EXIT_OK
+    print(f"{res.path}: {len(res.damaged)} damaged record(s) or shard(s):")
+    for d in res.damaged[:50]:
+        print(f"  {d['shard']} record {d['index']}: {d['error']}" if d["index"] is not None else f"  {d['error']}")
+    if len(res.damaged) > 50:
+        print(f"  ... and {len(res.damaged) - 50} more")
+    print("re-pack the dataset (or restore the damaged shard from a copy)")
+    return EXIT_FAIL
