@@ -225,3 +225,16 @@ def test_the_next_epoch_is_queued_ahead_and_dropped_when_another_is_asked(painte
             np.testing.assert_allclose(got, expect, atol=2e-3, err_msg=f"epoch {epoch} mixed up")
             if epoch in (0, 5):
                 assert loader._pool.outstanding > 0   # the following epoch is already being built
+
+
+def test_device_augment_leaves_hsv_and_flip_out_of_the_workers(painted_store):
+    hyp = AugmentHyp(fliplr=1.0, flipud=0.0, hsv_h=0.5, hsv_s=1.0, hsv_v=1.0, mosaic=0.0, scale=0.0, translate=0.0)
+    cfg = LoaderConfig(imgsz=160, batch_size=4, workers=0, shuffle=False, hyp=hyp, device_augment=True)
+    assert cfg.worker_hyp().fliplr == 0 and cfg.worker_hyp().hsv_v == 0 and cfg.worker_hyp().scale == 0
+    with create_loader("cpu", painted_store, cfg) as loader:
+        images, targets = next(iter(loader))
+    plain = LoaderConfig(imgsz=160, batch_size=4, workers=0, shuffle=False, augment=False)
+    with create_loader("cpu", painted_store, plain) as loader:
+        expect, expect_targets = next(iter(loader))
+    assert torch.equal(images, expect)   # no flip, no colour change: what a letterbox gives
+    torch.testing.assert_close(targets, expect_targets)

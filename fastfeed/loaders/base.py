@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import NamedTuple
 
 import torch
@@ -67,6 +67,7 @@ class LoaderConfig:
     prefetch: int = 2                # batches in flight per worker
     pin_memory: bool | None = None   # None: when an accelerator is present
     partner_buffer: int = 64         # mosaic partners come from this many recent images per worker
+    device_augment: bool = False     # leave HSV jitter and the horizontal flip to the DevicePrefetcher
     timeout: float = 300.0           # seconds without a batch before a worker counts as hung
 
     def __post_init__(self):
@@ -88,6 +89,12 @@ class LoaderConfig:
         need(isinstance(self.partner_buffer, int) and self.partner_buffer >= 4, "partner_buffer", "must be >= 4")
         need(self.timeout > 0, "timeout", "must be > 0")
         need(isinstance(self.hyp, AugmentHyp), "hyp", "must be an AugmentHyp")
+
+    def worker_hyp(self) -> AugmentHyp:
+        """The augmentation the workers apply: all of `hyp`, or without what the device will do."""
+        if not self.device_augment:
+            return self.hyp
+        return replace(self.hyp, fliplr=0.0, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0)
 
     def resolved_rank(self) -> tuple[int, int]:
         """(rank, world_size): from the config, else from torch.distributed, else (0, 1)."""

@@ -59,13 +59,14 @@ class BatchBuilder:
     def __init__(self, source, cfg: LoaderConfig, rank: int = 0):
         self.source, self.cfg, self.rank = source, cfg, rank
         self.size = cfg.imgsz
+        self.hyp = cfg.worker_hyp()
         self.scratch = np.empty((self.size, self.size, 3), np.uint8)
         self.plane_scratch = np.empty((self.size, self.size), np.uint8)
         self.partners: deque = deque(maxlen=cfg.partner_buffer)
 
     def build(self, indices, epoch: int, batch_id: int, mosaic_on: bool, out: np.ndarray):
         """Fill out[:len(indices)] (uint8 [B,3,S,S]); return (targets float32 [M,6], stage seconds)."""
-        cfg, hyp, S = self.cfg, self.cfg.hyp, self.size
+        cfg, hyp, S = self.cfg, self.hyp, self.size
         times = {"read": 0.0, "decode": 0.0, "augment": 0.0, "collate": 0.0}
         rng = np.random.default_rng([cfg.seed, self.rank, epoch, batch_id])
         targets = []
