@@ -6,22 +6,11 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
-from typing import NamedTuple
 
 import torch
 
 from ..augment import AugmentHyp
-
-
-class Batch(NamedTuple):
-    """images: uint8 [B,3,S,S] RGB, contiguous; targets: float32 [M,6] img_idx, cls, cx, cy, w, h (0..1).
-
-    Valid until the next batch is requested: loaders reuse their (shared, maybe pinned) buffers.
-    """
-
-    images: torch.Tensor
-    targets: torch.Tensor
-
+from ..batch import Batch
 
 STAGES = ("read", "decode", "augment", "collate")
 
