@@ -141,3 +141,14 @@ def test_coco128_every_record_equals_its_source(coco128, tmp_path):
                             (a["bbox"][1] + a["bbox"][3]) / h] for a in anns]).reshape(-1, 4)
         np.testing.assert_allclose(s.boxes, np.clip(expect, 0, 1), atol=1e-6)
         assert s.classes.tolist() == [ids[a["category_id"]] for a in anns]
+
+
+def test_source_fingerprint_follows_label_edits(yolo_builder, tmp_path):
+    b = yolo_builder(names=["a"])
+    b.add("img", ["0 0.5 0.5 0.2 0.2"])
+    first = run_pack(b.root, tmp_path / "a").manifest
+    again = run_pack(b.root, tmp_path / "b").manifest
+    b.add("img", ["0 0.5 0.5 0.3 0.2"], image=False)
+    edited = run_pack(b.root, tmp_path / "c").manifest
+    assert first["source"]["fingerprint"] == again["source"]["fingerprint"] != edited["source"]["fingerprint"]
+    assert first["fingerprint"] == again["fingerprint"] != edited["fingerprint"]

@@ -35,7 +35,7 @@ class Result:
     n_crowd: int = 0
     orig_size: tuple[int, int] = (0, 0)
     size: tuple[int, int] = (0, 0)
-    source_crc: int = 0                  # CRC32 of the source file, for the source fingerprint
+    source_crc: int = 0                  # CRC32 of the source file (+ its label file), for the source fingerprint
 
 
 def _conversion_notes(data, name: str) -> list[Problem]:
@@ -107,6 +107,11 @@ def process_item(item: Item, cfg: PayloadConfig, nc: int | None) -> Result:
         res.problems.append(Problem("unreadable_image", item.name, str(e)))
         return res
     res.source_crc = fmt.crc32(data)
+    if item.label_path is not None:  # a YOLO label file is part of the source too
+        try:
+            res.source_crc = fmt.crc32(item.label_path.read_bytes(), res.source_crc)
+        except OSError:
+            pass  # parse_label reports an unreadable label file
     try:
         notes = _conversion_notes(data, item.name)
         pixels, orig, size, how = _decode(data, cfg)

@@ -9,7 +9,7 @@ import multiprocessing as mp
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -86,7 +86,6 @@ class PackResult:
     report: PackReport
     seconds: float = 0.0
     source_desc: str = ""
-    extra: dict = field(default_factory=dict)
 
 
 def _check_out(cfg: PackConfig) -> None:
