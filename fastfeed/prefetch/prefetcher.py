@@ -1,0 +1,295 @@
+"""`DevicePrefetcher`: the loader's batches moved to the device, converted, ahead of the step (see
+the package docstring for the stream protocol and the buffer-reuse hazard)."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import weakref
+from collections import deque
+from typing import NamedTuple
+
+import torch
+
+from ..batch import Batch
+from ..device_augment import DeviceAugment
+from .host import HostBuffers
+from .streams import DEVICES, InFlight, StreamOps, device_module, pinned
+
+log = logging.getLogger(__name__)
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.uint8)   # uint8: no conversion
+_POLL = 0.05     # seconds between stop checks of a producer thread blocked on a full queue
+_JOIN_S = 60.0   # how long close() waits for a producer thread stuck inside next(loader)
+
+
+class _Failure(NamedTuple):
+    error: BaseException
+
+
+_END = object()
+
+
+def _resolve_augment(loader, device_augment, seed: int) -> DeviceAugment | None:
+    cfg = getattr(loader, "cfg", None)
+    workers_skip = bool(getattr(cfg, "device_augment", False) and getattr(cfg, "augment", True))
+    if device_augment is None:
+        device_augment = workers_skip
+    if device_augment is False:
+        if workers_skip:
+            log.warning("loader.cfg.device_augment is set but device_augment=False: no HSV jitter or flip at all")
+        return None
+    if device_augment is True:
+        if not hasattr(cfg, "hyp"):
+            raise ValueError("device_augment=True takes its gains from loader.cfg.hyp, and this loader has none; "
+                             "pass a DeviceAugment(...) instead")
+        device_augment = DeviceAugment.from_hyp(cfg.hyp, seed=seed)
+    if not isinstance(device_augment, DeviceAugment):
+        raise ValueError(f"device_augment must be None, True, False or a DeviceAugment, got {device_augment!r}")
+    if cfg is not None and getattr(cfg, "augment", False) and not getattr(cfg, "device_augment", True):
+        log.warning("device augmentation on top of the workers' own HSV jitter and flip: set "
+                    "LoaderConfig(device_augment=True) so the workers skip them")
+    return device_augment if device_augment.active else None
+
+
+class DevicePrefetcher:
+    """Iterate `loader` (any iterable of uint8 `Batch`es) with the batches moved to `device` ahead of use.
+
+    Yields `Batch(images [B,3,S,S] in [0,1] of `dtype` (uint8: 0..255, unconverted), targets float32
+    [M,6])` on `device`: fresh tensors, not views of the loader's buffers, so they outlive the next
+    request. `depth`: batches prepared ahead of the one in use. `device_augment`: None follows
+    `loader.cfg.device_augment` (HSV jitter and flip with `loader.cfg.hyp`'s gains), True forces that,
+    or a `DeviceAugment`; `seed` seeds it (with the epoch and the loader's rank). `thread`: run the
+    loader in a background thread (default: on cpu only). `ops`: internal seam for tests (a fake
+    stream API). Closing stops any background work; the loader stays open (it is the caller's).
+    """
+
+    def __init__(self, loader, device: str | torch.device = "cuda", depth: int = 2,
+                 dtype: torch.dtype = torch.float32, device_augment: bool | DeviceAugment | None = None,
+                 seed: int = 0, thread: bool | None = None, *, ops=None):
+        self.loader = loader
+        kind = device.type if isinstance(device, torch.device) else str(device).split(":")[0]
+        if ops is None and kind not in DEVICES:
+            raise ValueError(f"device {str(device)!r}: valid devices are {', '.join(DEVICES)} (optionally :index)")
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(map(str, DTYPES))}, got {dtype!r}")
+        self.depth, self.dtype = depth, dtype
+        self.augment = _resolve_augment(loader, device_augment, seed)
+        self._rank = int(getattr(loader, "rank", 0) or 0)
+        self.accelerated = ops is not None or kind != "cpu"
+        self._ops = self._stream = None
+        mod = device_module(kind) if self.accelerated and ops is None else None   # imports torch_npu for npu
+        self.device = torch.device(device)    # after that import: torch_npu registers the "npu" type
+        if self.accelerated:
+            if ops is None:
+                if self.device.index is None:
+                    self.device = torch.device(kind, mod.current_device())
+                ops = StreamOps(mod, self.device)
+            self._ops = ops
+            self._stream = ops.new_stream()   # once: the same side stream for every epoch
+        if self.augment is not None and not self.accelerated:
+            log.warning("device augmentation on the CPU: float32 torch costs far more than the workers' uint8 "
+                        "version; consider LoaderConfig(device_augment=False) without an accelerator")
+        self.thread = (not self.accelerated) if thread is None else bool(thread)
+        self._host = HostBuffers(keep=depth + 3)   # queue + producer + consumer + one spare
+        self._active = None                   # weakref to the running iteration's generator
+        self._warned_pageable = False
+        if self.augment is not None:
+            self.augment.reseed(0, self._rank)
+
+    # --- the loader's interface -------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Ends an unfinished iteration, passes `epoch` to the loader and reseeds the device augmentation."""
+        self._stop_active()
+        if hasattr(self.loader, "set_epoch"):
+            self.loader.set_epoch(epoch)
+        if self.augment is not None:
+            self.augment.reseed(epoch, self._rank)
+
+    def __iter__(self):
+        self._stop_active()
+        it = self._threaded() if self.thread else self._inline()
+        self._active = weakref.ref(it)   # weak: a consumer that breaks out and drops it stops it at once
+        return it
+
+    def close(self) -> None:
+        """Stop the running iteration (its thread joined, pending copies finished); idempotent."""
+        self._stop_active()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _stop_active(self) -> None:
+        it = self._active() if self._active is not None else None
+        self._active = None
+        if it is not None:
+            it.close()
+
+    # --- one batch: produce (side stream / any thread), release the host memory, hand out -----------
+
+    def _finish(self, images: torch.Tensor, targets: torch.Tensor, host: bool) -> Batch:
+        """uint8 -> `dtype` /255 (uint8: kept as is), with the device augmentation done in float32. `host`:
+        write into a reused host buffer (the CPU path: that is also the copy out of the loader's buffer)."""
+        if images.dtype != torch.uint8:
+            raise ValueError(f"the loader's images must be uint8, got {images.dtype}")
+        work = torch.float32 if self.augment is not None else self.dtype
+        if host:
+            x = self._host.get(images.shape, work).copy_(images)
+        else:
+            x = images.to(work)   # on the device: a new tensor unless it stays uint8 (then the copy is one)
+        if work != torch.uint8:
+            x = x.div_(255)
+        if self.augment is not None:
+            x, targets = self.augment(x, targets)
+            x = (x.mul_(255).round_() if self.dtype == torch.uint8 else x).to(self.dtype)
+        return Batch(x, targets)
+
+    def _produce(self, batch) -> Batch | InFlight:
+        images, targets = batch
+        if not self.accelerated:
+            return self._finish(images, targets.clone(), host=True)   # copied: the loader may reuse its own
+        ops, side = self._ops, self._stream
+        if not self._warned_pageable and not pinned(images):
+            self._warned_pageable = True
+            log.info("the loader's images are not in pinned memory: host-to-device copies are synchronous")
+        with ops.use(side):
+            images, targets = ops.to_device(images), ops.to_device(targets)
+            copied = ops.event()
+            copied.record(side)
+            out = self._finish(images, targets, host=False)
+            ready = ops.event()
+            ready.record(side)
+        return InFlight(out, copied, ready)
+
+    def _release(self, item) -> None:
+        """Block until `item`'s host memory has been read, so the loader may overwrite it."""
+        if isinstance(item, InFlight):
+            item.copied.synchronize()
+
+    def _hand_out(self, item) -> Batch:
+        if not isinstance(item, InFlight):
+            return item
+        consumer = self._ops.current_stream()
+        consumer.wait_event(item.ready)
+        for t in item.batch:
+            self._ops.record(t, consumer)
+        return item.batch
+
+    def transfer(self, batch) -> Batch:
+        """One batch through the same path, without look-ahead; the loader may reuse `batch` on return."""
+        item = self._produce(batch)
+        self._release(item)
+        return self._hand_out(item)
+
+    # --- drivers: inline (the consumer's thread) or a producer thread --------------------------------
+
+    def _inline(self):
+        it, pending, last, error = iter(self.loader), deque(), None, None
+
+        def fetch() -> bool:
+            nonlocal last, error
+            self._release(last)                     # the loader may reuse the last batch's memory from here
+            try:
+                batch = next(it, _END)
+            except Exception as e:                  # raised once the batches before it are handed out
+                error = e
+                return False
+            if batch is _END:
+                return False
+            last = self._produce(batch)
+            pending.append(last)
+            return True
+
+        try:
+            more = True
+            while more and len(pending) < self.depth:
+                more = fetch()
+            while pending:
+                item = pending.popleft()
+                if more:
+                    more = fetch()                  # top up first: `depth` stay in flight while the consumer works
+                yield self._hand_out(item)
+            if error is not None:
+                raise error
+        finally:
+            self._release(last)
+            _close(it)
+
+    def _threaded(self):
+        it = iter(self.loader)
+        try:   # the first batch in the caller's thread: a loader that starts (forks) workers does it from here
+            first = next(it, _END)
+        except BaseException:
+            _close(it)
+            raise
+        q: queue.Queue = queue.Queue(maxsize=self.depth)
+        stop = threading.Event()
+        worker = threading.Thread(target=self._producer, args=(it, first, q, stop), name="fastfeed-prefetch",
+                                  daemon=True)
+        worker.start()
+        try:
+            while True:
+                item = q.get()
+                if item is _END:
+                    return
+                if isinstance(item, _Failure):
+                    raise item.error                # the loader's exception, its traceback included
+                yield self._hand_out(item)
+        finally:
+            stop.set()
+            _drain(q)                               # a producer blocked on put() sees `stop` within _POLL
+            worker.join(_JOIN_S)
+            _drain(q)
+            if worker.is_alive():
+                log.warning("the prefetch thread is still inside next(loader) after %.0f s; left running", _JOIN_S)
+
+    def _producer(self, it, batch, q: queue.Queue, stop: threading.Event) -> None:
+        def put(x) -> bool:
+            while not stop.is_set():
+                try:
+                    q.put(x, timeout=_POLL)
+                    return True
+                except queue.Full:
+                    pass
+            return False
+
+        last = None
+        try:
+            while batch is not _END and not stop.is_set():
+                last = self._produce(batch)
+                if not put(last):
+                    return
+                self._release(last)                 # the loader may reuse the last batch's memory from here
+                batch = next(it, _END)
+            put(_END)
+        except BaseException as e:  # noqa: B036  (everything reaches the consumer, even KeyboardInterrupt)
+            put(_Failure(e))
+        finally:
+            try:
+                self._release(last)
+            finally:
+                _close(it)
+
+
+def _close(it) -> None:
+    close = getattr(it, "close", None)
+    if close is not None:
+        close()
+
+
+def _drain(q: queue.Queue) -> None:
+    while True:
+        try:
+            q.get_nowait()
+        except queue.Empty:
+            return

@@ -1,0 +1,447 @@
+"""DevicePrefetcher: overlap, order and content (with a loader that reuses one buffer), errors, shutdown,
+the stream protocol against a recording fake of torch.cuda / torch.npu, and (gpu) the real thing.
+
+The `test_gpu_*` tests need only torch: `benchmarks/gpu_check.py` imports this module and calls them on a
+bare GPU machine without pytest, so pytest is optional here and they take no fixtures.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import traceback
+from contextlib import contextmanager
+
+import torch
+
+from fastfeed.batch import Batch
+from fastfeed.device_augment import DeviceAugment
+from fastfeed.prefetch import DevicePrefetcher, device_module
+from fastfeed.prefetch.streams import StreamOps
+
+try:
+    import pytest
+except ImportError:          # the bare GPU machine: only the test_gpu_* functions are called, by hand
+    pytest = None
+
+gpu = pytest.mark.gpu if pytest else (lambda f: f)
+both_drivers = pytest.mark.parametrize("thread", [True, False], ids=["thread", "inline"]) if pytest else (lambda f: f)
+
+
+# --- fakes ----------------------------------------------------------------------------------------
+
+class ReusingLoader:
+    """Yields batch k in ONE image buffer and ONE target buffer, overwritten in place as soon as the next
+    batch is requested (the cpu loader's contract, at its harshest). Batch k's pixels are all k (mod 256);
+    its targets are k boxes (zero for k = 0) with img_idx 0 and cx = k / 100."""
+
+    def __init__(self, n=6, size=8, batch=2, delay=0.0, fail_at=None, log=None, device="cpu", pin=False):
+        self.n, self.delay, self.fail_at, self.log = n, delay, fail_at, log
+        self.images = torch.empty((batch, 3, size, size), dtype=torch.uint8, device=device)
+        if pin:
+            self.images = self.images.pin_memory()
+        self.targets = torch.empty((16, 6), dtype=torch.float32, device=device)
+        self.epochs, self.closed, self.yielded, self.threads = [], 0, 0, []
+
+    def __len__(self):
+        return self.n
+
+    def set_epoch(self, epoch):
+        self.epochs.append(epoch)
+
+    def __iter__(self):
+        try:
+            for k in range(self.n):
+                self.threads.append(threading.current_thread().name)
+                if self.log is not None:
+                    self.log.append(("request", k))
+                if self.delay:
+                    time.sleep(self.delay)
+                if k == self.fail_at:
+                    _explode(k)
+                self.images.fill_(k % 256)            # overwrites batch k-1 in place
+                self.targets.zero_()
+                self.targets[:k, 2] = k / 100
+                self.yielded += 1
+                yield Batch(self.images, self.targets[:k])
+        finally:
+            self.closed += 1
+
+
+def _explode(k):
+    raise RuntimeError(f"loader failed at batch {k}")
+
+
+def _expect(b: Batch, k: int, dtype=torch.float32):
+    assert b.images.dtype == dtype and b.images.shape == (2, 3, 8, 8)
+    assert torch.equal(b.images, torch.full_like(b.images, (k % 256) / 255))
+    assert b.targets.shape == (k, 6)
+    assert torch.all(b.targets[:, 2] == k / 100)
+
+
+def _prefetch_threads():
+    return [t for t in threading.enumerate() if t.name == "fastfeed-prefetch" and t.is_alive()]
+
+
+# --- CPU: the thread (and inline) drivers -------------------------------------------------------------
+
+@both_drivers
+def test_order_and_content_survive_a_loader_that_reuses_its_buffer(thread):
+    loader = ReusingLoader(n=7)
+    with DevicePrefetcher(loader, "cpu", depth=3, thread=thread) as pf:
+        got = list(pf)                       # all held at once: none may alias the loader's buffer
+        assert len(pf) == 7
+    assert len(got) == 7
+    for k, b in enumerate(got):
+        _expect(b, k)
+    assert not _prefetch_threads()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16]) if pytest else (lambda f: f)
+def test_half_dtypes(dtype):
+    for k, b in enumerate(DevicePrefetcher(ReusingLoader(n=3), "cpu", dtype=dtype)):
+        _expect(b, k, dtype)
+
+
+@both_drivers
+def test_uint8_is_kept_but_still_copied_out_of_the_loader_buffer(thread):
+    got = list(DevicePrefetcher(ReusingLoader(n=4), "cpu", dtype=torch.uint8, thread=thread))
+    for k, b in enumerate(got):
+        assert b.images.dtype == torch.uint8 and torch.all(b.images == k)
+
+
+@both_drivers
+def test_host_buffers_are_reused_only_once_the_consumer_lets_go(thread):
+    from fastfeed.prefetch import host
+
+    if host._use_count is None:
+        pytest.skip("this torch has no storage use count: every batch gets fresh memory")
+    ptrs, kept = set(), []
+    for k, b in enumerate(DevicePrefetcher(ReusingLoader(n=16), "cpu", depth=2, thread=thread)):
+        _expect(b, k)
+        ptrs.add(b.images.data_ptr())
+        if k % 5 == 0:
+            kept.append((k, b.images[1]))        # a view of a batch keeps its buffer out of reuse
+        del b
+    assert len(ptrs) < 12                        # reused (at most depth + 3 live, plus the ones kept)
+    for k, view in kept:
+        assert torch.all(view == k / 255)
+
+
+def test_host_buffer_pool():
+    from fastfeed.prefetch.host import HostBuffers, _use_count
+
+    pool = HostBuffers(keep=2)
+    a = pool.get((2, 3), torch.float32)
+    b = pool.get((2, 3), torch.float32)
+    assert a.data_ptr() != b.data_ptr()          # `a` is still held
+    ptr = a.data_ptr()
+    del a
+    c = pool.get((2, 3), torch.float32)
+    assert (c.data_ptr() == ptr) == (_use_count is not None)
+    assert pool.get((4, 3), torch.float32).shape == (4, 3) and pool.get((2, 3), torch.uint8).dtype == torch.uint8
+
+
+def test_thread_overlaps_loading_with_the_step():
+    n, load_s, step_s = 10, 0.05, 0.05
+    loader = ReusingLoader(n=n, delay=load_s)
+    t0 = time.perf_counter()
+    for _ in DevicePrefetcher(loader, "cpu", depth=2):
+        time.sleep(step_s)
+    took = time.perf_counter() - t0
+    serial = n * (load_s + step_s)           # 1.0 s; overlapped ~ n * max + one load = 0.55 s
+    assert took < 0.8 * serial, f"{took:.2f} s: no overlap (serial would be {serial:.2f} s)"
+
+
+@both_drivers
+def test_loader_errors_reach_the_consumer_with_their_traceback(thread):
+    loader = ReusingLoader(n=6, fail_at=3)
+    seen = []
+    with pytest.raises(RuntimeError, match="loader failed at batch 3") as info:
+        for b in DevicePrefetcher(loader, "cpu", thread=thread):
+            seen.append(round(b.images.flatten()[0].item() * 255))
+    assert seen == [0, 1, 2]
+    assert "_explode" in [f.name for f in traceback.extract_tb(info.value.__traceback__)]
+    assert not _prefetch_threads()
+
+
+def test_breaking_out_stops_the_thread_blocked_on_a_full_queue():
+    loader = ReusingLoader(n=50)
+    pf = DevicePrefetcher(loader, "cpu", depth=2)
+    for _ in pf:
+        time.sleep(0.1)                      # the producer fills the queue and blocks on put()
+        assert _prefetch_threads()
+        break
+    assert not _prefetch_threads()          # the dropped iteration joined its thread at once
+    assert loader.closed == 1 and loader.yielded < 10
+
+
+def test_close_while_the_thread_is_inside_next_loader():
+    loader = ReusingLoader(n=10, delay=0.4)
+    pf = DevicePrefetcher(loader, "cpu", depth=2)
+    it = iter(pf)
+    _expect(next(it), 0)                     # the producer is now sleeping inside the loader
+    t0 = time.perf_counter()
+    pf.close()
+    assert time.perf_counter() - t0 < 5.0
+    assert not _prefetch_threads() and loader.closed == 1
+    with pytest.raises(StopIteration):
+        next(it)
+    pf.close()                               # idempotent
+
+
+def test_the_first_batch_is_asked_for_from_the_callers_thread():
+    """A loader that starts (forks) worker processes on its first batch does so from the caller's thread."""
+    loader = ReusingLoader(n=4)
+    list(DevicePrefetcher(loader, "cpu"))
+    assert loader.threads == [threading.current_thread().name] + ["fastfeed-prefetch"] * 3
+
+
+def test_a_new_epoch_ends_the_unfinished_one_and_set_epoch_passes_through():
+    loader = ReusingLoader(n=5)
+    pf = DevicePrefetcher(loader, "cpu")
+    it = iter(pf)
+    next(it)
+    pf.set_epoch(1)
+    assert loader.epochs == [1] and not _prefetch_threads()
+    for k, b in enumerate(pf):
+        _expect(b, k)
+    assert loader.closed == 2
+
+
+def test_bad_arguments_say_what_is_valid():
+    loader = ReusingLoader()
+    with pytest.raises(ValueError, match="depth must be an integer >= 1"):
+        DevicePrefetcher(loader, "cpu", depth=0)
+    with pytest.raises(ValueError, match="dtype must be one of torch.float32"):
+        DevicePrefetcher(loader, "cpu", dtype=torch.int32)
+    with pytest.raises(ValueError, match="valid devices are cuda, npu, cpu"):
+        DevicePrefetcher(loader, "tpu")
+    with pytest.raises(ValueError, match="loader.cfg.hyp"):
+        DevicePrefetcher(loader, "cpu", device_augment=True)
+    with pytest.raises(ValueError, match="images must be uint8"):
+        DevicePrefetcher([Batch(torch.zeros(1, 3, 4, 4), torch.zeros(0, 6))], "cpu").transfer(
+            Batch(torch.zeros(1, 3, 4, 4), torch.zeros(0, 6)))
+
+
+def test_cuda_without_a_gpu_is_a_clear_error():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    with pytest.raises(RuntimeError, match="sees no cuda device"):
+        DevicePrefetcher(ReusingLoader(), "cuda")
+
+
+# --- the stream protocol, against a recording fake of torch.cuda / torch.npu ---------------------------
+
+class FakeEvent:
+    def __init__(self, log, ident):
+        self.log, self.id = log, ident
+
+    def record(self, stream):
+        self.log.append(("event", self.id, stream.name))
+
+    def synchronize(self):
+        self.log.append(("sync", self.id))
+
+
+class FakeStream:
+    def __init__(self, log, name):
+        self.log, self.name = log, name
+
+    def wait_event(self, event):
+        self.log.append(("wait", self.name, event.id))
+
+
+class FakeDeviceModule:
+    """Stands in for torch.cuda / torch.npu: Stream, Event, current_stream, stream(); per-thread current stream."""
+
+    def __init__(self, log):
+        self.log, self.streams, self.events = log, [], 0
+        self.default = FakeStream(log, "consumer")
+        self._local = threading.local()
+
+    def Stream(self, device=None):  # noqa: N802
+        self.streams.append(FakeStream(self.log, f"side{len(self.streams)}"))
+        return self.streams[-1]
+
+    def Event(self):  # noqa: N802
+        self.events += 1
+        return FakeEvent(self.log, self.events)
+
+    def current_stream(self, device=None):
+        return getattr(self._local, "stream", self.default)
+
+    @contextmanager
+    def stream(self, s):
+        prev = self.current_stream()
+        self._local.stream = s
+        try:
+            yield
+        finally:
+            self._local.stream = prev
+
+
+class RecordingOps(StreamOps):
+    """The real seam class on the fake module; copies and record_stream are logged instead of run."""
+
+    def to_device(self, t):
+        self.mod.log.append(("copy", self.mod.current_stream().name, t.shape[0] and float(t.flatten()[0])))
+        return t.clone()
+
+    def record(self, t, stream):
+        self.mod.log.append(("record_stream", id(t), stream.name))
+
+
+def _check_protocol(log, got):
+    """Every batch copied on the side stream; the host copy finished before the loader was asked again;
+    the consumer's stream waited on the batch's ready event before use; record_stream on each tensor."""
+    ready, copied, k = {}, {}, -1
+    for e in log:
+        if e[0] == "copy" and e[1] != "side0":
+            raise AssertionError(f"copy outside the side stream: {e}")
+        if e[0] == "request" and e[1] > 0:
+            assert ("sync", copied[e[1] - 1]) in log[:log.index(e)], f"batch {e[1]} requested before batch " \
+                                                                       f"{e[1] - 1}'s copy finished"
+        if e[0] == "request":
+            k = e[1]
+        if e[0] == "event":
+            assert e[2] == "side0"
+            (ready if k in copied else copied)[k] = e[1]
+    for k, (b, used_at) in enumerate(got):
+        before = log[:used_at]
+        assert ("wait", "consumer", ready[k]) in before, f"batch {k} handed out before its ready event"
+        for t in b:
+            assert ("record_stream", id(t), "consumer") in before, f"batch {k}: no record_stream"
+
+
+@both_drivers
+def test_stream_protocol_on_a_fake_accelerator(thread):
+    log = []
+    mod = FakeDeviceModule(log)
+    loader = ReusingLoader(n=5, log=log)
+    pf = DevicePrefetcher(loader, "cuda", depth=2, thread=thread, ops=RecordingOps(mod, torch.device("cuda")))
+    for epoch in range(2):                    # one side stream for the prefetcher's life, across epochs
+        del log[:]
+        pf.set_epoch(epoch)
+        got = []
+        for b in pf:
+            got.append((b, len(log)))
+            log.append(("use", len(got) - 1))
+        assert [k for k, _ in enumerate(got)] == list(range(5))
+        for k, (b, _) in enumerate(got):
+            _expect(b, k)
+        _check_protocol(log, got)
+    assert len(mod.streams) == 1
+    assert not _prefetch_threads()
+
+
+def test_npu_is_imported_only_for_device_npu(monkeypatch):
+    loader = ReusingLoader()
+    had = "torch_npu" in sys.modules
+    list(DevicePrefetcher(loader, "cpu"))
+    list(DevicePrefetcher(loader, "cuda", ops=RecordingOps(FakeDeviceModule([]), torch.device("cuda"))))
+    assert ("torch_npu" in sys.modules) == had
+    monkeypatch.setitem(sys.modules, "torch_npu", None)           # `import torch_npu` now raises
+    with pytest.raises(ImportError, match="needs torch_npu: pip install fastfeed\\[npu\\]"):
+        DevicePrefetcher(loader, "npu")
+    # with torch_npu present, npu goes through the very same code as cuda: its module from torch
+    fake = FakeDeviceModule([])
+    fake.is_available = lambda: True
+    monkeypatch.setitem(sys.modules, "torch_npu", type(sys)("torch_npu"))
+    monkeypatch.setattr(torch, "npu", fake, raising=False)
+    assert device_module("npu") is fake
+
+
+def test_cpu_loader_with_device_augment(tmp_path, sample_dir):
+    """The real loader: workers skip HSV and flip, the prefetcher applies them, deterministic for a seed."""
+    from test_pack import run_pack
+
+    from fastfeed import Store
+    from fastfeed.loaders import LoaderConfig, create_loader
+
+    run_pack(sample_dir, tmp_path / "s.ff")
+    cfg = LoaderConfig(imgsz=128, batch_size=4, workers=1, device_augment=True)
+    runs = []
+    for _ in range(2):
+        with create_loader("cpu", Store(tmp_path / "s.ff"), cfg) as loader, DevicePrefetcher(loader, "cpu") as pf:
+            assert isinstance(pf.augment, DeviceAugment) and pf.augment.hsv_s == cfg.hyp.hsv_s
+            runs.append([(b.images.clone(), b.targets.clone()) for b in pf])
+    with create_loader("cpu", Store(tmp_path / "s.ff"), cfg) as loader, \
+            DevicePrefetcher(loader, "cpu", device_augment=False) as pf:
+        plain = [(b.images.clone(), b.targets.clone()) for b in pf]
+    assert len(runs[0]) == 4
+    for (a, ta), (b, tb), (p, tp) in zip(*runs, plain):
+        assert a.dtype == torch.float32 and 0 <= a.min() and a.max() <= 1
+        assert torch.equal(a, b) and torch.equal(ta, tb)
+        assert not torch.equal(a, p)                                     # jittered on the "device"
+        assert torch.equal(ta[:, [0, 1, 3, 4, 5]], tp[:, [0, 1, 3, 4, 5]])
+        flipped = ~torch.isclose(ta[:, 2], tp[:, 2])
+        assert torch.allclose(ta[flipped, 2], 1 - tp[flipped, 2])        # cx -> 1 - cx where flipped
+
+
+# --- gpu: the real CUDA path (torch only, no fixtures) ------------------------------------------------
+
+def _gpu_load():
+    """Keep the default stream busy, so a missing wait or a host buffer reused too early shows up."""
+    a = torch.randn(2048, 2048, device="cuda")
+    for _ in range(8):
+        a = a @ a
+        a = a / a.norm()
+    return a
+
+
+@gpu
+def test_gpu_prefetch_equals_a_plain_copy():
+    for thread in (False, True):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            loader = ReusingLoader(n=12, size=320, batch=8, pin=True)
+            got = []
+            for b in DevicePrefetcher(loader, "cuda", depth=3, dtype=dtype, thread=thread):
+                _gpu_load()
+                got.append(b)
+            torch.cuda.synchronize()
+            for k, b in enumerate(got):
+                assert b.images.is_cuda and b.targets.is_cuda
+                want = torch.full((8, 3, 320, 320), k, dtype=torch.uint8).to("cuda").to(dtype) / 255
+                assert torch.equal(b.images, want), f"batch {k} ({dtype}, thread={thread}) differs from a plain copy"
+                assert b.targets.shape == (k, 6) and torch.all(b.targets[:, 2] == k / 100)
+
+
+@gpu
+def test_gpu_pageable_loader_memory_is_still_correct():
+    loader = ReusingLoader(n=6, size=256, batch=4, pin=False)
+    got = [b for b in DevicePrefetcher(loader, "cuda")]
+    torch.cuda.synchronize()
+    for k, b in enumerate(got):
+        assert torch.equal(b.images, torch.full_like(b.images, k / 255))
+
+
+@gpu
+def test_gpu_one_side_stream_and_the_consumer_waits():
+    pf = DevicePrefetcher(ReusingLoader(n=4, pin=True), "cuda")
+    side = pf._stream
+    assert isinstance(side, torch.cuda.Stream) and side != torch.cuda.current_stream()
+    for epoch in range(2):
+        pf.set_epoch(epoch)
+        for b in pf:
+            b.images.mul_(2)                 # use on the consumer's stream
+    assert pf._stream is side
+    consumer = torch.cuda.Stream()
+    with torch.cuda.stream(consumer):        # handed out to whichever stream is current
+        sums = [b.images.sum().item() for b in pf]
+    for k, s in enumerate(sums):
+        assert abs(s - 2 * 3 * 8 * 8 * k / 255) < 1e-3
+
+
+@gpu
+def test_gpu_device_augment_is_seeded_and_flips_boxes():
+    aug = DeviceAugment(seed=3)
+    x = torch.rand(8, 3, 64, 64, device="cuda")
+    t = torch.tensor([[i, 0, 0.25, 0.5, 0.1, 0.1] for i in range(8)], device="cuda")
+    a, ta = aug(x, t)
+    aug.reseed()
+    b, tb = aug(x, t)
+    assert torch.equal(a, b) and torch.equal(ta, tb) and a.dtype == x.dtype
+    assert 0 <= a.min() and a.max() <= 1
+    assert set(ta[:, 2].tolist()) <= {0.25, 0.75}
