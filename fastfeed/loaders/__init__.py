@@ -8,6 +8,7 @@
 """
 
 from . import cpu  # noqa: F401  (registers "cpu")
+from . import shm  # noqa: F401  (registers "shm")
 from .base import Batch, Loader, LoaderConfig, StageTimes, create_loader, list_loaders, register_loader
 from .workers import WorkerError
 

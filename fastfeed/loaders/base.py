@@ -58,6 +58,10 @@ class LoaderConfig:
     partner_buffer: int = 64         # mosaic partners come from this many recent images per worker
     device_augment: bool = False     # leave HSV jitter and the horizontal flip to the DevicePrefetcher
     timeout: float = 300.0           # seconds without a batch before a worker counts as hung
+    cache_dir: str = "/dev/shm"      # shm: where the decoded-image cache lives (a tmpfs), shared node-wide
+    cache_partial: bool = False      # shm: if the cache does not fit, cache what fits and decode the rest
+    cache_wait: float = 600.0        # shm: seconds to wait for another process that is building the cache
+    cache_keep: bool = False         # shm: leave the cache for the next run (`fastfeed cache clear` removes it)
 
     def __post_init__(self):
         def need(ok: bool, name: str, rule: str):
@@ -78,6 +82,13 @@ class LoaderConfig:
         need(isinstance(self.partner_buffer, int) and self.partner_buffer >= 4, "partner_buffer", "must be >= 4")
         need(self.timeout > 0, "timeout", "must be > 0")
         need(isinstance(self.hyp, AugmentHyp), "hyp", "must be an AugmentHyp")
+        need(isinstance(self.cache_dir, (str, os.PathLike)) and os.fspath(self.cache_dir) != "", "cache_dir",
+             "must be a directory path")
+        self.cache_dir = os.fspath(self.cache_dir)
+        need(isinstance(self.cache_partial, bool), "cache_partial", "must be True or False")
+        need(isinstance(self.cache_wait, (int, float)) and not isinstance(self.cache_wait, bool) and self.cache_wait > 0,
+             "cache_wait", "must be > 0 seconds")
+        need(isinstance(self.cache_keep, bool), "cache_keep", "must be True or False")
 
     def worker_hyp(self) -> AugmentHyp:
         """The augmentation the workers apply: all of `hyp`, or without what the device will do."""

@@ -1,0 +1,79 @@
+"""Does a cache fit: free space in the cache directory and available RAM, against the bytes needed.
+
+A tmpfs holds its files in RAM (or swap), so both limits apply: the filesystem's free space (its
+`size=` mount option) and the RAM the machine can still give. RAM_HEADROOM of the available RAM is
+left for the training processes themselves.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import psutil
+
+from .users import CacheError
+
+RAM_HEADROOM = 0.10
+
+
+class CacheBudgetError(CacheError):
+    """The cache does not fit in the cache directory or in RAM; the message gives the numbers."""
+
+
+def free_bytes(cache_dir) -> int:
+    """Bytes an unprivileged process can still write in `cache_dir` (statvfs)."""
+    st = os.statvfs(cache_dir)
+    return st.f_bavail * st.f_frsize
+
+
+def available_ram() -> int:
+    return psutil.virtual_memory().available
+
+
+def gib(n: float) -> str:
+    """Bytes for a message: GiB from 1 GiB up, else MiB."""
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+@dataclass(frozen=True)
+class Budget:
+    free: int          # bytes free in the cache directory
+    ram: int           # bytes of RAM available
+
+    @property
+    def limit(self) -> int:
+        return min(self.free, int(self.ram * (1 - RAM_HEADROOM)))
+
+    def fits(self, needed: int) -> bool:
+        return needed <= self.limit
+
+
+def measure(cache_dir) -> Budget:
+    return Budget(free_bytes(cache_dir), available_ram())
+
+
+def too_big(needed: int, budget: Budget, cache_dir, imgsz: int, smaller: dict[int, int]) -> CacheBudgetError:
+    """The error for a cache that does not fit: both numbers, and the ways out.
+
+    `smaller` maps smaller imgsz values to the bytes their caches would need.
+    """
+    alternatives = ", ".join(f"{s}: {gib(b)}" for s, b in sorted(smaller.items(), reverse=True) if budget.fits(b))
+    size_g = math.ceil((needed + (_used(cache_dir) or 0)) / 2**30 * 1.1)
+    return CacheBudgetError(
+        f"the shm cache needs {gib(needed)} ({needed} bytes) at imgsz {imgsz}, but {cache_dir} has {gib(budget.free)} "
+        f"({budget.free} bytes) free and the machine {gib(budget.ram)} ({budget.ram} bytes) of RAM available "
+        f"(the cache may use {1 - RAM_HEADROOM:.0%} of it). Options: a smaller imgsz"
+        + (f" ({alternatives} would fit)" if alternatives else "")
+        + "; LoaderConfig(cache_partial=True) to cache the first images that fit and decode "
+          "the rest on the fly; the `cpu` loader, which needs no cache; or a larger /dev/shm: "
+          f"`sudo mount -o remount,size={size_g}G /dev/shm` (RAM permitting).")
+
+
+def _used(cache_dir) -> int | None:
+    try:
+        st = os.statvfs(cache_dir)
+    except OSError:
+        return None
+    return (st.f_blocks - st.f_bfree) * st.f_frsize

@@ -1,0 +1,225 @@
+"""Building a segment: read every record's size and labels, check the budget, then decode the images
+on every core straight into a temporary file and rename it into place once it is complete.
+
+Images are decoded as a loader would (JPEG DCT scaling to the smallest scale that covers the
+target, then an area resize) so the long side is imgsz; smaller images are kept as they are (the
+augmentations scale anyway, and upscaled pixels would only cost memory).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import math
+import mmap
+import os
+import signal
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from .. import codec
+from ..procs import worker_context
+from ..store import format as fmt
+from ..store.reader import Store
+from . import budget, layout
+
+log = logging.getLogger(__name__)
+
+
+def cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def temp_path(segment: Path, pid: int) -> Path:
+    return segment.with_name(f"{segment.name}.tmp-{pid}")
+
+
+# --- what to cache ----------------------------------------------------------------------------------
+
+def scan(store: Store, imgsz: int):
+    """(target shapes uint32 [N, 2], box counts [N], boxes float32 [B, 4], classes int64 [B])."""
+    n = len(store)
+    shapes = np.empty((n, 2), np.uint32)
+    counts = np.empty(n, np.int64)
+    boxes, classes = [], []
+    for i in range(n):
+        head, _, b, c, _ = _record(store, i, check=False)
+        shapes[i] = codec.fit_size(head.height, head.width, imgsz)
+        counts[i] = head.n_boxes
+        boxes.append(b[:head.n_boxes])
+        classes.append(c[:head.n_boxes])
+    return shapes, counts, _cat(boxes, (0, 4), np.float32), _cat(classes, (0,), np.int64)
+
+
+def _cat(parts: list, empty_shape: tuple, dtype) -> np.ndarray:
+    return np.concatenate(parts).astype(dtype) if parts else np.zeros(empty_shape, dtype)
+
+
+def _record(store: Store, index: int, check: bool):
+    try:
+        return fmt.decode_record(store.raw_record(index), check)
+    except fmt.RecordCorrupt as e:
+        raise fmt.RecordCorrupt(f"record {index} in shard {store.shard_name(index)}: {e}; "
+                                "run `fastfeed verify` and re-pack") from None
+
+
+def decode_resized(store: Store, index: int, size: tuple[int, int]) -> np.ndarray:
+    """Record `index` decoded (JPEG: at the smallest DCT scale >= size) and area-resized to `size`."""
+    head, _, _, _, payload = _record(store, index, store.check_crc)
+    if head.codec == "raw":
+        img = np.frombuffer(payload, np.uint8).reshape(head.height, head.width, 3)
+    elif head.codec == "jpeg":
+        img = codec.decode_jpeg(payload, size)
+    else:
+        img = codec.decode_cv2(payload)
+    return codec.resize_to(img, size)
+
+
+def shapes_at(shapes: np.ndarray, imgsz: int, new: int) -> np.ndarray:
+    """Approximate target shapes at another imgsz (for the budget message)."""
+    long = np.maximum(shapes[:, 0], shapes[:, 1]).astype(np.float64)
+    r = np.minimum(1.0, new / np.maximum(long, 1))
+    return np.maximum(1, np.round(shapes * r[:, None])).astype(np.uint32)
+
+
+# --- filling pixels, in worker processes ------------------------------------------------------------
+
+_W: dict = {}
+
+
+def _die_with_parent() -> None:
+    try:  # Linux: if the builder is killed, its helpers go too instead of lingering on the temp file
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _init(store: Store, tmp: str, close_fds: tuple) -> None:
+    _die_with_parent()
+    for fd in close_fds:   # the lock's fd, inherited through fork: only the builder may hold the lock
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    fd = os.open(tmp, os.O_RDWR)
+    try:
+        mm = mmap.mmap(fd, 0)
+    finally:
+        os.close(fd)
+    _W["store"], _W["mem"] = store, np.frombuffer(mm, np.uint8)
+
+
+def _fill(job) -> int:
+    indices, offsets, shapes = job
+    store, mem = _W["store"], _W["mem"]
+    for i, o, (h, w) in zip(indices, offsets, shapes):
+        img = decode_resized(store, int(i), (int(h), int(w)))
+        o, n = int(o), int(h) * int(w) * 3
+        mem[o:o + n] = img.reshape(-1)
+    return len(indices)
+
+
+# --- the build ----------------------------------------------------------------------------------------
+
+def build(store: Store, imgsz: int, segment: Path, *, partial: bool = False, workers: int | None = None,
+          progress: bool | None = None, close_fds: tuple = ()) -> layout.Header:
+    """Build `segment` (the caller holds its lock); returns its header.
+
+    Raises CacheBudgetError when it does not fit (unless `partial`: then the first records that fit
+    are cached). A temporary file `<segment>.tmp-<pid>` is removed on any failure.
+    """
+    # A Store of our own, closed afterwards: reading every record maps the whole store into this
+    # process, and those maps would stay with the rank that happened to build.
+    own = Store(store.path, check_crc=store.check_crc)
+    if own.fingerprint != store.fingerprint:
+        raise fmt.FormatError(f"the store at {store.path} changed on disk since it was opened (fingerprint "
+                              f"{own.fingerprint}, was {store.fingerprint}); open it again")
+    try:
+        return _build(own, imgsz, segment, partial, workers, progress, close_fds)
+    finally:
+        own.close()
+
+
+def _build(store: Store, imgsz: int, segment: Path, partial: bool, workers: int | None, progress: bool | None,
+           close_fds: tuple) -> layout.Header:
+    t0 = time.perf_counter()
+    shapes, counts, boxes, classes = scan(store, imgsz)
+    n = len(store)
+    need = layout.segment_bytes(shapes, counts)
+    b = budget.measure(segment.parent)
+    k = n
+    if not b.fits(int(need[n])):
+        smaller = {s: int(layout.segment_bytes(shapes_at(shapes, imgsz, s), counts)[n])
+                   for s in (imgsz // 2 // 32 * 32, imgsz * 3 // 4 // 32 * 32) if 32 <= s < imgsz}
+        err = budget.too_big(int(need[n]), b, segment.parent, imgsz, smaller)
+        if not partial:
+            raise err
+        k = max(int(np.searchsorted(need, b.limit, side="right")) - 1, 0)
+        log.warning("caching %d of %d images (cache_partial): %s", k, n, err)
+    lay = layout.plan(shapes[:k], counts[:k], n_records=n, imgsz=imgsz, fingerprint=store.fingerprint,
+                      builder_pid=os.getpid(), created=time.time())
+    h = lay.header
+    tmp = temp_path(segment, os.getpid())
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        try:  # reserve every page now: a full tmpfs fails here, not with SIGBUS half-way through
+            if hasattr(os, "posix_fallocate"):
+                os.posix_fallocate(fd, 0, h.total_bytes)
+            else:  # pragma: no cover - macOS
+                os.ftruncate(fd, h.total_bytes)
+        except OSError as e:
+            now = budget.measure(segment.parent)
+            raise budget.CacheBudgetError(f"reserving the cache in {segment.parent} failed ({e.strerror}): "
+                                          + str(budget.too_big(h.total_bytes, now, segment.parent, imgsz, {}))) from None
+        mm = mmap.mmap(fd, h.total_bytes)
+        try:
+            mm[:layout.HEADER_BYTES] = h.pack()
+            nb = h.n_boxes
+            for off, arr in ((h.shapes_off, shapes[:k]), (h.offsets_off, lay.offsets), (h.box_idx_off, lay.box_idx),
+                             (h.boxes_off, boxes[:nb]), (h.classes_off, classes[:nb])):
+                data = np.ascontiguousarray(arr).tobytes()
+                mm[off:off + len(data)] = data
+            _fill_all(store, tmp, mm, lay, shapes[:k], workers or cores(), progress, close_fds)
+            mm[layout.STATE_OFFSET:layout.STATE_OFFSET + 4] = layout.STATE_COMPLETE.to_bytes(4, "little")
+        finally:
+            try:
+                mm.close()
+            except BufferError:   # a view still held by a traceback: unmapped when that is collected
+                pass
+        os.rename(tmp, segment)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        os.close(fd)
+    log.info("built shm cache %s: %d of %d images, %s, %.1f s", segment, k, n, budget.gib(h.total_bytes),
+             time.perf_counter() - t0)
+    return replace(h, state=layout.STATE_COMPLETE)
+
+
+def _fill_all(store: Store, tmp: Path, mm: mmap.mmap, lay: layout.Layout, shapes: np.ndarray, workers: int,
+              progress: bool | None, close_fds: tuple) -> None:
+    k = len(shapes)
+    if k == 0:
+        return
+    workers = max(1, min(workers, math.ceil(k / 16)))
+    chunk = max(4, min(128, k // (workers * 8) or 1))
+    jobs = [(np.arange(a, min(a + chunk, k)), lay.offsets[a:a + chunk], shapes[a:a + chunk]) for a in range(0, k, chunk)]
+    with tqdm(total=k, unit="img", desc=f"shm cache {lay.header.imgsz}", disable=None if progress is None else not progress) as bar:
+        if workers == 1:   # in this process, through the builder's own map
+            _W["store"], _W["mem"] = store, np.frombuffer(mm, np.uint8)
+            try:
+                for job in jobs:
+                    bar.update(_fill(job))
+            finally:
+                _W.clear()
+            return
+        with worker_context() as ctx:
+            pool = ctx.Pool(workers, _init, (store, str(tmp), tuple(close_fds)))
+        with pool:
+            for done in pool.imap_unordered(_fill, jobs):
+                bar.update(done)

@@ -1,0 +1,160 @@
+"""The layout of a shared decoded-image cache segment: the one place that knows it, and its version.
+
+A segment is one file (in /dev/shm by default) holding the first `n_cached` records of a store,
+decoded and resized so the long side is at most imgsz, with their labels. No pickle: a fixed
+little-endian header, then numpy arrays at the byte offsets the header gives::
+
+    0        header     HEADER below, zero-padded to HEADER_BYTES (one page)
+    shapes   uint32  [K, 2]    (h, w) of each cached image
+    offsets  uint64  [K]       byte offset of each image's pixels from the start of the file
+    box_idx  uint64  [K + 1]   record i's boxes are boxes[box_idx[i]:box_idx[i + 1]]
+    boxes    float32 [B, 4]    training boxes x1, y1, x2, y2 normalised to 0..1 (no crowd boxes)
+    classes  int64   [B]       contiguous class ids
+    pixels   uint8             RGB HWC images, each starting on a 64-byte boundary; page-aligned start
+
+Every table starts on a 64-byte boundary. The state field is written last: a segment whose state
+is not COMPLETE, whose size is not `total_bytes`, or whose magic/version differ is never read.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+CACHE_VERSION = 1
+MAGIC = b"FFCACHE\x00"
+STATE_BUILDING, STATE_COMPLETE = 0, 1
+FLAG_PARTIAL = 1
+SUFFIX = ".cache"
+PREFIX = "fastfeed-"
+
+# magic, version, state, builder_pid, imgsz, flags, n_records, n_cached, n_boxes, total_bytes,
+# shapes, offsets, box_idx, boxes, classes, pixels (byte offsets), created (unix time), fingerprint
+HEADER = struct.Struct("<8sIIqIIqqqq6qd64s")
+STATE_OFFSET = 12
+HEADER_BYTES = 4096
+_ALIGN = 64
+
+
+class CacheFormatError(ValueError):
+    """Bytes that are not a complete cache segment of this version."""
+
+
+def segment_name(fingerprint: str, imgsz: int) -> str:
+    """The segment of a store (by content fingerprint) at one imgsz, for this format version."""
+    return f"{PREFIX}{fingerprint}-{imgsz}-v{CACHE_VERSION}{SUFFIX}"
+
+
+def segment_path(cache_dir, fingerprint: str, imgsz: int) -> Path:
+    return Path(cache_dir) / segment_name(fingerprint, imgsz)
+
+
+def _align(n, a: int = _ALIGN):
+    return (n + a - 1) // a * a
+
+
+@dataclass(frozen=True)
+class Header:
+    version: int
+    state: int
+    builder_pid: int
+    imgsz: int
+    flags: int
+    n_records: int
+    n_cached: int
+    n_boxes: int
+    total_bytes: int
+    shapes_off: int
+    offsets_off: int
+    box_idx_off: int
+    boxes_off: int
+    classes_off: int
+    pixels_off: int
+    created: float
+    fingerprint: str
+
+    @property
+    def partial(self) -> bool:
+        return self.n_cached < self.n_records
+
+    def pack(self) -> bytes:
+        values = [getattr(self, f.name) for f in fields(self)]
+        values[-1] = values[-1].encode("ascii")
+        return HEADER.pack(MAGIC, *values).ljust(HEADER_BYTES, b"\0")
+
+
+def read_header(buf) -> Header:
+    """Parse the header; raises CacheFormatError naming what is wrong (and both versions)."""
+    if len(buf) < HEADER.size:
+        raise CacheFormatError(f"{len(buf)} bytes: shorter than a cache header")
+    magic, *values = HEADER.unpack_from(buf, 0)
+    if magic != MAGIC:
+        raise CacheFormatError("not a fastfeed cache segment (bad magic)")
+    if values[0] != CACHE_VERSION:
+        raise CacheFormatError(f"cache format version {values[0]}, this fastfeed reads version {CACHE_VERSION}")
+    values[-1] = values[-1].rstrip(b"\0").decode("ascii", "replace")
+    return Header(*values)
+
+
+def segment_bytes(shapes: np.ndarray, box_counts: np.ndarray) -> np.ndarray:
+    """Bytes of a segment caching the first k records, for every k in 0..len(shapes)."""
+    k = np.arange(len(shapes) + 1, dtype=np.int64)
+    b = np.concatenate([[0], np.cumsum(box_counts, dtype=np.int64)])
+    tables = (_align(k * 8) + _align(k * 8) + _align((k + 1) * 8) + _align(b * 16) + _align(b * 8))
+    pixels = np.concatenate([[0], np.cumsum(_align(shapes[:, 0].astype(np.int64) * shapes[:, 1] * 3))])
+    return _align(HEADER_BYTES + tables, 4096) + pixels
+
+
+@dataclass(frozen=True)
+class Layout:
+    header: Header
+    offsets: np.ndarray    # uint64 [K]
+    box_idx: np.ndarray    # uint64 [K + 1]
+
+
+def plan(shapes: np.ndarray, box_counts: np.ndarray, *, n_records: int, imgsz: int, fingerprint: str,
+         builder_pid: int, created: float) -> Layout:
+    """Where everything goes for caching records 0..len(shapes)-1 (`shapes` uint32 [K, 2])."""
+    k = len(shapes)
+    box_idx = np.concatenate([[0], np.cumsum(box_counts, dtype=np.int64)]).astype(np.uint64)
+    n_boxes = int(box_idx[-1])
+    off = HEADER_BYTES
+    places = []
+    for nbytes in (k * 8, k * 8, (k + 1) * 8, n_boxes * 16, n_boxes * 8):
+        places.append(off)
+        off = _align(off + nbytes)
+    pixels_off = _align(off, 4096)
+    sizes = _align(shapes[:, 0].astype(np.int64) * shapes[:, 1] * 3)
+    offsets = (pixels_off + np.concatenate([[0], np.cumsum(sizes)[:-1]]) if k else np.zeros(0)).astype(np.uint64)
+    total = pixels_off + int(sizes.sum())
+    header = Header(CACHE_VERSION, STATE_BUILDING, builder_pid, imgsz, FLAG_PARTIAL if k < n_records else 0,
+                    n_records, k, n_boxes, total, *places, pixels_off, created, fingerprint)
+    return Layout(header, offsets, box_idx)
+
+
+class View:
+    """Zero-copy numpy views of a mapped segment; `record(i)` is what a loader reads."""
+
+    def __init__(self, buf):
+        self.header = h = read_header(buf)
+        if h.state != STATE_COMPLETE:
+            raise CacheFormatError("half-written: the builder has not marked it complete")
+        if len(buf) != h.total_bytes:
+            raise CacheFormatError(f"{len(buf)} bytes, the header says {h.total_bytes}")
+        k, b = h.n_cached, h.n_boxes
+        self.mem = np.frombuffer(buf, np.uint8)
+        self.shapes = np.frombuffer(buf, np.uint32, k * 2, h.shapes_off).reshape(k, 2)
+        self.offsets = np.frombuffer(buf, np.uint64, k, h.offsets_off)
+        self.box_idx = np.frombuffer(buf, np.uint64, k + 1, h.box_idx_off)
+        self.boxes = np.frombuffer(buf, np.float32, b * 4, h.boxes_off).reshape(b, 4)
+        self.classes = np.frombuffer(buf, np.int64, b, h.classes_off)
+
+    def record(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(image HWC RGB uint8, boxes normalised xyxy float32, classes int64): views, no copy."""
+        h, w = self.shapes[i]
+        o = int(self.offsets[i])
+        b0, b1 = int(self.box_idx[i]), int(self.box_idx[i + 1])
+        return self.mem[o:o + int(h) * int(w) * 3].reshape(h, w, 3), self.boxes[b0:b1], self.classes[b0:b1]

@@ -1,0 +1,238 @@
+"""Attaching to a segment: the first comer builds it under the lock, the others wait and attach.
+
+    lease = acquire(store, imgsz=640)          # builds /dev/shm/fastfeed-<fingerprint>-640-v1.cache once
+    view = lease.handle().view()               # in any process: zero-copy numpy views
+    img, boxes, classes = view.record(i)
+    lease.release()                            # the last user out removes the segment (unless keep)
+
+Every decision is taken under the segment's lock (users.py), so a segment is never read half-built,
+removed while someone attaches, or built twice. A segment that is not usable (half-written, wrong
+size or version, a builder that died) is removed and rebuilt; so are temporary files of dead builders.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+from pathlib import Path
+
+from ..store.reader import Store
+from . import build, layout, users
+from .users import CacheError
+
+log = logging.getLogger(__name__)
+RELEASE_WAIT = 60.0   # seconds; only a build holds the lock for long, and none runs on an attached segment
+
+
+def users_path(segment: Path) -> Path:
+    return segment.with_name(segment.name + ".users")
+
+
+def temp_files(segment: Path) -> list[tuple[Path, int]]:
+    """(path, builder pid) of every temporary build file of `segment`."""
+    out = []
+    for p in segment.parent.glob(segment.name + ".tmp-*"):
+        pid = p.name.rsplit("-", 1)[-1]
+        out.append((p, int(pid) if pid.isdigit() else -1))
+    return out
+
+
+def probe(segment: Path, fingerprint: str | None = None, imgsz: int | None = None) -> tuple[layout.Header | None, str]:
+    """(header, "") of a usable segment; (None, why not) otherwise; (None, "") when there is none."""
+    try:
+        with open(segment, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(layout.HEADER.size)
+    except FileNotFoundError:
+        return None, ""
+    try:
+        h = layout.read_header(head)
+    except layout.CacheFormatError as e:
+        return None, str(e)
+    if h.state != layout.STATE_COMPLETE:
+        who = "alive" if users.alive(h.builder_pid) else "dead"
+        return None, f"half-written (state {h.state}, builder pid {h.builder_pid}, {who})"
+    if size != h.total_bytes:
+        return None, f"{size} bytes, the header says {h.total_bytes}: truncated or overwritten"
+    if fingerprint is not None and h.fingerprint != fingerprint:
+        return None, f"holds store {h.fingerprint}, not {fingerprint}"
+    if imgsz is not None and h.imgsz != imgsz:
+        return None, f"built for imgsz {h.imgsz}, not {imgsz}"
+    return h, ""
+
+
+class CacheHandle:
+    """A picklable, fork-safe reference to a segment: each process maps it (read-only) on first use."""
+
+    def __init__(self, path, header: layout.Header):
+        self.path, self.header = str(path), header
+        self._pid = None
+        self._view: layout.View | None = None
+
+    @property
+    def n_cached(self) -> int:
+        return self.header.n_cached
+
+    def __getstate__(self):
+        return {"path": self.path, "header": self.header}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._pid, self._view = None, None
+
+    def view(self) -> layout.View:
+        if self._pid != os.getpid():
+            self._attach()
+        return self._view
+
+    def _attach(self) -> None:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise CacheError(f"the shm cache {self.path} was removed while in use (`fastfeed cache clear --force`?); "
+                             "restart the run") from None
+        try:
+            size = os.fstat(fd).st_size
+            mm = mmap.mmap(fd, size, prot=mmap.PROT_READ) if size else b""
+        finally:
+            os.close(fd)
+        try:
+            view = layout.View(mm)
+        except layout.CacheFormatError as e:
+            raise CacheError(f"the shm cache {self.path} cannot be read: {e}") from None
+        h, want = view.header, self.header
+        if (h.fingerprint, h.imgsz, h.n_cached, h.total_bytes) != (want.fingerprint, want.imgsz, want.n_cached,
+                                                                   want.total_bytes):
+            raise CacheError(f"the shm cache {self.path} was replaced by a different one while in use; restart the run")
+        self._view, self._pid = view, os.getpid()
+
+    def detach(self) -> None:
+        """Drop this process's map (it is unmapped once no array refers to it)."""
+        self._view, self._pid = None, None
+
+
+class CacheLease:
+    """This process's attachment to a segment; `release()` (idempotent) detaches it."""
+
+    def __init__(self, path: Path, header: layout.Header, built: bool, keep: bool):
+        self.path, self.header, self.built, self.keep = path, header, built, keep
+        self.pid = os.getpid()
+        self._released = False
+        self._handle = CacheHandle(path, header)
+
+    @property
+    def size(self) -> int:
+        return self.header.total_bytes
+
+    @property
+    def n_cached(self) -> int:
+        return self.header.n_cached
+
+    @property
+    def n_records(self) -> int:
+        return self.header.n_records
+
+    def handle(self) -> CacheHandle:
+        return self._handle
+
+    def __repr__(self) -> str:
+        return (f"CacheLease({str(self.path)!r}, {self.n_cached}/{self.n_records} images, {self.size} bytes, "
+                f"built={self.built})")
+
+    def release(self) -> None:
+        if self._released or os.getpid() != self.pid:
+            return   # a forked child never detaches its parent's lease
+        self._released = True
+        self._handle.detach()
+        try:
+            with users.locked(users_path(self.path), RELEASE_WAIT) as fd:
+                u = users.read(fd)
+                u.remove(self.pid)
+                if u.entries or u.keep:
+                    users.write(fd, u)
+                    return
+                self.path.unlink(missing_ok=True)
+                users_path(self.path).unlink(missing_ok=True)   # still locked: waiters see it gone and retry
+                log.debug("removed shm cache %s (last user)", self.path)
+        except (CacheError, OSError) as e:
+            log.warning("could not detach from the shm cache %s (%s); `fastfeed cache clear` removes it once unused",
+                        self.path, e)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def _busy_reason(segment: Path, wait: float):
+    def reason(holder: int | None) -> str:
+        builders = [pid for _, pid in temp_files(segment) if pid > 0 and users.alive(pid)]
+        who = (f"pid {builders[0]} is still building it" if builders else
+               f"pid {holder} still holds its lock" if holder else "another process still holds its lock")
+        return (f"gave up after waiting {wait:g} s (LoaderConfig.cache_wait) for the shm cache {segment}: {who}. "
+                "Raise cache_wait for a large dataset, or check that process")
+    return reason
+
+
+def acquire(store: Store, imgsz: int, cache_dir="/dev/shm", *, partial: bool = False, wait: float = 600.0,
+            keep: bool = False, workers: int | None = None, progress: bool | None = None) -> CacheLease:
+    """Attach to the cache of `store` at `imgsz` in `cache_dir`, building it first if needed."""
+    cache_dir = Path(cache_dir)
+    if not cache_dir.is_dir():
+        raise CacheError(f"cache directory {cache_dir} does not exist (LoaderConfig.cache_dir; /dev/shm is a tmpfs "
+                         "on Linux)")
+    segment = layout.segment_path(cache_dir, store.fingerprint, imgsz)
+    try:
+        return _acquire(store, imgsz, segment, partial, wait, keep, workers, progress)
+    except PermissionError as e:
+        if not str(e.filename or "").startswith(str(segment)):
+            raise
+        raise CacheError(f"cannot use the shm cache {segment} ({e.strerror}: {e.filename}): another user's? "
+                         "Set LoaderConfig.cache_dir to a directory of your own") from None
+
+
+def _acquire(store: Store, imgsz: int, segment: Path, partial: bool, wait: float, keep: bool, workers,
+             progress) -> CacheLease:
+    def waiting(holder):
+        log.info("waiting for pid %s to finish the shm cache %s", holder, segment)
+
+    with users.locked(users_path(segment), wait, _busy_reason(segment, wait), waiting) as fd:
+        u = users.read(fd)
+        try:
+            header, built = _usable_or_built(store, imgsz, segment, u, partial, workers, progress, fd)
+        except BaseException:
+            if not u.entries and not u.keep and not segment.exists():
+                users_path(segment).unlink(missing_ok=True)   # leave nothing behind (still locked)
+            raise
+        u.add(os.getpid())
+        u.keep = u.keep or keep
+        users.write(fd, u)
+    return CacheLease(segment, header, built, keep)
+
+
+def _usable_or_built(store: Store, imgsz: int, segment: Path, u: users.Users, partial: bool, workers, progress,
+                     fd: int) -> tuple[layout.Header, bool]:
+    """Under the lock: the segment's header if it can be used as it is, else build it."""
+    for tmp, pid in temp_files(segment):   # we hold the lock: no live builder is writing these
+        if pid == os.getpid() or not users.alive(pid):
+            log.warning("removing %s, left half-written by pid %d", tmp, pid)
+            tmp.unlink(missing_ok=True)
+    header, why = probe(segment, store.fingerprint, imgsz)
+    if header is None and why:
+        log.warning("rebuilding the shm cache %s: %s", segment, why)
+        segment.unlink(missing_ok=True)
+    if header is not None and header.partial and not partial:
+        if u.entries:
+            raise CacheError(f"the shm cache {segment} holds only {header.n_cached} of {header.n_records} images "
+                             f"(built with cache_partial=True) and is in use by pid(s) "
+                             f"{', '.join(map(str, u.pids))}: pass cache_partial=True to share it, or build a "
+                             "full one once they have finished")
+        log.info("rebuilding the partial shm cache %s in full", segment)
+        segment.unlink()
+        header = None
+    if header is not None:
+        return header, False
+    return build.build(store, imgsz, segment, partial=partial, workers=workers, progress=progress,
+                       close_fds=(fd,)), True

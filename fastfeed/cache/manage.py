@@ -1,0 +1,106 @@
+"""What `fastfeed cache ls` and `fastfeed cache clear` do: list segments, remove the unused ones."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import layout, users
+from .lease import probe, temp_files, users_path
+from .users import CacheError
+
+_NAME = re.compile(rf"^{layout.PREFIX}(?P<fp>[0-9A-Za-z]+)-(?P<imgsz>\d+)-v(?P<v>\d+){re.escape(layout.SUFFIX)}$")
+
+
+@dataclass
+class CacheInfo:
+    path: Path                      # the segment (which may not exist: a build in progress, a lone lock file)
+    state: str                      # complete | building | stale | lock only
+    bytes: int = 0                  # on disk: the segment, or what temporary files hold
+    fingerprint: str = ""
+    imgsz: int = 0
+    version: int = 0
+    n_cached: int = 0
+    n_records: int = 0
+    users: list[int] = field(default_factory=list)
+    keep: bool = False
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
+
+
+def _segments(cache_dir: Path) -> list[Path]:
+    names = set()
+    for p in cache_dir.glob(f"{layout.PREFIX}*{layout.SUFFIX}*"):
+        base = p.name.split(layout.SUFFIX, 1)[0] + layout.SUFFIX
+        if _NAME.match(base):
+            names.add(base)
+    return [cache_dir / n for n in sorted(names)]
+
+
+def _describe(segment: Path) -> CacheInfo:
+    m = _NAME.match(segment.name)
+    info = CacheInfo(segment, "lock only", fingerprint=m["fp"], imgsz=int(m["imgsz"]), version=int(m["v"]))
+    u = users.read_path(users_path(segment))
+    info.users, info.keep = u.pids, u.keep
+    if segment.exists():
+        header, why = probe(segment)
+        info.bytes = segment.stat().st_size
+        if header is not None:
+            info.state, info.n_cached, info.n_records = "complete", header.n_cached, header.n_records
+        else:
+            info.state, info.note = "stale", why
+    for tmp, pid in temp_files(segment):
+        live = pid > 0 and users.alive(pid)
+        if info.state == "lock only":
+            info.state = "building" if live else "stale"
+        info.bytes += tmp.stat().st_size if tmp.exists() else 0
+        info.note = "; ".join(filter(None, [info.note, f"{'being built' if live else 'left half-written'} by pid "
+                                                       f"{pid} ({tmp.name})"]))
+    return info
+
+
+def list_caches(cache_dir="/dev/shm") -> list[CacheInfo]:
+    """Every fastfeed cache segment in `cache_dir` (with builds in progress and leftovers)."""
+    cache_dir = Path(cache_dir)
+    if not cache_dir.is_dir():
+        raise CacheError(f"cache directory {cache_dir} does not exist")
+    return [_describe(s) for s in _segments(cache_dir)]
+
+
+def _remove(segment: Path, all_temps: bool) -> None:
+    segment.unlink(missing_ok=True)
+    for tmp, pid in temp_files(segment):
+        if all_temps or not (pid > 0 and users.alive(pid)):
+            tmp.unlink(missing_ok=True)
+
+
+def clear_caches(cache_dir="/dev/shm", force: bool = False) -> tuple[list[CacheInfo], list[CacheInfo]]:
+    """Remove every segment without live users (all of them with `force`); returns (removed, kept),
+    the kept ones with the reason in `note`. Processes still using a force-removed segment keep
+    their map (memory is freed when they exit); new ones cannot attach to it."""
+    removed, kept = [], []
+    for info in list_caches(cache_dir):
+        seg = info.path
+        try:
+            with users.locked(users_path(seg), 1.0) as fd:
+                u = users.read(fd)
+                if u.entries and not force:
+                    users.write(fd, u)   # dead users pruned
+                    info.users = u.pids
+                    info.note = f"in use by pid(s) {', '.join(map(str, u.pids))} (--force removes it anyway)"
+                    kept.append(info)
+                    continue
+                _remove(seg, force)
+                users_path(seg).unlink(missing_ok=True)
+        except CacheError:   # its lock is held for longer than a moment: it is being built
+            if not force:
+                info.note = "being built (--force removes it anyway)"
+                kept.append(info)
+                continue
+            _remove(seg, True)
+            users_path(seg).unlink(missing_ok=True)
+        removed.append(info)
+    return removed, kept

@@ -1,0 +1,410 @@
+"""The shared decoded-image cache: contents, one build for many processes, stale segments, the budget,
+reference counting and cleanup, and `fastfeed cache ls|clear|build`."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import CocoBuilder, jpeg_bytes
+from test_loaders import _painted
+from test_pack import run_pack
+
+from fastfeed import Store, codec
+from fastfeed.cache import CacheBudgetError, CacheError, acquire, clear_caches, layout, list_caches, users
+from fastfeed.cache import build as cache_build
+from fastfeed.cache.lease import users_path
+from fastfeed.cli import main
+from fastfeed.loaders.pipeline import StoreSource
+from fastfeed.loaders.shm import ShmSource
+from fastfeed.procs import worker_context
+
+
+@contextmanager
+def processes(target, arg_lists, ctx=None):
+    """Start one process per args tuple; kill any left at the end. Forked by default as the loaders fork
+    (OpenCV's thread pool parked: a child that calls OpenCV after this process used its pool hangs)."""
+    if ctx is None:
+        with worker_context() as ctx:
+            procs = [ctx.Process(target=target, args=args) for args in arg_lists]
+            for p in procs:
+                p.start()
+    else:
+        procs = [ctx.Process(target=target, args=args) for args in arg_lists]
+        for p in procs:
+            p.start()
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+            p.join()
+
+
+CTX = mp.get_context("fork")   # queues and events; processes start through `processes`
+
+
+def scratch_shm_dir(prefix: str):
+    """A fresh directory in /dev/shm for one test, removed after it; the test must leave it empty."""
+    d = Path("/dev/shm") / f"{prefix}-{uuid.uuid4().hex[:12]}"
+    d.mkdir()
+    yield d
+    left = sorted(os.listdir(d))
+    shutil.rmtree(d)
+    assert not left, f"the test left {left} behind"
+
+
+def make_painted_store(root: Path) -> Store:
+    """test_loaders' painted store: 24 raw images (160x120 / 120x160), one red box each."""
+    b = CocoBuilder(root / "src")
+    for k in range(24):
+        h, w = (120, 160) if k % 2 else (160, 120)
+        img, box = _painted(k, h, w)
+        b.add_image(f"{k:02d}.jpg", h, w, data=jpeg_bytes(img, 97), boxes=[((1, 3, 18)[k % 3], box)])
+    run_pack(b.write(), root / "s.ff", store="raw")
+    return Store(root / "s.ff")
+
+
+@pytest.fixture
+def shm_dir():
+    yield from scratch_shm_dir("fftest-cache")
+
+
+@pytest.fixture(scope="module")
+def painted_store(tmp_path_factory):
+    return make_painted_store(tmp_path_factory.mktemp("painted"))
+
+
+@pytest.fixture(scope="module")
+def jpeg_store(tmp_path_factory, sample_dir):
+    """The bundled sample as packed: real JPEGs (mostly 640x480), decoded with DCT scaling at imgsz 320."""
+    out = tmp_path_factory.mktemp("jpeg") / "s.ff"
+    run_pack(sample_dir, out)
+    return Store(out)
+
+
+def dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def fresh(store: Store, i: int, imgsz: int) -> np.ndarray:
+    """What the cache must hold for record i: the store's decode at the DCT scale >= target, area-resized."""
+    h, w = store[i].size
+    target = codec.fit_size(h, w, imgsz)
+    return codec.resize_to(store.get(i, min_size=target).image, target)
+
+
+def slow_decodes(monkeypatch, seconds: float) -> None:
+    real = cache_build.decode_resized
+
+    def slow(*a, **kw):
+        time.sleep(seconds)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(cache_build, "decode_resized", slow)
+
+
+# --- contents ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("which, imgsz", [("jpeg_store", 320), ("painted_store", 96), ("painted_store", 640)])
+def test_contents_equal_a_fresh_decode(which, imgsz, request, shm_dir):
+    store = request.getfixturevalue(which)
+    with acquire(store, imgsz, shm_dir, workers=2, progress=False) as lease:   # painted: 24 images, 2 processes
+        assert lease.built and lease.n_cached == lease.n_records == len(store)
+        assert lease.path.stat().st_size == lease.size
+        view = lease.handle().view()
+        for i in range(len(store)):
+            img, boxes, classes = view.record(i)
+            expect = fresh(store, i, imgsz)
+            assert max(img.shape[:2]) == min(imgsz, max(store[i].size))
+            assert np.array_equal(img, expect), f"record {i}: pixels differ from decode + resize"
+            assert np.array_equal(boxes, store[i].boxes) and boxes.dtype == np.float32
+            assert np.array_equal(classes, store[i].classes) and classes.dtype == np.int64
+            assert not img.flags.writeable and not img.flags.owndata   # a read-only view, not a copy
+
+
+def test_a_handle_pickles_without_its_map_and_attaches_by_name(painted_store, shm_dir):
+    with acquire(painted_store, 96, shm_dir) as lease:
+        handle = lease.handle()
+        img = handle.view().record(4)[0]
+        assert set(handle.__getstate__()) == {"path", "header"}
+        again = pickle.loads(pickle.dumps(handle))
+        assert np.array_equal(again.view().record(4)[0], img)
+        assert again.view().mem.base is not handle.view().mem.base      # its own map of the same file
+
+
+def test_segment_layout_and_sizes_agree(painted_store, tmp_path):
+    shapes, counts, _, _ = cache_build.scan(painted_store, 96)
+    need = layout.segment_bytes(shapes, counts)
+    for k in (0, 1, 13, 24):
+        lay = layout.plan(shapes[:k], counts[:k], n_records=24, imgsz=96, fingerprint="f" * 32, builder_pid=1, created=0.0)
+        assert lay.header.total_bytes == need[k]
+        assert lay.header.partial == (k < 24)
+        assert all(int(o) % 64 == 0 for o in lay.offsets) and lay.header.pixels_off % 4096 == 0
+    h = layout.read_header(lay.header.pack())
+    assert h == lay.header
+    bad = bytearray(lay.header.pack())
+    bad[8:12] = (7).to_bytes(4, "little")
+    with pytest.raises(layout.CacheFormatError, match="cache format version 7, this fastfeed reads version 1"):
+        layout.read_header(bytes(bad))
+
+
+# --- one build, many processes -------------------------------------------------------------------
+
+def _attach(store, cache_dir, barrier, results, done):
+    barrier.wait()
+    lease = acquire(store, 96, cache_dir, progress=False)
+    img = lease.handle().view().record(5)[0]
+    results.put((os.getpid(), lease.built, os.stat(lease.path).st_ino, int(img.sum())))
+    done.wait(60)
+    lease.release()
+
+
+def test_two_processes_attach_to_one_segment_built_once(painted_store, shm_dir, monkeypatch):
+    slow_decodes(monkeypatch, 0.02)   # a build that takes a while, so the second process really waits
+    barrier, results, done = CTX.Barrier(2), CTX.Queue(), CTX.Event()
+    with processes(_attach, [(painted_store, shm_dir, barrier, results, done)] * 2) as procs:
+        got = [results.get(timeout=60) for _ in procs]
+        segment = layout.segment_path(shm_dir, painted_store.fingerprint, 96)
+        assert sorted(built for _, built, _, _ in got) == [False, True]     # exactly one build
+        assert len({ino for _, _, ino, _ in got}) == 1 and len({s for *_, s in got}) == 1
+        assert sorted(users.read_path(users_path(segment)).pids) == sorted(pid for pid, *_ in got)
+        assert not list(shm_dir.glob("*.tmp-*"))
+        done.set()
+        for p in procs:
+            p.join(30)
+            assert p.exitcode == 0
+    assert not list(shm_dir.iterdir())                  # the last one out removed it
+
+
+def _build_and_hang(store, cache_dir):
+    acquire(store, 96, cache_dir, progress=False)
+    time.sleep(60)
+
+
+def test_a_waiter_names_the_builder_and_a_killed_build_leaves_nothing_blocking(painted_store, shm_dir, monkeypatch):
+    slow_decodes(monkeypatch, 0.5)
+    with processes(_build_and_hang, [(painted_store, shm_dir)]) as (builder,):
+        deadline = time.monotonic() + 30
+        while not list(shm_dir.glob("*.tmp-*")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        monkeypatch.undo()
+        (info,) = list_caches(shm_dir)
+        assert info.state == "building" and f"being built by pid {builder.pid}" in info.note
+        with pytest.raises(CacheError, match=f"waiting 0.3 s .*cache_wait.*pid {builder.pid} is still building it"):
+            acquire(painted_store, 96, shm_dir, wait=0.3)
+        os.kill(builder.pid, signal.SIGKILL)        # a crash half-way: the temp file stays, the lock goes
+        builder.join()
+    assert list(shm_dir.glob(f"*.tmp-{builder.pid}"))
+    with acquire(painted_store, 96, shm_dir, wait=30) as lease:
+        assert lease.built
+        assert not list(shm_dir.glob("*.tmp-*"))        # the dead builder's half-written file is gone
+        assert np.array_equal(lease.handle().view().record(3)[0], fresh(painted_store, 3, 96))
+
+
+def _attach_and_die(store, cache_dir, results):
+    lease = acquire(store, 96, cache_dir, progress=False)
+    results.put(lease.built)
+    results.close()
+    results.join_thread()          # flushed: the parent gets it before we die
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_crashed_user_is_pruned_and_its_segment_reused(painted_store, shm_dir):
+    results = CTX.Queue()
+    with processes(_attach_and_die, [(painted_store, shm_dir, results)]):
+        assert results.get(timeout=30) is True
+    assert [i.users for i in list_caches(shm_dir)] == [[]]      # its pid is dead: no users
+    with acquire(painted_store, 96, shm_dir) as lease:
+        assert not lease.built                                # nothing to rebuild: it was complete
+        assert users.read_path(users_path(lease.path)).pids == [os.getpid()]
+
+
+# --- stale segments ------------------------------------------------------------------------------
+
+def _spoil(segment: Path, how: str) -> None:
+    data = bytearray(segment.read_bytes())
+    if how == "garbage":
+        data = bytearray(np.random.default_rng(0).integers(0, 256, 20000, dtype=np.uint8).tobytes())
+    elif how == "empty":
+        data = bytearray()
+    elif how == "half-written":                           # state still BUILDING, by a builder now dead
+        data[layout.STATE_OFFSET:layout.STATE_OFFSET + 4] = layout.STATE_BUILDING.to_bytes(4, "little")
+        data[16:24] = dead_pid().to_bytes(8, "little")
+    elif how == "truncated":
+        data = data[:-4096]
+    elif how == "other version":
+        data[8:12] = (layout.CACHE_VERSION + 1).to_bytes(4, "little")
+    segment.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["garbage", "empty", "half-written", "truncated", "other version"])
+def test_a_stale_segment_is_rebuilt_never_read(painted_store, shm_dir, how, caplog):
+    segment = layout.segment_path(shm_dir, painted_store.fingerprint, 96)
+    cache_build.build(painted_store, 96, segment, progress=False)
+    _spoil(segment, how)
+    with acquire(painted_store, 96, shm_dir) as lease:
+        assert lease.built and lease.path == segment
+        assert "rebuilding the shm cache" in caplog.text
+        view = lease.handle().view()
+        for i in (0, 7, 23):
+            assert np.array_equal(view.record(i)[0], fresh(painted_store, i, 96))
+
+
+# --- budget --------------------------------------------------------------------------------------
+
+def _needed(store, imgsz) -> np.ndarray:
+    shapes, counts, _, _ = cache_build.scan(store, imgsz)
+    return layout.segment_bytes(shapes, counts)
+
+
+@pytest.mark.parametrize("free, ram", [(1000, 10**12), (10**12, 5000)])
+def test_a_cache_that_does_not_fit_fails_with_both_numbers_and_the_options(painted_store, shm_dir, monkeypatch, free, ram):
+    monkeypatch.setattr("fastfeed.cache.budget.free_bytes", lambda d: free)
+    monkeypatch.setattr("fastfeed.cache.budget.available_ram", lambda: ram)
+    needed = int(_needed(painted_store, 320)[-1])
+    with pytest.raises(CacheBudgetError) as e:
+        acquire(painted_store, 320, shm_dir)
+    msg = str(e.value)
+    assert f"needs {needed / 2**20:.1f} MiB ({needed} bytes) at imgsz 320" in msg
+    assert f"{shm_dir} has " in msg and f"({free} bytes) free" in msg and f"({ram} bytes) of RAM available" in msg
+    for option in ("a smaller imgsz", "cache_partial=True", "the `cpu` loader", "mount -o remount,size="):
+        assert option in msg
+    assert not list(shm_dir.iterdir())        # nothing left behind: no segment, temp file or lock
+
+
+def test_a_partial_cache_holds_a_prefix_and_the_rest_comes_from_the_store(painted_store, shm_dir, monkeypatch, caplog):
+    need = _needed(painted_store, 160)
+    monkeypatch.setattr("fastfeed.cache.budget.free_bytes", lambda d: int(need[10]) + 100)
+    with acquire(painted_store, 160, shm_dir, partial=True) as lease:
+        assert lease.n_cached == 10 and lease.n_records == 24 and lease.size == need[10]
+        assert "caching 10 of 24 images (cache_partial)" in caplog.text
+        src, plain = ShmSource(lease.handle(), painted_store, 160), StoreSource(painted_store, 160)
+        for i in range(24):
+            t_shm, t_store = dict.fromkeys(("read", "decode"), 0.0), dict.fromkeys(("read", "decode"), 0.0)
+            got, expect = src.load(i, t_shm), plain.load(i, t_store)
+            for a, b in zip(got, expect):
+                assert np.array_equal(a, b)
+            assert (t_shm["decode"] == 0.0) == (i < 10)             # cached: read only; the rest: decoded
+        # a full cache is asked for while the partial one is in use: refused, with what to do
+        monkeypatch.setattr("fastfeed.cache.budget.free_bytes", lambda d: 10**12)
+        with pytest.raises(CacheError, match=r"holds only 10 of 24 images .* in use by pid\(s\) .*cache_partial=True"):
+            acquire(painted_store, 160, shm_dir)
+        with acquire(painted_store, 160, shm_dir, partial=True) as other:   # shared as it is
+            assert not other.built and other.n_cached == 10
+    with acquire(painted_store, 160, shm_dir) as full:        # unused now: rebuilt in full
+        assert full.built and full.n_cached == 24
+
+
+# --- reference counting and cleanup --------------------------------------------------------------
+
+def test_the_last_user_out_removes_the_segment_and_dead_users_are_pruned(painted_store, shm_dir):
+    a = acquire(painted_store, 96, shm_dir)
+    b = acquire(painted_store, 96, shm_dir)
+    assert a.built and not b.built and a.path == b.path
+    with open(users_path(a.path), "a") as f:
+        f.write(f"{dead_pid()} 12345.0\n")                 # a user that crashed
+    a.release()
+    a.release()                                            # idempotent
+    assert a.path.exists()
+    assert users.read_path(users_path(a.path)).entries == [(os.getpid(), pytest.approx(users.start_time(os.getpid())))]
+    b.release()
+    assert not list(shm_dir.iterdir())
+
+
+def test_keep_leaves_the_segment_for_the_next_run(painted_store, shm_dir):
+    with acquire(painted_store, 96, shm_dir, keep=True) as lease:
+        pass
+    assert lease.path.exists()
+    with acquire(painted_store, 96, shm_dir) as again:
+        assert not again.built
+    (info,) = list_caches(shm_dir)
+    assert info.state == "complete" and info.keep and info.users == []
+    removed, kept = clear_caches(shm_dir)
+    assert [r.path for r in removed] == [lease.path] and not kept
+
+
+def test_cleanup_leaves_dev_shm_as_it_was(painted_store):
+    """The default cache_dir itself: nothing of ours is left in /dev/shm once the user is gone."""
+    before = set(os.listdir("/dev/shm"))
+    lease = acquire(painted_store, 96)
+    during = set(os.listdir("/dev/shm")) - before
+    assert {lease.path.name, lease.path.name + ".users"} <= during
+    lease.release()
+    assert not {e for e in set(os.listdir("/dev/shm")) - before if e.startswith("fastfeed-")}
+    assert not lease.path.exists()
+
+
+def test_the_lock_follows_a_file_removed_while_waiting(tmp_path):
+    path = tmp_path / "x.users"
+    got = []
+    with users.locked(path, 5):
+        def waiter():
+            with users.locked(path, 5) as fd2:
+                got.append(os.fstat(fd2).st_ino == os.stat(path).st_ino)
+        t = threading.Thread(target=waiter)
+        t.start()
+        time.sleep(0.2)
+        path.unlink()          # as release() does, still holding the lock
+    t.join(10)
+    assert got == [True]       # the waiter locked the new file, not the removed one
+
+
+# --- the command line ----------------------------------------------------------------------------
+
+def test_cli_cache_build_ls_clear(painted_store, jpeg_store, shm_dir, capsys):
+    d = str(shm_dir)
+    assert main(["cache", "ls", "--dir", d]) == 0
+    assert "no fastfeed caches" in capsys.readouterr().out
+    assert main(["cache", "build", str(jpeg_store.path), "--imgsz", "128", "--dir", d, "--quiet"]) == 0
+    assert "built, 16/16 images" in capsys.readouterr().out
+    held = acquire(painted_store, 96, shm_dir)                # in use by this process
+    assert main(["cache", "ls", "--dir", d]) == 0
+    out = capsys.readouterr().out
+    assert "2 fastfeed cache(s)" in out
+    for fp, imgsz, images, who in ((jpeg_store.fingerprint, "128", "16/16", "0, keep"),
+                                   (painted_store.fingerprint, "96", "24/24", f"1 (pid {os.getpid()})")):
+        line = next(x for x in out.splitlines() if fp in x and x.strip().startswith("fastfeed-"))
+        assert f" {imgsz} " in line and images in line and "complete" in line and who in line and "KiB" in line
+    assert main(["cache", "ls", "--dir", d, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert {(e["fingerprint"], e["imgsz"], e["bytes"] > 0) for e in listed} == {
+        (jpeg_store.fingerprint, 128, True), (painted_store.fingerprint, 96, True)}
+
+    assert main(["cache", "clear", "--dir", d]) == 0
+    out = capsys.readouterr().out
+    assert f"removed {d}/fastfeed-{jpeg_store.fingerprint}-128" in out
+    assert f"in use by pid(s) {os.getpid()}" in out and "1 removed" in out and "1 kept" in out
+    assert held.path.exists()
+    assert main(["cache", "clear", "--dir", d, "--force"]) == 0
+    assert "1 removed" in capsys.readouterr().out and not held.path.exists()
+    held.release()                                        # nothing left to remove; leaves the folder empty
+    assert main(["cache", "ls", "--dir", str(shm_dir / "missing")]) == 1
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["cache"]) == 2
+
+
+def test_cli_clear_removes_leftovers_of_crashed_builds(painted_store, shm_dir, capsys):
+    segment = layout.segment_path(shm_dir, painted_store.fingerprint, 96)
+    cache_build.temp_path(segment, dead_pid()).write_bytes(b"half")
+    users_path(segment).write_text(f"{dead_pid()} 1.0\n")
+    (info,) = list_caches(shm_dir)
+    assert info.state == "stale" and "left half-written by pid" in info.note
+    assert main(["cache", "clear", "--dir", str(shm_dir)]) == 0
+    assert "1 removed" in capsys.readouterr().out

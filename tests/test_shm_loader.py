@@ -1,0 +1,151 @@
+"""The `shm` loader: the cpu loader's Batch contract and augmentation over the shared cache, ranks that
+share one segment, the partial-cache fallback, and cleanup when loaders close."""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing as mp
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_cache import make_painted_store, processes, scratch_shm_dir
+from test_loaders import NO_COLOUR, _collect, _red
+
+from fastfeed.augment import AugmentHyp
+from fastfeed.cache import CacheBudgetError, layout
+from fastfeed.cache import build as cache_build
+from fastfeed.loaders import LoaderConfig, create_loader, list_loaders
+
+
+@pytest.fixture
+def shm_dir():
+    yield from scratch_shm_dir("fftest-shm")
+
+
+@pytest.fixture(scope="module")
+def painted_store(tmp_path_factory):
+    return make_painted_store(tmp_path_factory.mktemp("painted"))
+
+
+
+def test_registered_and_its_config_fields_are_checked():
+    assert "shm" in list_loaders()
+    for field, value in (("cache_wait", 0), ("cache_partial", "yes"), ("cache_keep", 1), ("cache_dir", "")):
+        with pytest.raises(ValueError, match=f"LoaderConfig.{field}"):
+            LoaderConfig(**{field: value})
+    assert LoaderConfig(cache_dir=Path("/tmp")).cache_dir == "/tmp"
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_batch_contract(painted_store, shm_dir, workers):
+    cfg = LoaderConfig(imgsz=96, batch_size=5, workers=workers, drop_last=False, cache_dir=str(shm_dir))
+    with create_loader("shm", painted_store, cfg) as loader:
+        batches = _collect(loader)
+        assert loader.shared_bytes() == loader.cache.size == loader.cache.path.stat().st_size
+        ms = loader.stage_times().per_sample_ms()
+    assert len(batches) == len(loader) == 5
+    for images, targets in batches:
+        assert images.dtype == torch.uint8 and images.shape[1:] == (3, 96, 96) and images.is_contiguous()
+        assert targets.dtype == torch.float32 and targets.shape[1] == 6
+        b = len(images)
+        assert ((targets[:, 0] >= 0) & (targets[:, 0] < b)).all() and (targets[:, 0] == targets[:, 0].round()).all()
+        assert ((targets[:, 1] >= 0) & (targets[:, 1] < 3)).all()
+        assert ((targets[:, 2:] >= 0) & (targets[:, 2:] <= 1)).all()
+    assert sum(len(i) for i, _ in batches) == 24
+    assert ms["decode"] == 0.0 and ms["read"] > 0 and ms["augment"] > 0     # samples are read, never decoded
+
+
+@pytest.mark.parametrize("hyp", [NO_COLOUR, AugmentHyp(hsv_h=0, hsv_s=0, hsv_v=0, degrees=0, mosaic=0.0),
+                                 AugmentHyp(hsv_h=0, hsv_s=0, hsv_v=0, fliplr=1.0, flipud=0.5)])
+def test_boxes_frame_the_painted_objects_after_augmentation(painted_store, shm_dir, hyp):
+    """imgsz 128 < the images' 160: the cache holds resized images, and boxes still frame their objects."""
+    cfg = LoaderConfig(imgsz=128, batch_size=8, workers=2, hyp=hyp, seed=3, cache_dir=str(shm_dir))
+    with create_loader("shm", painted_store, cfg) as loader:
+        batches = _collect(loader) + _collect(loader, 1)
+    seen = uncovered = total = 0
+    for images, targets in batches:
+        red = _red(images)
+        covered = np.zeros_like(red)
+        for j, _, cx, cy, w, h in targets.tolist():
+            x1, y1, x2, y2 = (np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2]) * 128).round().astype(int)
+            assert red[int(j), y1:y2, x1:x2].mean() > 0.85, "a box does not frame its painted object"
+            covered[int(j), max(y1 - 1, 0):y2 + 1, max(x1 - 1, 0):x2 + 1] = True
+            seen += 1
+        uncovered += (red & ~covered).sum()
+        total += red.sum()
+    assert uncovered <= 0.04 * total and seen > 20
+
+
+def _batches(name, store, **kw):
+    with create_loader(name, store, LoaderConfig(**kw)) as loader:
+        return _collect(loader) + _collect(loader, 1)
+
+
+def test_same_batches_as_the_cpu_loader_when_no_resize_is_needed(painted_store, shm_dir):
+    """At imgsz 160 the cache holds the store's own pixels: the same machinery must give the same batches."""
+    kw = dict(imgsz=160, batch_size=4, workers=2, hyp=NO_COLOUR, seed=5)
+    shm = _batches("shm", painted_store, cache_dir=str(shm_dir), **kw)
+    cpu = _batches("cpu", painted_store, **kw)
+    assert len(shm) == len(cpu) == 12
+    for (a, ta), (b, tb) in zip(shm, cpu):
+        assert torch.equal(a, b) and torch.equal(ta, tb)
+
+
+def test_a_partial_cache_falls_back_to_the_store(painted_store, shm_dir, monkeypatch):
+    shapes, counts, _, _ = cache_build.scan(painted_store, 160)
+    need = layout.segment_bytes(shapes, counts)
+    monkeypatch.setattr("fastfeed.cache.budget.free_bytes", lambda d: int(need[9]) + 10)
+    kw = dict(imgsz=160, batch_size=4, workers=2, hyp=NO_COLOUR, seed=5)
+    with pytest.raises(CacheBudgetError, match="cache_partial=True"):
+        create_loader("shm", painted_store, LoaderConfig(cache_dir=str(shm_dir), **kw))
+    with create_loader("shm", painted_store, LoaderConfig(cache_dir=str(shm_dir), cache_partial=True, **kw)) as loader:
+        assert (loader.cache.n_cached, loader.cache.n_records) == (9, 24)
+        shm = _collect(loader) + _collect(loader, 1)
+    cpu = _batches("cpu", painted_store, **kw)
+    for (a, ta), (b, tb) in zip(shm, cpu):       # 9 images from the cache, 15 from the store: same batches
+        assert torch.equal(a, b) and torch.equal(ta, tb)
+
+
+def _rank(store, cache_dir, rank, barrier, results):
+    barrier.wait()
+    cfg = LoaderConfig(imgsz=160, batch_size=4, workers=2, augment=False, rank=rank, world_size=2, drop_last=False,
+                       cache_dir=cache_dir)
+    with create_loader("shm", store, cfg) as loader:
+        boxes = {tuple(np.round(t[1:].numpy(), 4)) for _, targets in _collect(loader) for t in targets}
+        results.put((rank, loader.cache.built, os.stat(loader.cache.path).st_ino, boxes))
+        barrier.wait()    # both attached at once before either closes
+
+
+def test_two_ranks_share_one_segment_and_read_disjoint_samples(painted_store, shm_dir):
+    """Ranks as torchrun starts them: fresh interpreters (spawn), one loader each, 2 workers each."""
+    ctx = mp.get_context("spawn")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    with processes(_rank, [(painted_store, str(shm_dir), r, barrier, results) for r in (0, 1)], ctx) as procs:
+        got = sorted(results.get(timeout=120) for _ in procs)
+        for p in procs:
+            p.join(60)
+            assert p.exitcode == 0
+    (_, built0, ino0, r0), (_, built1, ino1, r1) = got
+    assert [built0, built1].count(True) == 1 and ino0 == ino1       # one build, one segment
+    assert not r0 & r1 and len(r0 | r1) == 24
+    assert not list(shm_dir.iterdir())                                # removed with the last rank
+
+
+def test_closing_or_dropping_the_loader_removes_the_segment_from_dev_shm(painted_store):
+    before = set(os.listdir("/dev/shm"))
+    loader = create_loader("shm", painted_store, LoaderConfig(imgsz=96, batch_size=4, workers=2))   # /dev/shm itself
+    next(iter(loader))
+    path = loader.cache.path
+    assert path.parent == Path("/dev/shm") and path.exists()
+    loader.close()
+    loader.close()
+    assert not path.exists()
+    loader = create_loader("shm", painted_store, LoaderConfig(imgsz=96, batch_size=4, workers=0))
+    list(loader)
+    del loader                     # never closed: the finalizer detaches
+    gc.collect()
+    assert not path.exists()
+    assert not {e for e in set(os.listdir("/dev/shm")) - before if e.startswith("fastfeed-")}
