@@ -1,7 +1,7 @@
 """The consumer side of a bench: the host->device copy and the step (simulated or the bundled model).
 
-When `fastfeed/prefetch.py` lands, `make_copy` is where its DevicePrefetcher plugs in; the bundled
-trainer plugs in through `model_step` (one function).
+`make_copy` uses the DevicePrefetcher's transfer path one batch at a time (so the copy stage is
+timed on its own); the bundled trainer plugs in through `model_step` (one function).
 """
 
 from __future__ import annotations
