@@ -1,0 +1,67 @@
+"""Multi-process data parallel: one process per device, started by torchrun.
+
+    torchrun --nproc_per_node N -m fastfeed train --data coco.ff ...
+
+torchrun sets RANK, WORLD_SIZE and LOCAL_RANK; the process group uses gloo on CPU, nccl on CUDA
+and hccl on Ascend NPUs. Each rank's loader reads its own share of every epoch (LoaderConfig
+resolves rank and world size from torch.distributed), DDP averages gradients in backward, and
+rank 0 alone evaluates, logs and writes checkpoints.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+BACKENDS = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    owned: bool = False   # this code initialised the process group, so it tears it down
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", 0))
+
+
+def setup(device: torch.device) -> Dist:
+    """Join the process group torchrun describes (or use one the caller already initialised)."""
+    if dist.is_available() and dist.is_initialized():
+        return Dist(dist.get_rank(), dist.get_world_size(), local_rank())
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    if world <= 1:
+        return Dist()
+    if device.type != "cpu":
+        getattr(torch, device.type).set_device(device)
+    dist.init_process_group(BACKENDS[device.type])
+    return Dist(dist.get_rank(), dist.get_world_size(), local_rank(), owned=True)
+
+
+def all_mean(t: torch.Tensor, d: Dist) -> torch.Tensor:
+    """Mean over ranks (a NaN on any rank reaches every rank, so all stop together)."""
+    if d.world_size > 1:
+        t = t.clone()
+        dist.all_reduce(t)
+        t /= d.world_size
+    return t
+
+
+def barrier(d: Dist) -> None:
+    if d.world_size > 1:
+        dist.barrier()
+
+
+def teardown(d: Dist) -> None:
+    if d.owned and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,156 @@
+"""COCO mAP@0.5 and mAP@0.5:0.95 of a model on a store, with pycocotools.
+
+The ground truth is built from the store itself: every image (with or without boxes) by its source
+image id, boxes in original pixels (`orig_size`), crowd regions as `iscrowd=1` (matching one is
+neither a hit nor a miss), classes mapped back to the source's category ids. The model sees the
+loader's letterboxed evaluation batches (`LoaderConfig(augment=False)`); its boxes are mapped back
+from the letterboxed frame to original pixels before they are scored, as a user's would be.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from ..store import format as fmt
+from .boxes import postprocess
+from .device import _device_batches, autocast
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ImageFrame:
+    """Where an image sits in its letterboxed evaluation frame, and its original size."""
+
+    image_id: int
+    orig_h: int
+    orig_w: int
+    left: int
+    top: int
+    nw: int
+    nh: int
+
+    def to_original(self, xyxy: np.ndarray) -> np.ndarray:
+        """Letterboxed-frame pixels -> original-image pixels, clipped to the image."""
+        out = np.empty_like(xyxy, dtype=np.float64)
+        out[:, [0, 2]] = (xyxy[:, [0, 2]] - self.left) / self.nw * self.orig_w
+        out[:, [1, 3]] = (xyxy[:, [1, 3]] - self.top) / self.nh * self.orig_h
+        out[:, [0, 2]] = out[:, [0, 2]].clip(0, self.orig_w)
+        out[:, [1, 3]] = out[:, [1, 3]].clip(0, self.orig_h)
+        return out
+
+
+def letterbox_frame(codec: str, h: int, w: int, imgsz: int) -> tuple[int, int, int, int]:
+    """(left, top, nw, nh) of the letterboxed image, exactly as the loader builds it: a JPEG is
+    decoded at the smallest libjpeg-turbo scale k/8 that still covers imgsz (sizes rounded up), then
+    resized so its long side is imgsz and centred (augment.letterbox)."""
+    if codec == "jpeg":
+        r = imgsz / max(h, w)
+        if r < 1:
+            want_h, want_w = math.ceil(h * r), math.ceil(w * r)
+            for k in range(1, 9):
+                dh, dw = math.ceil(h * k / 8), math.ceil(w * k / 8)
+                if dh >= want_h and dw >= want_w:
+                    h, w = dh, dw
+                    break
+    r = imgsz / max(h, w)
+    nw, nh = max(1, min(imgsz, round(w * r))), max(1, min(imgsz, round(h * r)))
+    return (imgsz - nw) // 2, (imgsz - nh) // 2, nw, nh
+
+
+def coco_ground_truth(store, imgsz: int):
+    """(pycocotools COCO of the store's boxes in original pixels, [ImageFrame] in store order)."""
+    from pycocotools.coco import COCO
+
+    cat_ids = store.category_ids
+    images, anns, frames = [], [], []
+    for i in range(len(store)):
+        head, _, boxes, classes, _ = fmt.decode_record(store.raw_record(i), store.check_crc)
+        oh, ow = head.orig_height, head.orig_width
+        images.append({"id": int(head.image_id), "height": oh, "width": ow})
+        frames.append(ImageFrame(int(head.image_id), oh, ow, *letterbox_frame(head.codec, head.height, head.width,
+                                                                              imgsz)))
+        px = boxes.astype(np.float64) * [ow, oh, ow, oh]
+        for k, (b, c) in enumerate(zip(px, classes)):
+            w, h = b[2] - b[0], b[3] - b[1]
+            # Box area stands in for the segment area COCO uses for its small/medium/large split.
+            anns.append({"id": len(anns) + 1, "image_id": int(head.image_id), "category_id": int(cat_ids[c]),
+                         "bbox": [b[0], b[1], w, h], "area": w * h, "iscrowd": int(k >= head.n_boxes)})
+    gt = COCO()
+    gt.dataset = {"images": images, "annotations": anns,
+                  "categories": [{"id": int(c), "name": n} for c, n in zip(cat_ids, store.class_names)]}
+    with contextlib.redirect_stdout(io.StringIO()):   # pycocotools prints; only the CLI may
+        gt.createIndex()
+    return gt, frames
+
+
+def to_coco_detections(dets: torch.Tensor, frame: ImageFrame, category_ids: list[int]) -> list[dict]:
+    """[K, 6] x1, y1, x2, y2, score, class in the letterboxed frame -> COCO result dicts."""
+    d = dets.detach().float().cpu().numpy()
+    if not len(d):
+        return []
+    xyxy = frame.to_original(d[:, :4])
+    return [{"image_id": frame.image_id, "category_id": int(category_ids[int(c)]),
+             "bbox": [float(b[0]), float(b[1]), float(b[2] - b[0]), float(b[3] - b[1])], "score": float(s)}
+            for b, s, c in zip(xyxy, d[:, 4], d[:, 5])]
+
+
+def coco_map(gt, detections: list[dict]) -> dict:
+    """pycocotools' bbox evaluation -> {'map50', 'map', 'stats'} (stats: the 12 COCO figures)."""
+    from pycocotools.cocoeval import COCOeval
+
+    if not detections:
+        return {"map50": 0.0, "map": 0.0, "stats": [0.0] * 12}
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        dt = gt.loadRes(detections)
+        e = COCOeval(gt, dt, "bbox")
+        e.evaluate()
+        e.accumulate()
+        e.summarize()
+    log.debug("pycocotools:\n%s", buf.getvalue())
+    stats = [max(float(s), 0.0) for s in e.stats]   # -1: no ground truth in that bucket
+    return {"map50": stats[1], "map": stats[0], "stats": stats}
+
+
+@torch.no_grad()
+def evaluate(model, store, *, imgsz: int, batch_size: int, device: torch.device, workers: int | None = None,
+             loader: str = "cpu", amp: str | None = None, conf_thres: float = 0.001, iou_thres: float = 0.6,
+             progress: bool = False) -> dict:
+    """mAP of `model` (a YOLO, not DDP-wrapped) on every image of `store`, in store order."""
+    from ..loaders import LoaderConfig, create_loader
+
+    gt, frames = coco_ground_truth(store, imgsz)
+    kw = {} if workers is None else {"workers": workers}
+    # rank 0 of 1 whatever torch.distributed says: evaluation sees the whole store, in order.
+    cfg = LoaderConfig(imgsz=imgsz, batch_size=batch_size, augment=False, shuffle=False, drop_last=False,
+                       rank=0, world_size=1, **kw)
+    was_training = model.training
+    model.eval()
+    detections, seen = [], 0
+    ld = create_loader(loader, store, cfg)
+    feed = _device_batches(ld, device, torch.float32)
+    try:
+        feed.set_epoch(0)
+        for images, _ in tqdm(feed, total=len(ld), desc="eval", unit="batch", leave=False, disable=not progress):
+            with autocast(device, amp):
+                pred = model.predict(images)
+            for dets in postprocess(pred.float(), conf_thres, iou_thres):
+                detections += to_coco_detections(dets, frames[seen], store.category_ids)
+                seen += 1
+    finally:
+        feed.close()
+        ld.close()
+        model.train(was_training)
+    assert seen == len(store), f"evaluated {seen} of {len(store)} images"
+    res = coco_map(gt, detections)
+    res["images"], res["detections"] = seen, len(detections)
+    return res
