@@ -316,17 +316,6 @@ def test_cli_usage_errors(store, capsys):
     assert "--batch 32 is larger than the store (16 images)" in capsys.readouterr().err
 
 
-def test_model_needs_the_trainer(store, capsys):
-    try:
-        import fastfeed.train  # noqa: F401
-        pytest.skip("fastfeed.train exists: --model runs the bundled model")
-    except ImportError:
-        pass
-    assert main(["bench", "--data", str(store), "--model", "yolov3-tiny", *FAST]) == 1
-    err = capsys.readouterr().err
-    assert "arrives with `fastfeed train`" in err and "--step-ms" in err
-
-
 def test_cuda_without_a_gpu_says_so(store, capsys):
     import torch
 
