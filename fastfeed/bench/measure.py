@@ -204,10 +204,6 @@ def measure(name: str, store, lcfg: LoaderConfig, *, seconds: float, batches: in
                       wait_s=wait, copy_s=copy_s, step_s=step_s, steps_per_s=sps, step_only_per_s=step_only,
                       efficiency=sps / step_only if step_only else None)
 
-    busy_workers = max(lcfg.workers, 1)
-    if res.batches_per_epoch < 4 * busy_workers:
-        res.notes.append(f"an epoch is only {res.batches_per_epoch} batch(es) for {busy_workers} worker(s) and the "
-                         "loader drains at each epoch's end: a long epoch runs faster (try a smaller --batch)")
     if len(ends) < 5:
         res.notes.append(f"only {len(ends)} timed batch(es): the spread is not meaningful; run longer")
     return res
