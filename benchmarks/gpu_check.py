@@ -9,7 +9,7 @@
 3. overlap: step time at a fixed synthetic compute load (a matmul loop), fed by a synthetic loader of
    pinned uint8 batches with a small CPU cost, without and with the DevicePrefetcher;
 4. augment: what DeviceAugment costs per batch on the device;
-5. dali: a place for a DALI `mixed` decode section (not written yet).
+5. dali: DALI `mixed` decode and the dali loader on the GPU (benchmarks/gpu_check_dali.py), when DALI is installed.
 
 Exit status: 0 when everything that ran passed, 1 on a failed test or a section that raised,
 2 when there is no CUDA device (unless --allow-cpu, a smoke run of the script itself on a CPU).
@@ -256,16 +256,27 @@ def augment_cost(device: torch.device, shape, reps: int) -> None:
 
 
 # --- 5. DALI `mixed` decode --------------------------------------------------------------------------------
-# Someone adding the DALI loader fills this in: decode the same JPEGs with fn.decoders.image(device="mixed")
-# into a GPU batch and report images/s next to the rows above. Guard the import: DALI is optional.
+# benchmarks/gpu_check_dali.py does the work (it imports DALI, which a bare GPU machine may not have: it then
+# says so and exits 0). Run as a child so a DALI crash or hang cannot take this script's table with it.
 
-def dali_mixed(device: torch.device) -> None:
-    try:
-        import nvidia.dali  # noqa: F401
-    except ImportError:
-        row("dali", "mixed decode", "skipped: nvidia-dali not installed")
+def dali_mixed(device: torch.device, quick: bool, seconds: float) -> None:
+    if device.type != "cuda":
+        row("dali", "mixed decode", "skipped: no CUDA device")
         return
-    row("dali", "mixed decode", "skipped: section not written yet")
+    import subprocess
+
+    cmd = [sys.executable, str(Path(__file__).with_name("gpu_check_dali.py"))] + (["--quick"] if quick else [])
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds)
+    except subprocess.TimeoutExpired:
+        FAILURES.append(f"dali: no answer within {seconds:.0f} s")
+        row("dali", "gpu_check_dali.py", f"timed out after {seconds:.0f} s")
+        return
+    lines = [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    for line in lines[-6:]:
+        row("dali", "", line[:110])
+    if out.returncode != 0:
+        FAILURES.append(f"dali: gpu_check_dali.py exited {out.returncode}: {out.stderr.strip()[-300:]}")
 
 
 # --- main -----------------------------------------------------------------------------------------------
@@ -298,7 +309,7 @@ def main(argv=None) -> int:
     section("h2d", bandwidth, device, (16, 3, 640, 640) if not args.quick else shape, 20, deadline=deadline)
     section("overlap", overlap, device, shape, args.step_ms, steps, deadline=deadline)
     section("augment", augment_cost, device, shape, 20 if device.type == "cuda" else 3, deadline=deadline)
-    section("dali", dali_mixed, device, deadline=deadline)
+    section("dali", dali_mixed, device, args.quick, max(30.0, deadline - time.monotonic() - 5), deadline=deadline)
     threads = [t.name for t in threading.enumerate() if t.name == "fastfeed-prefetch"]
     if threads:
         FAILURES.append(f"{len(threads)} prefetch thread(s) still running")

@@ -7,8 +7,7 @@
     loader.close()
 """
 
-from . import cpu  # noqa: F401  (registers "cpu")
-from . import shm  # noqa: F401  (registers "shm")
+from . import cpu, dali, shm  # noqa: F401  (importing registers them; dali imports nvidia.dali only when used)
 from .base import Batch, Loader, LoaderConfig, StageTimes, create_loader, list_loaders, register_loader
 from .workers import WorkerError
 

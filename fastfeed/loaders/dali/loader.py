@@ -1,0 +1,207 @@
+"""`DaliLoader`: the Loader contract over a DALI pipeline (graph.py) fed by `DaliSource`."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import re
+from collections.abc import Iterator
+from time import perf_counter
+
+import torch
+
+from ...store import format as fmt
+from ...store.reader import Store
+from ..base import Batch, Loader, LoaderConfig, StageTimes
+from ..sampler import batches_per_epoch
+from ..workers import WorkerError
+from .device import DaliDevice
+from .graph import OUTPUTS, build_pipeline
+from .source import DaliSource
+
+log = logging.getLogger(__name__)
+
+
+def _is_raw(store: Store) -> bool:
+    """Raw-pixel store (no decode) or encoded images (decoders.image); one kind per store."""
+    kind = (store.manifest.get("payload") or {}).get("store")
+    if kind is not None:
+        return kind == "raw"
+    return len(store) > 0 and fmt.decode_record(store.raw_record(0), False)[0].codec == "raw"
+
+
+class DaliLoader(Loader):
+    """Batches from a DALI pipeline. Threads: cfg.workers DALI threads (the pixel work) and
+    max(1, workers // 4) Python processes for the external source (reading and planning take
+    ~0.2 ms a sample); workers=0 runs the source in this thread with one DALI thread.
+
+    cfg.prefetch is DALI's queue depth (and the external source's); cfg.pin_memory does not apply
+    (host outputs are DALI's own buffers; on a GPU the images are already on the device);
+    cfg.timeout does not apply: DALI's observer notices a worker that dies while building a batch,
+    and that raises WorkerError; but a worker killed (SIGKILL, OOM) while it holds one of DALI's
+    shared-queue locks or sleeps on its task condition can leave DALI's main-thread wait blocked
+    for good (a DALI limitation, seen in about one of three tries of killing an idle worker here).
+    A new pipeline is built on first use, after an abandoned epoch, or when set_epoch() asks for an
+    epoch other than the next one; otherwise DALI prefetches the next epoch as this one ends.
+    """
+
+    def __init__(self, store: Store, cfg: LoaderConfig, device: DaliDevice):
+        self.store, self.cfg, self.device = store, cfg, device
+        self.rank, self.world_size = cfg.resolved_rank()
+        self.epoch = 0
+        self.mode = "eval" if not cfg.augment else ("mosaic" if cfg.hyp.mosaic > 0 else "single")
+        self.raw = _is_raw(store)
+        self.py_workers = 0 if cfg.workers == 0 else max(1, cfg.workers // 4)
+        self._pipe = self._it = self._source = None
+        self._epoch0 = self._epochs_done = 0
+        self._active = False
+        self._times = StageTimes({"read": 0.0, "plan": 0.0, "collate": 0.0}, 0)
+
+    def __len__(self) -> int:
+        return batches_per_epoch(len(self.store), self.cfg.batch_size, self.world_size, self.cfg.drop_last)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def stage_times(self) -> StageTimes:
+        """read: record reads + CRC checks in the external source; plan: drawing the geometry and moving
+        the boxes there; collate: turning DALI's padded boxes into targets here. Decode, resize, paste,
+        HSV and flip run inside DALI's graph, which reports no per-operator times: not measured."""
+        return StageTimes(dict(self._times.seconds), self._times.samples)
+
+    def memory_pids(self) -> list[int]:
+        pool = getattr(self._pipe, "_py_pool", None)
+        return list(pool.pids()) if pool is not None else []
+
+    # --- the pipeline ------------------------------------------------------------------------------
+    def _start(self, epoch: int) -> None:
+        """(Re)build the pipeline so that DALI's epoch 0 is loader epoch `epoch`."""
+        from nvidia.dali import backend
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+        self.close()
+        c = self.cfg
+        # Fork is quick, but DALI refuses to fork once CUDA is initialised here (a trainer that made
+        # CUDA tensors first): then the workers are spawned, which re-imports the caller's main module.
+        fork = "fork" in mp.get_all_start_methods() and not backend.IsDriverInitialized()
+        self._source = DaliSource(self.store, c, self.rank, self.world_size, self.mode, self.raw, epoch)
+        self._pipe = build_pipeline(self._source, self.device, batch_size=c.batch_size, num_threads=max(1, c.workers),
+                                    py_workers=self.py_workers, start_method="fork" if fork else "spawn",
+                                    prefetch=c.prefetch)
+        if self.py_workers:
+            self._pipe.start_py_workers()   # before build(): build initialises CUDA on a GPU
+        self._pipe.build()
+        self._epoch0, self._epochs_done = epoch, 0
+        self._it = DALIGenericIterator([self._pipe], list(OUTPUTS), auto_reset=True, prepare_first_batch=False)
+
+    def __iter__(self) -> Iterator[Batch]:
+        return self._iter_epoch()
+
+    def _iter_epoch(self) -> Iterator[Batch]:
+        n = len(self)
+        if n == 0:   # fewer images than one batch (drop_last): nothing to build a pipeline for
+            return
+        k = -1
+        try:
+            # Continue the running pipeline when it is at the start of the asked epoch (DALI has then
+            # already prefetched it); otherwise (first use, an abandoned epoch, another epoch) rebuild.
+            if self._it is None or self._active or self.epoch != self._epoch0 + self._epochs_done:
+                self._start(self.epoch)
+            self._active = True
+            for k in range(n):
+                try:
+                    out = next(self._it)
+                except StopIteration:
+                    raise WorkerError(f"dali loader: the pipeline ended after {k} of {n} batches") from None
+                yield self._to_batch(out[0])
+            k = n
+            try:   # the end of DALI's epoch: resets the pipeline, which starts on the next epoch
+                next(self._it)
+                raise WorkerError(f"dali loader: the pipeline gave more than {n} batches")
+            except StopIteration:
+                pass
+            self._active = False
+            self._epochs_done += 1
+        except GeneratorExit:
+            raise   # abandoned mid-epoch: the next iteration rebuilds
+        except WorkerError:
+            self.close()
+            raise
+        except Exception as e:   # DALI's own errors: the pipeline is unusable afterwards
+            err = self._explain(e, max(k, 0))
+            self.close()
+            raise err from e
+
+    def _to_batch(self, d: dict) -> Batch:
+        t0 = perf_counter()
+        boxes, classes = d["boxes"], d["classes"]
+        j, n = (classes >= 0).nonzero(as_tuple=True)
+        b = boxes[j, n].clamp_(0.0, 1.0)
+        targets = torch.empty((len(j), 6), dtype=torch.float32)
+        targets[:, 0] = j
+        targets[:, 1] = classes[j, n]
+        targets[:, 2] = (b[:, 0] + b[:, 2]) * 0.5
+        targets[:, 3] = (b[:, 1] + b[:, 3]) * 0.5
+        targets[:, 4] = b[:, 2] - b[:, 0]
+        targets[:, 5] = b[:, 3] - b[:, 1]
+        read, plan = d["times"].sum(0).tolist()
+        images = d["images"]
+        self._times.add({"read": read, "plan": plan, "collate": perf_counter() - t0}, int(images.shape[0]))
+        return Batch(images, targets)
+
+    # --- failures ----------------------------------------------------------------------------------
+    def _explain(self, e: Exception, k: int) -> WorkerError:
+        """A DALI failure as a WorkerError naming the record when one can be found."""
+        msg = str(e)
+        where = f"batch {k} of epoch {self.epoch}"
+        if isinstance(e, fmt.FormatError):   # the external source ran in this thread (workers=0)
+            return WorkerError(f"dali loader: the external source failed near {where}: {type(e).__name__}: {msg}")
+        found = re.findall(r"^\s*(?:\w+\.)*(\w*(?:Error|Corrupt)): (.*record \d+.*)$", msg, re.M)
+        if found:   # the external source raised in a worker (CRC, layout): its message names the record
+            name, text = found[-1]
+            return WorkerError(f"dali loader: the external source failed near {where}: {name}: {text}")
+        if "Worker data receiving interrupted" in msg:   # DALI's word for a worker process that died
+            pids = ", ".join(str(p) for p in self.memory_pids()) or "?"
+            return WorkerError(f"dali loader: an external-source worker process (of pids {pids}) exited unexpectedly "
+                               f"near {where} (killed by a signal: out of memory?); DALI said: {_first_lines(msg, 3)}")
+        bad = self._find_undecodable(k)
+        if bad:
+            return WorkerError(f"dali loader: DALI could not decode {bad} (near {where}); "
+                               f"run `fastfeed verify --decode`. DALI said: {_first_lines(msg)}")
+        return WorkerError(f"dali loader: the DALI pipeline failed near {where}: {msg}")
+
+    def _find_undecodable(self, k: int) -> str | None:
+        """Decode the records DALI may have had in flight (this batch and the prefetched ones) with
+        fastfeed's own decoder; return a description of the first that fails."""
+        src, depth = self._source, self.cfg.prefetch + 2
+        if src is None:
+            return None
+        epochs = [(self.epoch, range(k, k + depth)), (self.epoch + 1, range(depth))]
+        for epoch, ks in epochs:
+            batches = src.batches(epoch)
+            for kk in ks:
+                if kk >= len(batches):
+                    break
+                for i in src.records_of(epoch, kk, batches[kk]):
+                    try:
+                        self.store.get(i)
+                    except Exception as err:   # noqa: BLE001 - any failure names the record
+                        name = fmt.decode_record(self.store.raw_record(i), False)[1]
+                        return f"record {i} ({name}) in shard {self.store.shard_name(i)}: {err}"
+        return None
+
+    def close(self) -> None:
+        self._it = None
+        pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            pipe._shutdown()
+            pool = getattr(pipe, "_py_pool", None)
+            if pool is not None:
+                pool.close()
+        self._active = False
+
+
+def _first_lines(msg: str, n: int = 12) -> str:
+    lines = [x for x in msg.splitlines() if x.strip()]
+    lines = [x for i, x in enumerate(lines) if i == 0 or x != lines[i - 1]]   # DALI repeats its headline
+    return "\n".join(lines[:n])

@@ -1,0 +1,162 @@
+"""Per-sample geometry for the DALI graph: fastfeed draws, DALI draws the pixels.
+
+Every random choice (mosaic or not, partners, mosaic centre, zoom, shift, rotation/shear, flips,
+HSV gains) is drawn here with numpy from (seed, rank, epoch, batch), and handed to DALI as
+per-sample arguments. The same numbers move the boxes (in numpy, before DALI sees them) and the
+pixels (in DALI), so boxes follow pixels by construction, and batches are the same for a seed
+whatever the thread or worker counts.
+
+Pixels take this path (graph.py): each tile is decoded, `fn.resize`d with a region of interest so
+that exactly its visible part comes out at its final scale, and `fn.multi_paste`d at its place in
+the S x S output over a grey fill. That is the composition `augment.mosaic`/`random_affine` use
+(tile placement, zoom and shift in one map: about S*S pixels are produced per sample, not a 2S x 2S
+canvas). Rotation and shear (hyp.degrees/shear, 0 by default) follow as one `fn.warp_affine` of the
+S x S result about the shifted centre; the cpu loader warps the tiles themselves, so here the
+corners that a rotation brings in from outside the S x S frame are grey fill. Flips are left to
+`fn.flip` + `fn.bb_flip` after `fn.hsv`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...augment import AugmentHyp, box_candidates, clip_boxes, letterbox_boxes, mosaic_layout, transform_boxes
+from ...augment.paste import paste_boxes
+
+# geom row of one tile: roi y0, x0, y1, x1 (source pixels), resized h, w. A slot that shows nothing
+# resizes one source pixel to one pixel and pastes an empty region.
+UNUSED = (0.0, 0.0, 1.0, 1.0, 1.0, 1.0)
+
+
+@dataclass
+class SamplePlan:
+    geom: np.ndarray      # float32 [K,6] per tile: roi_start(y,x), roi_end(y,x), size(h,w)
+    paste: np.ndarray     # int32 [2,K+1,2]: region shapes (h,w) and out anchors (y,x); entry 0 is the fill
+    boxes: np.ndarray     # float32 [M,4] x1,y1,x2,y2 normalised to the output, before the flips
+    classes: np.ndarray   # int32 [M]
+    flip: np.ndarray      # int32 [2]: horizontal, vertical
+    hsv: np.ndarray       # float32 [3]: hue shift (degrees), saturation and value factors
+    warp: np.ndarray      # float32 [2,3]: forward map for fn.warp_affine (identity when unused)
+
+
+def _span(lo: float, hi: float, size: int) -> tuple[int, int]:
+    """Output pixels whose centres fall in [lo, hi), clipped to [0, size)."""
+    return min(max(math.ceil(lo - 0.5), 0), size), min(max(math.ceil(hi - 0.5), 0), size)
+
+
+def _axis(m: float, b: float, r: float, o: float, lo: float, hi: float, n_src: int, size: int):
+    """One axis of one tile. The mid frame (canvas) maps to the output by x -> m*x + b, the tile into
+    the mid frame by u -> r*u + o, and [lo, hi) is the tile's region in the mid frame. Returns output
+    span [o0, o1), source span [u0, u1) and the realised tile->output scale and shift, or None."""
+    o0, o1 = _span(m * lo + b, m * hi + b, size)
+    a, c = m * r, m * o + b
+    u0, u1 = max((o0 - c) / a, 0.0), min((o1 - c) / a, float(n_src))
+    if o1 <= o0 or u1 - u0 <= 1e-6:
+        return None
+    k = (o1 - o0) / (u1 - u0)
+    return o0, o1, u0, u1, k, o0 - k * u0
+
+
+def tile_op(zoom: float, shift: tuple[float, float], place, region, hw: tuple[int, int], size: int):
+    """Resize + paste of one tile under the axis-aligned map x -> zoom*x + shift (mid frame -> output).
+    Returns (geom row, (shape, anchor), realised 3x3 tile->output, crop shown in tile pixels)."""
+    r, ox, oy = place
+    ax = _axis(zoom, shift[0], r, ox, region[0], region[2], hw[1], size)
+    ay = _axis(zoom, shift[1], r, oy, region[1], region[3], hw[0], size)
+    if ax is None or ay is None:
+        return UNUSED, ((0, 0), (0, 0)), np.eye(3), (0.0, 0.0, 0.0, 0.0)
+    j0, j1, u0, u1, kx, bx = ax
+    i0, i1, v0, v1, ky, by = ay
+    realised = np.array([[kx, 0.0, bx], [0.0, ky, by], [0.0, 0.0, 1.0]])
+    return (v0, u0, v1, u1, i1 - i0, j1 - j0), ((i1 - i0, j1 - j0), (i0, j0)), realised, (u0, v0, u1, v1)
+
+
+def _assemble(rows, pastes, size, boxes, classes, flip=(0, 0), hsv=(0.0, 1.0, 1.0), warp=None) -> SamplePlan:
+    shapes = [(size, size)] + [p[0] for p in pastes]
+    anchors = [(0, 0)] + [p[1] for p in pastes]
+    b = np.clip(np.asarray(boxes, np.float32).reshape(-1, 4) / size, 0.0, 1.0)
+    return SamplePlan(np.asarray(rows, np.float32), np.array([shapes, anchors], np.int32), b,
+                      np.asarray(classes, np.int32), np.asarray(flip, np.int32), np.asarray(hsv, np.float32),
+                      np.asarray(warp if warp is not None else [[1, 0, 0], [0, 1, 0]], np.float32))
+
+
+def plan_eval(hw: tuple[int, int], boxes: np.ndarray, classes: np.ndarray, size: int) -> SamplePlan:
+    """Letterbox: long side to `size`, centred on the fill; what `augment.letterbox` computes."""
+    h, w = hw
+    r = size / max(h, w)
+    nw, nh = max(1, min(size, round(w * r))), max(1, min(size, round(h * r)))
+    left, top = (size - nw) // 2, (size - nh) // 2
+    rows, pastes = [(0.0, 0.0, float(h), float(w), float(nh), float(nw))], [((nh, nw), (top, left))]
+    return _assemble(rows, pastes, size, letterbox_boxes(boxes, (nw / w, nh / h), (left, top)), classes)
+
+
+def plan_train(rng: np.random.Generator, tiles: list, size: int, hyp: AugmentHyp) -> SamplePlan:
+    """Mosaic (4 tiles) or single-image random affine (1 tile), then flips and HSV gains.
+
+    tiles: [(hw, boxes in tile pixels x1y1x2y2, classes)], 1 or 4 of them (own image first).
+    """
+    if len(tiles) == 4:
+        centre = tuple(rng.uniform(0.5 * size, 1.5 * size, 2))
+        layout = mosaic_layout([t[0] for t in tiles], size, centre)
+        c = (float(size), float(size))
+    else:
+        (h, w), _, _ = tiles[0]
+        r = size / max(h, w)
+        layout = [((r, 0.0, 0.0), (0.0, 0.0, w * r, h * r))]
+        c = (w * r / 2, h * r / 2)
+    # The draws and their order follow augment.random_affine_matrix: angle, zoom, shear x/y, shift x/y.
+    angle = math.radians(rng.uniform(-hyp.degrees, hyp.degrees))
+    zoom = rng.uniform(1.0 - hyp.scale, 1.0 + hyp.scale)
+    shx, shy = np.tan(np.radians(rng.uniform(-hyp.shear, hyp.shear, 2)))
+    t = rng.uniform(0.5 - hyp.translate, 0.5 + hyp.translate, 2) * size
+    shift = (t[0] - zoom * c[0], t[1] - zoom * c[1])
+
+    rows, pastes, realised, crops = [], [], [], []
+    for (hw, _, _), (place, region) in zip(tiles, layout):
+        row, paste, m, crop = tile_op(zoom, shift, place, region, hw, size)
+        rows.append(row)
+        pastes.append(paste)
+        realised.append(m)
+        crops.append(crop)
+    boxes, classes = paste_boxes([x[1] for x in tiles], [x[2] for x in tiles], realised, crops, size, hyp)
+
+    warp = None
+    if not hyp.axis_aligned:   # rotation/shear about the shifted centre t: W(y) = L (y - t) + t
+        cos, sin = math.cos(angle), math.sin(angle)
+        lin = np.array([[1.0, shx], [shy, 1.0]]) @ np.array([[cos, sin], [-sin, cos]])
+        warp = np.concatenate([lin, (t - lin @ t)[:, None]], axis=1)
+        before = transform_boxes(boxes, warp)
+        after = clip_boxes(before, size, size)
+        keep = box_candidates(before, after, min_side=hyp.min_box_side, min_area_ratio=hyp.min_box_area_ratio,
+                              max_aspect=hyp.max_box_aspect)
+        boxes, classes = after[keep], classes[keep]
+
+    flip = (int(rng.random() < hyp.fliplr), int(rng.random() < hyp.flipud))
+    hsv = (0.0, 1.0, 1.0)
+    if hyp.hsv_h or hyp.hsv_s or hyp.hsv_v:   # as augment.hsv_jitter: all-zero gains draw nothing
+        dh, ds, dv = rng.uniform(-1.0, 1.0, 3) * (hyp.hsv_h, hyp.hsv_s, hyp.hsv_v)
+        hsv = (dh * 360.0, 1.0 + ds, 1.0 + dv)
+    return _assemble(rows, pastes, size, boxes, classes, flip, hsv, warp)
+
+
+MOSAIC_BRANCHES = 7   # own image, then for each of the 3 partners: (from the batch, from the pool)
+
+
+def route_partners(plan: SamplePlan, from_pool: list[bool]) -> SamplePlan:
+    """Spread a plan's tiles (own image + 0 or 3 partners) over the mosaic graph's 7 resize+paste
+    branches; the branch a partner does not take shows nothing."""
+    rows, shapes, anchors = [plan.geom[0]], [plan.paste[0, 0], plan.paste[0, 1]], [plan.paste[1, 0], plan.paste[1, 1]]
+    empty = np.zeros(2, np.int32)
+    for s in range(3):
+        real = s < len(from_pool)
+        for branch_is_pool in (False, True):
+            take = real and from_pool[s] == branch_is_pool
+            rows.append(plan.geom[s + 1] if take else np.asarray(UNUSED, np.float32))
+            shapes.append(plan.paste[0, s + 2] if take else empty)
+            anchors.append(plan.paste[1, s + 2] if take else empty)
+    plan.geom = np.stack(rows)
+    plan.paste = np.array([shapes, anchors], np.int32)
+    return plan

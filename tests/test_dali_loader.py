@@ -1,0 +1,305 @@
+"""The `dali` loader on DALI's CPU path: the Batch contract, boxes on their objects, determinism,
+ranks, epochs, failures. (The GPU `mixed` path: benchmarks/gpu_check_dali.py.)"""
+
+from __future__ import annotations
+
+import builtins
+import shutil
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed (pip install fastfeed[dali])")
+
+from conftest import CocoBuilder, jpeg_bytes  # noqa: E402
+from test_loaders import NO_COLOUR, _painted, _red  # noqa: E402
+from test_pack import run_pack  # noqa: E402
+
+from fastfeed import Store  # noqa: E402
+from fastfeed.augment import AugmentHyp  # noqa: E402
+from fastfeed.loaders import LoaderConfig, WorkerError, create_loader, list_loaders  # noqa: E402
+from fastfeed.loaders.dali import ENV, create_dali_loader  # noqa: E402
+from fastfeed.loaders.sampler import epoch_batches  # noqa: E402
+from fastfeed.store import format as fmt  # noqa: E402
+
+N = 24
+
+
+def _pack_painted(root, store):
+    b = CocoBuilder(root / "src")
+    for k in range(N):
+        h, w = (120, 160) if k % 2 else (160, 120)
+        img, box = _painted(k, h, w)
+        b.add_image(f"{k:02d}.jpg", h, w, data=jpeg_bytes(img, 97), boxes=[((1, 3, 18)[k % 3], box)])
+    run_pack(b.write(), root / "s.ff", store=store)
+    return Store(root / "s.ff")
+
+
+@pytest.fixture(scope="module")
+def raw_store(tmp_path_factory):
+    return _pack_painted(tmp_path_factory.mktemp("dali_raw"), "raw")      # exact pixels: box checks
+
+
+@pytest.fixture(scope="module")
+def jpeg_store(tmp_path_factory):
+    return _pack_painted(tmp_path_factory.mktemp("dali_jpeg"), "original")  # the JPEGs: DALI decodes
+
+
+@pytest.fixture(autouse=True)
+def _cpu_device(monkeypatch):
+    monkeypatch.setenv(ENV, "cpu")
+
+
+def _collect(loader, epoch=0):
+    loader.set_epoch(epoch)
+    return [(b.images.clone(), b.targets.clone()) for b in loader]
+
+
+def _dali(store, **kw):
+    return create_loader("dali", store, LoaderConfig(**kw))
+
+
+# --- contract ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_batch_contract(jpeg_store, workers):
+    assert "dali" in list_loaders()
+    with _dali(jpeg_store, imgsz=96, batch_size=5, workers=workers, drop_last=False) as loader:
+        batches = _collect(loader)
+        if workers:
+            assert loader.memory_pids()          # the external source's worker process
+        st = loader.stage_times()
+    assert loader.memory_pids() == []
+    assert len(batches) == len(loader) == 5 and sum(len(i) for i, _ in batches) == N
+    for images, targets in batches:
+        assert images.dtype == torch.uint8 and images.shape[1:] == (3, 96, 96) and images.is_contiguous()
+        assert targets.dtype == torch.float32 and targets.shape[1] == 6
+        assert ((targets[:, 0] >= 0) & (targets[:, 0] < len(images))).all()
+        assert (targets[:, 0] == targets[:, 0].round()).all() and ((targets[:, 1] >= 0) & (targets[:, 1] < 3)).all()
+        assert ((targets[:, 2:] >= 0) & (targets[:, 2:] <= 1)).all()
+    # Honest stage times: what the external source measured; DALI's own ops are not split out.
+    assert st.samples == N and st.seconds["read"] > 0 and "decode" not in st.seconds
+
+
+@pytest.mark.parametrize("hyp", [NO_COLOUR, AugmentHyp(hsv_h=0, hsv_s=0, hsv_v=0, mosaic=0.0),
+                                 AugmentHyp(hsv_h=0, hsv_s=0, hsv_v=0, fliplr=1.0, flipud=0.5)])
+def test_boxes_frame_the_painted_objects_after_augmentation(raw_store, hyp):
+    """The cpu loader's check: every box frames red paint, almost no red is left outside the boxes."""
+    with _dali(raw_store, imgsz=128, batch_size=8, workers=2, hyp=hyp, seed=3) as loader:
+        batches = _collect(loader) + _collect(loader, 1)
+    seen = uncovered = total = 0
+    for images, targets in batches:
+        red = _red(images)
+        covered = np.zeros_like(red)
+        for j, _, cx, cy, w, h in targets.tolist():
+            x1, y1, x2, y2 = (np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2]) * 128).round().astype(int)
+            assert red[int(j), y1:y2, x1:x2].mean() > 0.85, "a box does not frame its painted object"
+            covered[int(j), max(y1 - 1, 0):y2 + 1, max(x1 - 1, 0):x2 + 1] = True
+            seen += 1
+        uncovered += (red & ~covered).sum()
+        total += red.sum()
+    assert uncovered <= 0.04 * total and seen > 20
+
+
+def test_flips_move_pixels_and_boxes_alike(raw_store):
+    """fn.flip and fn.bb_flip get the same per-sample flags: a flipped batch is the mirror image."""
+    still = dict(mosaic=0.5, scale=0.3, translate=0.1, hsv_h=0, hsv_s=0, hsv_v=0, fliplr=0.0, flipud=0.0)
+
+    def batch(**flips):
+        cfg = LoaderConfig(imgsz=96, batch_size=6, workers=0, seed=5, hyp=AugmentHyp(**(still | flips)))
+        with create_loader("dali", raw_store, cfg) as loader:
+            return next(iter(loader))
+
+    (a, ta), (h, th), (v, tv) = batch(), batch(fliplr=1.0), batch(flipud=1.0)
+    assert torch.equal(h, a.flip(-1)) and torch.equal(v, a.flip(-2))
+    mirror = ta.clone()
+    mirror[:, 2] = 1 - ta[:, 2]
+    torch.testing.assert_close(th, mirror)
+    mirror = ta.clone()
+    mirror[:, 3] = 1 - ta[:, 3]
+    torch.testing.assert_close(tv, mirror)
+
+
+def test_rotation_and_shear_keep_objects_inside_their_boxes(raw_store):
+    hyp = AugmentHyp(hsv_h=0, hsv_s=0, hsv_v=0, degrees=15, shear=5, mosaic=0.5)
+    with _dali(raw_store, imgsz=128, batch_size=8, workers=0, hyp=hyp, seed=1) as loader:
+        batches = _collect(loader)
+    uncovered = total = 0
+    for images, targets in batches:
+        red = _red(images)
+        covered = np.zeros_like(red)
+        for j, _, cx, cy, w, h in targets.tolist():
+            x1, y1, x2, y2 = (np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2]) * 128).round().astype(int)
+            assert red[int(j), y1:y2, x1:x2].mean() > 0.4   # enclosing boxes of turned rectangles are loose
+            covered[int(j), max(y1 - 1, 0):y2 + 1, max(x1 - 1, 0):x2 + 1] = True
+        uncovered += (red & ~covered).sum()
+        total += red.sum()
+    assert uncovered <= 0.04 * total
+
+
+def test_mosaic_partners_come_from_the_whole_store(raw_store):
+    """Batch 2, mosaic on every sample: 3 partners out of the other image and a 2-image pool, so both
+    pool images are used; over an epoch the pools draw from across the store, not from the batch."""
+    from fastfeed.loaders.dali.source import DaliSource
+
+    src = DaliSource(raw_store, LoaderConfig(imgsz=128, batch_size=2, hyp=NO_COLOUR), 0, 1, "mosaic", raw=True)
+    out = dict(zip(src.outputs, src(SimpleNamespace(iteration=0, epoch_idx=0))))
+    assert [p.shape for p in out["pool"]] == [raw_store[i].image.shape for i in src.records_of(0, 0, src.batches(0)[0])[2:]]
+    pools = {i for k, idx in enumerate(src.batches(0)) for i in src.records_of(0, k, idx)[len(idx):]}
+    assert len(pools) > N // 2
+
+
+def test_eval_batches_are_letterboxed_store_images(raw_store, jpeg_store):
+    cfg = LoaderConfig(imgsz=160, batch_size=4, workers=0, augment=False, shuffle=False, drop_last=False)
+    with create_loader("dali", raw_store, cfg) as loader:
+        images, targets = next(iter(loader))
+    s = raw_store[1]                        # 120x160: fits the width, padded top and bottom by 20
+    expect = np.full((160, 160, 3), 114, np.uint8)
+    expect[20:140] = s.image
+    assert np.array_equal(images[1].permute(1, 2, 0).numpy(), expect)
+    with create_loader("cpu", raw_store, cfg) as loader:
+        _, cpu_targets = next(iter(loader))
+    torch.testing.assert_close(targets, cpu_targets)
+    # Decoded by DALI from the JPEGs and resized (96 px): close to the cpu loader's pixels.
+    cfg = LoaderConfig(imgsz=96, batch_size=4, workers=0, augment=False, shuffle=False)
+    with create_loader("dali", jpeg_store, cfg) as loader:
+        images, targets = next(iter(loader))
+    with create_loader("cpu", jpeg_store, cfg) as loader:
+        cpu_images, cpu_targets = next(iter(loader))
+    torch.testing.assert_close(targets, cpu_targets)
+    assert (images.float() - cpu_images.float()).abs().mean() < 6
+
+
+# --- sampling ------------------------------------------------------------------------------------
+
+def test_same_seed_same_batches_whatever_the_workers_other_seed_other_batches(jpeg_store):
+    def run(seed, workers):
+        with _dali(jpeg_store, imgsz=96, batch_size=4, workers=workers, seed=seed) as loader:
+            return _collect(loader) + _collect(loader, 1)
+
+    a, b, c = run(1, 2), run(1, 0), run(2, 2)
+    assert all(torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]) for x, y in zip(a, b))
+    assert not all(torch.equal(x[0], y[0]) for x, y in zip(a, c))
+
+
+def _keys(batches):
+    """One key per sample of letterboxed eval batches (each image has one box) in batch order."""
+    return [tuple(np.round(t[2:4].tolist(), 3)) for _, targets in batches
+            for t in sorted(targets, key=lambda t: float(t[0]))]
+
+
+def test_two_ranks_see_disjoint_samples_covering_the_epoch(raw_store):
+    def keys(rank):
+        cfg = LoaderConfig(imgsz=160, batch_size=4, workers=0, augment=False, rank=rank, world_size=2, drop_last=False)
+        with create_loader("dali", raw_store, cfg) as loader:
+            return set(_keys(_collect(loader)))
+
+    r0, r1 = keys(0), keys(1)
+    assert not r0 & r1 and len(r0 | r1) == N
+
+
+def test_epochs_follow_the_shared_sampler_and_reshuffle(raw_store):
+    """Each epoch holds exactly epoch_batches' order (the other loaders' order): sequential epochs
+    reuse the running pipeline, an abandoned or out-of-order epoch rebuilds it."""
+    cfg = LoaderConfig(imgsz=160, batch_size=4, workers=2, augment=False)
+    with create_loader("cpu", raw_store, LoaderConfig(imgsz=160, batch_size=4, workers=0, augment=False,
+                                                      shuffle=False, drop_last=False)) as plain:
+        by_index = _keys(_collect(plain))
+    with create_loader("dali", raw_store, cfg) as loader:
+        orders = {}
+        for epoch in (0, 1, 2, 7):
+            orders[epoch] = _keys(_collect(loader, epoch))
+            expect = [by_index[i] for b in epoch_batches(N, 4, epoch=epoch, seed=0) for i in b]
+            assert orders[epoch] == expect, f"epoch {epoch} mixed up"
+        loader.set_epoch(3)
+        next(iter(loader))                     # abandoned after one batch
+        assert _keys(_collect(loader, 3)) == [by_index[i] for b in epoch_batches(N, 4, epoch=3, seed=0) for i in b]
+    assert orders[0] != orders[1] and sorted(orders[0]) == sorted(orders[1])
+
+
+def test_close_mosaic_turns_mosaic_off_for_the_last_epochs(raw_store):
+    cfg = LoaderConfig(imgsz=128, batch_size=8, workers=0, epochs=3, close_mosaic=1, hyp=NO_COLOUR)
+    with create_loader("dali", raw_store, cfg) as loader:
+        def boxes_per_image(epoch):
+            return max(np.bincount(t[:, 0].long().numpy()).max() for _, t in _collect(loader, epoch))
+        assert boxes_per_image(0) > 1       # mosaic: several images' boxes in one sample
+        assert boxes_per_image(2) == 1      # one image per sample, one box each
+
+
+# --- setup and failures --------------------------------------------------------------------------
+
+def test_missing_dali_names_the_extra(raw_store, monkeypatch):
+    real = builtins.__import__
+
+    def no_dali(name, *args, **kw):
+        if name.startswith("nvidia.dali") or name == "nvidia":
+            raise ImportError(f"No module named {name!r}")
+        return real(name, *args, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_dali)
+    with pytest.raises(ImportError, match=r"pip install fastfeed\[dali\]"):
+        create_loader("dali", raw_store, LoaderConfig(imgsz=64, batch_size=4))
+
+
+def test_device_choice_is_checked(raw_store, monkeypatch):
+    with pytest.raises(ValueError, match="'tpu' is not a device; valid: 'auto', 'cpu', 'cuda' or 'cuda:N'"):
+        create_dali_loader(raw_store, LoaderConfig(imgsz=64, batch_size=4), device="tpu")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: asking for cuda is fine here")
+    monkeypatch.setenv(ENV, "cuda")
+    with pytest.raises(RuntimeError, match="FASTFEED_DALI_DEVICE asks for 'cuda' but .* sees no CUDA GPU"):
+        create_loader("dali", raw_store, LoaderConfig(imgsz=64, batch_size=4))
+    monkeypatch.setenv(ENV, "auto")
+    assert create_loader("dali", raw_store, LoaderConfig(imgsz=64, batch_size=4)).device.device_id is None
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_corrupt_record_raises_naming_it(jpeg_store, tmp_path, workers):
+    from test_store import _flip_byte_in_record
+
+    bad = tmp_path / "bad.ff"
+    shutil.copytree(jpeg_store.path, bad)
+    _flip_byte_in_record(bad, 5)
+    loader = _dali(Store(bad), imgsz=64, batch_size=4, workers=workers, shuffle=False)
+    with pytest.raises(WorkerError, match="record 5 in shard shard-00000.mdb: CRC32 mismatch"):
+        list(loader)
+    loader.close()
+
+
+def test_a_record_dali_cannot_decode_raises_naming_it(jpeg_store, tmp_path):
+    """CRC intact, payload not an image (what check_crc=False lets through, or a decoder mismatch)."""
+    import lmdb
+
+    bad = tmp_path / "bad.ff"
+    shutil.copytree(jpeg_store.path, bad)
+    with Store(bad) as st:
+        head, name, boxes, classes, _ = fmt.decode_record(st.raw_record(6))
+    rec = fmt.encode_record(codec="jpeg", height=head.height, width=head.width, orig_height=head.orig_height,
+                            orig_width=head.orig_width, image_id=head.image_id, file_name=name,
+                            boxes=boxes[:head.n_boxes], classes=classes[:head.n_boxes], crowd_boxes=boxes[head.n_boxes:],
+                            crowd_classes=classes[head.n_boxes:], payload=b"\xff\xd8\xff\xe0" + bytes(range(256)) * 8)
+    shard = bad / "shard-00000.mdb"
+    env = lmdb.open(str(shard), subdir=False, lock=False)
+    with env.begin(write=True) as txn:
+        txn.put(fmt.record_key(6), rec)
+    env.close()
+    manifest = fmt.read_manifest(bad / fmt.MANIFEST)
+    manifest["shards"][0]["bytes"] = shard.stat().st_size
+    fmt.write_manifest(bad / fmt.MANIFEST, manifest)
+    loader = _dali(Store(bad), imgsz=64, batch_size=4, workers=2, shuffle=False, augment=False)
+    with pytest.raises(WorkerError, match=r"DALI could not decode record 6 \(06.jpg\) in shard shard-00000.mdb"):
+        list(loader)
+    loader.close()
+
+
+def test_early_stop_then_next_epoch_and_a_store_smaller_than_a_batch(raw_store):
+    with _dali(raw_store, imgsz=64, batch_size=2, workers=2) as loader:
+        for k, _ in enumerate(loader):
+            if k == 1:
+                break
+        loader.set_epoch(1)
+        assert len(list(loader)) == len(loader) == N // 2
+    with _dali(raw_store, imgsz=64, batch_size=N + 1, workers=0) as loader:
+        assert len(loader) == 0 and list(loader) == []
