@@ -10,6 +10,8 @@
    pinned uint8 batches with a small CPU cost, without and with the DevicePrefetcher;
 4. augment: what DeviceAugment costs per batch on the device;
 5. dali: DALI `mixed` decode and the dali loader on the GPU (benchmarks/gpu_check_dali.py), when DALI is installed.
+6. train: the bundled YOLOv3's training step at 640 (ms, images/s, peak memory) with and without AMP and
+   activation checkpointing (runs before the dali section).
 
 Exit status: 0 when everything that ran passed, 1 on a failed test or a section that raised,
 2 when there is no CUDA device (unless --allow-cpu, a smoke run of the script itself on a CPU).
@@ -279,6 +281,41 @@ def dali_mixed(device: torch.device, quick: bool, seconds: float) -> None:
         FAILURES.append(f"dali: gpu_check_dali.py exited {out.returncode}: {out.stderr.strip()[-300:]}")
 
 
+# --- 6. the bundled model's step: YOLOv3 at 640, AMP and activation checkpointing ------------------------
+# fastfeed.train.bench needs only torch. What an accelerator consumes per second bounds what a loader must
+# deliver; peak memory shows what --amp and --grad-ckpt buy.
+
+def train_step(device: torch.device, quick: bool) -> None:
+    if device.type != "cuda":
+        row("train", "yolov3 step", "skipped: no CUDA device")
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from fastfeed.train.bench import bench_step
+
+    imgsz, batch = (320, 8) if quick else (640, 16)
+    g = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (batch, 3, imgsz, imgsz), dtype=torch.uint8, generator=g).pin_memory()
+    n = 6 * batch
+    targets = torch.cat([torch.arange(batch).repeat_interleave(6)[:, None].float(),
+                         torch.randint(0, 80, (n, 1), generator=g).float(),
+                         0.2 + 0.6 * torch.rand(n, 2, generator=g), 0.05 + 0.3 * torch.rand(n, 2, generator=g)], 1)
+    for amp, ckpt in ((None, False), ("bf16", False), ("bf16", True), ("fp16", False)):
+        step = bench_step("yolov3", device, imgsz, batch, amp=amp, grad_ckpt=ckpt)
+        for _ in range(3):
+            step(images, targets)
+        torch.cuda.reset_peak_memory_stats(device)
+        t = time.perf_counter()
+        steps = 5 if quick else 15
+        for _ in range(steps):
+            step(images, targets)
+        ms = (time.perf_counter() - t) / steps * 1e3
+        peak = torch.cuda.max_memory_allocated(device) / 2**30
+        label = f"yolov3 {imgsz} b{batch} amp={amp or 'off'} ckpt={'on' if ckpt else 'off'}"
+        row("train", label, f"{ms:7.1f} ms/step  {batch / ms * 1e3:6.0f} images/s  peak {peak:5.2f} GiB")
+        del step
+        torch.cuda.empty_cache()
+
+
 # --- main -----------------------------------------------------------------------------------------------
 
 def main(argv=None) -> int:
@@ -309,6 +346,7 @@ def main(argv=None) -> int:
     section("h2d", bandwidth, device, (16, 3, 640, 640) if not args.quick else shape, 20, deadline=deadline)
     section("overlap", overlap, device, shape, args.step_ms, steps, deadline=deadline)
     section("augment", augment_cost, device, shape, 20 if device.type == "cuda" else 3, deadline=deadline)
+    section("train", train_step, device, args.quick, deadline=deadline)
     section("dali", dali_mixed, device, args.quick, max(30.0, deadline - time.monotonic() - 5), deadline=deadline)
     threads = [t.name for t in threading.enumerate() if t.name == "fastfeed-prefetch"]
     if threads:
