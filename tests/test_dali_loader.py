@@ -14,7 +14,8 @@ import torch
 pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed (pip install fastfeed[dali])")
 
 from conftest import CocoBuilder, jpeg_bytes  # noqa: E402
-from test_loaders import NO_COLOUR, _painted, _red  # noqa: E402
+from loader_checks import assert_boxes_frame_paint, red_mask  # noqa: E402
+from test_loaders import NO_COLOUR, _painted  # noqa: E402
 from test_pack import run_pack  # noqa: E402
 
 from fastfeed import Store  # noqa: E402
@@ -89,18 +90,7 @@ def test_boxes_frame_the_painted_objects_after_augmentation(raw_store, hyp):
     """The cpu loader's check: every box frames red paint, almost no red is left outside the boxes."""
     with _dali(raw_store, imgsz=128, batch_size=8, workers=2, hyp=hyp, seed=3) as loader:
         batches = _collect(loader) + _collect(loader, 1)
-    seen = uncovered = total = 0
-    for images, targets in batches:
-        red = _red(images)
-        covered = np.zeros_like(red)
-        for j, _, cx, cy, w, h in targets.tolist():
-            x1, y1, x2, y2 = (np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2]) * 128).round().astype(int)
-            assert red[int(j), y1:y2, x1:x2].mean() > 0.85, "a box does not frame its painted object"
-            covered[int(j), max(y1 - 1, 0):y2 + 1, max(x1 - 1, 0):x2 + 1] = True
-            seen += 1
-        uncovered += (red & ~covered).sum()
-        total += red.sum()
-    assert uncovered <= 0.04 * total and seen > 20
+    assert_boxes_frame_paint(batches, 128)
 
 
 def test_flips_move_pixels_and_boxes_alike(raw_store):
@@ -128,7 +118,7 @@ def test_rotation_and_shear_keep_objects_inside_their_boxes(raw_store):
         batches = _collect(loader)
     uncovered = total = 0
     for images, targets in batches:
-        red = _red(images)
+        red = red_mask(images)
         covered = np.zeros_like(red)
         for j, _, cx, cy, w, h in targets.tolist():
             x1, y1, x2, y2 = (np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2]) * 128).round().astype(int)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import CocoBuilder, jpeg_bytes
+from loader_checks import assert_batch_contract, assert_boxes_frame_paint
 from test_pack import run_pack
 
 from fastfeed import Store
@@ -42,11 +43,6 @@ def painted_store(tmp_path_factory):
     return Store(root / "s.ff")
 
 
-def _red(images: torch.Tensor) -> np.ndarray:
-    x = images.numpy().astype(int)
-    return (x[:, 0] > 180) & (x[:, 1] < 80) & (x[:, 2] < 80)
-
-
 def _collect(loader, epoch=0):
     loader.set_epoch(epoch)
     return [(b.images.clone(), b.targets.clone()) for b in loader]
@@ -75,14 +71,7 @@ def test_batch_contract(painted_store, workers):
     with create_loader("cpu", painted_store, cfg) as loader:
         batches = _collect(loader)
     assert len(batches) == len(loader) == 5
-    for images, targets in batches:
-        assert images.dtype == torch.uint8 and images.shape[1:] == (3, 96, 96) and images.is_contiguous()
-        assert targets.dtype == torch.float32 and targets.shape[1] == 6
-        b = len(images)
-        assert ((targets[:, 0] >= 0) & (targets[:, 0] < b)).all() and (targets[:, 0] == targets[:, 0].round()).all()
-        assert ((targets[:, 1] >= 0) & (targets[:, 1] < 3)).all()
-        assert ((targets[:, 2:] >= 0) & (targets[:, 2:] <= 1)).all()
-    assert sum(len(i) for i, _ in batches) == 24
+    assert_batch_contract(batches, 96, nc=3, total=24)
 
 
 @pytest.mark.parametrize("hyp", [NO_COLOUR, AugmentHyp(hsv_h=0, hsv_s=0, hsv_v=0, degrees=0, mosaic=0.0),
@@ -91,22 +80,7 @@ def test_boxes_frame_the_painted_objects_after_augmentation(painted_store, hyp):
     cfg = LoaderConfig(imgsz=128, batch_size=8, workers=2, hyp=hyp, seed=3)
     with create_loader("cpu", painted_store, cfg) as loader:
         batches = _collect(loader) + _collect(loader, 1)
-    seen = uncovered = total = 0
-    for images, targets in batches:
-        red = _red(images)
-        covered = np.zeros_like(red)
-        for j, _, cx, cy, w, h in targets.tolist():
-            x1, y1, x2, y2 = (np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2]) * 128).round().astype(int)
-            inside = red[int(j), y1:y2, x1:x2]
-            assert inside.mean() > 0.85, "a box does not frame its painted object"
-            covered[int(j), max(y1 - 1, 0):y2 + 1, max(x1 - 1, 0):x2 + 1] = True
-            seen += 1
-        uncovered += (red & ~covered).sum()
-        total += red.sum()
-    # Objects keep their boxes; what is left unboxed are the slivers the box filter drops on
-    # purpose (less than 10% of an object left visible after a crop, or a side of <= 2 px).
-    assert uncovered <= 0.04 * total
-    assert seen > 20
+    assert_boxes_frame_paint(batches, 128)
 
 
 def test_eval_batches_are_letterboxed_store_images(painted_store):

@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from loader_checks import assert_batch_contract, assert_boxes_frame_paint
 from test_cache import make_painted_store, processes, scratch_shm_dir
-from test_loaders import NO_COLOUR, _collect, _red
+from test_loaders import NO_COLOUR, _collect
 
 from fastfeed.augment import AugmentHyp
 from fastfeed.cache import CacheBudgetError, layout
@@ -47,14 +48,7 @@ def test_batch_contract(painted_store, shm_dir, workers):
         assert loader.shared_bytes() == loader.cache.size == loader.cache.path.stat().st_size
         ms = loader.stage_times().per_sample_ms()
     assert len(batches) == len(loader) == 5
-    for images, targets in batches:
-        assert images.dtype == torch.uint8 and images.shape[1:] == (3, 96, 96) and images.is_contiguous()
-        assert targets.dtype == torch.float32 and targets.shape[1] == 6
-        b = len(images)
-        assert ((targets[:, 0] >= 0) & (targets[:, 0] < b)).all() and (targets[:, 0] == targets[:, 0].round()).all()
-        assert ((targets[:, 1] >= 0) & (targets[:, 1] < 3)).all()
-        assert ((targets[:, 2:] >= 0) & (targets[:, 2:] <= 1)).all()
-    assert sum(len(i) for i, _ in batches) == 24
+    assert_batch_contract(batches, 96, nc=3, total=24)
     assert ms["decode"] == 0.0 and ms["read"] > 0 and ms["augment"] > 0     # samples are read, never decoded
 
 
@@ -65,18 +59,7 @@ def test_boxes_frame_the_painted_objects_after_augmentation(painted_store, shm_d
     cfg = LoaderConfig(imgsz=128, batch_size=8, workers=2, hyp=hyp, seed=3, cache_dir=str(shm_dir))
     with create_loader("shm", painted_store, cfg) as loader:
         batches = _collect(loader) + _collect(loader, 1)
-    seen = uncovered = total = 0
-    for images, targets in batches:
-        red = _red(images)
-        covered = np.zeros_like(red)
-        for j, _, cx, cy, w, h in targets.tolist():
-            x1, y1, x2, y2 = (np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2]) * 128).round().astype(int)
-            assert red[int(j), y1:y2, x1:x2].mean() > 0.85, "a box does not frame its painted object"
-            covered[int(j), max(y1 - 1, 0):y2 + 1, max(x1 - 1, 0):x2 + 1] = True
-            seen += 1
-        uncovered += (red & ~covered).sum()
-        total += red.sum()
-    assert uncovered <= 0.04 * total and seen > 20
+    assert_boxes_frame_paint(batches, 128)
 
 
 def _batches(name, store, **kw):

@@ -1,0 +1,44 @@
+"""Checks every loader must pass, shared by the cpu, shm and dali loader tests."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def red_mask(images: torch.Tensor) -> np.ndarray:
+    """Pixels of the red paint the test stores put on each image (uint8 [B,3,S,S] -> bool [B,S,S])."""
+    x = images.cpu().numpy().astype(int)
+    return (x[:, 0] > 180) & (x[:, 1] < 80) & (x[:, 2] < 80)
+
+
+def assert_batch_contract(batches, size: int, nc: int, total: int) -> None:
+    """uint8 [B,3,S,S] contiguous images; float32 [M,6] targets with valid indices, classes and boxes."""
+    for images, targets in batches:
+        assert images.dtype == torch.uint8 and images.shape[1:] == (3, size, size) and images.is_contiguous()
+        assert targets.dtype == torch.float32 and targets.shape[1] == 6
+        b = len(images)
+        assert ((targets[:, 0] >= 0) & (targets[:, 0] < b)).all() and (targets[:, 0] == targets[:, 0].round()).all()
+        assert ((targets[:, 1] >= 0) & (targets[:, 1] < nc)).all()
+        assert ((targets[:, 2:] >= 0) & (targets[:, 2:] <= 1)).all()
+    assert sum(len(i) for i, _ in batches) == total
+
+
+def assert_boxes_frame_paint(batches, size: int, min_boxes: int = 20) -> None:
+    """Every target box frames red paint, and almost no red is left outside the boxes.
+
+    What is left unboxed are the slivers the box filter drops on purpose (less than 10% of an object
+    left visible after a crop, or a side of <= 2 px).
+    """
+    seen = uncovered = total = 0
+    for images, targets in batches:
+        red = red_mask(images)
+        covered = np.zeros_like(red)
+        for j, _, cx, cy, w, h in targets.tolist():
+            x1, y1, x2, y2 = (np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2]) * size).round().astype(int)
+            assert red[int(j), y1:y2, x1:x2].mean() > 0.85, "a box does not frame its painted object"
+            covered[int(j), max(y1 - 1, 0):y2 + 1, max(x1 - 1, 0):x2 + 1] = True
+            seen += 1
+        uncovered += (red & ~covered).sum()
+        total += red.sum()
+    assert uncovered <= 0.04 * total and seen > min_boxes
