@@ -137,6 +137,15 @@ class YOLO(nn.Module):
         self.nc = nc
         self.grad_ckpt = False
 
+    def backbone(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """The stem, then every stage in turn (checkpointed with --grad-ckpt); each stage's output."""
+        x = self.stem(x)
+        feats = []
+        for stage in self.stages:
+            x = self.run_stage(stage, x)
+            feats.append(x)
+        return feats
+
     def run_stage(self, stage: nn.Module, x: torch.Tensor) -> torch.Tensor:
         if not (self.grad_ckpt and self.training and torch.is_grad_enabled()):
             return stage(x)
@@ -179,12 +188,7 @@ class YOLOv3(YOLO):
         self.detect = Detect(nc, (256, 512, 1024), (8, 16, 32), ANCHORS[self.name])
 
     def head(self, x):
-        x = self.stem(x)
-        feats = []
-        for stage in self.stages:
-            x = self.run_stage(stage, x)
-            feats.append(x)
-        p3, p4, p5 = feats[2:]                  # strides 8, 16, 32
+        p3, p4, p5 = self.backbone(x)[2:]       # strides 8, 16, 32
         x5 = self.neck5(p5)
         x4 = self.neck4(torch.cat((self.up(self.lat5(x5)), p4), 1))
         x3 = self.neck3(torch.cat((self.up(self.lat4(x4)), p3), 1))
@@ -217,12 +221,7 @@ class YOLOv3Tiny(YOLO):
         self.detect = Detect(nc, (256, 512), (16, 32), ANCHORS[self.name])
 
     def head(self, x):
-        x = self.stem(x)
-        feats = []
-        for stage in self.stages:
-            x = self.run_stage(stage, x)
-            feats.append(x)
-        p4, p5 = feats[1:]
+        p4, p5 = self.backbone(x)[1:]
         x5 = self.neck5(p5)
         return [self.out4(torch.cat((self.up(self.lat5(x5)), p4), 1)), self.out5(x5)]
 
