@@ -85,8 +85,7 @@ def check_loader(device: str, quick: bool) -> None:
     import torch
 
     sys.path.insert(0, str(REPO))
-    from fastfeed.loaders import LoaderConfig
-    from fastfeed.loaders.dali import create_dali_loader
+    from fastfeed.loaders import LoaderConfig, create_loader
     from fastfeed.pack import PackConfig, pack
     from fastfeed.store import Store
 
@@ -97,8 +96,9 @@ def check_loader(device: str, quick: bool) -> None:
         on_gpu = device != "cpu"
 
         # Eval batches: the GPU pipeline against DALI's CPU pipeline on the same records.
-        cfg = LoaderConfig(imgsz=320, batch_size=8, workers=2, augment=False, shuffle=False)
-        with create_dali_loader(store, cfg, device=device) as gpu, create_dali_loader(store, cfg, device="cpu") as cpu:
+        kw = dict(imgsz=320, batch_size=8, workers=2, augment=False, shuffle=False)
+        with create_loader("dali", store, LoaderConfig(device=device, **kw)) as gpu, \
+                create_loader("dali", store, LoaderConfig(device="cpu", **kw)) as cpu:
             gi, gt = next(iter(gpu))
             ci, ct = next(iter(cpu))
         assert gi.device.type == ("cuda" if on_gpu else "cpu"), f"images on {gi.device}"
@@ -112,8 +112,8 @@ def check_loader(device: str, quick: bool) -> None:
         # Training batches (mosaic, affine, HSV, flips) at 640: contract and throughput.
         # The sample holds 16 images: one batch an epoch, so many short epochs (each also exercises
         # DALI's end-of-epoch reset and the next epoch's prefetch).
-        cfg = LoaderConfig(imgsz=640, batch_size=16, workers=8 if on_gpu else 2, seed=0)
-        with create_dali_loader(store, cfg, device=device) as loader:
+        cfg = LoaderConfig(imgsz=640, batch_size=16, workers=8 if on_gpu else 2, seed=0, device=device)
+        with create_loader("dali", store, cfg) as loader:
             t0, images, epochs = None, 0, (2 if not on_gpu else 12 if quick else 40)
             for epoch in range(epochs):
                 loader.set_epoch(epoch)

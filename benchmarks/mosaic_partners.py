@@ -75,7 +75,7 @@ def main() -> int:
         buf = run(BatchBuilder, store, cfg, batches)
         whole = run(WholeDatasetPartners, store, cfg, batches)
     print(f"mosaic partners, one core, imgsz 640, {args.batches} batches of 16 from {args.data}")
-    print(f"  per-worker buffer of {cfg.partner_buffer} recent images: {buf:6.2f} ms/sample")
+    print(f"  per-worker buffer of {BatchBuilder(None, cfg).partners.maxlen} recent images: {buf:6.2f} ms/sample")
     print(f"  uniform over the whole dataset:         {whole:6.2f} ms/sample  ({whole / buf:.2f}x)")
     return 0
 

@@ -1,7 +1,7 @@
 """fastfeed: keep a detection trainer's accelerator fed.
 
 Pack a COCO or YOLO dataset once (`fastfeed pack`), read it at random from any process (`Store`),
-feed it through a loader into the device. See DESIGN.md for the data flow.
+feed it through a loader into the device. See docs/design.md for the data flow.
 """
 
 from importlib import resources

@@ -2,11 +2,15 @@
 
 One place decides how bytes become RGB pixels, so a record that passed the pack-time check decodes
 the same way at training time. JPEGs go through libjpeg-turbo (simplejpeg) with DCT-domain
-downscaling; everything else through OpenCV. EXIF orientation is ignored everywhere: boxes are in
-the stored pixel orientation, as COCO annotates them.
+downscaling; everything else through OpenCV. Decoders here never apply an EXIF orientation
+themselves: a record carries the orientation the pack read from the file (`exif_orientation`), and
+`decode_payload` applies it, the one place that does, so every reader sees the upright frame the
+boxes were drawn in (see docs/design.md).
 """
 
 from __future__ import annotations
+
+import math
 
 import cv2
 import numpy as np
@@ -45,8 +49,9 @@ def jpeg_header(data) -> tuple[int, int, str]:
 def decode_jpeg(data, min_size: tuple[int, int] | None = None) -> np.ndarray:
     """Decode a JPEG to RGB uint8 HWC, strictly (a truncated file raises).
 
-    With `min_size=(h, w)` libjpeg-turbo scales in the DCT domain by the largest factor of
-    1/2, 1/4, 1/8 that keeps the result at least that large: far fewer pixels to produce.
+    With `min_size=(h, w)` libjpeg-turbo scales in the DCT domain by the smallest factor k/8
+    (k = 1..8) that keeps the result at least that large (sizes rounded up; see `dct_size`): far
+    fewer pixels to produce.
     """
     mh, mw = min_size if min_size else (0, 0)
     try:
@@ -73,6 +78,89 @@ def decode_any(data, min_size: tuple[int, int] | None = None) -> tuple[np.ndarra
     if sniff(data) == "jpeg" and jpeg_header(data)[2] not in ("CMYK", "YCCK"):
         return decode_jpeg(data, min_size), "jpeg"
     return decode_cv2(data), "cv2"
+
+
+def dct_size(h: int, w: int, min_size: tuple[int, int] | None) -> tuple[int, int]:
+    """The (h, w) `decode_jpeg(data, min_size)` returns for an h x w JPEG: libjpeg-turbo's DCT scaling
+    by k/8, k = 1..8, the smallest k whose ceil(h*k/8) x ceil(w*k/8) covers `min_size` (checked
+    against simplejpeg in tests/test_codec.py)."""
+    if not min_size:
+        return h, w
+    mh, mw = min_size
+    for k in range(1, 8):
+        sh, sw = math.ceil(h * k / 8), math.ceil(w * k / 8)
+        if sh >= mh and sw >= mw:
+            return sh, sw
+    return h, w
+
+
+def cover_size(h: int, w: int, side: int) -> tuple[int, int] | None:
+    """The least (h, w) whose long side reaches `side` at the image's aspect (sizes rounded up):
+    what a decode must produce for an output of long side `side`; None when the image is not larger."""
+    r = side / max(h, w)
+    return (math.ceil(h * r), math.ceil(w * r)) if r < 1 else None
+
+
+# --- EXIF orientation -------------------------------------------------------------------------------
+# Tag 0x0112: how the stored pixels must be turned to be shown upright. 1: as stored; 2: mirrored;
+# 3: turned 180; 4: flipped upside down; 5: transposed; 6: turned 90 clockwise; 7: transverse;
+# 8: turned 90 anticlockwise. 5..8 swap height and width.
+
+def oriented_size(h: int, w: int, orientation: int) -> tuple[int, int]:
+    """(h, w) of an h x w stored image once shown upright."""
+    return (w, h) if orientation >= 5 else (h, w)
+
+
+def apply_orientation(img: np.ndarray, orientation: int) -> np.ndarray:
+    """The upright image (a new array, or `img` itself for orientation 1)."""
+    if orientation == 1:
+        return img
+    if orientation == 2:
+        return cv2.flip(img, 1)
+    if orientation == 3:
+        return cv2.rotate(img, cv2.ROTATE_180)
+    if orientation == 4:
+        return cv2.flip(img, 0)
+    if orientation == 5:
+        return cv2.transpose(img)
+    if orientation == 6:
+        return cv2.rotate(img, cv2.ROTATE_90_CLOCKWISE)
+    if orientation == 7:
+        return cv2.flip(cv2.transpose(img), -1)
+    if orientation == 8:
+        return cv2.rotate(img, cv2.ROTATE_90_COUNTERCLOCKWISE)
+    raise ValueError(f"EXIF orientation must be 1..8, got {orientation!r}")
+
+
+def decode_payload(codec: str, payload, size: tuple[int, int], min_size: tuple[int, int] | None = None,
+                   orientation: int = 1) -> np.ndarray:
+    """A stored payload as upright RGB uint8 HWC: the one decode every reader uses.
+
+    codec: 'jpeg' | 'cv2' | 'raw' (a record's); size: (h, w) of the upright image (a record's header).
+    min_size (upright frame) lets a JPEG decode at a DCT-reduced scale no smaller than that.
+    Raw payloads come back as a read-only view of `payload` (no copy); others as new arrays.
+    """
+    if codec == "raw":
+        return np.frombuffer(payload, np.uint8).reshape(size[0], size[1], 3)
+    if codec == "jpeg":
+        if min_size and orientation >= 5:
+            min_size = (min_size[1], min_size[0])
+        img = decode_jpeg(payload, min_size)
+    elif codec == "cv2":
+        img = decode_cv2(payload)
+    else:
+        raise DecodeError(f"unknown payload codec {codec!r}")
+    return apply_orientation(img, orientation)
+
+
+def decoded_size(codec: str, size: tuple[int, int], min_size: tuple[int, int] | None = None,
+                 orientation: int = 1) -> tuple[int, int]:
+    """The (h, w) `decode_payload` returns for these arguments, without decoding."""
+    if codec != "jpeg" or not min_size:
+        return size
+    h, w = oriented_size(*size, orientation)             # the stored frame's size
+    mh, mw = oriented_size(*min_size, orientation)
+    return oriented_size(*dct_size(h, w, (mh, mw)), orientation)
 
 
 def check_decodable(data, full: bool = False) -> tuple[tuple[int, int], str]:

@@ -4,7 +4,7 @@ With `LoaderConfig(device_augment=True)` the loader's workers skip these two ste
 `DevicePrefetcher` applies them here, after uint8->float, on its own stream: a few element-wise
 kernels per batch on the accelerator instead of ~0.4 ms per sample on a CPU core.
 
-The formulas are those of `fastfeed/augment/hsv_planes.py` (the workers' fast path), on floats in
+The formulas are those of `fastfeed/augment/hsv.py` (the workers' CPU implementation), on floats in
 [0, 1] instead of uint8 levels:
 
 * hue + dh of the circle: a rotation of RGB about the grey axis by dh*360 degrees, clipped;
@@ -17,24 +17,24 @@ left-right flip with probability fliplr (boxes: cx -> 1 - cx). The results are n
 `torch.Generator` on the batch's device, so the same seed gives the same batches (a different
 stream of draws from the workers' numpy generator: statistically, not pixel-for-pixel, the same).
 
-Why here and not in `fastfeed/augment/`: that package is numpy/OpenCV by design and its
-`__init__` imports cv2; this module must import with torch alone (a bare GPU machine).
+Why here and not in `fastfeed/augment/`: that package is numpy/OpenCV by design; this module is
+torch (plus `augment.hyp`, numpy only, for the valid ranges), so it imports on a bare GPU machine.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-import numbers
 
 import torch
 
+from .augment.hyp import check_field
+
 _AXIS = torch.tensor([[0.0, -1.0, 1.0], [1.0, 0.0, -1.0], [-1.0, 1.0, 0.0]], dtype=torch.float64) / math.sqrt(3.0)
-_RANGES = {"hsv_h": 0.5, "hsv_s": 1.0, "hsv_v": 1.0, "fliplr": 1.0}   # valid: [0, high], as AugmentHyp's
 
 
 def hue_rotations(turns: torch.Tensor) -> torch.Tensor:
-    """[B] turns of the colour circle -> [B,3,3] RGB rotation matrices (hsv_planes.hue_rotation, batched)."""
+    """[B] turns of the colour circle -> [B,3,3] RGB rotation matrices (augment.hsv.hue_rotation, batched)."""
     a = 2.0 * math.pi * turns.double()
     cos, sin = torch.cos(a)[:, None, None], torch.sin(a)[:, None, None]
     eye = torch.eye(3, dtype=torch.float64, device=turns.device)
@@ -85,9 +85,7 @@ class DeviceAugment:
     def __init__(self, hsv_h: float = 0.015, hsv_s: float = 0.7, hsv_v: float = 0.4, fliplr: float = 0.5,
                  seed: int = 0):
         for name, value in (("hsv_h", hsv_h), ("hsv_s", hsv_s), ("hsv_v", hsv_v), ("fliplr", fliplr)):
-            hi = _RANGES[name]
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value <= hi:
-                raise ValueError(f"DeviceAugment {name}={value!r} is out of range; valid: [0.0, {hi}]")
+            check_field(name, value, owner="DeviceAugment")   # AugmentHyp's ranges
         self.hsv_h, self.hsv_s, self.hsv_v, self.fliplr = float(hsv_h), float(hsv_s), float(hsv_v), float(fliplr)
         self.seed = int(seed)
         self._keys: tuple[int, ...] = ()

@@ -5,9 +5,10 @@ from __future__ import annotations
 import cv2
 import numpy as np
 import pytest
+from hsv_reference import hsv_jitter
 
 from fastfeed import codec
-from fastfeed.augment import hsv_jitter, hsv_jitter_to_planes, hue_rotation
+from fastfeed.augment import hsv_jitter_to_planes, hue_rotation
 
 
 @pytest.fixture(scope="module")

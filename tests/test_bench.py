@@ -43,7 +43,7 @@ def fake_loaders():
 
     def add(factory):
         name = f"test-bench-{uuid.uuid4().hex[:8]}"
-        register_loader(name, factory)
+        register_loader(name, lambda store, cfg, opts: factory(store, cfg))
         names.append(name)
         return name
 
@@ -173,7 +173,7 @@ def test_auto_candidates():
 
 
 def test_workers_auto_sweeps_and_says_why(store):
-    from fastfeed.bench.machine import usable_cores
+    from fastfeed.devices import usable_cores
 
     r = _bench(store, workers="auto", sweep_seconds=0.4, seconds=0.6).results[0]
     assert r.ok and r.sweep is not None

@@ -57,3 +57,12 @@ def test_unknown_choices_and_help(capsys):
 def test_python_dash_m_and_console_script(tmp_path):
     r = subprocess.run([sys.executable, "-m", "fastfeed", "pack", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--store {original,jpeg,raw}" in r.stdout and "YOLO" in r.stdout
+
+
+def test_loaders_lists_what_runs_here(capsys):
+    assert main(["loaders"]) == 0
+    text = capsys.readouterr().out
+    assert "cpu      available" in text and "options: partner_buffer=64" in text and "cache_dir='/dev/shm'" in text
+    assert main(["loaders", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["cpu"]["available"] and rows["shm"]["options"]["cache_partial"] is False

@@ -14,16 +14,15 @@ import torch
 pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed (pip install fastfeed[dali])")
 
 from conftest import CocoBuilder, jpeg_bytes  # noqa: E402
-from loader_checks import assert_boxes_frame_paint, red_mask  # noqa: E402
+from loader_checks import assert_batch_contract, assert_boxes_frame_paint, red_mask  # noqa: E402
 from test_loaders import NO_COLOUR, _painted  # noqa: E402
 from test_pack import run_pack  # noqa: E402
 
 from fastfeed import Store  # noqa: E402
 from fastfeed.augment import AugmentHyp  # noqa: E402
+from fastfeed.devices import DeviceError  # noqa: E402
 from fastfeed.loaders import LoaderConfig, WorkerError, create_loader, list_loaders  # noqa: E402
-from fastfeed.loaders.dali import ENV, create_dali_loader  # noqa: E402
 from fastfeed.loaders.sampler import epoch_batches  # noqa: E402
-from fastfeed.store import format as fmt  # noqa: E402
 
 N = 24
 
@@ -48,9 +47,9 @@ def jpeg_store(tmp_path_factory):
     return _pack_painted(tmp_path_factory.mktemp("dali_jpeg"), "original")  # the JPEGs: DALI decodes
 
 
-@pytest.fixture(autouse=True)
-def _cpu_device(monkeypatch):
-    monkeypatch.setenv(ENV, "cpu")
+def _cfg(**kw) -> LoaderConfig:
+    """DALI's CPU operators whatever the machine has (the GPU path: benchmarks/gpu_check_dali.py)."""
+    return LoaderConfig(**({"device": "cpu"} | kw))
 
 
 def _collect(loader, epoch=0):
@@ -59,7 +58,7 @@ def _collect(loader, epoch=0):
 
 
 def _dali(store, **kw):
-    return create_loader("dali", store, LoaderConfig(**kw))
+    return create_loader("dali", store, _cfg(**kw))
 
 
 # --- contract ------------------------------------------------------------------------------------
@@ -73,13 +72,8 @@ def test_batch_contract(jpeg_store, workers):
             assert loader.memory_pids()          # the external source's worker process
         st = loader.stage_times()
     assert loader.memory_pids() == []
-    assert len(batches) == len(loader) == 5 and sum(len(i) for i, _ in batches) == N
-    for images, targets in batches:
-        assert images.dtype == torch.uint8 and images.shape[1:] == (3, 96, 96) and images.is_contiguous()
-        assert targets.dtype == torch.float32 and targets.shape[1] == 6
-        assert ((targets[:, 0] >= 0) & (targets[:, 0] < len(images))).all()
-        assert (targets[:, 0] == targets[:, 0].round()).all() and ((targets[:, 1] >= 0) & (targets[:, 1] < 3)).all()
-        assert ((targets[:, 2:] >= 0) & (targets[:, 2:] <= 1)).all()
+    assert len(batches) == len(loader) == 5
+    assert_batch_contract(batches, 96, nc=3, total=N)
     # Honest stage times: what the external source measured; DALI's own ops are not split out.
     assert st.samples == N and st.seconds["read"] > 0 and "decode" not in st.seconds
 
@@ -98,7 +92,7 @@ def test_flips_move_pixels_and_boxes_alike(raw_store):
     still = dict(mosaic=0.5, scale=0.3, translate=0.1, hsv_h=0, hsv_s=0, hsv_v=0, fliplr=0.0, flipud=0.0)
 
     def batch(**flips):
-        cfg = LoaderConfig(imgsz=96, batch_size=6, workers=0, seed=5, hyp=AugmentHyp(**(still | flips)))
+        cfg = _cfg(imgsz=96, batch_size=6, workers=0, seed=5, hyp=AugmentHyp(**(still | flips)))
         with create_loader("dali", raw_store, cfg) as loader:
             return next(iter(loader))
 
@@ -134,7 +128,7 @@ def test_mosaic_partners_come_from_the_whole_store(raw_store):
     pool images are used; over an epoch the pools draw from across the store, not from the batch."""
     from fastfeed.loaders.dali.source import DaliSource
 
-    src = DaliSource(raw_store, LoaderConfig(imgsz=128, batch_size=2, hyp=NO_COLOUR), 0, 1, "mosaic", raw=True)
+    src = DaliSource(raw_store, _cfg(imgsz=128, batch_size=2, hyp=NO_COLOUR), 0, 1, "mosaic", raw=True)
     out = dict(zip(src.outputs, src(SimpleNamespace(iteration=0, epoch_idx=0))))
     assert [p.shape for p in out["pool"]] == [raw_store[i].image.shape for i in src.records_of(0, 0, src.batches(0)[0])[2:]]
     pools = {i for k, idx in enumerate(src.batches(0)) for i in src.records_of(0, k, idx)[len(idx):]}
@@ -142,7 +136,7 @@ def test_mosaic_partners_come_from_the_whole_store(raw_store):
 
 
 def test_eval_batches_are_letterboxed_store_images(raw_store, jpeg_store):
-    cfg = LoaderConfig(imgsz=160, batch_size=4, workers=0, augment=False, shuffle=False, drop_last=False)
+    cfg = _cfg(imgsz=160, batch_size=4, workers=0, augment=False, shuffle=False, drop_last=False)
     with create_loader("dali", raw_store, cfg) as loader:
         images, targets = next(iter(loader))
     s = raw_store[1]                        # 120x160: fits the width, padded top and bottom by 20
@@ -153,7 +147,7 @@ def test_eval_batches_are_letterboxed_store_images(raw_store, jpeg_store):
         _, cpu_targets = next(iter(loader))
     torch.testing.assert_close(targets, cpu_targets)
     # Decoded by DALI from the JPEGs and resized (96 px): close to the cpu loader's pixels.
-    cfg = LoaderConfig(imgsz=96, batch_size=4, workers=0, augment=False, shuffle=False)
+    cfg = _cfg(imgsz=96, batch_size=4, workers=0, augment=False, shuffle=False)
     with create_loader("dali", jpeg_store, cfg) as loader:
         images, targets = next(iter(loader))
     with create_loader("cpu", jpeg_store, cfg) as loader:
@@ -182,7 +176,7 @@ def _keys(batches):
 
 def test_two_ranks_see_disjoint_samples_covering_the_epoch(raw_store):
     def keys(rank):
-        cfg = LoaderConfig(imgsz=160, batch_size=4, workers=0, augment=False, rank=rank, world_size=2, drop_last=False)
+        cfg = _cfg(imgsz=160, batch_size=4, workers=0, augment=False, rank=rank, world_size=2, drop_last=False)
         with create_loader("dali", raw_store, cfg) as loader:
             return set(_keys(_collect(loader)))
 
@@ -193,8 +187,8 @@ def test_two_ranks_see_disjoint_samples_covering_the_epoch(raw_store):
 def test_epochs_follow_the_shared_sampler_and_reshuffle(raw_store):
     """Each epoch holds exactly epoch_batches' order (the other loaders' order): sequential epochs
     reuse the running pipeline, an abandoned or out-of-order epoch rebuilds it."""
-    cfg = LoaderConfig(imgsz=160, batch_size=4, workers=2, augment=False)
-    with create_loader("cpu", raw_store, LoaderConfig(imgsz=160, batch_size=4, workers=0, augment=False,
+    cfg = _cfg(imgsz=160, batch_size=4, workers=2, augment=False)
+    with create_loader("cpu", raw_store, _cfg(imgsz=160, batch_size=4, workers=0, augment=False,
                                                       shuffle=False, drop_last=False)) as plain:
         by_index = _keys(_collect(plain))
     with create_loader("dali", raw_store, cfg) as loader:
@@ -210,7 +204,7 @@ def test_epochs_follow_the_shared_sampler_and_reshuffle(raw_store):
 
 
 def test_close_mosaic_turns_mosaic_off_for_the_last_epochs(raw_store):
-    cfg = LoaderConfig(imgsz=128, batch_size=8, workers=0, epochs=3, close_mosaic=1, hyp=NO_COLOUR)
+    cfg = _cfg(imgsz=128, batch_size=8, workers=0, epochs=3, close_mosaic=1, hyp=NO_COLOUR)
     with create_loader("dali", raw_store, cfg) as loader:
         def boxes_per_image(epoch):
             return max(np.bincount(t[:, 0].long().numpy()).max() for _, t in _collect(loader, epoch))
@@ -230,19 +224,20 @@ def test_missing_dali_names_the_extra(raw_store, monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", no_dali)
     with pytest.raises(ImportError, match=r"pip install fastfeed\[dali\]"):
-        create_loader("dali", raw_store, LoaderConfig(imgsz=64, batch_size=4))
+        create_loader("dali", raw_store, _cfg(imgsz=64, batch_size=4))
 
 
-def test_device_choice_is_checked(raw_store, monkeypatch):
-    with pytest.raises(ValueError, match="'tpu' is not a device; valid: 'auto', 'cpu', 'cuda' or 'cuda:N'"):
-        create_dali_loader(raw_store, LoaderConfig(imgsz=64, batch_size=4), device="tpu")
+def test_device_choice_is_checked(raw_store):
+    with pytest.raises(ValueError, match="LoaderConfig.device: device 'tpu' is not a device; valid: 'auto', 'cpu'"):
+        LoaderConfig(imgsz=64, batch_size=4, device="tpu")
+    with pytest.raises(ValueError, match="the dali loader runs on NVIDIA GPUs or the CPU, not on 'npu'"):
+        create_loader("dali", raw_store, LoaderConfig(imgsz=64, batch_size=4, device="npu"))
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: asking for cuda is fine here")
-    monkeypatch.setenv(ENV, "cuda")
-    with pytest.raises(RuntimeError, match="FASTFEED_DALI_DEVICE asks for 'cuda' but .* sees no CUDA GPU"):
-        create_loader("dali", raw_store, LoaderConfig(imgsz=64, batch_size=4))
-    monkeypatch.setenv(ENV, "auto")
-    assert create_loader("dali", raw_store, LoaderConfig(imgsz=64, batch_size=4)).device.device_id is None
+    with pytest.raises(DeviceError, match="device 'cuda': torch .* sees no CUDA device"):
+        create_loader("dali", raw_store, LoaderConfig(imgsz=64, batch_size=4, device="cuda"))
+    with create_loader("dali", raw_store, LoaderConfig(imgsz=64, batch_size=4)) as loader:   # auto: the CPU here
+        assert loader.device.device_id is None
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -260,24 +255,11 @@ def test_a_corrupt_record_raises_naming_it(jpeg_store, tmp_path, workers):
 
 def test_a_record_dali_cannot_decode_raises_naming_it(jpeg_store, tmp_path):
     """CRC intact, payload not an image (what check_crc=False lets through, or a decoder mismatch)."""
-    import lmdb
+    from test_store import _replace_record
 
     bad = tmp_path / "bad.ff"
     shutil.copytree(jpeg_store.path, bad)
-    with Store(bad) as st:
-        head, name, boxes, classes, _ = fmt.decode_record(st.raw_record(6))
-    rec = fmt.encode_record(codec="jpeg", height=head.height, width=head.width, orig_height=head.orig_height,
-                            orig_width=head.orig_width, image_id=head.image_id, file_name=name,
-                            boxes=boxes[:head.n_boxes], classes=classes[:head.n_boxes], crowd_boxes=boxes[head.n_boxes:],
-                            crowd_classes=classes[head.n_boxes:], payload=b"\xff\xd8\xff\xe0" + bytes(range(256)) * 8)
-    shard = bad / "shard-00000.mdb"
-    env = lmdb.open(str(shard), subdir=False, lock=False)
-    with env.begin(write=True) as txn:
-        txn.put(fmt.record_key(6), rec)
-    env.close()
-    manifest = fmt.read_manifest(bad / fmt.MANIFEST)
-    manifest["shards"][0]["bytes"] = shard.stat().st_size
-    fmt.write_manifest(bad / fmt.MANIFEST, manifest)
+    _replace_record(bad, 6, payload=b"\xff\xd8\xff\xe0" + bytes(range(256)) * 8)
     loader = _dali(Store(bad), imgsz=64, batch_size=4, workers=2, shuffle=False, augment=False)
     with pytest.raises(WorkerError, match=r"DALI could not decode record 6 \(06.jpg\) in shard shard-00000.mdb"):
         list(loader)
@@ -291,5 +273,5 @@ def test_early_stop_then_next_epoch_and_a_store_smaller_than_a_batch(raw_store):
                 break
         loader.set_epoch(1)
         assert len(list(loader)) == len(loader) == N // 2
-    with _dali(raw_store, imgsz=64, batch_size=N + 1, workers=0) as loader:
-        assert len(loader) == 0 and list(loader) == []
+    with pytest.raises(ValueError, match=f"batch_size {N + 1} x world_size 1 needs at least {N + 1} images"):
+        _dali(raw_store, imgsz=64, batch_size=N + 1, workers=0)

@@ -212,3 +212,58 @@ def test_device_augment_leaves_hsv_and_flip_out_of_the_workers(painted_store):
         expect, expect_targets = next(iter(loader))
     assert torch.equal(images, expect)   # no flip, no colour change: what a letterbox gives
     torch.testing.assert_close(targets, expect_targets)
+
+
+def _same(a, b) -> bool:
+    return len(a) == len(b) and all(torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_epoch_started_anywhere_gives_the_uninterrupted_batches(painted_store, workers):
+    """Resuming (set_epoch(e, start)), a fresh loader on a later epoch, or an abandoned epoch: the
+    batches are those of one uninterrupted run, mosaic partners included, and the skipped batches
+    are not built (only the images the partner buffers held are loaded again)."""
+    cfg = LoaderConfig(imgsz=96, batch_size=2, workers=workers, hyp=NO_COLOUR, seed=4)
+    with create_loader("cpu", painted_store, cfg, partner_buffer=6) as loader:
+        run = [_collect(loader, e) for e in range(3)]
+    n = len(run[0])
+    for epoch, start in ((1, 5), (1, 0), (0, 3), (2, n - 1)):
+        with create_loader("cpu", painted_store, cfg, partner_buffer=6) as loader:
+            loader.set_epoch(epoch, start)
+            got = [(b.images.clone(), b.targets.clone()) for b in loader]
+            built = loader.stage_times().samples
+            assert _same(got, run[epoch][start:]), f"epoch {epoch} from batch {start}"
+            ahead = 2 * workers * cfg.prefetch                 # the next epoch's first batches, queued early
+            assert 2 * (n - start) <= built <= 2 * (n - start) + ahead   # the skipped batches were not built
+            assert _same(_collect(loader, epoch + 1)[:3], run[epoch + 1][:3]) if epoch < 2 else True
+    with create_loader("cpu", painted_store, cfg, partner_buffer=6) as loader:
+        loader.set_epoch(0)
+        for k, _ in enumerate(loader):                            # abandoned half-way
+            if k == 4:
+                break
+        assert _same(_collect(loader, 1), run[1])
+    with pytest.raises(ValueError, match=f"start must be a batch index in 0..{n}"):
+        loader.set_epoch(0, n + 1)
+
+
+def test_a_batch_larger_than_the_epoch_is_a_clear_error(painted_store):
+    with pytest.raises(ValueError, match="batch_size 16 x world_size 2 needs at least 32 images per epoch .* the "
+                                         "store holds 24: use a smaller batch_size"):
+        create_loader("cpu", painted_store, LoaderConfig(imgsz=64, batch_size=16, world_size=2, rank=0))
+    cfg = LoaderConfig(imgsz=64, batch_size=30, workers=0, drop_last=False, augment=False)
+    with create_loader("cpu", painted_store, cfg) as loader:   # drop_last=False: the one short batch
+        assert [len(b.images) for b in loader] == [24]
+
+
+def test_loader_info_says_what_runs_here_and_its_options():
+    from fastfeed.loaders import loader_info
+
+    info = {i.name: i for i in loader_info()}
+    assert {"cpu", "shm", "dali"} <= set(info)
+    assert info["cpu"].available and info["cpu"].options == {"partner_buffer": 64}
+    assert {"cache_dir", "cache_partial", "partner_buffer"} <= set(info["shm"].options)
+    try:
+        import nvidia.dali  # noqa: F401
+        assert info["dali"].available
+    except ImportError:
+        assert "pip install fastfeed[dali]" in info["dali"].unavailable

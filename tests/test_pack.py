@@ -46,7 +46,7 @@ def test_coco_round_trip_boxes_pixels_and_ids(coco_builder, tmp_path):
     src = (b.images_dir / "a.jpg").read_bytes()
     assert np.array_equal(s.image, codec.decode_jpeg(src))  # original bytes, same pixels
     assert store.get(0, decode=False).data == src
-    assert res.manifest["num_boxes"] == 3 and res.manifest["stats"]["class_boxes"] == [1, 1, 1]
+    assert res.manifest.num_boxes == 3 and res.manifest.stats["class_boxes"] == [1, 1, 1]
     assert rejects(tmp_path / "out") == []
 
 
@@ -277,11 +277,11 @@ def test_shards_by_count_and_size_read_back_in_order(coco_builder, tmp_path):
     src = coco_builder.write()
     run_pack(src, tmp_path / "n", shards=3, workers=2)
     store = Store(tmp_path / "n")
-    assert [(s["start"], s["count"]) for s in store.shards] == [(0, 3), (3, 4), (7, 3)]
+    assert [(s.start, s.count) for s in store.shards] == [(0, 3), (3, 4), (7, 3)]
     assert [store[i].file_name for i in range(10)] == [f"{k:02d}.jpg" for k in range(10)]
     run_pack(src, tmp_path / "m", shard_mb=0.01)
     sized = Store(tmp_path / "m")
-    assert len(sized.shards) > 1 and sum(s["count"] for s in sized.shards) == 10
+    assert len(sized.shards) > 1 and sum(s.count for s in sized.shards) == 10
     assert [sized[i].boxes.tolist() for i in range(10)] == [store[i].boxes.tolist() for i in range(10)]
 
 
@@ -290,7 +290,7 @@ def test_a_shard_whose_images_all_fail_leaves_no_gap(coco_builder, tmp_path):
         coco_builder.add_image(f"{k}.jpg", seed=k, data=b"broken" if 3 <= k <= 5 else None)
     res = run_pack(coco_builder.write(), tmp_path / "out", shards=3, workers=2)
     store = Store(tmp_path / "out")
-    assert [s["file"] for s in store.shards] == ["shard-00000.mdb", "shard-00001.mdb"]
+    assert [s.file for s in store.shards] == ["shard-00000.mdb", "shard-00001.mdb"]
     assert [store[i].file_name for i in range(len(store))] == ["0.jpg", "1.jpg", "2.jpg", "6.jpg", "7.jpg", "8.jpg"]
     assert res.report.counts["corrupt_image"] == 3
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [

@@ -100,7 +100,7 @@ def test_explicit_ann_and_images(coco_builder, tmp_path):
 
 def test_bundled_sample_packs_clean(sample_dir, tmp_path):
     res = run_pack(sample_dir, tmp_path / "s", workers=2)
-    assert res.manifest["num_images"] == 16 and res.report.errors == []
+    assert res.manifest.num_images == 16 and res.report.errors == []
     assert res.report.counts["converted_grayscale"] == 1 and res.report.counts["crowd"] == 1
     attribution = (sample_dir / "ATTRIBUTION.md").read_text()
     ann = json.loads((sample_dir / "annotations" / "instances_train2017.json").read_text())
@@ -113,7 +113,7 @@ def test_coco128_coco_and_yolo_layouts_agree(coco128, tmp_path):
     ry = run_pack(coco128, tmp_path / "y", format="yolo", workers=2)
     c, y = Store(tmp_path / "c"), Store(tmp_path / "y")
     assert len(c) == len(y) == 128
-    assert rc.manifest["num_crowd"] == 10 and rc.manifest["num_boxes"] == 929 == ry.manifest["num_boxes"]
+    assert rc.manifest.num_crowd == 10 and rc.manifest.num_boxes == 929 == ry.manifest.num_boxes
     assert ry.report.counts["label_without_image"] == 2 and ry.report.counts["background"] == 2
     ys = by_name(y)
     for i in range(len(c)):
@@ -150,5 +150,5 @@ def test_source_fingerprint_follows_label_edits(yolo_builder, tmp_path):
     again = run_pack(b.root, tmp_path / "b").manifest
     b.add("img", ["0 0.5 0.5 0.3 0.2"], image=False)
     edited = run_pack(b.root, tmp_path / "c").manifest
-    assert first["source"]["fingerprint"] == again["source"]["fingerprint"] != edited["source"]["fingerprint"]
-    assert first["fingerprint"] == again["fingerprint"] != edited["fingerprint"]
+    assert first.source_fingerprint == again.source_fingerprint != edited.source_fingerprint
+    assert first.fingerprint == again.fingerprint != edited.fingerprint

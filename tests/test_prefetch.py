@@ -17,7 +17,8 @@ import torch
 
 from fastfeed.batch import Batch
 from fastfeed.device_augment import DeviceAugment
-from fastfeed.prefetch import DevicePrefetcher, device_module
+from fastfeed.devices import accelerator_module
+from fastfeed.prefetch import DevicePrefetcher
 from fastfeed.prefetch.streams import StreamOps
 
 try:
@@ -216,9 +217,9 @@ def test_bad_arguments_say_what_is_valid():
         DevicePrefetcher(loader, "cpu", depth=0)
     with pytest.raises(ValueError, match="dtype must be one of torch.float32"):
         DevicePrefetcher(loader, "cpu", dtype=torch.int32)
-    with pytest.raises(ValueError, match="valid devices are cuda, npu, cpu"):
+    with pytest.raises(ValueError, match="is not a device; valid: 'auto', 'cpu'"):
         DevicePrefetcher(loader, "tpu")
-    with pytest.raises(ValueError, match="loader.cfg.hyp"):
+    with pytest.raises(ValueError, match="takes its gains from a fastfeed Loader.s LoaderConfig.hyp"):
         DevicePrefetcher(loader, "cpu", device_augment=True)
     with pytest.raises(ValueError, match="images must be uint8"):
         DevicePrefetcher([Batch(torch.zeros(1, 3, 4, 4), torch.zeros(0, 6))], "cpu").transfer(
@@ -228,7 +229,7 @@ def test_bad_arguments_say_what_is_valid():
 def test_cuda_without_a_gpu_is_a_clear_error():
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    with pytest.raises(RuntimeError, match="sees no cuda device"):
+    with pytest.raises(RuntimeError, match="sees no CUDA device"):
         DevicePrefetcher(ReusingLoader(), "cuda")
 
 
@@ -350,7 +351,7 @@ def test_npu_is_imported_only_for_device_npu(monkeypatch):
     fake.is_available = lambda: True
     monkeypatch.setitem(sys.modules, "torch_npu", type(sys)("torch_npu"))
     monkeypatch.setattr(torch, "npu", fake, raising=False)
-    assert device_module("npu") is fake
+    assert accelerator_module("npu") is fake
 
 
 def test_cpu_loader_with_device_augment(tmp_path, sample_dir):

@@ -18,7 +18,7 @@ from test_loaders import NO_COLOUR, _collect
 from fastfeed.augment import AugmentHyp
 from fastfeed.cache import CacheBudgetError, layout
 from fastfeed.cache import build as cache_build
-from fastfeed.loaders import LoaderConfig, create_loader, list_loaders
+from fastfeed.loaders import LoaderConfig, create_loader, list_loaders, loader_options
 
 
 @pytest.fixture
@@ -32,18 +32,27 @@ def painted_store(tmp_path_factory):
 
 
 
-def test_registered_and_its_config_fields_are_checked():
+def test_registered_and_its_options_are_checked(painted_store):
     assert "shm" in list_loaders()
-    for field, value in (("cache_wait", 0), ("cache_partial", "yes"), ("cache_keep", 1), ("cache_dir", "")):
-        with pytest.raises(ValueError, match=f"LoaderConfig.{field}"):
-            LoaderConfig(**{field: value})
-    assert LoaderConfig(cache_dir=Path("/tmp")).cache_dir == "/tmp"
+    cfg = LoaderConfig(imgsz=96, batch_size=4)
+    for field, value in (("cache_wait", 0), ("cache_partial", "yes"), ("cache_keep", 1), ("cache_dir", ""),
+                         ("partner_buffer", 2)):
+        with pytest.raises(ValueError, match=f"option {field} "):
+            create_loader("shm", painted_store, cfg, **{field: value})
+    assert loader_options("shm", cache_dir=Path("/tmp")).cache_dir == "/tmp"
+    with pytest.raises(ValueError, match="loader 'cpu' has no option 'cache_dir' \\(it is an option of: shm\\); "
+                                         "cpu's options: partner_buffer"):
+        create_loader("cpu", painted_store, cfg, cache_dir="/tmp")
+    with pytest.raises(ValueError, match="loader 'shm' has no option 'cache' \\(no loader has it\\)"):
+        create_loader("shm", painted_store, cfg, cache=True)
+    with pytest.raises(TypeError):   # the options are no LoaderConfig fields any more
+        LoaderConfig(cache_dir="/tmp")
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_batch_contract(painted_store, shm_dir, workers):
-    cfg = LoaderConfig(imgsz=96, batch_size=5, workers=workers, drop_last=False, cache_dir=str(shm_dir))
-    with create_loader("shm", painted_store, cfg) as loader:
+    cfg = LoaderConfig(imgsz=96, batch_size=5, workers=workers, drop_last=False)
+    with create_loader("shm", painted_store, cfg, cache_dir=str(shm_dir)) as loader:
         batches = _collect(loader)
         assert loader.shared_bytes() == loader.cache.size == loader.cache.path.stat().st_size
         ms = loader.stage_times().per_sample_ms()
@@ -56,21 +65,21 @@ def test_batch_contract(painted_store, shm_dir, workers):
                                  AugmentHyp(hsv_h=0, hsv_s=0, hsv_v=0, fliplr=1.0, flipud=0.5)])
 def test_boxes_frame_the_painted_objects_after_augmentation(painted_store, shm_dir, hyp):
     """imgsz 128 < the images' 160: the cache holds resized images, and boxes still frame their objects."""
-    cfg = LoaderConfig(imgsz=128, batch_size=8, workers=2, hyp=hyp, seed=3, cache_dir=str(shm_dir))
-    with create_loader("shm", painted_store, cfg) as loader:
+    cfg = LoaderConfig(imgsz=128, batch_size=8, workers=2, hyp=hyp, seed=3)
+    with create_loader("shm", painted_store, cfg, cache_dir=str(shm_dir)) as loader:
         batches = _collect(loader) + _collect(loader, 1)
     assert_boxes_frame_paint(batches, 128)
 
 
-def _batches(name, store, **kw):
-    with create_loader(name, store, LoaderConfig(**kw)) as loader:
+def _batches(name, store, options=None, **kw):
+    with create_loader(name, store, LoaderConfig(**kw), **(options or {})) as loader:
         return _collect(loader) + _collect(loader, 1)
 
 
 def test_same_batches_as_the_cpu_loader_when_no_resize_is_needed(painted_store, shm_dir):
     """At imgsz 160 the cache holds the store's own pixels: the same machinery must give the same batches."""
     kw = dict(imgsz=160, batch_size=4, workers=2, hyp=NO_COLOUR, seed=5)
-    shm = _batches("shm", painted_store, cache_dir=str(shm_dir), **kw)
+    shm = _batches("shm", painted_store, {"cache_dir": str(shm_dir)}, **kw)
     cpu = _batches("cpu", painted_store, **kw)
     assert len(shm) == len(cpu) == 12
     for (a, ta), (b, tb) in zip(shm, cpu):
@@ -83,8 +92,8 @@ def test_a_partial_cache_falls_back_to_the_store(painted_store, shm_dir, monkeyp
     monkeypatch.setattr("fastfeed.cache.budget.free_bytes", lambda d: int(need[9]) + 10)
     kw = dict(imgsz=160, batch_size=4, workers=2, hyp=NO_COLOUR, seed=5)
     with pytest.raises(CacheBudgetError, match="cache_partial=True"):
-        create_loader("shm", painted_store, LoaderConfig(cache_dir=str(shm_dir), **kw))
-    with create_loader("shm", painted_store, LoaderConfig(cache_dir=str(shm_dir), cache_partial=True, **kw)) as loader:
+        create_loader("shm", painted_store, LoaderConfig(**kw), cache_dir=str(shm_dir))
+    with create_loader("shm", painted_store, LoaderConfig(**kw), cache_dir=str(shm_dir), cache_partial=True) as loader:
         assert (loader.cache.n_cached, loader.cache.n_records) == (9, 24)
         shm = _collect(loader) + _collect(loader, 1)
     cpu = _batches("cpu", painted_store, **kw)
@@ -94,9 +103,8 @@ def test_a_partial_cache_falls_back_to_the_store(painted_store, shm_dir, monkeyp
 
 def _rank(store, cache_dir, rank, barrier, results):
     barrier.wait()
-    cfg = LoaderConfig(imgsz=160, batch_size=4, workers=2, augment=False, rank=rank, world_size=2, drop_last=False,
-                       cache_dir=cache_dir)
-    with create_loader("shm", store, cfg) as loader:
+    cfg = LoaderConfig(imgsz=160, batch_size=4, workers=2, augment=False, rank=rank, world_size=2, drop_last=False)
+    with create_loader("shm", store, cfg, cache_dir=cache_dir) as loader:
         boxes = {tuple(np.round(t[1:].numpy(), 4)) for _, targets in _collect(loader) for t in targets}
         results.put((rank, loader.cache.built, os.stat(loader.cache.path).st_ino, boxes))
         barrier.wait()    # both attached at once before either closes

@@ -73,23 +73,71 @@ def test_store_rejects_other_versions_and_non_stores(sample_store, tmp_path):
     m = json.loads((sample_store / "manifest.json").read_text())
     m["format_version"] = 99
     (copy / "manifest.json").write_text(json.dumps(m))
-    with pytest.raises(FormatError, match="version 99 but this fastfeed reads version 1"):
+    with pytest.raises(FormatError, match="version 99 but this fastfeed reads versions 1, 2: re-pack"):
         Store(copy)
+
+
+def test_a_version_1_store_still_reads_upright(sample_store, tmp_path):
+    """Version 1 wrote 0 where version 2 keeps the EXIF orientation: such records read as upright."""
+    import shutil
+
+    old = tmp_path / "v1.ff"
+    shutil.copytree(sample_store, old)
+    m = json.loads((old / "manifest.json").read_text())
+    m["format_version"] = 1
+    (old / "manifest.json").write_text(json.dumps(m))
+    _replace_record(old, 2, orientation=0)
+    with Store(old) as v1, Store(sample_store) as v2:
+        r = v1.record(2)
+        assert r.orientation == 1 and np.array_equal(v1[2].image, v2[2].image)
 
 
 def _flip_byte_in_record(store_dir, index):
     """Damage one byte inside record `index`'s payload, in the shard file itself."""
     store = Store(store_dir)
-    rec = bytes(store.raw_record(index))
+    payload = bytes(store.record(index).payload)
     shard = store_dir / store.shard_name(index)
     store.close()
     data = bytearray(shard.read_bytes())
-    needle = rec[-3000:-2000]  # unique enough: compressed image bytes
+    needle = payload[-3000:-2000]  # unique enough: compressed image bytes
     pos = data.find(needle)
     assert pos > 0 and data.find(needle, pos + 1) == -1
     data[pos + 500] ^= 0x5A
     shard.write_bytes(bytes(data))
     return store.shard_name(index)
+
+
+def _replace_record(store_dir, index, orientation=None, **changes):
+    """Rewrite record `index` in place with some fields changed (CRC recomputed, manifest sizes fixed);
+    orientation=0 writes what format version 1 wrote there."""
+    import dataclasses
+    import struct
+
+    import lmdb
+
+    from fastfeed.store import format as fmt
+
+    store = Store(store_dir)
+    r = store.record(index)
+    shard_no = store._locate(index)
+    local = index - store.shards[shard_no].start
+    fields = dict(codec=r.codec, height=r.height, width=r.width, orig_height=r.orig_height, orig_width=r.orig_width,
+                  image_id=r.image_id, file_name=r.file_name, boxes=r.boxes, classes=r.classes,
+                  crowd_boxes=r.crowd_boxes, crowd_classes=r.crowd_classes, payload=bytes(r.payload),
+                  orientation=r.orientation if orientation in (None, 0) else orientation) | changes
+    store.close()
+    rec = bytearray(fmt.encode_record(**fields))
+    if orientation == 0:
+        struct.pack_into("<H", rec, 10, 0)
+        struct.pack_into("<I", rec, 4, fmt.crc32(memoryview(rec)[8:]))
+    shard = store_dir / fmt.shard_file(shard_no)
+    env = lmdb.open(str(shard), subdir=False, lock=False)
+    with env.begin(write=True) as txn:
+        txn.put(fmt.record_key(local), bytes(rec))
+    env.close()
+    manifest = fmt.read_manifest(store_dir / fmt.MANIFEST)
+    manifest.shards[shard_no] = dataclasses.replace(manifest.shards[shard_no], bytes=shard.stat().st_size)
+    fmt.write_manifest(store_dir / fmt.MANIFEST, manifest)
 
 
 def test_corrupted_byte_caught_by_verify_and_by_reads(sample_store, tmp_path):
@@ -116,7 +164,9 @@ def test_verify_notices_a_missing_or_truncated_shard(sample_store, tmp_path):
     shutil.copytree(sample_store, bad)
     (bad / "shard-00001.mdb").unlink()
     res = verify(bad, progress=False)
-    assert not res.ok and res.damaged[0]["error"] == "shard file missing"
+    assert not res.ok and res.damaged[0]["error"] == "shard file shard-00001.mdb is missing"
+    with pytest.raises(FormatError, match="shard shard-00001.mdb is missing from .*bad.ff"):
+        Store(bad)[0]
 
 
 def test_summarize(sample_store):
@@ -139,3 +189,28 @@ def test_truncated_shard_is_an_error_not_a_crash(sample_store, tmp_path):
         Store(bad)[0]
     res = verify(bad, progress=False)
     assert not res.ok and "truncated" in res.damaged[0]["error"]
+
+
+def test_a_store_repacked_in_place_is_never_read_as_a_mix(tmp_path, coco_builder):
+    """pack --force over a store a process holds: a Store opened afterwards reads the new pack; one that
+    had read before keeps its old content; one opened before but first read after raises."""
+    for k in range(4):
+        coco_builder.add_image(f"{k}.jpg", 64, 96, seed=k, boxes=[(1, [4, 4, 20, 20])])
+    src = coco_builder.write()
+    out = tmp_path / "s.ff"
+    run_pack(src, out, shards=2)
+    with Store(out) as ref:
+        old = [ref[i].image for i in range(4)]
+    held, unread = Store(out), Store(out)
+    held[3]   # maps every shard of the first pack
+    for k in range(4):   # other pixels, same names and sizes
+        coco_builder.add_image(f"{k}.jpg", 64, 96, seed=10 + k, write=True, boxes=[(1, [4, 4, 20, 20])])
+    coco_builder.data["images"] = coco_builder.data["images"][4:]
+    run_pack(coco_builder.write(), out, shards=2, overwrite=True)
+    fresh = Store(out)
+    assert all(not np.array_equal(fresh[i].image, old[i]) for i in range(4))
+    assert all(np.array_equal(held[i].image, old[i]) for i in range(4))
+    with pytest.raises(FormatError, match="was re-packed or removed after this Store was opened; open it again"):
+        unread[0]
+    held.close()
+    fresh.close()

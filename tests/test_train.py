@@ -228,8 +228,7 @@ def test_letterbox_frame_matches_the_loader(sample_store):
     for imgsz in (64, 160, 416):
         images, _ = letterboxed_batch(sample_store, imgsz, 16)
         for i in range(16):
-            s = sample_store.get(i, decode=False)
-            left, top, nw, nh = letterbox_frame(s.codec, *s.size, imgsz)
+            left, top, nw, nh = letterbox_frame(sample_store.record(i), imgsz)
             img = (images[i] * 255).round().to(torch.uint8)
             if top > 0:
                 assert (img[:, top - 1] == 114).all() and not (img[:, top] == 114).all()

@@ -9,6 +9,7 @@ side to the output, apply the random affine, one pixel pass.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -17,37 +18,60 @@ from .hyp import DEFAULT_HYP, AugmentHyp
 from .paste import paste_boxes, paste_tile
 
 
-def random_affine_matrix(rng: np.random.Generator, hyp: AugmentHyp, center: tuple[float, float],
-                         size: int) -> np.ndarray:
-    """A 3x3 map taking `center` of a source frame to near the centre of a size x size output.
+class AffineDraw(NamedTuple):
+    """The random parameters of one training affine, in the order they are drawn."""
 
-    Draws, in this fixed order (so a seed means the same sample whatever the gains): angle in
-    +-degrees, zoom in [1-scale, 1+scale], x/y shear in +-shear degrees, x/y shift in
-    +-translate*size, then the horizontal and vertical flips. Coordinates are continuous pixels
-    (see boxes.py); positive angles turn the image anticlockwise as displayed.
-    """
+    angle: float      # radians, positive turns the image anticlockwise as displayed
+    zoom: float
+    shear_x: float    # tan of the x / y shear angles
+    shear_y: float
+    tx: float         # where the centre goes in the size x size output
+    ty: float
+    flip_lr: bool
+    flip_ud: bool
+
+    def linear(self) -> np.ndarray:
+        """The 2x2 zoom-rotate-shear part."""
+        cos, sin = self.zoom * math.cos(self.angle), self.zoom * math.sin(self.angle)
+        return np.array([[1.0, self.shear_x], [self.shear_y, 1.0]]) @ np.array([[cos, sin], [-sin, cos]])
+
+
+def draw_affine(rng: np.random.Generator, hyp: AugmentHyp, size: int) -> AffineDraw:
+    """Draw, in this fixed order (so a seed means the same sample whatever the gains, on every path
+    that augments: the workers, the DALI plan): angle in +-degrees, zoom in [1-scale, 1+scale], x/y
+    shear in +-shear degrees, x/y shift in +-translate*size, then the horizontal and vertical flips."""
     angle = math.radians(rng.uniform(-hyp.degrees, hyp.degrees))
     zoom = rng.uniform(1.0 - hyp.scale, 1.0 + hyp.scale)
     shx, shy = np.tan(np.radians(rng.uniform(-hyp.shear, hyp.shear, 2)))
     tx, ty = rng.uniform(0.5 - hyp.translate, 0.5 + hyp.translate, 2) * size
     flip_lr = rng.random() < hyp.fliplr
     flip_ud = rng.random() < hyp.flipud
+    return AffineDraw(angle, zoom, float(shx), float(shy), float(tx), float(ty), bool(flip_lr), bool(flip_ud))
 
-    cos, sin = zoom * math.cos(angle), zoom * math.sin(angle)
-    rot = np.array([[cos, sin], [-sin, cos]])
-    lin = np.array([[1.0, shx], [shy, 1.0]]) @ rot
-    if hyp.degrees == 0 and hyp.shear == 0:
+
+def affine_matrix(d: AffineDraw, center: tuple[float, float], size: int, axis_aligned: bool) -> np.ndarray:
+    """The 3x3 map of draw `d` taking `center` of a source frame to (tx, ty) of a size x size output,
+    flips applied last. `axis_aligned` (no rotation/shear asked for) zeroes the off-diagonal exactly."""
+    lin = d.linear()
+    if axis_aligned:
         lin[0, 1] = lin[1, 0] = 0.0  # exactly diagonal: selects the resize fast path downstream
     m = np.eye(3)
     m[:2, :2] = lin
-    m[:2, 2] = (tx, ty) - lin @ np.asarray(center, np.float64)
-    if flip_lr:  # x -> size - x, after everything else
+    m[:2, 2] = (d.tx, d.ty) - lin @ np.asarray(center, np.float64)
+    if d.flip_lr:  # x -> size - x, after everything else
         m[0] = -m[0]
         m[0, 2] += size
-    if flip_ud:
+    if d.flip_ud:
         m[1] = -m[1]
         m[1, 2] += size
     return m
+
+
+def random_affine_matrix(rng: np.random.Generator, hyp: AugmentHyp, center: tuple[float, float],
+                         size: int) -> np.ndarray:
+    """A 3x3 map taking `center` of a source frame to near the centre of a size x size output:
+    `affine_matrix(draw_affine(...))`. Coordinates are continuous pixels (see boxes.py)."""
+    return affine_matrix(draw_affine(rng, hyp, size), center, size, hyp.degrees == 0 and hyp.shear == 0)
 
 
 def random_affine(img: np.ndarray, boxes: np.ndarray, classes: np.ndarray, size: int,

@@ -1,73 +1,67 @@
-"""Random hue / saturation / value jitter, in place, through per-channel lookup tables.
+"""HSV jitter without the HSV round trip, written straight into CHW planes: the package's one CPU
+implementation (the device's is fastfeed/device_augment.py; docs/design.md says why RGB).
 
-RGB->HSV in place, split into planes, one single-channel `cv2.LUT` per plane that changes, merge
-back, HSV->RGB in place. Measured on a 640x640 sample, one core: cv2.LUT runs twice as fast per
-byte with a 1-channel table as with a 3-channel one, and split/merge into preallocated planes are
-~0.04 ms each, so this is ~20% faster than one merged 3-channel LUT and ~2x the usual
-split-allocating recipe.
+The textbook recipe converts RGB->HSV, applies lookup tables and converts back: ~1.4 ms per 640x640
+sample on one core, a quarter of a worker's time (tests/hsv_reference.py keeps it as the
+reference). The same three jitters have direct RGB forms:
+
+* value x fv: every channel x fv (V is the max channel);
+* saturation x fs at fixed V: each channel moves toward the pixel's max, c' = fs*c + (1-fs)*max
+  (S = (max-min)/max, so this scales S by fs and keeps V and hue);
+* hue + dh of the circle: a rotation of RGB about the grey axis by dh*360 degrees (the CSS
+  `hue-rotate` matrix), which matches HSV's hue shift to within a few degrees per 60-degree sector.
+
+Composed: one 3x3 `cv2.transform` (only when the hue moves), a split into the output planes, one
+max and one `cv2.addWeighted` per plane, ~0.35 ms. The draws (`draw_hsv`: three uniforms in
+[-1, 1] times the gains) are the reference's, so a seed picks the same jitter; pixels differ by a
+few levels where channels clip (per channel here, per HSV component there).
+`tests/test_augment_hsv_planes.py` measures that agreement on real photos.
 """
 
 from __future__ import annotations
 
-import numbers
+import math
 
 import cv2
 import numpy as np
 
-from ._validate import check_image, check_rng
-
-_LEVELS = np.arange(256, dtype=np.float64)
-_IDENTITY = np.arange(256, dtype=np.uint8)
+_AXIS = np.array([[0.0, -1.0, 1.0], [1.0, 0.0, -1.0], [-1.0, 1.0, 0.0]]) / math.sqrt(3.0)
 
 
-def _check_gain(value, name: str, hi: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value <= hi:
-        raise ValueError(f"{name} must be a number in [0, {hi}], got {value!r}")
-    return float(value)
+def hue_rotation(turn: float) -> np.ndarray:
+    """3x3 RGB matrix turning hues by `turn` of the colour circle (red toward green for turn > 0)."""
+    a = 2.0 * math.pi * turn
+    return (math.cos(a) * np.eye(3) + (1.0 - math.cos(a)) / 3.0 * np.ones((3, 3)) + math.sin(a) * _AXIS)
 
 
-def hsv_lut(dh: int, fs: float, fv: float) -> np.ndarray:
-    """[3,256] uint8 tables: hue + dh wrapping in OpenCV's 0..179, s*fs and v*fv clipped to 255."""
-    lut = np.empty((3, 256), np.uint8)
-    lut[0] = (np.arange(256) + dh) % 180
-    lut[1] = np.clip(np.rint(_LEVELS * fs), 0, 255)
-    lut[2] = np.clip(np.rint(_LEVELS * fv), 0, 255)
-    return lut
-
-
-def hsv_jitter(img: np.ndarray, rng: np.random.Generator, hgain: float = 0.015, sgain: float = 0.7,
-               vgain: float = 0.4) -> np.ndarray:
-    """Jitter an RGB uint8 image in place and return it.
-
-    The hue turns by a uniform +-hgain of the colour circle (the same shift for every hue, unlike
-    Ultralytics' multiplicative hue); saturation and value are multiplied by uniform factors in
-    [1-gain, 1+gain] and clip at 255. All gains 0 returns at once without drawing from `rng`; a
-    draw that changes nothing (e.g. a hue shift that rounds to 0 with the other gains 0) skips the
-    pixel work too.
-    """
-    check_image(img)
-    check_rng(rng)
-    hgain = _check_gain(hgain, "hgain", 0.5)
-    sgain = _check_gain(sgain, "sgain", 1.0)
-    vgain = _check_gain(vgain, "vgain", 1.0)
+def draw_hsv(rng: np.random.Generator, hgain: float, sgain: float, vgain: float) -> tuple[float, float, float] | None:
+    """(hue turn, saturation factor, value factor), or None without drawing when every gain is 0.
+    Every path that jitters (the workers, the DALI plan) draws through here."""
     if hgain == 0 and sgain == 0 and vgain == 0:
-        return img
-    dh, fs, fv = rng.uniform(-1.0, 1.0, 3) * (hgain, sgain, vgain)
-    lut = hsv_lut(int(round(dh * 180)), 1.0 + fs, 1.0 + fv)
-    change = [k for k in range(3) if not np.array_equal(lut[k], _IDENTITY)]
-    if not change:
-        return img
-    if not img.flags.writeable:
-        raise ValueError("img must be writeable: hsv_jitter works in place")
-    packed = img.strides[2] == 1 and img.strides[1] == 3
-    work = img if packed else np.ascontiguousarray(img)  # OpenCV would write to a hidden copy
-    planes = list(np.empty((3, *img.shape[:2]), np.uint8))
-    cv2.cvtColor(work, cv2.COLOR_RGB2HSV, dst=work)
-    cv2.split(work, planes)
-    for k in change:
-        cv2.LUT(planes[k], lut[k], dst=planes[k])
-    cv2.merge(planes, work)
-    cv2.cvtColor(work, cv2.COLOR_HSV2RGB, dst=work)
-    if work is not img:
-        img[...] = work
-    return img
+        return None
+    dh, ds, dv = rng.uniform(-1.0, 1.0, 3) * (hgain, sgain, vgain)
+    return float(dh), 1.0 + float(ds), 1.0 + float(dv)
+
+
+def hsv_jitter_to_planes(img: np.ndarray, planes: list[np.ndarray], rng: np.random.Generator,
+                         hgain: float, sgain: float, vgain: float, scratch: np.ndarray) -> None:
+    """Jitter HWC RGB uint8 `img` and write the result as three HxW planes (e.g. a CHW slot).
+
+    `img` may be modified (hue rotation happens in place); `scratch` is an HxW uint8 buffer.
+    Gains are validated by AugmentHyp; all-zero gains draw nothing.
+    """
+    draw = draw_hsv(rng, hgain, sgain, vgain)
+    if draw is None:
+        cv2.split(img, planes)
+        return
+    dh, fs, fv = draw
+    if abs(dh) * 360.0 >= 0.5:  # below half a degree a rotation changes no 8-bit level
+        cv2.transform(img, hue_rotation(dh), dst=img)
+    cv2.split(img, planes)
+    if fs == 1.0 and fv == 1.0:
+        return
+    cv2.max(planes[0], planes[1], dst=scratch)
+    cv2.max(scratch, planes[2], dst=scratch)
+    a, b = fv * fs, fv * (1.0 - fs)
+    for p in planes:
+        cv2.addWeighted(p, a, scratch, b, 0.0, dst=p)

@@ -30,6 +30,22 @@ _RANGES = {
 }
 
 
+def check_field(name: str, value, owner: str = "AugmentHyp"):
+    """`value` if it is valid for AugmentHyp field `name`, else ValueError quoting the valid range
+    (what every holder of these gains validates with, e.g. the device augmentation)."""
+    lo, hi, lo_in, hi_in = _RANGES[name]
+    rng = f"{'[' if lo_in else '('}{lo}, {hi}{']' if hi_in else ')'}"
+    want_int = name == "fill"
+    ok_type = isinstance(value, numbers.Integral if want_int else numbers.Real) and not isinstance(value, bool)
+    if not ok_type:
+        kind = "an integer" if want_int else "a number"
+        raise ValueError(f"{owner}.{name}={value!r} must be {kind} in {rng}")
+    inside = (lo <= value if lo_in else lo < value) and (value <= hi if hi_in else value < hi)
+    if not inside or (isinstance(value, float) and math.isnan(value)):
+        raise ValueError(f"{owner}.{name}={value!r} is out of range; valid: {rng}")
+    return value
+
+
 @dataclass(frozen=True)
 class AugmentHyp:
     """Training augmentation settings (Ultralytics/YOLOv3 names and defaults).
@@ -59,17 +75,7 @@ class AugmentHyp:
 
     def __post_init__(self):
         for f in fields(self):
-            value = getattr(self, f.name)
-            lo, hi, lo_in, hi_in = _RANGES[f.name]
-            rng = f"{'[' if lo_in else '('}{lo}, {hi}{']' if hi_in else ')'}"
-            want_int = f.name == "fill"
-            ok_type = isinstance(value, numbers.Integral if want_int else numbers.Real) and not isinstance(value, bool)
-            if not ok_type:
-                kind = "an integer" if want_int else "a number"
-                raise ValueError(f"AugmentHyp.{f.name}={value!r} must be {kind} in {rng}")
-            inside = (lo <= value if lo_in else lo < value) and (value <= hi if hi_in else value < hi)
-            if not inside or (isinstance(value, float) and math.isnan(value)):
-                raise ValueError(f"AugmentHyp.{f.name}={value!r} is out of range; valid: {rng}")
+            check_field(f.name, getattr(self, f.name))
 
     @property
     def axis_aligned(self) -> bool:

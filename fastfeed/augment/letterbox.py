@@ -8,11 +8,38 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import NamedTuple
 
 import cv2
 import numpy as np
 
 from ._validate import check_fill, check_image, check_out, check_size
+
+
+class LetterboxGeometry(NamedTuple):
+    nw: int        # resized width and height
+    nh: int
+    left: int      # where the resized image starts in the output
+    top: int
+    out_w: int     # the output frame
+    out_h: int
+    scale: float   # the drawn scale (nw / w and nh / h are the realised ones)
+
+
+def letterbox_geometry(h: int, w: int, size: int, *, scaleup: bool = True, stride: int | None = None
+                       ) -> LetterboxGeometry:
+    """Where an h x w image lands when letterboxed to `size`.
+
+    The long side becomes `size` (never enlarged with scaleup=False), sizes rounded; the image is
+    centred in a size x size frame, or with `stride` in the smallest stride-multiple frame holding it.
+    Every letterboxing path (this module, the DALI plan, evaluation's mapping back) calls this.
+    """
+    r = size / max(h, w)
+    if not scaleup:
+        r = min(r, 1.0)
+    nw, nh = max(1, min(size, round(w * r))), max(1, min(size, round(h * r)))
+    ow, oh = (math.ceil(nw / stride) * stride, math.ceil(nh / stride) * stride) if stride else (size, size)
+    return LetterboxGeometry(nw, nh, (ow - nw) // 2, (oh - nh) // 2, ow, oh, r)
 
 
 def letterbox(img: np.ndarray, size: int, *, stride: int = 32, rect: bool = False, fill: int = 114,
@@ -31,16 +58,8 @@ def letterbox(img: np.ndarray, size: int, *, stride: int = 32, rect: bool = Fals
     stride = check_size(stride, "stride")
     fill = check_fill(fill)
     h, w = img.shape[:2]
-    r = size / max(h, w)
-    if not scaleup:
-        r = min(r, 1.0)
-    nw, nh = max(1, min(size, round(w * r))), max(1, min(size, round(h * r)))
-    if rect:
-        ow, oh = math.ceil(nw / stride) * stride, math.ceil(nh / stride) * stride
-    else:
-        ow = oh = size
+    nw, nh, left, top, ow, oh, r = letterbox_geometry(h, w, size, scaleup=scaleup, stride=stride if rect else None)
     out = check_out(out, (oh, ow, 3))
-    left, top = (ow - nw) // 2, (oh - nh) // 2
     # Fill only the border: the centre is overwritten by the resize anyway.
     out[:top] = fill
     out[top + nh:] = fill

@@ -42,6 +42,13 @@ def mosaic_layout(shapes: Sequence[tuple[int, int]], size: int, centre: tuple[fl
     return layout
 
 
+def draw_mosaic_centre(rng: np.random.Generator, size: int) -> tuple[float, float]:
+    """The mosaic centre in the virtual 2S x 2S canvas: uniform in [S/2, 3S/2] on both axes (drawn
+    before the affine, on every path that builds mosaics)."""
+    x, y = rng.uniform(0.5 * size, 1.5 * size, 2)
+    return float(x), float(y)
+
+
 def mosaic(tiles: Sequence[Tile], size: int, rng: np.random.Generator, hyp: AugmentHyp = DEFAULT_HYP,
            out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """4-image mosaic followed by the random affine, into a size x size uint8 output.
@@ -67,7 +74,7 @@ def mosaic(tiles: Sequence[Tile], size: int, rng: np.random.Generator, hyp: Augm
         classes.append(c)
     out = check_out(out, (size, size, 3))
 
-    centre = tuple(rng.uniform(0.5 * size, 1.5 * size, 2))
+    centre = draw_mosaic_centre(rng, size)
     matrix = random_affine_matrix(rng, hyp, (float(size), float(size)), size)
     out.fill(hyp.fill)
     realised, crops = [], []

@@ -8,7 +8,7 @@
 Nothing here prints: results are dataclasses, progress goes to a tqdm bar on stderr, notes to logging.
 """
 
-from .config import BenchConfig, BenchError
+from .config import BenchConfig
 from .report import format_table
 from .result import BenchResult, LoaderResult
 from .run import run_bench
@@ -21,4 +21,4 @@ def write_plot(result: BenchResult, path) -> None:
     _write(result, path)
 
 
-__all__ = ["BenchConfig", "BenchError", "BenchResult", "LoaderResult", "format_table", "run_bench", "write_plot"]
+__all__ = ["BenchConfig", "BenchResult", "LoaderResult", "format_table", "run_bench", "write_plot"]

@@ -10,10 +10,6 @@ MODELS = ("yolov3-tiny", "yolov3")
 DEVICES = ("cpu", "cuda", "npu")
 
 
-class BenchError(RuntimeError):
-    """The bench cannot run as asked on this machine (a device or a model that is not there)."""
-
-
 @dataclass
 class BenchConfig:
     """A bench run. `workers`: an int, None (LoaderConfig's default) or "auto" (a short sweep).

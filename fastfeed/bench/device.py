@@ -10,25 +10,14 @@ import time
 
 import torch
 
-from .config import BenchConfig, BenchError
+from ..devices import resolve_device, synchronize
+from .config import BenchConfig
 
 
-def resolve_device(name: str) -> torch.device | None:
+def copy_device(name: str) -> torch.device | None:
     """The accelerator to copy to, or None for --device cpu (the copy stage does not apply)."""
-    if name.startswith("cpu"):
-        return None
-    if name.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise BenchError(f"--device {name}: torch {torch.__version__} sees no CUDA device; install a CUDA "
-                             "build of torch (make TORCH_SPEC='torch>=2.6') or use --device cpu")
-        return torch.device(name)
-    try:
-        import torch_npu  # noqa: F401  (registers torch.npu)
-    except ImportError as e:
-        raise ImportError(f"--device {name} needs torch_npu: pip install fastfeed[npu] ({e})") from e
-    if not torch.npu.is_available():
-        raise BenchError(f"--device {name}: torch_npu sees no Ascend NPU; use --device cpu")
-    return torch.device(name)
+    device = resolve_device(name)
+    return None if device.type == "cpu" else device
 
 
 def make_copy(device: torch.device | None):
@@ -44,25 +33,20 @@ def make_copy(device: torch.device | None):
     from ..prefetch import DevicePrefetcher
 
     prefetcher = DevicePrefetcher((), device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else torch.npu.synchronize
 
     def copy(batch):
         images, targets = prefetcher.transfer(batch)
-        sync(device)
+        synchronize(device)
         return images, targets
 
     return copy
 
 
 def model_step(model: str, device: torch.device | None, imgsz: int, batch_size: int):
-    """One real training step of the bundled model. The single hook the trainer must provide:
-    `fastfeed.train.bench_step(model, device, imgsz, batch_size) -> callable(images, targets)`
-    running forward, backward and the optimizer step, synchronised."""
-    try:
-        from ..train import bench_step
-    except ImportError as e:
-        raise BenchError(f"--model {model}: the bundled model arrives with `fastfeed train`; use --step-ms to "
-                         f"simulate a step ({e})") from None
+    """One real training step of the bundled model: `fastfeed.train.bench_step(model, device, imgsz,
+    batch_size) -> callable(images, targets)` runs forward, backward and the optimizer step, synchronised."""
+    from ..train import bench_step
+
     return bench_step(model, device or torch.device("cpu"), imgsz, batch_size)
 
 

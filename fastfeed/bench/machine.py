@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import platform
 from importlib import metadata
 
 import psutil
+
+from ..devices import usable_cores
 
 
 def _cpu_model() -> str:
@@ -36,10 +37,6 @@ def _dali_version() -> str | None:
         if name.startswith("nvidia-dali"):
             return f"{dist.version} ({name})"
     return None
-
-
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def machine_info(device: str = "cpu") -> dict:

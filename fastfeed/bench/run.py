@@ -7,11 +7,12 @@ from dataclasses import replace
 from datetime import datetime, timezone
 
 from .. import __version__
+from ..devices import usable_cores
 from ..loaders import LoaderConfig
 from ..store.reader import Store
 from .config import BenchConfig
-from .device import make_copy, make_step, resolve_device
-from .machine import machine_info, usable_cores
+from .device import copy_device, make_copy, make_step
+from .machine import machine_info
 from .measure import measure
 from .result import BenchResult, LoaderResult, Sweep
 
@@ -65,15 +66,15 @@ def run_bench(cfg: BenchConfig) -> BenchResult:
     """Measure each of `cfg.loaders` on `cfg.data`.
 
     Raises ValueError for an unknown loader (listing the valid ones) or a batch larger than the store,
-    FormatError (a ValueError) for a path that is not a store, BenchError/ImportError for a device or
-    model that is not there. A loader that cannot run is reported in its result, not raised.
+    FormatError (a ValueError) for a path that is not a store, DeviceError/ImportError for a device
+    that is not there. A loader that cannot run is reported in its result, not raised.
     """
     names = cfg.resolved_loaders()
     store = Store(cfg.data)
     if len(store) < cfg.batch_size:
         raise ValueError(f"--batch {cfg.batch_size} is larger than the store ({len(store)} images); "
                          f"use --batch {len(store)} or less")
-    device = resolve_device(cfg.device)
+    device = copy_device(cfg.device)
     step = make_step(cfg, device)
     copy = make_copy(device)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -100,6 +101,6 @@ def run_bench(cfg: BenchConfig) -> BenchResult:
                                 "timed_by": "batches" if cfg.batches else "seconds",
                                 "stall_mode": step is not None, "copy_device": str(device) if device else None}
     store_info = {"path": str(store.path), "images": len(store), "fingerprint": store.fingerprint,
-                  "payload": store.manifest.get("payload")}
+                  "payload": store.manifest.payload}
     return BenchResult(created=started, fastfeed_version=__version__, machine=machine_info(cfg.device),
                        store=store_info, config=resolved, results=results, baseline=baseline)

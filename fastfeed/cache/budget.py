@@ -66,7 +66,7 @@ def too_big(needed: int, budget: Budget, cache_dir, imgsz: int, smaller: dict[in
         f"({budget.free} bytes) free and the machine {gib(budget.ram)} ({budget.ram} bytes) of RAM available "
         f"(the cache may use {1 - RAM_HEADROOM:.0%} of it). Options: a smaller imgsz"
         + (f" ({alternatives} would fit)" if alternatives else "")
-        + "; LoaderConfig(cache_partial=True) to cache the first images that fit and decode "
+        + "; the shm option cache_partial=True (create_loader(\"shm\", store, cfg, cache_partial=True)) to cache the first images that fit and decode "
           "the rest on the fly; the `cpu` loader, which needs no cache; or a larger /dev/shm: "
           f"`sudo mount -o remount,size={size_g}G /dev/shm` (RAM permitting).")
 

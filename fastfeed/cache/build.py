@@ -22,16 +22,13 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import codec
+from ..devices import usable_cores
 from ..procs import worker_context
-from ..store import format as fmt
+from ..store import FormatError
 from ..store.reader import Store
 from . import budget, layout
 
 log = logging.getLogger(__name__)
-
-
-def cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def temp_path(segment: Path, pid: int) -> Path:
@@ -47,11 +44,11 @@ def scan(store: Store, imgsz: int):
     counts = np.empty(n, np.int64)
     boxes, classes = [], []
     for i in range(n):
-        head, _, b, c, _ = _record(store, i, check=False)
-        shapes[i] = codec.fit_size(head.height, head.width, imgsz)
-        counts[i] = head.n_boxes
-        boxes.append(b[:head.n_boxes])
-        classes.append(c[:head.n_boxes])
+        r = store.record(i, check_crc=False)   # sizes and labels only; every payload's CRC is checked when filled
+        shapes[i] = codec.fit_size(r.height, r.width, imgsz)
+        counts[i] = len(r.boxes)
+        boxes.append(r.boxes)
+        classes.append(r.classes)
     return shapes, counts, _cat(boxes, (0, 4), np.float32), _cat(classes, (0,), np.int64)
 
 
@@ -59,24 +56,9 @@ def _cat(parts: list, empty_shape: tuple, dtype) -> np.ndarray:
     return np.concatenate(parts).astype(dtype) if parts else np.zeros(empty_shape, dtype)
 
 
-def _record(store: Store, index: int, check: bool):
-    try:
-        return fmt.decode_record(store.raw_record(index), check)
-    except fmt.RecordCorrupt as e:
-        raise fmt.RecordCorrupt(f"record {index} in shard {store.shard_name(index)}: {e}; "
-                                "run `fastfeed verify` and re-pack") from None
-
-
 def decode_resized(store: Store, index: int, size: tuple[int, int]) -> np.ndarray:
     """Record `index` decoded (JPEG: at the smallest DCT scale >= size) and area-resized to `size`."""
-    head, _, _, _, payload = _record(store, index, store.check_crc)
-    if head.codec == "raw":
-        img = np.frombuffer(payload, np.uint8).reshape(head.height, head.width, 3)
-    elif head.codec == "jpeg":
-        img = codec.decode_jpeg(payload, size)
-    else:
-        img = codec.decode_cv2(payload)
-    return codec.resize_to(img, size)
+    return codec.resize_to(store.record(index).decode(size), size)
 
 
 def shapes_at(shapes: np.ndarray, imgsz: int, new: int) -> np.ndarray:
@@ -136,7 +118,7 @@ def build(store: Store, imgsz: int, segment: Path, *, partial: bool = False, wor
     # process, and those maps would stay with the rank that happened to build.
     own = Store(store.path, check_crc=store.check_crc)
     if own.fingerprint != store.fingerprint:
-        raise fmt.FormatError(f"the store at {store.path} changed on disk since it was opened (fingerprint "
+        raise FormatError(f"the store at {store.path} changed on disk since it was opened (fingerprint "
                               f"{own.fingerprint}, was {store.fingerprint}); open it again")
     try:
         return _build(own, imgsz, segment, partial, workers, progress, close_fds)
@@ -183,7 +165,7 @@ def _build(store: Store, imgsz: int, segment: Path, partial: bool, workers: int 
                              (h.boxes_off, boxes[:nb]), (h.classes_off, classes[:nb])):
                 data = np.ascontiguousarray(arr).tobytes()
                 mm[off:off + len(data)] = data
-            _fill_all(store, tmp, mm, lay, shapes[:k], workers or cores(), progress, close_fds)
+            _fill_all(store, tmp, mm, lay, shapes[:k], workers or usable_cores(), progress, close_fds)
             mm[layout.STATE_OFFSET:layout.STATE_OFFSET + 4] = layout.STATE_COMPLETE.to_bytes(4, "little")
         finally:
             try:

@@ -10,10 +10,11 @@ import argparse
 import logging
 
 from .. import __version__
-from . import bench, cache, pack, store, train
+from . import bench, cache, loaders, pack, store, train
 from .common import EXIT_USAGE, fail
 
-_COMMANDS = (pack.add_parser, store.add_inspect, store.add_verify, bench.add_parser, cache.add_parser, train.add_parser)
+_COMMANDS = (pack.add_parser, store.add_inspect, store.add_verify, loaders.add_parser, bench.add_parser, cache.add_parser,
+             train.add_parser)
 
 
 def build_parser() -> argparse.ArgumentParser:

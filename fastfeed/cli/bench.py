@@ -64,7 +64,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ..bench import BenchConfig, BenchError, format_table, run_bench, write_plot
+    from ..bench import BenchConfig, format_table, run_bench, write_plot
+    from ..devices import DeviceError
     from ..store.format import FormatError
 
     try:
@@ -82,7 +83,7 @@ def run(args) -> int:
         return fail(str(e))
     except ValueError as e:
         return fail(str(e), EXIT_USAGE)
-    except (BenchError, ImportError) as e:
+    except (DeviceError, ImportError) as e:
         return fail(str(e))
     print(format_table(res), end="")
     if args.json is not None:

@@ -80,9 +80,9 @@ def run(args) -> int:
         return fail(str(e))
     m = res.manifest
     print(f"packed {res.source_desc}")
-    print(f"  -> {res.out}: {m['num_images']} images, {m['num_boxes']} boxes ({m['num_crowd']} crowd), "
-          f"{len(m['shards'])} shard(s), {m['stats']['record_bytes'] / 2**20:.1f} MB, "
-          f"{res.seconds:.1f} s ({m['num_images'] / max(res.seconds, 1e-9):.0f} images/s)")
+    print(f"  -> {res.out}: {m.num_images} images, {m.num_boxes} boxes ({m.num_crowd} crowd), "
+          f"{len(m.shards)} shard(s), {m.stats['record_bytes'] / 2**20:.1f} MB, "
+          f"{res.seconds:.1f} s ({m.num_images / max(res.seconds, 1e-9):.0f} images/s)")
     rejected = res.report.images_rejected
     if rejected:
         print(f"  {rejected} image(s) skipped: see {res.out / 'rejects.jsonl'}")

@@ -55,12 +55,12 @@ def add_verify(sub) -> None:
 
 
 def cmd_verify(args) -> int:
-    from ..pack.run import default_workers
+    from ..devices import usable_cores
     from ..store.format import FormatError
     from ..store.verify import verify
 
     try:
-        res = verify(args.store, decode=args.decode, workers=args.workers or default_workers(),
+        res = verify(args.store, decode=args.decode, workers=args.workers or usable_cores(),
                      progress=not args.quiet)
     except FormatError as e:
         return fail(str(e))

@@ -100,6 +100,7 @@ def _format(s: dict) -> str:
 def run(args) -> int:
     import os
 
+    from ..devices import DeviceError
     from ..store.format import FormatError
     from ..train import CheckpointError, TrainConfig, TrainError, TrainingDiverged, train
 
@@ -123,7 +124,7 @@ def run(args) -> int:
         return fail(str(e))
     except ValueError as e:
         return fail(str(e), EXIT_USAGE)
-    except (TrainError, ImportError) as e:
+    except (TrainError, DeviceError, ImportError) as e:
         return fail(str(e))
     if int(os.environ.get("RANK", 0)) != 0:   # under torchrun, rank 0 speaks for the run
         return EXIT_OK

@@ -7,7 +7,6 @@ decoded cache). Stage times are measured here and summed per batch.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from time import perf_counter
 
@@ -15,8 +14,6 @@ import cv2
 import numpy as np
 
 from .. import augment
-from ..codec import decode_cv2, decode_jpeg
-from ..store import format as fmt
 from ..store.reader import Store
 from .base import LoaderConfig
 
@@ -31,24 +28,13 @@ class StoreSource:
     def load(self, index: int, times: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(image HWC RGB, boxes normalised xyxy float32, classes int64) of record `index`."""
         t0 = perf_counter()
-        buf = self.store.raw_record(index)
-        try:
-            head, _, boxes, classes, payload = fmt.decode_record(buf, self.store.check_crc)
-        except fmt.RecordCorrupt as e:
-            raise fmt.RecordCorrupt(f"record {index} in shard {self.store.shard_name(index)}: {e}") from None
+        r = self.store.record(index)
         t1 = perf_counter()
-        if head.codec == "raw":
-            img = np.frombuffer(payload, np.uint8).reshape(head.height, head.width, 3)
-        else:
-            h, w = head.height, head.width
-            r = self.imgsz / max(h, w)
-            want = (math.ceil(h * r), math.ceil(w * r)) if r < 1 else None
-            img = decode_jpeg(payload, want) if head.codec == "jpeg" else decode_cv2(payload)
+        img = r.decode_to_cover(self.imgsz)
         t2 = perf_counter()
         times["read"] += t1 - t0
         times["decode"] += t2 - t1
-        nb = head.n_boxes
-        return img, boxes[:nb], classes[:nb]
+        return img, r.boxes, r.classes
 
 
 class BatchBuilder:
@@ -56,13 +42,30 @@ class BatchBuilder:
     mosaic partners from this worker's buffer of recently loaded images, so batches are the same for
     the same seed, world size and worker count."""
 
-    def __init__(self, source, cfg: LoaderConfig, rank: int = 0):
+    def __init__(self, source, cfg: LoaderConfig, rank: int = 0, partner_buffer: int = 64):
         self.source, self.cfg, self.rank = source, cfg, rank
         self.size = cfg.imgsz
         self.hyp = cfg.worker_hyp()
         self.scratch = np.empty((self.size, self.size, 3), np.uint8)
         self.plane_scratch = np.empty((self.size, self.size), np.uint8)
-        self.partners: deque = deque(maxlen=cfg.partner_buffer)
+        self.partners: deque = deque(maxlen=partner_buffer)
+
+    def _load(self, index: int, times: dict):
+        img, nboxes, classes = self.source.load(int(index), times)
+        h, w = img.shape[:2]
+        sample = (img, nboxes * np.array([w, h, w, h], np.float32), classes)
+        if self.cfg.augment:
+            self.partners.append(sample)
+        return sample
+
+    def warm(self, indices, reset: bool) -> None:
+        """Load `indices` into the partner buffer only (no augmentation, no output): what resuming
+        mid-run replays so the buffer holds what an uninterrupted run's would. `reset` empties it first."""
+        if reset:
+            self.partners.clear()
+        times = dict.fromkeys(("read", "decode"), 0.0)
+        for index in indices:
+            self._load(index, times)
 
     def build(self, indices, epoch: int, batch_id: int, mosaic_on: bool, out: np.ndarray):
         """Fill out[:len(indices)] (uint8 [B,3,S,S]); return (targets float32 [M,6], stage seconds)."""
@@ -72,11 +75,7 @@ class BatchBuilder:
         targets = []
         loaded = []
         for index in indices:  # load the whole batch first: mosaic partners can then be any of it
-            img, nboxes, classes = self.source.load(int(index), times)
-            h, w = img.shape[:2]
-            loaded.append((img, nboxes * np.array([w, h, w, h], np.float32), classes))
-            if cfg.augment:
-                self.partners.append(loaded[-1])
+            loaded.append(self._load(index, times))
         for j, (img, boxes, classes) in enumerate(loaded):
             t0 = perf_counter()
             o = out[j]

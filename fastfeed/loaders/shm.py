@@ -1,16 +1,20 @@
 """The `shm` loader: the `cpu` loader's workers and augmentation, reading decoded images from a cache
 in shared memory instead of decoding JPEGs.
 
-The cache (fastfeed.cache) is one segment per store and imgsz in `cfg.cache_dir` (/dev/shm), built
+The cache (fastfeed.cache) is one segment per store and imgsz in the `cache_dir` option (/dev/shm), built
 once by the first process that asks and mapped by every worker of every rank on the node, so the
 node holds one copy however many processes read it. A sample is a zero-copy view into the segment:
 the "read" stage is all there is, "decode" stays 0. With `cache_partial`, records past the cached
 prefix are decoded from the store as the `cpu` loader does.
+
+Options (`create_loader("shm", store, cfg, cache_dir=..., ...)`): see `ShmOptions`.
 """
 
 from __future__ import annotations
 
+import os
 import weakref
+from dataclasses import dataclass
 from functools import partial
 from time import perf_counter
 
@@ -18,9 +22,34 @@ import numpy as np
 
 from ..cache import CacheHandle, CacheLease, acquire
 from ..store.reader import Store
-from .base import LoaderConfig, register_loader
-from .cpu import PoolLoader
+from .base import LoaderConfig, check_epoch, register_loader
+from .cpu import CpuOptions, PoolLoader
 from .pipeline import BatchBuilder, StoreSource
+
+
+@dataclass(frozen=True)
+class ShmOptions(CpuOptions):
+    """The shm loader's own options (and the cpu loader's partner_buffer)."""
+
+    cache_dir: str = "/dev/shm"    # where the decoded-image cache lives (a tmpfs), shared node-wide
+    cache_partial: bool = False    # if the cache does not fit, cache what fits and decode the rest
+    cache_wait: float = 600.0      # seconds to wait for another process that is building the cache
+    cache_keep: bool = False       # leave the cache for the next run (`fastfeed cache clear` removes it)
+
+    def __post_init__(self):
+        super().__post_init__()
+
+        def need(ok: bool, name: str, rule: str):
+            if not ok:
+                raise ValueError(f"shm option {name} {rule}, got {getattr(self, name)!r}")
+
+        need(isinstance(self.cache_dir, (str, os.PathLike)) and os.fspath(self.cache_dir) != "", "cache_dir",
+             "must be a directory path")
+        object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
+        need(isinstance(self.cache_partial, bool), "cache_partial", "must be True or False")
+        need(isinstance(self.cache_wait, (int, float)) and not isinstance(self.cache_wait, bool) and self.cache_wait > 0,
+             "cache_wait", "must be > 0 seconds")
+        need(isinstance(self.cache_keep, bool), "cache_keep", "must be True or False")
 
 
 class ShmSource:
@@ -42,17 +71,17 @@ class ShmSource:
         return sample
 
 
-def _shm_builder(handle: CacheHandle, store: Store, cfg: LoaderConfig, rank: int) -> BatchBuilder:
-    return BatchBuilder(ShmSource(handle, store, cfg.imgsz), cfg, rank)
+def _shm_builder(handle: CacheHandle, store: Store, cfg: LoaderConfig, rank: int, opts: ShmOptions) -> BatchBuilder:
+    return BatchBuilder(ShmSource(handle, store, cfg.imgsz), cfg, rank, opts.partner_buffer)
 
 
 class ShmLoader(PoolLoader):
     """A `PoolLoader` over the shared cache; holds this process's lease on it until `close()`."""
 
-    def __init__(self, store: Store, cfg: LoaderConfig, lease: CacheLease, rank: int):
+    def __init__(self, store: Store, cfg: LoaderConfig, opts: ShmOptions, lease: CacheLease, rank: int):
         self.cache = lease
         self._handle = lease.handle()
-        super().__init__(store, cfg, partial(_shm_builder, self._handle, store, cfg, rank))
+        super().__init__(store, cfg, opts, partial(_shm_builder, self._handle, store, cfg, rank, opts))
         self._detach = weakref.finalize(self, lease.release)
 
     def shared_bytes(self) -> int:
@@ -64,13 +93,19 @@ class ShmLoader(PoolLoader):
         self._detach()
 
 
-@register_loader("shm")
-def create_shm_loader(store: Store, cfg: LoaderConfig) -> ShmLoader:
+def _no_shm() -> str | None:
+    return None if os.path.isdir("/dev/shm") else "no /dev/shm here (give the cache_dir option a tmpfs folder)"
+
+
+@register_loader("shm", options=ShmOptions, check=_no_shm,
+                 summary="the cpu loader over one decoded-image cache in /dev/shm shared by every worker and rank")
+def create_shm_loader(store: Store, cfg: LoaderConfig, opts: ShmOptions) -> ShmLoader:
+    check_epoch(store, cfg)   # before building a cache for nothing
     rank, _ = cfg.resolved_rank()
-    lease = acquire(store, cfg.imgsz, cfg.cache_dir, partial=cfg.cache_partial, wait=cfg.cache_wait,
-                    keep=cfg.cache_keep)
+    lease = acquire(store, cfg.imgsz, opts.cache_dir, partial=opts.cache_partial, wait=opts.cache_wait,
+                    keep=opts.cache_keep)
     try:
-        return ShmLoader(store, cfg, lease, rank)
+        return ShmLoader(store, cfg, opts, lease, rank)
     except BaseException:
         lease.release()
         raise

@@ -46,6 +46,9 @@ def _worker_main(worker_id: int, make_builder: Callable, slots: torch.Tensor, ta
             return
         gen, epoch, k, slot, indices, mosaic_on = task
         try:
+            if slot is None:   # a warm-up: load into the partner buffer only, nothing to report
+                builder.warm(indices, reset=True)
+                continue
             targets, times = builder.build(indices, epoch, k, mosaic_on, out[slot])
             results.put(("ok", gen, epoch, k, slot, targets, times, len(indices)))
         except BaseException:
@@ -81,6 +84,10 @@ class WorkerPool:
         self.outstanding += 1
         return True
 
+    def warm(self, worker: int, epoch: int, indices) -> None:
+        """Have `worker` reset its partner buffer and load `indices` into it before its next batch."""
+        self.tasks[worker].put((self.gen, epoch, -1, None, np.asarray(indices, np.int64), False))
+
     def release(self, slot: int) -> None:
         self.free.append(slot)
 
@@ -100,7 +107,8 @@ class WorkerPool:
                 continue
             if msg[0] == "error":
                 _, gen, epoch, k, worker_id, tb = msg
-                where = f" on batch {k} of epoch {epoch}" if k >= 0 else " while starting"
+                where = (f" on batch {k} of epoch {epoch}" if k >= 0 else
+                         f" replaying its partner buffer for epoch {epoch}" if epoch >= 0 else " while starting")
                 raise WorkerError(f"loader worker {worker_id} failed{where}:\n{tb}")
             _, gen, epoch, k, slot, targets, times, count = msg
             self.outstanding -= 1
@@ -121,7 +129,7 @@ class WorkerPool:
                 if monotonic() > deadline:
                     raise WorkerError("loader workers did not finish their batches in time") from None
                 continue
-            if msg[0] == "error" and msg[3] < 0:
+            if msg[0] == "error" and msg[2] < 0:
                 raise WorkerError(f"loader worker {msg[4]} failed while starting:\n{msg[5]}")
             self.outstanding -= 1
         self.free = list(range(len(self.slots)))[::-1]

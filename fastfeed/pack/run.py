@@ -16,6 +16,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .. import __version__
+from ..devices import usable_cores
 from ..procs import worker_context
 from ..store import format as fmt
 from . import segment
@@ -27,10 +28,6 @@ from .writer import publish, temp_dir_for
 
 log = logging.getLogger(__name__)
 DEFAULT_SHARD_MB = 1024
-
-
-def default_workers() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @dataclass
@@ -82,7 +79,7 @@ class PackConfig:
 @dataclass
 class PackResult:
     out: Path
-    manifest: dict
+    manifest: fmt.Manifest
     report: PackReport
     seconds: float = 0.0
     source_desc: str = ""
@@ -173,7 +170,7 @@ def pack(cfg: PackConfig) -> PackResult:
     report.extend(source.problems)
     if cfg.on_error == "fail" and report.errors:
         raise PackError(f"--on-error fail: {report.errors[0].describe()}")
-    workers = cfg.workers if cfg.workers is not None else default_workers()
+    workers = cfg.workers if cfg.workers is not None else usable_cores()
 
     tmp = temp_dir_for(cfg.out)
     shutil.rmtree(tmp, ignore_errors=True)
@@ -210,7 +207,7 @@ def pack(cfg: PackConfig) -> PackResult:
     return PackResult(cfg.out, manifest, report, time.perf_counter() - t0, source.describe())
 
 
-def _manifest(cfg: PackConfig, source, shards: list[dict], stats, report: PackReport, workers: int) -> dict:
+def _manifest(cfg: PackConfig, source, shards: list[dict], stats, report: PackReport, workers: int) -> fmt.Manifest:
     names, cat_ids = source.class_names, source.category_ids
     if not names:  # YOLO without data.yaml: classes are whatever ids the labels use
         nc = max(stats.class_boxes, default=-1) + 1
@@ -221,21 +218,18 @@ def _manifest(cfg: PackConfig, source, shards: list[dict], stats, report: PackRe
     for ann in source.annotation_files:
         source_hash.update(hashlib.sha256(ann.read_bytes()).digest())
     content = f"{fmt.FORMAT_VERSION}:{cfg.store}:{cfg.max_side}:{cfg.quality}:{names}".encode() + bytes(stats.record_crcs)
-    return {
-        "format": fmt.FORMAT_NAME, "format_version": fmt.FORMAT_VERSION, "fastfeed_version": __version__,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "num_images": sum(s["count"] for s in shards), "num_boxes": stats.num_boxes, "num_crowd": stats.num_crowd,
-        "classes": names, "category_ids": cat_ids,
-        "payload": {"store": cfg.store, "max_side": cfg.max_side,
-                    "quality": cfg.quality if cfg.store == "jpeg" else None},
-        "shards": shards,
-        "fingerprint": hashlib.sha256(content).hexdigest()[:32],
-        "source": {"format": source.format, "root": str(source.root.resolve()), "split": source.split,
-                   "annotations": [str(a.resolve()) for a in source.annotation_files],
-                   "images_seen": len(source.items), "fingerprint": source_hash.hexdigest()[:32]},
-        "pack_options": {k: v for k, v in asdict(cfg).items()
-                         if k in ("shards", "shard_mb", "on_error", "format", "split", "check")} | {"workers": workers},
-        "stats": {"class_boxes": [stats.class_boxes.get(c, 0) for c in range(len(names))],
-                  "sizes": dict(stats.sizes.most_common()), "record_bytes": stats.record_bytes},
-        "report": report.to_dict(),
-    }
+    return fmt.Manifest(
+        num_images=sum(s["count"] for s in shards), num_boxes=stats.num_boxes, num_crowd=stats.num_crowd,
+        classes=names, category_ids=cat_ids,
+        payload={"store": cfg.store, "max_side": cfg.max_side, "quality": cfg.quality if cfg.store == "jpeg" else None},
+        shards=[fmt.ShardInfo(**s) for s in shards],
+        fingerprint=hashlib.sha256(content).hexdigest()[:32],
+        source={"format": source.format, "root": str(source.root.resolve()), "split": source.split,
+                "annotations": [str(a.resolve()) for a in source.annotation_files],
+                "images_seen": len(source.items), "fingerprint": source_hash.hexdigest()[:32]},
+        pack_options={k: v for k, v in asdict(cfg).items()
+                      if k in ("shards", "shard_mb", "on_error", "format", "split", "check")} | {"workers": workers},
+        stats={"class_boxes": [stats.class_boxes.get(c, 0) for c in range(len(names))],
+               "sizes": dict(stats.sizes.most_common()), "record_bytes": stats.record_bytes},
+        report=report.to_dict(),
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"), fastfeed_version=__version__)

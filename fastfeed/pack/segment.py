@@ -89,7 +89,7 @@ def run(job: SegmentJob) -> SegmentResult:
                 st.num_boxes += len(r.classes)
                 st.num_crowd += r.n_crowd
                 st.record_bytes += len(r.record)
-                st.record_crcs += r.record[4:8]   # a record's CRC-32 covers all of its content
+                st.record_crcs += fmt.record_crc(r.record)
             if _PROGRESS is not None:
                 with _PROGRESS.get_lock():
                     _PROGRESS.value += 1

@@ -13,8 +13,8 @@ the consumer works on one. Handing a batch out, the consumer's current stream wa
 own `ready` event (not on the whole side stream, which may already be copying later batches), and
 each handed-out tensor gets `record_stream(consumer)`, so the caching allocator does not reuse its
 memory while kernels queued on the consumer's stream still read it. Both accelerators share this
-code: `getattr(torch, device.type)` gives their Stream/Event API; `torch_npu` (which registers
-`torch.npu`) is imported only for device "npu".
+code: `fastfeed.devices.accelerator_module` gives their Stream/Event API (and imports `torch_npu`,
+which registers `torch.npu`, only for device "npu").
 
 cpu. A background thread stays `depth` converted batches ahead through a bounded queue, so loading
 overlaps the step even without an accelerator (`thread=True` does the same on an accelerator, which
@@ -36,6 +36,5 @@ Layout: `prefetcher.py` (DevicePrefetcher: the drivers, one batch's produce / re
 
 from ..device_augment import DeviceAugment
 from .prefetcher import DTYPES, DevicePrefetcher
-from .streams import DEVICES, device_module
 
-__all__ = ["DEVICES", "DTYPES", "DeviceAugment", "DevicePrefetcher", "device_module"]
+__all__ = ["DTYPES", "DeviceAugment", "DevicePrefetcher"]

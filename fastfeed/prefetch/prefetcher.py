@@ -14,8 +14,10 @@ import torch
 
 from ..batch import Batch
 from ..device_augment import DeviceAugment
+from ..devices import accelerator_module, parse_device, resolve_device
+from ..loaders.base import Loader
 from .host import HostBuffers
-from .streams import DEVICES, InFlight, StreamOps, device_module, pinned
+from .streams import InFlight, StreamOps, pinned
 
 log = logging.getLogger(__name__)
 
@@ -32,22 +34,25 @@ _END = object()
 
 
 def _resolve_augment(loader, device_augment, seed: int) -> DeviceAugment | None:
-    cfg = getattr(loader, "cfg", None)
-    workers_skip = bool(getattr(cfg, "device_augment", False) and getattr(cfg, "augment", True))
+    """The DeviceAugment to apply: what a fastfeed `Loader` declares it leaves to the device (its
+    `device_hyp`), or what the caller forces; any other iterable of batches declares nothing."""
+    ours = isinstance(loader, Loader)
+    left = loader.device_hyp if ours else None
     if device_augment is None:
-        device_augment = workers_skip
+        device_augment = left is not None
     if device_augment is False:
-        if workers_skip:
-            log.warning("loader.cfg.device_augment is set but device_augment=False: no HSV jitter or flip at all")
+        if left is not None:
+            log.warning("the loader leaves HSV jitter and flip to the device (LoaderConfig.device_augment) but "
+                        "device_augment=False: no HSV jitter or flip at all")
         return None
     if device_augment is True:
-        if not hasattr(cfg, "hyp"):
-            raise ValueError("device_augment=True takes its gains from loader.cfg.hyp, and this loader has none; "
-                             "pass a DeviceAugment(...) instead")
-        device_augment = DeviceAugment.from_hyp(cfg.hyp, seed=seed)
+        if not ours:
+            raise ValueError("device_augment=True takes its gains from a fastfeed Loader's LoaderConfig.hyp, and "
+                             "this loader is not one; pass a DeviceAugment(...) instead")
+        device_augment = DeviceAugment.from_hyp(loader.cfg.hyp, seed=seed)
     if not isinstance(device_augment, DeviceAugment):
         raise ValueError(f"device_augment must be None, True, False or a DeviceAugment, got {device_augment!r}")
-    if cfg is not None and getattr(cfg, "augment", False) and not getattr(cfg, "device_augment", True):
+    if ours and loader.cfg.augment and left is None:
         log.warning("device augmentation on top of the workers' own HSV jitter and flip: set "
                     "LoaderConfig(device_augment=True) so the workers skip them")
     return device_augment if device_augment.active else None
@@ -58,9 +63,10 @@ class DevicePrefetcher:
 
     Yields `Batch(images [B,3,S,S] in [0,1] of `dtype` (uint8: 0..255, unconverted), targets float32
     [M,6])` on `device`: fresh tensors, not views of the loader's buffers, so they outlive the next
-    request. `depth`: batches prepared ahead of the one in use. `device_augment`: None follows
-    `loader.cfg.device_augment` (HSV jitter and flip with `loader.cfg.hyp`'s gains), True forces that,
-    or a `DeviceAugment`; `seed` seeds it (with the epoch and the loader's rank). `thread`: run the
+    request. `depth`: batches prepared ahead of the one in use. `device_augment`: None follows what a
+    fastfeed `Loader` leaves to the device (`loader.device_hyp`: HSV jitter and flip), True forces that
+    with `loader.cfg.hyp`'s gains, or a `DeviceAugment`; `seed` seeds it (with the epoch and the
+    loader's rank). Any iterable of batches works; only a `Loader` declares augmentation and a rank. `thread`: run the
     loader in a background thread (default: on cpu only). `ops`: internal seam for tests (a fake
     stream API). Closing stops any background work; the loader stays open (it is the caller's).
     """
@@ -69,19 +75,20 @@ class DevicePrefetcher:
                  dtype: torch.dtype = torch.float32, device_augment: bool | DeviceAugment | None = None,
                  seed: int = 0, thread: bool | None = None, *, ops=None):
         self.loader = loader
-        kind = device.type if isinstance(device, torch.device) else str(device).split(":")[0]
-        if ops is None and kind not in DEVICES:
-            raise ValueError(f"device {str(device)!r}: valid devices are {', '.join(DEVICES)} (optionally :index)")
+        kind, _ = parse_device(device)   # ValueError naming the valid devices
+        if kind == "auto":
+            device = resolve_device("auto")
+            kind = device.type
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(map(str, DTYPES))}, got {dtype!r}")
         self.depth, self.dtype = depth, dtype
         self.augment = _resolve_augment(loader, device_augment, seed)
-        self._rank = int(getattr(loader, "rank", 0) or 0)
+        self._rank = loader.rank if isinstance(loader, Loader) else 0
         self.accelerated = ops is not None or kind != "cpu"
         self._ops = self._stream = None
-        mod = device_module(kind) if self.accelerated and ops is None else None   # imports torch_npu for npu
+        mod = accelerator_module(kind) if self.accelerated and ops is None else None   # imports torch_npu for npu
         self.device = torch.device(device)    # after that import: torch_npu registers the "npu" type
         if self.accelerated:
             if ops is None:
@@ -97,24 +104,28 @@ class DevicePrefetcher:
         self._host = HostBuffers(keep=depth + 3)   # queue + producer + consumer + one spare
         self._active = None                   # weakref to the running iteration's generator
         self._warned_pageable = False
-        if self.augment is not None:
-            self.augment.reseed(0, self._rank)
+        self._epoch = self._start = self._k = 0   # the augmentation's draws are keyed by (epoch, rank, batch)
 
     # --- the loader's interface -------------------------------------------------------------------
 
     def __len__(self) -> int:
         return len(self.loader)
 
-    def set_epoch(self, epoch: int) -> None:
-        """Ends an unfinished iteration, passes `epoch` to the loader and reseeds the device augmentation."""
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        """Ends an unfinished iteration and passes `epoch` (and `start`, the first batch: resuming) to the
+        loader; the device augmentation's draws are those of batch `start` of `epoch` on."""
         self._stop_active()
-        if hasattr(self.loader, "set_epoch"):
+        if isinstance(self.loader, Loader):
+            self.loader.set_epoch(epoch, start)
+        elif hasattr(self.loader, "set_epoch"):   # any other iterable of batches that has epochs
+            if start:
+                raise ValueError("start > 0 needs a fastfeed Loader (it skips batches without building them)")
             self.loader.set_epoch(epoch)
-        if self.augment is not None:
-            self.augment.reseed(epoch, self._rank)
+        self._epoch, self._start = int(epoch), int(start)
 
     def __iter__(self):
         self._stop_active()
+        self._k = self._start
         it = self._threaded() if self.thread else self._inline()
         self._active = weakref.ref(it)   # weak: a consumer that breaks out and drops it stops it at once
         return it
@@ -149,7 +160,9 @@ class DevicePrefetcher:
             x = images.to(work)   # on the device: a new tensor unless it stays uint8 (then the copy is one)
         if work != torch.uint8:
             x = x.div_(255)
+        k, self._k = self._k, self._k + 1   # this batch's index in the epoch
         if self.augment is not None:
+            self.augment.reseed(self._epoch, self._rank, k)
             x, targets = self.augment(x, targets)
             x = (x.mul_(255).round_() if self.dtype == torch.uint8 else x).to(self.dtype)
         return Batch(x, targets)

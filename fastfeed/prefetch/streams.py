@@ -1,5 +1,6 @@
 """The accelerator side of the prefetcher: one code path for CUDA and Ascend NPU through the device's
-torch module (`torch.cuda`, `torch.npu`), and the seam the tests replace with a recording fake."""
+torch module (`torch.cuda`, `torch.npu`, from `fastfeed.devices`), and the seam the tests replace with a
+recording fake."""
 
 from __future__ import annotations
 
@@ -8,24 +9,6 @@ from typing import NamedTuple
 import torch
 
 from ..batch import Batch
-
-DEVICES = ("cuda", "npu", "cpu")
-
-
-def device_module(device_type: str):
-    """The torch module with the device's Stream/Event API (torch.cuda, torch.npu); torch_npu is
-    imported here, and only for "npu". Raises ImportError / RuntimeError naming what is missing."""
-    if device_type == "npu":
-        try:
-            import torch_npu  # noqa: F401  (registers torch.npu)
-        except ImportError as e:
-            raise ImportError(f"device 'npu' needs torch_npu: pip install fastfeed[npu] ({e})") from e
-    mod = getattr(torch, device_type, None)
-    if mod is None or not hasattr(mod, "Stream"):
-        raise ValueError(f"device type {device_type!r} has no stream API; valid devices: {', '.join(DEVICES)}")
-    if not mod.is_available():
-        raise RuntimeError(f"torch {torch.__version__} sees no {device_type} device; use device='cpu'")
-    return mod
 
 
 class StreamOps:

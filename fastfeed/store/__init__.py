@@ -1,6 +1,6 @@
 """The packed store: its on-disk format (`format`), the reader (`Store`), integrity checks (`verify`)."""
 
-from .format import FORMAT_VERSION, FormatError, RecordCorrupt
+from .format import FORMAT_VERSION, FormatError, Manifest, Record, RecordCorrupt
 from .reader import Sample, Store
 
-__all__ = ["Store", "Sample", "FORMAT_VERSION", "FormatError", "RecordCorrupt"]
+__all__ = ["Store", "Sample", "Record", "Manifest", "FORMAT_VERSION", "FormatError", "RecordCorrupt"]

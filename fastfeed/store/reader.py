@@ -10,8 +10,8 @@ from pathlib import Path
 import lmdb
 import numpy as np
 
-from .. import codec
 from . import format as fmt
+from .format import Record
 
 
 @dataclass(slots=True)
@@ -22,13 +22,16 @@ class _Handle:
     users: int = 0
 
 
-# py-lmdb refuses to open one file twice in a process, and a forked child inherits the parent's
-# open environments; so handles live here, per file, shared by every Store of this process.
-_HANDLES: dict[str, _Handle] = {}
+# py-lmdb refuses to open one file twice in a process, and a forked child inherits the parent's open
+# environments; so handles live here, shared by every Store of this process. They are keyed by the
+# file's identity (device, inode), not its path: a store re-packed in place (`fastfeed pack --force`)
+# has new files under the old names, and a Store opened after that must read those, never a map of
+# the old ones.
+_HANDLES: dict[tuple[int, int], _Handle] = {}
 
 
-def _acquire(file: str) -> lmdb.Transaction:
-    h = _HANDLES.get(file)
+def _acquire(key: tuple[int, int], file: str) -> lmdb.Transaction:
+    h = _HANDLES.get(key)
     if h is not None and h.pid != os.getpid():
         # Inherited through fork: LMDB handles must not cross processes. Dropping them here only
         # unmaps this child's copy (read-only, lock=False: no reader slots or lock files to disturb).
@@ -42,25 +45,30 @@ def _acquire(file: str) -> lmdb.Transaction:
         env = lmdb.open(file, subdir=False, readonly=True, lock=False, readahead=False,
                         max_readers=2048, meminit=False)
         # One long read transaction per process: the store is immutable, and buffers stay valid.
-        h = _HANDLES[file] = _Handle(os.getpid(), env, env.begin(buffers=True))
+        h = _HANDLES[key] = _Handle(os.getpid(), env, env.begin(buffers=True))
     h.users += 1
     return h.txn
 
 
-def _release(file: str) -> None:
-    h = _HANDLES.get(file)
+def _release(key: tuple[int, int]) -> None:
+    h = _HANDLES.get(key)
     if h is None or h.pid != os.getpid():
         return
     h.users -= 1
     if h.users <= 0:
         h.txn.abort()
         h.env.close()
-        del _HANDLES[file]
+        del _HANDLES[key]
+
+
+def _identity(path: Path) -> tuple[int, int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino, st.st_mtime_ns
 
 
 @dataclass(slots=True)
 class Sample:
-    """One image and its labels. `image` is RGB uint8 HWC, or None when read with decode=False."""
+    """One image and its labels. `image` is upright RGB uint8 HWC, or None when read with decode=False."""
 
     index: int
     image: np.ndarray | None
@@ -70,18 +78,20 @@ class Sample:
     classes: np.ndarray         # int64 [N] contiguous 0..C-1
     crowd_boxes: np.ndarray     # float32 [K,4] iscrowd regions (evaluation only)
     crowd_classes: np.ndarray   # int64 [K]
-    size: tuple[int, int]       # (h, w) of the stored payload
-    orig_size: tuple[int, int]  # (h, w) of the source image
+    size: tuple[int, int]       # (h, w) of the stored image, upright
+    orig_size: tuple[int, int]  # (h, w) of the source image, upright
     image_id: int
     file_name: str
+    orientation: int = 1        # the EXIF orientation `image` was turned by (data is as stored)
 
 
 class Store:
-    """Read a fastfeed store. `len(store)`, `store[i] -> Sample`.
+    """Read a fastfeed store. `len(store)`, `store[i] -> Sample`, `store.record(i) -> Record`.
 
     LMDB environments open lazily in each process (read-only, no lock file), so a `Store` pickles
     cheaply into worker processes and is safe after fork. Every read checks the record's CRC32
-    unless `check_crc=False`.
+    unless `check_crc=False`. A Store keeps reading the pack it was opened on; if the store is
+    re-packed in place before this process first reads it, reads raise FormatError (open it again).
     """
 
     def __init__(self, path, check_crc: bool = True):
@@ -89,14 +99,16 @@ class Store:
         if not self.path.is_dir():
             raise fmt.FormatError(f"{self.path} is not a directory: not a fastfeed store "
                                   "(create one with `fastfeed pack SRC -o OUT`)")
-        self.manifest = fmt.read_manifest(self.path / fmt.MANIFEST)
+        manifest_path = self.path / fmt.MANIFEST
+        self.manifest = fmt.read_manifest(manifest_path)
+        self._identity = _identity(manifest_path)
         self.check_crc = check_crc
-        self.shards = self.manifest["shards"]
-        self._starts = [s["start"] for s in self.shards]
-        self._len = int(self.manifest["num_images"])
+        self.shards = self.manifest.shards
+        self._starts = [s.start for s in self.shards]
+        self._len = int(self.manifest.num_images)
         self._pid = None
         self._txns: list = []
-        self._envs: list = []
+        self._keys: list = []
 
     # --- metadata ---------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -104,63 +116,82 @@ class Store:
 
     @property
     def class_names(self) -> list[str]:
-        return list(self.manifest["classes"])
+        return list(self.manifest.classes)
 
     @property
     def category_ids(self) -> list[int]:
         """The source's category id of each contiguous class (COCO's sparse 1..90 ids)."""
-        return list(self.manifest["category_ids"])
+        return list(self.manifest.category_ids)
 
     @property
     def fingerprint(self) -> str:
-        return self.manifest["fingerprint"]
+        """Of the content (records, classes, payload settings): caches are keyed by it."""
+        return self.manifest.fingerprint
 
     def __repr__(self) -> str:
         return f"Store({str(self.path)!r}, images={len(self)}, classes={len(self.class_names)})"
 
     # --- process-local LMDB handles ---------------------------------------------------------------
     def __getstate__(self):
-        state = {k: getattr(self, k) for k in ("path", "manifest", "check_crc", "shards", "_starts", "_len")}
-        return state
+        return {k: getattr(self, k) for k in ("path", "manifest", "_identity", "check_crc", "shards", "_starts",
+                                              "_len")}
 
     def __setstate__(self, state):
         for k, v in state.items():
             setattr(self, k, v)
-        self._pid, self._txns, self._envs = None, [], []
+        self._pid, self._txns, self._keys = None, [], []
+
+    def _repacked(self) -> bool:
+        try:
+            return _identity(self.path / fmt.MANIFEST) != self._identity
+        except OSError:
+            return True
 
     def _open(self) -> None:
-        files = []
+        if self._repacked():
+            raise fmt.FormatError(f"the store at {self.path} was re-packed or removed after this Store was opened; "
+                                  "open it again (Store(path)) to read the new pack")
+        found = []
         for s in self.shards:
-            file = self.path / s["file"]
-            if not file.is_file():
-                raise fmt.FormatError(f"shard {s['file']} is missing from {self.path}")
-            if file.stat().st_size != s["bytes"]:  # reading a truncated map would kill us with SIGBUS
-                raise fmt.FormatError(f"shard {s['file']} of {self.path} is {file.stat().st_size} bytes, the manifest "
-                                      f"says {s['bytes']}: truncated or replaced; re-pack or restore it")
-            files.append(os.path.realpath(file))
-        self._txns = []
-        for f, s in zip(files, self.shards):
+            file = self.path / s.file
             try:
-                self._txns.append(_acquire(f))
-            except lmdb.Error as e:
-                for g in files[:len(self._txns)]:
-                    _release(g)
-                self._txns = []
-                raise fmt.FormatError(f"shard {s['file']} of {self.path} cannot be opened ({e}); "
-                                      "the store is damaged: re-pack it or restore the shard") from None
-        self._envs, self._pid = files, os.getpid()  # _envs: the files whose handles this Store holds
+                st = os.stat(file)
+            except FileNotFoundError:
+                raise fmt.FormatError(f"shard {s.file} is missing from {self.path}; restore it or re-pack") from None
+            if st.st_size != s.bytes:  # reading a truncated map would kill us with SIGBUS
+                raise fmt.FormatError(f"shard {s.file} of {self.path} is {st.st_size} bytes, the manifest "
+                                      f"says {s.bytes}: truncated or replaced; re-pack or restore it")
+            found.append(((st.st_dev, st.st_ino), str(file)))
+        self._txns, self._keys = [], []
+        try:
+            for (key, file), s in zip(found, self.shards):
+                try:
+                    self._txns.append(_acquire(key, file))
+                except lmdb.Error as e:
+                    raise fmt.FormatError(f"shard {s.file} of {self.path} cannot be opened ({e}); "
+                                          "the store is damaged: re-pack it or restore the shard") from None
+                self._keys.append(key)
+            if self._repacked():   # swapped while we opened: these maps may mix two packs
+                raise fmt.FormatError(f"the store at {self.path} was re-packed while this Store was opening it; "
+                                      "open it again")
+        except BaseException:
+            for key in self._keys:
+                _release(key)
+            self._txns, self._keys = [], []
+            raise
+        self._pid = os.getpid()
 
     def close(self) -> None:
         if self._pid == os.getpid():
-            for f in self._envs:
-                _release(f)
-        self._pid, self._txns, self._envs = None, [], []
+            for key in self._keys:
+                _release(key)
+        self._pid, self._txns, self._keys = None, [], []
 
     def shard_entries(self, shard: int) -> int:
         """Records LMDB holds in shard number `shard` (verify compares it with the manifest)."""
         if self._pid != os.getpid():
             self._open()
-        return _HANDLES[self._envs[shard]].env.stat()["entries"]
+        return _HANDLES[self._keys[shard]].env.stat()["entries"]
 
     def __enter__(self):
         return self
@@ -175,43 +206,39 @@ class Store:
 
     def shard_name(self, index: int) -> str:
         """File name of the shard holding record `index`."""
-        return self.shards[self._locate(index)]["file"]
-
-    def raw_record(self, index: int) -> memoryview:
-        """The record bytes, a view into the map valid while this Store is open."""
-        if self._pid != os.getpid():
-            self._open()
-        shard = self._locate(index)
-        buf = self._txns[shard].get(fmt.record_key(index - self._starts[shard]))
-        if buf is None:
-            raise fmt.RecordCorrupt(f"record {index} missing from shard {self.shards[shard]['file']}")
-        return buf
+        return self.shards[self._locate(index)].file
 
     # --- reads ------------------------------------------------------------------------------------
+    def record(self, index: int, check_crc: bool | None = None) -> Record:
+        """Record `index`, parsed, CRC-checked (unless `check_crc` is False, default: the Store's), not
+        decoded: the one way every reader gets a record. Its payload is a view valid while the Store is open.
+        A damaged record raises RecordCorrupt naming it and its shard."""
+        if self._pid != os.getpid():
+            self._open()
+        index = int(index)
+        shard = self._locate(index)
+        name = self.shards[shard].file
+        buf = self._txns[shard].get(fmt.record_key(index - self._starts[shard]))
+        if buf is None:
+            raise fmt.RecordCorrupt(f"record {index} missing from shard {name}; run `fastfeed verify` and re-pack")
+        return fmt._parse_record(buf, index, name, self.check_crc if check_crc is None else check_crc)
+
     def __getitem__(self, index: int) -> Sample:
         return self.get(int(index))
 
     def get(self, index: int, decode: bool = True, min_size: tuple[int, int] | None = None) -> Sample:
-        """Read record `index`.
+        """Read record `index` as a Sample.
 
         decode=False returns the encoded payload in `data` (raw stores: the pixel bytes).
         min_size=(h, w) lets a JPEG decode at a DCT-reduced scale no smaller than that.
         """
-        buf = self.raw_record(index)
-        try:
-            head, name, boxes, classes, payload = fmt.decode_record(buf, self.check_crc)
-        except fmt.RecordCorrupt as e:
-            raise fmt.RecordCorrupt(f"record {index} in shard {self.shard_name(index)}: {e}; "
-                                    "run `fastfeed verify` and re-pack") from None
+        r = self.record(index)
         image = data = None
-        if not decode:
-            data = bytes(payload)
-        elif head.codec == "raw":
-            image = np.frombuffer(payload, np.uint8).reshape(head.height, head.width, 3).copy()
-        elif head.codec == "jpeg":
-            image = codec.decode_jpeg(payload, min_size)
+        if decode:
+            image = r.decode(min_size)
+            if not image.flags.writeable:   # raw payloads are views into the map
+                image = image.copy()
         else:
-            image = codec.decode_cv2(payload)
-        nb = head.n_boxes
-        return Sample(index, image, data, head.codec, boxes[:nb], classes[:nb], boxes[nb:], classes[nb:],
-                      (head.height, head.width), (head.orig_height, head.orig_width), head.image_id, name)
+            data = bytes(r.payload)
+        return Sample(r.index, image, data, r.codec, r.boxes, r.classes, r.crowd_boxes, r.crowd_classes, r.size,
+                      r.orig_size, r.image_id, r.file_name, r.orientation)

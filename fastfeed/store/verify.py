@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import lmdb
+import numpy as np
 from tqdm import tqdm
 
 from .. import codec
@@ -35,14 +36,14 @@ def _check_range(args) -> tuple[int, list[dict]]:
     for i in range(start, stop):
         shard = store.shard_name(i)
         try:
-            buf = store.raw_record(i)
-            head, _, boxes, _, payload = fmt.decode_record(buf, check=True)
+            r = store.record(i, check_crc=True)
+            boxes = np.concatenate([r.boxes, r.crowd_boxes])
             if ((boxes < 0) | (boxes > 1)).any() or (boxes[:, 2:] < boxes[:, :2]).any():
                 raise fmt.RecordCorrupt("boxes outside 0..1 or inverted")
-            if decode and head.codec != "raw":
-                img = codec.decode_jpeg(payload) if head.codec == "jpeg" else codec.decode_cv2(payload)
-                if img.shape[:2] != (head.height, head.width):
-                    raise fmt.RecordCorrupt(f"decoded {img.shape[1]}x{img.shape[0]}, header says {head.width}x{head.height}")
+            if decode and r.codec != "raw":
+                img = r.decode()
+                if img.shape[:2] != r.size:
+                    raise fmt.RecordCorrupt(f"decoded {img.shape[1]}x{img.shape[0]}, header says {r.width}x{r.height}")
         except (fmt.FormatError, codec.DecodeError, lmdb.Error) as e:
             damaged.append({"shard": shard, "index": i, "error": str(e)})
     store.close()
@@ -51,18 +52,18 @@ def _check_range(args) -> tuple[int, list[dict]]:
 
 def _check_shards(store: Store) -> list[dict]:
     """Shard files present, and holding exactly the records the manifest says."""
-    damaged = [{"shard": s["file"], "index": None, "error": "shard file missing"}
-               for s in store.shards if not (store.path / s["file"]).is_file()]
+    damaged = [{"shard": s.file, "index": None, "error": f"shard file {s.file} is missing"}
+               for s in store.shards if not (store.path / s.file).is_file()]
     if damaged:
         return damaged
     for k, s in enumerate(store.shards):
         try:
             entries = store.shard_entries(k)
         except fmt.FormatError as e:
-            return [{"shard": s["file"], "index": None, "error": str(e)}]
-        if entries != s["count"]:
-            damaged.append({"shard": s["file"], "index": None,
-                            "error": f"holds {entries} records, manifest says {s['count']}"})
+            return [{"shard": s.file, "index": None, "error": str(e)}]
+        if entries != s.count:
+            damaged.append({"shard": s.file, "index": None,
+                            "error": f"holds {entries} records, manifest says {s.count}"})
     return damaged
 
 
@@ -103,19 +104,18 @@ def summarize(path) -> dict:
     store = Store(path)
     m = store.manifest
     hist = {f"<= {b}": 0 for b in _BUCKETS} | {f"> {_BUCKETS[-1]}": 0}
-    for size, count in m["stats"]["sizes"].items():
+    for size, count in m.stats["sizes"].items():
         long_side = max(int(v) for v in size.split("x"))
         key = next((f"<= {b}" for b in _BUCKETS if long_side <= b), f"> {_BUCKETS[-1]}")
         hist[key] += count
-    shard_bytes = sum((store.path / s["file"]).stat().st_size for s in store.shards
-                      if (store.path / s["file"]).is_file())
+    shard_bytes = sum((store.path / s.file).stat().st_size for s in store.shards if (store.path / s.file).is_file())
     return {
-        "path": str(store.path), "format_version": m["format_version"], "created": m["created"],
-        "images": m["num_images"], "boxes": m["num_boxes"], "crowd_boxes": m["num_crowd"],
+        "path": str(store.path), "format_version": m.format_version, "created": m.created,
+        "images": m.num_images, "boxes": m.num_boxes, "crowd_boxes": m.num_crowd,
         "classes": [{"id": i, "name": n, "source_id": sid, "boxes": b}
-                    for i, (n, sid, b) in enumerate(zip(m["classes"], m["category_ids"], m["stats"]["class_boxes"]))],
-        "payload": m["payload"], "shards": len(m["shards"]), "bytes": shard_bytes,
-        "record_bytes": m["stats"]["record_bytes"],
-        "long_side_histogram": hist, "common_sizes": dict(list(m["stats"]["sizes"].items())[:5]),
-        "source": m["source"], "report": m["report"], "fingerprint": m["fingerprint"],
+                    for i, (n, sid, b) in enumerate(zip(m.classes, m.category_ids, m.stats["class_boxes"]))],
+        "payload": m.payload, "shards": len(m.shards), "bytes": shard_bytes,
+        "record_bytes": m.stats["record_bytes"],
+        "long_side_histogram": hist, "common_sizes": dict(list(m.stats["sizes"].items())[:5]),
+        "source": m.source, "report": m.report, "fingerprint": m.fingerprint,
     }

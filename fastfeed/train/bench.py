@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from .device import autocast, grad_scaler, synchronize
+from ..devices import synchronize
+from .device import autocast, grad_scaler
 from .loss import YoloLoss
 from .model import build_model
 from .optim import build_optimizer

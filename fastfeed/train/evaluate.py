@@ -12,16 +12,15 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..store import format as fmt
+from ..augment import letterbox_geometry
 from .boxes import postprocess
-from .device import _device_batches, autocast
+from .device import autocast, device_batches
 
 log = logging.getLogger(__name__)
 
@@ -48,22 +47,12 @@ class ImageFrame:
         return out
 
 
-def letterbox_frame(codec: str, h: int, w: int, imgsz: int) -> tuple[int, int, int, int]:
-    """(left, top, nw, nh) of the letterboxed image, exactly as the loader builds it: a JPEG is
-    decoded at the smallest libjpeg-turbo scale k/8 that still covers imgsz (sizes rounded up), then
-    resized so its long side is imgsz and centred (augment.letterbox)."""
-    if codec == "jpeg":
-        r = imgsz / max(h, w)
-        if r < 1:
-            want_h, want_w = math.ceil(h * r), math.ceil(w * r)
-            for k in range(1, 9):
-                dh, dw = math.ceil(h * k / 8), math.ceil(w * k / 8)
-                if dh >= want_h and dw >= want_w:
-                    h, w = dh, dw
-                    break
-    r = imgsz / max(h, w)
-    nw, nh = max(1, min(imgsz, round(w * r))), max(1, min(imgsz, round(h * r)))
-    return (imgsz - nw) // 2, (imgsz - nh) // 2, nw, nh
+def letterbox_frame(record, imgsz: int) -> tuple[int, int, int, int]:
+    """(left, top, nw, nh) of a record's letterboxed image, exactly as the loader builds it: decoded at
+    the size `Record.decode_to_cover` gives, then `augment.letterbox_geometry`."""
+    h, w = record.decoded_size(imgsz)
+    g = letterbox_geometry(h, w, imgsz)
+    return g.left, g.top, g.nw, g.nh
 
 
 def coco_ground_truth(store, imgsz: int):
@@ -73,17 +62,18 @@ def coco_ground_truth(store, imgsz: int):
     cat_ids = store.category_ids
     images, anns, frames = [], [], []
     for i in range(len(store)):
-        head, _, boxes, classes, _ = fmt.decode_record(store.raw_record(i), store.check_crc)
-        oh, ow = head.orig_height, head.orig_width
-        images.append({"id": int(head.image_id), "height": oh, "width": ow})
-        frames.append(ImageFrame(int(head.image_id), oh, ow, *letterbox_frame(head.codec, head.height, head.width,
-                                                                              imgsz)))
+        r = store.record(i)
+        oh, ow = r.orig_size
+        images.append({"id": int(r.image_id), "height": oh, "width": ow})
+        frames.append(ImageFrame(int(r.image_id), oh, ow, *letterbox_frame(r, imgsz)))
+        boxes = np.concatenate([r.boxes, r.crowd_boxes])
+        classes = np.concatenate([r.classes, r.crowd_classes])
         px = boxes.astype(np.float64) * [ow, oh, ow, oh]
         for k, (b, c) in enumerate(zip(px, classes)):
             w, h = b[2] - b[0], b[3] - b[1]
             # Box area stands in for the segment area COCO uses for its small/medium/large split.
-            anns.append({"id": len(anns) + 1, "image_id": int(head.image_id), "category_id": int(cat_ids[c]),
-                         "bbox": [b[0], b[1], w, h], "area": w * h, "iscrowd": int(k >= head.n_boxes)})
+            anns.append({"id": len(anns) + 1, "image_id": int(r.image_id), "category_id": int(cat_ids[c]),
+                         "bbox": [b[0], b[1], w, h], "area": w * h, "iscrowd": int(k >= len(r.boxes))})
     gt = COCO()
     gt.dataset = {"images": images, "annotations": anns,
                   "categories": [{"id": int(c), "name": n} for c, n in zip(cat_ids, store.class_names)]}
@@ -137,7 +127,7 @@ def evaluate(model, store, *, imgsz: int, batch_size: int, device: torch.device,
     model.eval()
     detections, seen = [], 0
     ld = create_loader(loader, store, cfg)
-    feed = _device_batches(ld, device, torch.float32)
+    feed = device_batches(ld, device, torch.float32)
     try:
         feed.set_epoch(0)
         for images, _ in tqdm(feed, total=len(ld), desc="eval", unit="batch", leave=False, disable=not progress):

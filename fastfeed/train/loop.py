@@ -25,19 +25,11 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
+from ..devices import memory_mb, resolve_device, synchronize
 from . import distributed
 from .checkpoint import CheckpointError, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .config import NOMINAL_BATCH, TrainConfig
-from .device import (
-    AMP_DTYPES,
-    TrainError,
-    _device_batches,
-    autocast,
-    grad_scaler,
-    memory_mb,
-    resolve_device,
-    synchronize,
-)
+from .device import AMP_DTYPES, TrainError, autocast, device_batches, grad_scaler
 from .evaluate import evaluate
 from .loss import YoloLoss
 from .metrics import Meter
@@ -196,7 +188,7 @@ def train(cfg: TrainConfig) -> TrainResult:
                 metrics.flush()
 
         dtype = AMP_DTYPES[cfg.amp] if cfg.amp else torch.float32
-        feed = _device_batches(loader, device, dtype)
+        feed = device_batches(loader, device, dtype)
         stack.callback(feed.close)
         bar = stack.enter_context(tqdm(total=min(total_steps, cfg.max_steps or total_steps), initial=step,
                                        unit="step", desc="train", disable=not (cfg.progress and dd.main)))

@@ -1,26 +1,19 @@
 """Where the DALI pipeline runs, and the import check that names the extra to install.
 
-`LoaderConfig` has no device field, so the device comes from (first that is set):
-
-1. the `device=` argument of `create_dali_loader(store, cfg, device=...)`;
-2. the environment variable FASTFEED_DALI_DEVICE (what `fastfeed bench --loader dali` and
-   `create_loader("dali", ...)` see);
-3. "auto": the GPU (`mixed` decode, every op on the device) when torch sees CUDA, else the CPU.
-
-Values: "auto", "cpu", "cuda" (torch's current device) or "cuda:N". Asking for CUDA where there is
-none is an error, never a silent fall-back to the (much slower) CPU path.
+The device is `LoaderConfig.device`: "auto" (the default) runs every op on the GPU (`mixed` decode)
+when torch sees CUDA, else on the CPU; "cpu" or "cuda[:N]" choose. Asking for CUDA where there is
+none is an error (fastfeed.devices), never a silent fall-back to the much slower CPU path; DALI
+does not run on Ascend NPUs.
 """
 
 from __future__ import annotations
 
-import os
-import re
+import importlib.util
 from dataclasses import dataclass
 
 import torch
 
-ENV = "FASTFEED_DALI_DEVICE"
-_VALID = "'auto', 'cpu', 'cuda' or 'cuda:N'"
+from ...devices import parse_device, resolve_device
 
 
 @dataclass(frozen=True)
@@ -41,33 +34,34 @@ class DaliDevice:
         return f"cuda:{self.device_id}" if self.gpu else "cpu"
 
 
+_INSTALL = "pip install fastfeed[dali] (or an nvidia-dali-cudaXXX wheel matching your CUDA)"
+
+
+def dali_missing() -> str | None:
+    """Why the dali loader cannot run here (DALI not installed), or None; cheap: nothing is imported."""
+    try:
+        found = importlib.util.find_spec("nvidia.dali") is not None
+    except ModuleNotFoundError:
+        found = False
+    return None if found else f"NVIDIA DALI is not installed: {_INSTALL}"
+
+
 def require_dali():
     """Import nvidia.dali, or raise ImportError naming the extra that provides it."""
     try:
         import nvidia.dali  # noqa: F401
         import nvidia.dali.plugin.pytorch  # noqa: F401
     except ImportError as e:
-        raise ImportError("the 'dali' loader needs NVIDIA DALI: pip install fastfeed[dali] "
-                          f"(or an nvidia-dali-cudaXXX wheel matching your CUDA) ({e})") from e
+        raise ImportError(f"the 'dali' loader needs NVIDIA DALI: {_INSTALL} ({e})") from e
 
 
-def resolve_device(device: str | None = None) -> DaliDevice:
-    """The device for `device` (None: $FASTFEED_DALI_DEVICE, else "auto"); see the module docstring."""
-    source = "device argument"
-    if device is None:
-        device, source = os.environ.get(ENV) or "auto", ENV
-    name = str(device).strip().lower()
-    m = re.fullmatch(r"(auto|cpu|cuda)(?::(\d+))?", name)
-    if m is None or (m.group(2) is not None and m.group(1) != "cuda"):
-        raise ValueError(f"dali loader: {source} {device!r} is not a device; valid: {_VALID}")
-    kind, index = m.group(1), m.group(2)
-    if kind == "cpu" or (kind == "auto" and not torch.cuda.is_available()):
-        return DaliDevice(None)
-    if not torch.cuda.is_available():
-        raise RuntimeError(f"dali loader: {source} asks for {device!r} but torch {torch.__version__} sees no CUDA "
-                           f"GPU; use 'cpu' (set {ENV}=cpu) or install a CUDA build of torch")
-    count = torch.cuda.device_count()
-    idx = int(index) if index is not None else torch.cuda.current_device()
-    if idx >= count:
-        raise ValueError(f"dali loader: {source} asks for cuda:{idx} but there are {count} GPU(s) (cuda:0..{count - 1})")
-    return DaliDevice(idx)
+def dali_device(device: str) -> DaliDevice:
+    """The DALI device for a `LoaderConfig.device` value."""
+    kind, _ = parse_device(device)
+    if kind == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif kind == "npu":
+        raise ValueError(f"the dali loader runs on NVIDIA GPUs or the CPU, not on {device!r}; "
+                         "use device='cpu' or another loader")
+    d = resolve_device(device)
+    return DaliDevice(None if d.type == "cpu" else d.index)

@@ -10,24 +10,16 @@ from time import perf_counter
 
 import torch
 
-from ...store import format as fmt
+from ...codec import DecodeError
+from ...store import FormatError
 from ...store.reader import Store
 from ..base import Batch, Loader, LoaderConfig, StageTimes
-from ..sampler import batches_per_epoch
 from ..workers import WorkerError
 from .device import DaliDevice
 from .graph import OUTPUTS, build_pipeline
 from .source import DaliSource
 
 log = logging.getLogger(__name__)
-
-
-def _is_raw(store: Store) -> bool:
-    """Raw-pixel store (no decode) or encoded images (decoders.image); one kind per store."""
-    kind = (store.manifest.get("payload") or {}).get("store")
-    if kind is not None:
-        return kind == "raw"
-    return len(store) > 0 and fmt.decode_record(store.raw_record(0), False)[0].codec == "raw"
 
 
 class DaliLoader(Loader):
@@ -46,22 +38,15 @@ class DaliLoader(Loader):
     """
 
     def __init__(self, store: Store, cfg: LoaderConfig, device: DaliDevice):
-        self.store, self.cfg, self.device = store, cfg, device
-        self.rank, self.world_size = cfg.resolved_rank()
-        self.epoch = 0
+        super().__init__(store, cfg)
+        self.device = device
         self.mode = "eval" if not cfg.augment else ("mosaic" if cfg.hyp.mosaic > 0 else "single")
-        self.raw = _is_raw(store)
+        self.raw = store.manifest.store_mode == "raw"   # one kind of payload per store
         self.py_workers = 0 if cfg.workers == 0 else max(1, cfg.workers // 4)
         self._pipe = self._it = self._source = None
         self._epoch0 = self._epochs_done = 0
         self._active = False
         self._times = StageTimes({"read": 0.0, "plan": 0.0, "collate": 0.0}, 0)
-
-    def __len__(self) -> int:
-        return batches_per_epoch(len(self.store), self.cfg.batch_size, self.world_size, self.cfg.drop_last)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
 
     def stage_times(self) -> StageTimes:
         """read: record reads + CRC checks in the external source; plan: drawing the geometry and moving
@@ -74,8 +59,8 @@ class DaliLoader(Loader):
         return list(pool.pids()) if pool is not None else []
 
     # --- the pipeline ------------------------------------------------------------------------------
-    def _start(self, epoch: int) -> None:
-        """(Re)build the pipeline so that DALI's epoch 0 is loader epoch `epoch`."""
+    def _start(self, epoch: int, start: int) -> None:
+        """(Re)build the pipeline so that DALI's epoch 0 is loader epoch `epoch` from batch `start` on."""
         from nvidia.dali import backend
         from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
@@ -84,7 +69,7 @@ class DaliLoader(Loader):
         # Fork is quick, but DALI refuses to fork once CUDA is initialised here (a trainer that made
         # CUDA tensors first): then the workers are spawned, which re-imports the caller's main module.
         fork = "fork" in mp.get_all_start_methods() and not backend.IsDriverInitialized()
-        self._source = DaliSource(self.store, c, self.rank, self.world_size, self.mode, self.raw, epoch)
+        self._source = DaliSource(self.store, c, self.rank, self.world_size, self.mode, self.raw, epoch, start)
         self._pipe = build_pipeline(self._source, self.device, batch_size=c.batch_size, num_threads=max(1, c.workers),
                                     py_workers=self.py_workers, start_method="fork" if fork else "spawn",
                                     prefetch=c.prefetch)
@@ -98,15 +83,14 @@ class DaliLoader(Loader):
         return self._iter_epoch()
 
     def _iter_epoch(self) -> Iterator[Batch]:
-        n = len(self)
-        if n == 0:   # fewer images than one batch (drop_last): nothing to build a pipeline for
-            return
+        n = len(self) - self.start
         k = -1
         try:
             # Continue the running pipeline when it is at the start of the asked epoch (DALI has then
-            # already prefetched it); otherwise (first use, an abandoned epoch, another epoch) rebuild.
-            if self._it is None or self._active or self.epoch != self._epoch0 + self._epochs_done:
-                self._start(self.epoch)
+            # already prefetched it); otherwise (first use, an abandoned epoch, another epoch, a start
+            # mid-epoch: the source draws per batch, so skipping costs nothing) rebuild.
+            if self._it is None or self._active or self.start or self.epoch != self._epoch0 + self._epochs_done:
+                self._start(self.epoch, self.start)
             self._active = True
             for k in range(n):
                 try:
@@ -154,7 +138,7 @@ class DaliLoader(Loader):
         """A DALI failure as a WorkerError naming the record when one can be found."""
         msg = str(e)
         where = f"batch {k} of epoch {self.epoch}"
-        if isinstance(e, fmt.FormatError):   # the external source ran in this thread (workers=0)
+        if isinstance(e, FormatError):   # the external source ran in this thread (workers=0)
             return WorkerError(f"dali loader: the external source failed near {where}: {type(e).__name__}: {msg}")
         found = re.findall(r"^\s*(?:\w+\.)*(\w*(?:Error|Corrupt)): (.*record \d+.*)$", msg, re.M)
         if found:   # the external source raised in a worker (CRC, layout): its message names the record
@@ -184,10 +168,9 @@ class DaliLoader(Loader):
                     break
                 for i in src.records_of(epoch, kk, batches[kk]):
                     try:
-                        self.store.get(i)
-                    except Exception as err:   # noqa: BLE001 - any failure names the record
-                        name = fmt.decode_record(self.store.raw_record(i), False)[1]
-                        return f"record {i} ({name}) in shard {self.store.shard_name(i)}: {err}"
+                        self.store.record(i).decode()
+                    except (FormatError, DecodeError) as err:   # both name the record and its shard
+                        return str(err)
         return None
 
     def close(self) -> None:

@@ -23,7 +23,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...augment import AugmentHyp, box_candidates, clip_boxes, letterbox_boxes, mosaic_layout, transform_boxes
+from ...augment import (
+    AugmentHyp,
+    box_candidates,
+    clip_boxes,
+    draw_affine,
+    draw_hsv,
+    draw_mosaic_centre,
+    letterbox_boxes,
+    letterbox_geometry,
+    mosaic_layout,
+    transform_boxes,
+)
 from ...augment.paste import paste_boxes
 
 # geom row of one tile: roi y0, x0, y1, x1 (source pixels), resized h, w. A slot that shows nothing
@@ -86,9 +97,7 @@ def _assemble(rows, pastes, size, boxes, classes, flip=(0, 0), hsv=(0.0, 1.0, 1.
 def plan_eval(hw: tuple[int, int], boxes: np.ndarray, classes: np.ndarray, size: int) -> SamplePlan:
     """Letterbox: long side to `size`, centred on the fill; what `augment.letterbox` computes."""
     h, w = hw
-    r = size / max(h, w)
-    nw, nh = max(1, min(size, round(w * r))), max(1, min(size, round(h * r)))
-    left, top = (size - nw) // 2, (size - nh) // 2
+    nw, nh, left, top, _, _, _ = letterbox_geometry(h, w, size)
     rows, pastes = [(0.0, 0.0, float(h), float(w), float(nh), float(nw))], [((nh, nw), (top, left))]
     return _assemble(rows, pastes, size, letterbox_boxes(boxes, (nw / w, nh / h), (left, top)), classes)
 
@@ -99,7 +108,7 @@ def plan_train(rng: np.random.Generator, tiles: list, size: int, hyp: AugmentHyp
     tiles: [(hw, boxes in tile pixels x1y1x2y2, classes)], 1 or 4 of them (own image first).
     """
     if len(tiles) == 4:
-        centre = tuple(rng.uniform(0.5 * size, 1.5 * size, 2))
+        centre = draw_mosaic_centre(rng, size)
         layout = mosaic_layout([t[0] for t in tiles], size, centre)
         c = (float(size), float(size))
     else:
@@ -107,11 +116,8 @@ def plan_train(rng: np.random.Generator, tiles: list, size: int, hyp: AugmentHyp
         r = size / max(h, w)
         layout = [((r, 0.0, 0.0), (0.0, 0.0, w * r, h * r))]
         c = (w * r / 2, h * r / 2)
-    # The draws and their order follow augment.random_affine_matrix: angle, zoom, shear x/y, shift x/y.
-    angle = math.radians(rng.uniform(-hyp.degrees, hyp.degrees))
-    zoom = rng.uniform(1.0 - hyp.scale, 1.0 + hyp.scale)
-    shx, shy = np.tan(np.radians(rng.uniform(-hyp.shear, hyp.shear, 2)))
-    t = rng.uniform(0.5 - hyp.translate, 0.5 + hyp.translate, 2) * size
+    d = draw_affine(rng, hyp, size)   # the workers' draws, in their order (flips included)
+    zoom, t = d.zoom, np.array([d.tx, d.ty])
     shift = (t[0] - zoom * c[0], t[1] - zoom * c[1])
 
     rows, pastes, realised, crops = [], [], [], []
@@ -125,8 +131,7 @@ def plan_train(rng: np.random.Generator, tiles: list, size: int, hyp: AugmentHyp
 
     warp = None
     if not hyp.axis_aligned:   # rotation/shear about the shifted centre t: W(y) = L (y - t) + t
-        cos, sin = math.cos(angle), math.sin(angle)
-        lin = np.array([[1.0, shx], [shy, 1.0]]) @ np.array([[cos, sin], [-sin, cos]])
+        lin = d.linear() / zoom   # the zoom is already in the tiles' resize
         warp = np.concatenate([lin, (t - lin @ t)[:, None]], axis=1)
         before = transform_boxes(boxes, warp)
         after = clip_boxes(before, size, size)
@@ -134,11 +139,9 @@ def plan_train(rng: np.random.Generator, tiles: list, size: int, hyp: AugmentHyp
                               max_aspect=hyp.max_box_aspect)
         boxes, classes = after[keep], classes[keep]
 
-    flip = (int(rng.random() < hyp.fliplr), int(rng.random() < hyp.flipud))
-    hsv = (0.0, 1.0, 1.0)
-    if hyp.hsv_h or hyp.hsv_s or hyp.hsv_v:   # as augment.hsv_jitter: all-zero gains draw nothing
-        dh, ds, dv = rng.uniform(-1.0, 1.0, 3) * (hyp.hsv_h, hyp.hsv_s, hyp.hsv_v)
-        hsv = (dh * 360.0, 1.0 + ds, 1.0 + dv)
+    flip = (int(d.flip_lr), int(d.flip_ud))
+    jitter = draw_hsv(rng, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v)
+    hsv = (0.0, 1.0, 1.0) if jitter is None else (jitter[0] * 360.0, jitter[1], jitter[2])
     return _assemble(rows, pastes, size, boxes, classes, flip, hsv, warp)
 
 

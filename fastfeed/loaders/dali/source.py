@@ -27,7 +27,7 @@ from time import perf_counter
 import numpy as np
 
 from ... import codec
-from ...store import format as fmt
+from ...store import FormatError
 from ...store.reader import Store
 from ..base import LoaderConfig
 from ..sampler import epoch_batches
@@ -55,9 +55,9 @@ class DaliSource:
     """callable(batch_info) -> tuple of per-sample lists, named by `self.outputs`."""
 
     def __init__(self, store: Store, cfg: LoaderConfig, rank: int, world_size: int, mode: str, raw: bool,
-                 epoch0: int = 0):
+                 epoch0: int = 0, start: int = 0):
         self.store, self.cfg, self.rank, self.world_size = store, cfg, rank, world_size
-        self.mode, self.raw, self.epoch0 = mode, raw, epoch0
+        self.mode, self.raw, self.epoch0, self.start = mode, raw, epoch0, start
         self.size, self.hyp = cfg.imgsz, cfg.worker_hyp()
         self.outputs = outputs_for(mode, self.hyp)
         self._epoch = None
@@ -76,9 +76,10 @@ class DaliSource:
     def __call__(self, info):
         epoch = self.epoch0 + int(info.epoch_idx)
         batches = self.batches(epoch)
-        if info.iteration >= len(batches):
+        k = int(info.iteration) + (self.start if epoch == self.epoch0 else 0)   # DALI's first epoch may start late
+        if k >= len(batches):
             raise StopIteration
-        return self.build(epoch, int(info.iteration), batches[info.iteration])
+        return self.build(epoch, k, batches[k])
 
     # --- one batch ---------------------------------------------------------------------------------
     def build(self, epoch: int, k: int, indices) -> tuple[list, ...]:
@@ -136,21 +137,15 @@ class DaliSource:
     def read(self, index: int):
         """(payload array for DALI, (hw, boxes in pixels, classes)) of record `index`, CRC-checked."""
         t0 = perf_counter()
-        buf = self.store.raw_record(index)
-        where = f"record {index} in shard {self.store.shard_name(index)}"
-        try:
-            head, name, boxes, classes, payload = fmt.decode_record(buf, self.store.check_crc)
-        except fmt.RecordCorrupt as e:
-            raise fmt.RecordCorrupt(f"{where}: {e}; run `fastfeed verify` and re-pack") from None
-        if (head.codec == "raw") != self.raw:
-            raise fmt.FormatError(f"{where} ({name}) holds a {head.codec!r} payload in a store the dali loader "
-                                  f"reads as {'raw pixels' if self.raw else 'encoded images'}; re-pack the store")
-        h, w, nb = head.height, head.width, head.n_boxes
-        data = np.frombuffer(payload, np.uint8)
+        r = self.store.record(index)
+        if (r.codec == "raw") != self.raw:
+            raise FormatError(f"{r.where} holds a {r.codec!r} payload in a store the dali loader reads as "
+                              f"{'raw pixels' if self.raw else 'encoded images'}; re-pack the store")
+        data = np.frombuffer(r.payload, np.uint8)
         if self.raw:
-            data = data.reshape(h, w, 3)
+            data = data.reshape(r.height, r.width, 3)
         self._read_s += perf_counter() - t0
-        return data, ((h, w), boxes[:nb] * np.array([w, h, w, h], np.float32), classes[:nb])
+        return data, (r.size, r.pixel_boxes(), r.classes)
 
     def placeholder(self) -> np.ndarray:
         """What an unused pool entry holds: a 1x1 pixel, or an 8x8 JPEG for the decoder."""
