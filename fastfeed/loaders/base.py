@@ -137,7 +137,8 @@ class Loader(ABC):
 
     What a consumer (the DevicePrefetcher, a trainer) may rely on: `store`, `cfg` (the LoaderConfig),
     `rank` / `world_size` (this process's share), `len()`, `set_epoch(epoch, start)`, iteration,
-    `close()`, and `device_hyp` (augmentation left for the device to do). A subclass calls
+    `close()`, `device_hyp` (augmentation left for the device to do) and `on_device` (batches that
+    are already on the device: no prefetcher needed). A subclass calls
     `Loader.__init__`, which also refuses a config that would give empty epochs.
     """
 
@@ -161,6 +162,10 @@ class Loader(ABC):
         if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= len(self):
             raise ValueError(f"start must be a batch index in 0..{len(self)}, got {start!r}")
         self.epoch, self.start = int(epoch), start
+
+    #: True for a loader whose batches are already on `cfg.device`, images float in [0,1] (it does what the
+    #: DevicePrefetcher does itself): iterate it directly. False: uint8 host batches, for a DevicePrefetcher.
+    on_device: bool = False
 
     @property
     def device_hyp(self) -> AugmentHyp | None:

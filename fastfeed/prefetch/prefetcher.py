@@ -74,6 +74,9 @@ class DevicePrefetcher:
     def __init__(self, loader, device: str | torch.device = "cuda", depth: int = 2,
                  dtype: torch.dtype = torch.float32, device_augment: bool | DeviceAugment | None = None,
                  seed: int = 0, thread: bool | None = None, *, ops=None):
+        if isinstance(loader, Loader) and loader.on_device:
+            raise ValueError(f"the {type(loader).__name__} already yields batches on {loader.cfg.device}: iterate it "
+                             "directly, without a DevicePrefetcher")
         self.loader = loader
         kind, _ = parse_device(device)   # ValueError naming the valid devices
         if kind == "auto":

@@ -29,7 +29,10 @@ def grad_scaler(device: torch.device, amp: str | None):
 
 
 def device_batches(loader, device: torch.device, dtype: torch.dtype = torch.float32):
-    """The loader's batches on `device`, images float in [0,1]: copies on a side stream, double-buffered."""
+    """The loader's batches on `device`, images float in [0,1]: copies on a side stream, double-buffered
+    (a loader whose batches are already there, `loader.on_device`, is used as it is)."""
     from ..prefetch import DevicePrefetcher
 
+    if loader.on_device:
+        return loader
     return DevicePrefetcher(loader, device, depth=2, dtype=dtype)
