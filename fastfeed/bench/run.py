@@ -78,7 +78,7 @@ def run_bench(cfg: BenchConfig) -> BenchResult:
     step = make_step(cfg, device)
     copy = make_copy(device)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    base = LoaderConfig(imgsz=cfg.imgsz, batch_size=cfg.batch_size, augment=cfg.augment, seed=cfg.seed)
+    base = LoaderConfig(imgsz=cfg.imgsz, batch_size=cfg.batch_size, augment=cfg.augment, seed=cfg.seed, device=cfg.device)
 
     results = []
     for name in names:
