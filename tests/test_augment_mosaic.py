@@ -339,3 +339,21 @@ def test_mosaic_on_real_images():
             out, b, c = mosaic(tiles, 320, np.random.default_rng(seed), hyp)
             check_contract(out, b, c, 320)
             assert (out != 114).any(axis=-1).mean() > 0.3
+
+
+def test_the_area_rule_judges_the_shown_part_as_ultralytics_does():
+    """A box cut to 5% by the mosaic canvas (its tile's crop) whose shown part lies wholly in the output
+    is kept: the 10%-area rule asks what the output crop kept of the shown object (Ultralytics clips
+    to its 2S canvas first). Under rotation it stays against the whole box (a corner of the enclosing
+    box may frame nothing)."""
+    from fastfeed.augment.paste import paste_boxes
+
+    box, crop = np.array([[0.0, 0.0, 100.0, 10.0]], np.float32), (95.0, 0.0, 200.0, 10.0)
+    shift = np.array([[1.0, 0.0, 20.0], [0.0, 1.0, 20.0], [0.0, 0.0, 1.0]])
+    kept, cls = paste_boxes([box], [np.array([3])], [shift], [crop], 200, AugmentHyp())
+    np.testing.assert_allclose(kept, [[115.0, 20.0, 120.0, 30.0]])
+    assert cls.tolist() == [3]
+    turn = shift.copy()
+    turn[:2, :2] = [[0.99, -0.14], [0.14, 0.99]]
+    kept, _ = paste_boxes([box], [np.array([3])], [turn], [crop], 200, AugmentHyp())
+    assert len(kept) == 0
