@@ -25,7 +25,8 @@ def assert_batch_contract(batches, size: int, nc: int, total: int) -> None:
 
 
 def assert_boxes_frame_paint(batches, size: int, min_boxes: int = 20) -> None:
-    """Every target box frames red paint, and almost no red is left outside the boxes.
+    """Every target box frames red paint (inside its 1-px border, which a resize may blend), and
+    almost no red is left outside the boxes.
 
     What is left unboxed are the slivers the box filter drops on purpose (less than 10% of an object
     left visible after a crop, or a side of <= 2 px).
@@ -36,7 +37,8 @@ def assert_boxes_frame_paint(batches, size: int, min_boxes: int = 20) -> None:
         covered = np.zeros_like(red)
         for j, _, cx, cy, w, h in targets.tolist():
             x1, y1, x2, y2 = (np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2]) * size).round().astype(int)
-            assert red[int(j), y1:y2, x1:x2].mean() > 0.85, "a box does not frame its painted object"
+            inner = red[int(j), y1 + 1:y2 - 1, x1 + 1:x2 - 1]   # edge pixels may be blended by a resize
+            assert inner.size and inner.mean() > 0.85, f"box {x1, y1, x2, y2} of image {int(j)} does not frame paint"
             covered[int(j), max(y1 - 1, 0):y2 + 1, max(x1 - 1, 0):x2 + 1] = True
             seen += 1
         uncovered += (red & ~covered).sum()

@@ -260,10 +260,21 @@ def test_loader_info_says_what_runs_here_and_its_options():
 
     info = {i.name: i for i in loader_info()}
     assert {"cpu", "shm", "dali"} <= set(info)
-    assert info["cpu"].available and info["cpu"].options == {"partner_buffer": 64}
+    assert info["cpu"].available and info["cpu"].options == {"partner_buffer": None}
     assert {"cache_dir", "cache_partial", "partner_buffer"} <= set(info["shm"].options)
     try:
         import nvidia.dali  # noqa: F401
         assert info["dali"].available
     except ImportError:
         assert "pip install fastfeed[dali]" in info["dali"].unavailable
+
+
+def test_the_partner_buffer_is_sized_like_ultralytics():
+    from fastfeed.loaders.cpu import CpuOptions
+
+    assert CpuOptions().resolved(24, 2).partner_buffer == 16            # 8 x batch
+    assert CpuOptions().resolved(10, 16).partner_buffer == 10           # the whole store
+    assert CpuOptions().resolved(100_000, 256).partner_buffer == 1000   # capped
+    assert CpuOptions(partner_buffer=9).resolved(100, 16).partner_buffer == 9
+    with pytest.raises(ValueError, match="option partner_buffer must be an integer >= 4 or None"):
+        CpuOptions(partner_buffer=3)

@@ -42,7 +42,7 @@ class BatchBuilder:
     mosaic partners from this worker's buffer of recently loaded images, so batches are the same for
     the same seed, world size and worker count."""
 
-    def __init__(self, source, cfg: LoaderConfig, rank: int = 0, partner_buffer: int = 64):
+    def __init__(self, source, cfg: LoaderConfig, rank: int, partner_buffer: int):
         self.source, self.cfg, self.rank = source, cfg, rank
         self.size = cfg.imgsz
         self.hyp = cfg.worker_hyp()

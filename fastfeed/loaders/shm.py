@@ -101,6 +101,7 @@ def _no_shm() -> str | None:
                  summary="the cpu loader over one decoded-image cache in /dev/shm shared by every worker and rank")
 def create_shm_loader(store: Store, cfg: LoaderConfig, opts: ShmOptions) -> ShmLoader:
     check_epoch(store, cfg)   # before building a cache for nothing
+    opts = opts.resolved(len(store), cfg.batch_size)
     rank, _ = cfg.resolved_rank()
     lease = acquire(store, cfg.imgsz, opts.cache_dir, partial=opts.cache_partial, wait=opts.cache_wait,
                     keep=opts.cache_keep)
