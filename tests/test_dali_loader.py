@@ -275,3 +275,9 @@ def test_early_stop_then_next_epoch_and_a_store_smaller_than_a_batch(raw_store):
         assert len(list(loader)) == len(loader) == N // 2
     with pytest.raises(ValueError, match=f"batch_size {N + 1} x world_size 1 needs at least {N + 1} images"):
         _dali(raw_store, imgsz=64, batch_size=N + 1, workers=0)
+
+
+def test_mixup_is_refused_not_ignored(raw_store):
+    with pytest.raises(ValueError, match="the dali loader does not blend mixup samples .*use the cpu or shm loader"):
+        _dali(raw_store, imgsz=64, batch_size=4, hyp=AugmentHyp(mixup=0.1))
+    _dali(raw_store, imgsz=64, batch_size=4, hyp=AugmentHyp(mixup=0.1), augment=False).close()   # eval: no mixup

@@ -278,3 +278,21 @@ def test_the_partner_buffer_is_sized_like_ultralytics():
     assert CpuOptions(partner_buffer=9).resolved(100, 16).partner_buffer == 9
     with pytest.raises(ValueError, match="option partner_buffer must be an integer >= 4 or None"):
         CpuOptions(partner_buffer=3)
+
+
+def test_mixup_blends_two_samples_and_keeps_both_boxes(painted_store):
+    """hyp.mixup=1: every sample is a Beta(32,32) blend of two (single-image here) samples, with the
+    boxes of both: each box frames half-strength paint; deterministic; off in the close_mosaic epochs."""
+    hyp = AugmentHyp(hsv_h=0, hsv_s=0, hsv_v=0, mosaic=0.0, mixup=1.0, translate=0.0, scale=0.0)
+    cfg = LoaderConfig(imgsz=128, batch_size=4, workers=0, hyp=hyp, seed=1, epochs=3, close_mosaic=1)
+    with create_loader("cpu", painted_store, cfg) as loader:
+        mixed, again, closed = _collect(loader, 0), _collect(loader, 0), _collect(loader, 2)
+    assert _same(mixed, again)
+    for images, targets in mixed:
+        counts = np.bincount(targets[:, 0].long().numpy(), minlength=len(images))
+        assert (counts >= 1).all() and counts.mean() > 1.5           # two images' boxes per sample
+        for j, _, cx, cy, w, h in targets.tolist():
+            x1, y1, x2, y2 = (np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2]) * 128).round().astype(int)
+            red = images[int(j), 0, y1 + 1:y2 - 1, x1 + 1:x2 - 1].float().mean()
+            assert 140 < red < 225, f"box {x1, y1, x2, y2}: red {red:.0f} is not a blend of red paint and grey"
+    assert all((np.bincount(t[:, 0].long().numpy()) == 1).all() for _, t in closed)   # no mixup when closed

@@ -108,10 +108,16 @@ class LoaderConfig:
             return self.pin_memory
         return parse_device(self.device)[0] in ("auto", "cuda") and torch.cuda.is_available()
 
+    def closed(self, epoch: int) -> bool:
+        """One of the last `close_mosaic` epochs: plain samples, no mosaic and no mixup (as Ultralytics)."""
+        return bool(self.close_mosaic and self.epochs and epoch >= self.epochs - self.close_mosaic)
+
     def mosaic_on(self, epoch: int) -> bool:
-        if not self.augment or self.hyp.mosaic <= 0:
-            return False
-        return not (self.close_mosaic and self.epochs and epoch >= self.epochs - self.close_mosaic)
+        return self.augment and self.hyp.mosaic > 0 and not self.closed(epoch)
+
+    def mixup_on(self, epoch: int) -> bool:
+        """Mixup (with probability hyp.mixup, a blend with a second sample made the same way)."""
+        return self.augment and self.hyp.mixup > 0 and not self.closed(epoch)
 
     def to_dict(self) -> dict:
         return {f.name: (getattr(self, f.name).__dict__ if f.name == "hyp" else getattr(self, f.name))

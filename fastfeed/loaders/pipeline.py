@@ -48,6 +48,7 @@ class BatchBuilder:
         self.hyp = cfg.worker_hyp()
         self.scratch = np.empty((self.size, self.size, 3), np.uint8)
         self.plane_scratch = np.empty((self.size, self.size), np.uint8)
+        self.mix_scratch = None    # the second sample of a mixup, allocated on first use
         self.partners: deque = deque(maxlen=partner_buffer)
 
     def _load(self, index: int, times: dict):
@@ -67,11 +68,20 @@ class BatchBuilder:
         for index in indices:
             self._load(index, times)
 
+    def _geometric(self, img, boxes, classes, rng: np.random.Generator, mosaic_on: bool, out: np.ndarray):
+        """Mosaic (with probability hyp.mosaic, partners from the buffer) or a single-image random affine."""
+        if mosaic_on and rng.random() < self.hyp.mosaic:
+            picks = rng.integers(len(self.partners), size=3)
+            tiles = [(img, boxes, classes)] + [self.partners[k] for k in picks]
+            return augment.mosaic(tiles, self.size, rng, self.hyp, out=out)
+        return augment.random_affine(img, boxes, classes, self.size, rng, self.hyp, out=out)
+
     def build(self, indices, epoch: int, batch_id: int, mosaic_on: bool, out: np.ndarray):
         """Fill out[:len(indices)] (uint8 [B,3,S,S]); return (targets float32 [M,6], stage seconds)."""
         cfg, hyp, S = self.cfg, self.hyp, self.size
         times = {"read": 0.0, "decode": 0.0, "augment": 0.0, "collate": 0.0}
         rng = np.random.default_rng([cfg.seed, self.rank, epoch, batch_id])
+        mixup_on = cfg.mixup_on(epoch)
         targets = []
         loaded = []
         for index in indices:  # load the whole batch first: mosaic partners can then be any of it
@@ -85,12 +95,13 @@ class BatchBuilder:
                 boxes = augment.letterbox_boxes(boxes, ratio, pad)
                 cv2.split(res, planes)
             else:
-                if mosaic_on and rng.random() < hyp.mosaic:
-                    picks = rng.integers(len(self.partners), size=3)
-                    tiles = [(img, boxes, classes)] + [self.partners[k] for k in picks]
-                    res, boxes, classes = augment.mosaic(tiles, S, rng, hyp, out=self.scratch)
-                else:
-                    res, boxes, classes = augment.random_affine(img, boxes, classes, S, rng, hyp, out=self.scratch)
+                res, boxes, classes = self._geometric(img, boxes, classes, rng, mosaic_on, self.scratch)
+                if mixup_on and rng.random() < hyp.mixup:   # blend with a second sample made the same way
+                    if self.mix_scratch is None:
+                        self.mix_scratch = np.empty_like(self.scratch)
+                    other = self.partners[rng.integers(len(self.partners))]
+                    res2, boxes2, classes2 = self._geometric(*other, rng, mosaic_on, self.mix_scratch)
+                    res, boxes, classes = augment.mixup(res, boxes, classes, res2, boxes2, classes2, rng, out=res)
                 augment.hsv_jitter_to_planes(res, planes, rng, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v, self.plane_scratch)
             t1 = perf_counter()
             if len(boxes):
