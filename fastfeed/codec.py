@@ -112,25 +112,29 @@ def oriented_size(h: int, w: int, orientation: int) -> tuple[int, int]:
     return (w, h) if orientation >= 5 else (h, w)
 
 
+# Every orientation as two steps: mirror left-right (or not), then turn anticlockwise by a multiple of
+# 90 degrees. The one definition: the numpy/OpenCV path below, the DALI graph and the torch device
+# loader all apply these steps.
+_STEPS = {1: (False, 0), 2: (True, 0), 3: (False, 180), 4: (True, 180),
+          5: (True, 90), 6: (False, 270), 7: (True, 270), 8: (False, 90)}
+_CV2_TURN = {90: cv2.ROTATE_90_COUNTERCLOCKWISE, 180: cv2.ROTATE_180, 270: cv2.ROTATE_90_CLOCKWISE}
+
+
+def orientation_steps(orientation: int) -> tuple[bool, int]:
+    """(mirror left-right first?, then turn anticlockwise by this many degrees) for orientation 1..8."""
+    if orientation not in _STEPS:
+        raise ValueError(f"EXIF orientation must be 1..8, got {orientation!r}")
+    return _STEPS[orientation]
+
+
 def apply_orientation(img: np.ndarray, orientation: int) -> np.ndarray:
     """The upright image (a new array, or `img` itself for orientation 1)."""
-    if orientation == 1:
-        return img
-    if orientation == 2:
-        return cv2.flip(img, 1)
-    if orientation == 3:
-        return cv2.rotate(img, cv2.ROTATE_180)
-    if orientation == 4:
-        return cv2.flip(img, 0)
-    if orientation == 5:
-        return cv2.transpose(img)
-    if orientation == 6:
-        return cv2.rotate(img, cv2.ROTATE_90_CLOCKWISE)
-    if orientation == 7:
-        return cv2.flip(cv2.transpose(img), -1)
-    if orientation == 8:
-        return cv2.rotate(img, cv2.ROTATE_90_COUNTERCLOCKWISE)
-    raise ValueError(f"EXIF orientation must be 1..8, got {orientation!r}")
+    mirror, turn = orientation_steps(orientation)
+    if mirror:
+        img = cv2.flip(img, 1)
+    if turn:
+        img = cv2.rotate(img, _CV2_TURN[turn])
+    return img
 
 
 def exif_orientation(data) -> int:

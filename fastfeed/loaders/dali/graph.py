@@ -39,21 +39,26 @@ def build_pipeline(source: DaliSource, device: DaliDevice, *, batch_size: int, n
                                    layout=layouts, **parallel)
         o = dict(zip(names, nodes))
 
-        def pixels(node):
-            if source.raw:
+        def pixels(node, turn=None):
+            if source.raw:   # raw payloads are stored upright
                 return node.gpu() if device.gpu else node
-            # EXIF orientation ignored, as fastfeed.codec does: boxes are in the stored orientation.
-            return fn.decoders.image(node, device=device.decoder, output_type=types.RGB, adjust_orientation=False)
+            # DALI decodes the stored frame; the record's orientation (fastfeed.codec.orientation_steps:
+            # mirror, then turn anticlockwise) brings it to the upright frame the boxes are in.
+            img = fn.decoders.image(node, device=device.decoder, output_type=types.RGB, adjust_orientation=False)
+            if turn is not None:
+                img = fn.flip(img, horizontal=fn.cast(turn[0], dtype=types.INT32))
+                img = fn.rotate(img, angle=turn[1], keep_size=False, interp_type=types.INTERP_NN, fill_value=0)
+            return img
 
         geom = o["geom"]
 
         def tile(img, k: int):
             return fn.resize(img, roi_start=geom[k, 0:2], roi_end=geom[k, 2:4], size=geom[k, 4:6], antialias=True)
 
-        own = pixels(o["data"])
+        own = pixels(o["data"], o.get("turn"))
         tiles = [tile(own, 0)]
         if "pool" in o:   # mosaic: each partner slot from the batch's own images or the pool
-            pool = pixels(o["pool"])
+            pool = pixels(o["pool"], o.get("pturn"))
             for s in (1, 2, 3):
                 tiles.append(tile(fn.permute_batch(own, indices=o[f"b{s}"]), 2 * s - 1))
                 tiles.append(tile(fn.permute_batch(pool, indices=o[f"p{s}"]), 2 * s))

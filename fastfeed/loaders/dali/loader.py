@@ -45,6 +45,7 @@ class DaliLoader(Loader):
         self.device = device
         self.mode = "eval" if not cfg.augment else ("mosaic" if cfg.hyp.mosaic > 0 else "single")
         self.raw = store.manifest.store_mode == "raw"   # one kind of payload per store
+        self.oriented = not self.raw and store.manifest.stats.get("oriented", 0) > 0   # EXIF turns to apply
         self.py_workers = 0 if cfg.workers == 0 else max(1, cfg.workers // 4)
         self._pipe = self._it = self._source = None
         self._epoch0 = self._epochs_done = 0
@@ -72,7 +73,8 @@ class DaliLoader(Loader):
         # Fork is quick, but DALI refuses to fork once CUDA is initialised here (a trainer that made
         # CUDA tensors first): then the workers are spawned, which re-imports the caller's main module.
         fork = "fork" in mp.get_all_start_methods() and not backend.IsDriverInitialized()
-        self._source = DaliSource(self.store, c, self.rank, self.world_size, self.mode, self.raw, epoch, start)
+        self._source = DaliSource(self.store, c, self.rank, self.world_size, self.mode, self.raw, epoch, start,
+                                  self.oriented)
         self._pipe = build_pipeline(self._source, self.device, batch_size=c.batch_size, num_threads=max(1, c.workers),
                                     py_workers=self.py_workers, start_method="fork" if fork else "spawn",
                                     prefetch=c.prefetch)

@@ -27,18 +27,21 @@ from time import perf_counter
 import numpy as np
 
 from ... import codec
+from ...codec import orientation_steps
 from ...store import FormatError
 from ...store.reader import Store
 from ..base import LoaderConfig
 from ..sampler import epoch_batches
 from .plan import plan_eval, plan_train, route_partners
 
+_UPRIGHT = np.zeros(2, np.float32)   # the turn of orientation 1
 POOL_OUTPUTS = ("pool", "b1", "p1", "b2", "p2", "b3", "p3")   # partner pool; per slot: batch / pool index
 
 
-def outputs_for(mode: str, hyp) -> tuple[str, ...]:
-    """Names of the source's outputs, in order, for a graph `mode` ("eval" | "single" | "mosaic")."""
-    names = ["data", "geom", "paste", "boxes", "classes", "times"]
+def outputs_for(mode: str, hyp, oriented: bool = False) -> tuple[str, ...]:
+    """Names of the source's outputs, in order, for a graph `mode` ("eval" | "single" | "mosaic").
+    `oriented`: the store holds records with an EXIF orientation to apply after decoding ("turn")."""
+    names = ["data", "geom", "paste", "boxes", "classes", "times"] + (["turn"] if oriented else [])
     if mode != "eval":   # ops whose gains are all zero are left out of the graph
         if hyp.fliplr or hyp.flipud:
             names.append("flip")
@@ -47,7 +50,7 @@ def outputs_for(mode: str, hyp) -> tuple[str, ...]:
         if not hyp.axis_aligned:
             names.append("warp")
     if mode == "mosaic":
-        names += POOL_OUTPUTS
+        names += POOL_OUTPUTS + (("pturn",) if oriented else ())
     return tuple(names)
 
 
@@ -55,11 +58,11 @@ class DaliSource:
     """callable(batch_info) -> tuple of per-sample lists, named by `self.outputs`."""
 
     def __init__(self, store: Store, cfg: LoaderConfig, rank: int, world_size: int, mode: str, raw: bool,
-                 epoch0: int = 0, start: int = 0):
+                 epoch0: int = 0, start: int = 0, oriented: bool = False):
         self.store, self.cfg, self.rank, self.world_size = store, cfg, rank, world_size
         self.mode, self.raw, self.epoch0, self.start = mode, raw, epoch0, start
         self.size, self.hyp = cfg.imgsz, cfg.worker_hyp()
-        self.outputs = outputs_for(mode, self.hyp)
+        self.outputs = outputs_for(mode, self.hyp, oriented)
         self._epoch = None
         self._batches: list = []
         self._placeholder = None
@@ -101,8 +104,10 @@ class DaliSource:
             return pooled[c - b]
 
         picks = []
-        for j, (data, tile) in enumerate(records):
+        for j, (data, tile, turn) in enumerate(records):
             out["data"].append(data)
+            if "turn" in out:
+                out["turn"].append(turn)
             pick = []
             if self.mode == "eval":
                 plan = plan_eval(*tile, S)
@@ -119,6 +124,8 @@ class DaliSource:
                     out[name].append(getattr(plan, name))
         if self.mode == "mosaic":
             out["pool"] = [pooled[p][0] if p in pooled else self.placeholder() for p in range(b)]
+            if "pturn" in out:
+                out["pturn"] = [pooled[p][2] if p in pooled else _UPRIGHT for p in range(b)]
             for s in range(3):   # which image each branch shows (ignored where the branch shows nothing)
                 out[f"b{s + 1}"] = [np.array(p[s] if p and p[s] < b else 0, np.int32) for p in picks]
                 out[f"p{s + 1}"] = [np.array(p[s] - b if p and p[s] >= b else 0, np.int32) for p in picks]
@@ -135,7 +142,8 @@ class DaliSource:
         return recs
 
     def read(self, index: int):
-        """(payload array for DALI, (hw, boxes in pixels, classes)) of record `index`, CRC-checked."""
+        """(payload array for DALI, (hw, boxes in pixels, classes), turn) of record `index`, CRC-checked.
+        turn: float32 [mirror 0|1, anticlockwise degrees], the record's orientation as codec's steps."""
         t0 = perf_counter()
         r = self.store.record(index)
         if (r.codec == "raw") != self.raw:
@@ -145,7 +153,8 @@ class DaliSource:
         if self.raw:
             data = data.reshape(r.height, r.width, 3)
         self._read_s += perf_counter() - t0
-        return data, (r.size, r.pixel_boxes(), r.classes)
+        mirror, degrees = orientation_steps(r.orientation)
+        return data, (r.size, r.pixel_boxes(), r.classes), np.array([mirror, degrees], np.float32)
 
     def placeholder(self) -> np.ndarray:
         """What an unused pool entry holds: a 1x1 pixel, or an 8x8 JPEG for the decoder."""
