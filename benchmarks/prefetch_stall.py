@@ -1,7 +1,7 @@
 """Stall of the cpu loader with and without the DevicePrefetcher's thread, and what device augmentation
 saves the workers.
 
-    .venv/bin/fastfeed pack /work/shared/data/coco128 -o /tmp/coco128.ff      # once
+    .venv/bin/fastfeed pack ../shared/data/coco128 -o /tmp/coco128.ff      # once
     .venv/bin/python benchmarks/prefetch_stall.py [--data /tmp/coco128.ff] [--batches 48] [--rounds 2]
 
 1. Calibrate: the loader alone (imgsz 640, batch 16, 2 workers), batches/s over --batches batches.
