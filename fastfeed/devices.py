@@ -1,6 +1,6 @@
 """Devices: the one place that parses a device name, imports `torch_npu`, and hands out the
-accelerator's torch module (`torch.cuda`, `torch.npu`); plus the usable core count. Torch only, so a
-bare GPU machine imports it.
+accelerator's torch module (`torch.cuda`, `torch.npu`). Torch only, so a bare GPU machine imports it.
+(The usable core count is `fastfeed.procs.usable_cores`: packing needs it without torch.)
 
     resolve_device("auto")        # cuda:<current> when torch sees a GPU, else npu, else cpu
     resolve_device("cuda", 3)     # cuda:3 (torchrun: the local rank picks the accelerator)
@@ -9,7 +9,6 @@ bare GPU machine imports it.
 
 from __future__ import annotations
 
-import os
 import re
 
 import torch
@@ -21,11 +20,6 @@ _VALID = "'auto', 'cpu', 'cuda[:N]' or 'npu[:N]'"
 
 class DeviceError(RuntimeError):
     """The asked-for device is not on this machine (the message says what to install or use instead)."""
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its affinity mask; a container's CPU set), not the machine's."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def parse_device(name) -> tuple[str, int | None]:

@@ -11,7 +11,13 @@ the parent gets its threads back afterwards. Where fork does not exist, spawn is
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 from contextlib import contextmanager
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask; a container's CPU set), not the machine's."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @contextmanager

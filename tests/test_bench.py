@@ -173,7 +173,7 @@ def test_auto_candidates():
 
 
 def test_workers_auto_sweeps_and_says_why(store):
-    from fastfeed.devices import usable_cores
+    from fastfeed.procs import usable_cores
 
     r = _bench(store, workers="auto", sweep_seconds=0.4, seconds=0.6).results[0]
     assert r.ok and r.sweep is not None
@@ -298,7 +298,7 @@ def test_loader_all_expands_to_the_registry(store):
     ({"device": "tpu"}, "--device must be one of cpu, cuda, npu"),
     ({"step_ms": -1}, "--step-ms must be >= 0"),
     ({"step_ms": 5, "model": "yolov3"}, "exclude each other"),
-    ({"model": "yolov5"}, "--model must be one of yolov3-tiny, yolov3"),
+    ({"model": "yolov5"}, "--model must be one of yolov3, yolov3-tiny"),
 ])
 def test_bad_values_name_the_flag(kw, match):
     with pytest.raises(ValueError, match=match):

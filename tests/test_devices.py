@@ -14,7 +14,6 @@ from fastfeed.devices import (
     parse_device,
     resolve_device,
     synchronize,
-    usable_cores,
 )
 
 
@@ -34,7 +33,6 @@ def test_cpu_and_auto_without_an_accelerator():
         assert resolve_device("auto") == torch.device("cpu")
         with pytest.raises(DeviceError, match="device 'cuda': torch .* sees no CUDA device; install a CUDA build"):
             resolve_device("cuda")
-    assert usable_cores() >= 1
 
 
 class _FakeNpu:

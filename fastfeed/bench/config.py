@@ -6,8 +6,8 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-MODELS = ("yolov3-tiny", "yolov3")
-DEVICES = ("cpu", "cuda", "npu")
+from ..devices import DEVICES
+from ..train.model import MODELS
 
 
 @dataclass

@@ -7,7 +7,7 @@ from importlib import metadata
 
 import psutil
 
-from ..devices import usable_cores
+from ..procs import usable_cores
 
 
 def _cpu_model() -> str:

@@ -7,8 +7,8 @@ from dataclasses import replace
 from datetime import datetime, timezone
 
 from .. import __version__
-from ..devices import usable_cores
 from ..loaders import LoaderConfig
+from ..procs import usable_cores
 from ..store.reader import Store
 from .config import BenchConfig
 from .device import copy_device, make_copy, make_step

@@ -22,8 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import codec
-from ..devices import usable_cores
-from ..procs import worker_context
+from ..procs import usable_cores, worker_context
 from ..store import FormatError
 from ..store.reader import Store
 from . import budget, layout

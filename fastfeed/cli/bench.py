@@ -6,8 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
-from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, fail
+from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, default, fail
 
+HELP = "measure loaders side by side: throughput, stage times, stalls, CPU, memory"
 
 def _workers_arg(value: str):
     if value == "auto":
@@ -22,8 +23,13 @@ def _workers_arg(value: str):
 
 
 def add_parser(sub) -> None:
+    from ..bench.config import MODELS, BenchConfig
+
+    def d(name):
+        return default(BenchConfig, name)
+
     p = sub.add_parser(
-        "bench", help="measure loaders side by side: throughput, stage times, stalls, CPU, memory",
+        "bench", help=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Run each --loader in turn, in this process, on the same store and settings, and report\n"
                     "images/s and batches/s (median and spread over intervals, after warm-up), time to the first\n"
@@ -38,24 +44,27 @@ def add_parser(sub) -> None:
     p.add_argument("--data", type=Path, required=True, help="a store made by `fastfeed pack`")
     p.add_argument("--loader", action="append", dest="loaders", metavar="NAME",
                    help="loader to measure; repeat for several, 'all' for every registered one (default: cpu)")
-    p.add_argument("--imgsz", type=int, default=640, help="output side, a multiple of 32 (default 640)")
-    p.add_argument("--batch", type=int, default=16, help="batch size (default 16)")
+    p.add_argument("--imgsz", type=int, default=d("imgsz"), help=f"output side, a multiple of 32 (default {d('imgsz')})")
+    p.add_argument("--batch", type=int, default=d("batch_size"), help=f"batch size (default {d('batch_size')})")
     p.add_argument("--workers", type=_workers_arg, metavar="N|auto",
                    help="worker processes (0: in this process; default: LoaderConfig's, one per core up to 8); "
                         "'auto' sweeps 1, 2, cores/2, cores, cores+1 briefly and keeps the fastest")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--seconds", type=float, default=10.0, help="timed seconds per loader (default 10)")
+    g.add_argument("--seconds", type=float, default=d("seconds"), help=f"timed seconds per loader (default {d('seconds'):g})")
     g.add_argument("--batches", type=int, help="timed batches per loader instead of --seconds")
-    p.add_argument("--warmup", type=int, default=2, help="untimed batches first, the first batch included (default 2)")
+    p.add_argument("--warmup", type=int, default=d("warmup"),
+                   help=f"untimed batches first, the first batch included (default {d('warmup')})")
     p.add_argument("--no-augment", dest="augment", action="store_false",
                    help="letterboxed evaluation batches instead of mosaic/affine/HSV training batches")
-    p.add_argument("--device", default="cpu", help="cpu (no copy stage), cuda or npu: also time the host->device copy")
+    p.add_argument("--device", default=d("device"),
+                   help="cpu (no copy stage), cuda[:N] or npu[:N]: the batches are for that device (pinned for CUDA; "
+                        "dali and device loaders run there) and the host->device copy is timed")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--step-ms", type=float, metavar="MS",
                    help="simulate an accelerator step of MS milliseconds; report the stall fraction and steps/s")
-    g.add_argument("--model", choices=("yolov3-tiny", "yolov3"),
+    g.add_argument("--model", choices=MODELS,
                    help="run the bundled model's training step instead of a simulated one")
-    p.add_argument("--seed", type=int, default=0, help="loader seed (default 0)")
+    p.add_argument("--seed", type=int, default=d("seed"), help=f"loader seed (default {d('seed')})")
     p.add_argument("--json", type=Path, metavar="FILE", help="write every figure, the machine and the configuration")
     p.add_argument("--plot", type=Path, metavar="FILE.png",
                    help="write a PNG: throughput bars and per-sample stage times (needs fastfeed[plot])")

@@ -7,14 +7,18 @@ import json
 import os
 from pathlib import Path
 
-from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, fail
+from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, default, fail
 
-DEFAULT_DIR = "/dev/shm"
-
+HELP = "list, remove or pre-build the shm loader's decoded-image caches (in /dev/shm)"
 
 def add_parser(sub) -> None:
+    from ..loaders import LoaderConfig
+    from ..loaders.shm import ShmOptions
+
+    DEFAULT_DIR = default(ShmOptions, "cache_dir")
+    imgsz = default(LoaderConfig, "imgsz")
     p = sub.add_parser(
-        "cache", help="list, remove or pre-build the shm loader's decoded-image caches (in /dev/shm)",
+        "cache", help=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="The shm loader keeps one decoded-image cache per store and imgsz in shared memory\n"
                     "(/dev/shm/fastfeed-<store fingerprint>-<imgsz>-v<version>.cache), built by the first process\n"
@@ -41,7 +45,7 @@ def add_parser(sub) -> None:
 
     build = actions.add_parser("build", help="build a store's cache now and keep it for the runs that follow")
     build.add_argument("store", type=Path, help="a store made by `fastfeed pack`")
-    build.add_argument("--imgsz", type=int, default=640, help="the loaders' imgsz, a multiple of 32 (default 640)")
+    build.add_argument("--imgsz", type=int, default=imgsz, help=f"the loaders' imgsz, a multiple of 32 (default {imgsz})")
     build.add_argument("--dir", default=DEFAULT_DIR, help=f"cache directory (default {DEFAULT_DIR})")
     build.add_argument("--partial", action="store_true", help="if it does not fit, cache the first images that do")
     build.add_argument("--workers", type=int, help="decoding processes (default: all cores)")

@@ -6,10 +6,11 @@ import json
 
 from .common import EXIT_OK
 
+HELP = "list the loaders, whether each can run on this machine, and their options"
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "loaders", help="list the loaders, whether each can run on this machine, and their options",
+        "loaders", help=HELP,
         description="List every registered loader with what it does, whether it can run here (and what to\n"
                     "install when it cannot), and its own options with their defaults. Options go to\n"
                     "create_loader(name, store, LoaderConfig(...), **options); LoaderConfig holds what\n"

@@ -8,10 +8,11 @@ from pathlib import Path
 from .. import sample_path
 from .common import EXIT_OK, EXIT_USAGE, fail
 
+HELP = "pack a COCO or YOLO dataset into a checked LMDB store"
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "pack", help="pack a COCO or YOLO dataset into a checked LMDB store",
+        "pack", help=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Pack a COCO or YOLO dataset into LMDB shards + manifest.json. Every image is decoded\n"
                     "and every box checked; problems are counted, reported by file name, and skipped images\n"

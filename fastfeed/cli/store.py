@@ -7,9 +7,11 @@ from pathlib import Path
 
 from .common import EXIT_FAIL, EXIT_OK, fail
 
+INSPECT_HELP = "summarise a store: counts, classes, image sizes, bytes"
+VERIFY_HELP = "re-check every record's CRC (and decode every image)"
 
 def add_inspect(sub) -> None:
-    p = sub.add_parser("inspect", help="summarise a store: counts, classes, image sizes, bytes")
+    p = sub.add_parser("inspect", help=INSPECT_HELP)
     p.add_argument("store", type=Path)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=cmd_inspect)
@@ -46,7 +48,7 @@ def cmd_inspect(args) -> int:
 
 
 def add_verify(sub) -> None:
-    p = sub.add_parser("verify", help="re-check every record's CRC (and decode every image)")
+    p = sub.add_parser("verify", help=VERIFY_HELP)
     p.add_argument("store", type=Path)
     p.add_argument("--decode", action="store_true", help="also decode every image")
     p.add_argument("--workers", type=int, help="processes (default: all cores)")
@@ -55,7 +57,7 @@ def add_verify(sub) -> None:
 
 
 def cmd_verify(args) -> int:
-    from ..devices import usable_cores
+    from ..procs import usable_cores
     from ..store.format import FormatError
     from ..store.verify import verify
 

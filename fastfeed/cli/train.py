@@ -22,6 +22,8 @@ best.pt (with --val), and metrics.jsonl (one JSON line per log interval and eval
 Checkpoints load with torch.load(weights_only=True)."""
 
 
+HELP = "train the bundled YOLOv3 / YOLOv3-tiny on a store (and evaluate COCO mAP)"
+
 def _amp_arg(value: str) -> str:
     if value not in ("bf16", "fp16"):
         raise argparse.ArgumentTypeError(f"expected bf16 or fp16, got {value!r}")
@@ -30,7 +32,7 @@ def _amp_arg(value: str) -> str:
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "train", help="train the bundled YOLOv3 / YOLOv3-tiny on a store (and evaluate COCO mAP)",
+        "train", help=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EXAMPLES,
         description="Train YOLOv3 or YOLOv3-tiny on a store made by `fastfeed pack`, fed by a fastfeed loader and\n"
                     "the device prefetcher. Logs loss terms, lr, images/s, and per step the time spent waiting\n"

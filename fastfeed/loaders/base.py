@@ -11,7 +11,8 @@ import torch
 
 from ..augment.hyp import AugmentHyp
 from ..batch import Batch
-from ..devices import parse_device, resolve_device, usable_cores
+from ..devices import parse_device, resolve_device
+from ..procs import usable_cores
 from .sampler import batches_per_epoch
 
 STAGES = ("read", "decode", "augment", "collate")

@@ -16,8 +16,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .. import __version__
-from ..devices import usable_cores
-from ..procs import worker_context
+from ..procs import usable_cores, worker_context
 from ..store import format as fmt
 from . import segment
 from .layout import open_source
