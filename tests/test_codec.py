@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import jpeg_bytes, paint_image
 
-from fastfeed import codec
+from fastfeed import codec, exif
 
 
 @pytest.fixture(scope="module")
@@ -96,30 +96,30 @@ def test_exif_orientation_is_read_and_applied_in_one_place(fmt):
     kind = "jpeg" if fmt == "JPEG" else "cv2"
     for o in range(1, 9):
         data = _tagged(img, fmt, o)
-        tag = codec.exif_orientation(data)
+        tag = exif.exif_orientation(data)
         assert tag == o
         for apply in (True, False):
-            want = codec.apply_orientation(img, o) if apply else img
-            got = codec.decode_payload(kind, data, want.shape[:2], orientation=codec.payload_orientation(data, tag, apply))
+            want = exif.apply_orientation(img, o) if apply else img
+            got = codec.decode_payload(kind, data, want.shape[:2], orientation=exif.payload_orientation(data, tag, apply))
             assert got.shape == want.shape
             diff = np.abs(got.astype(int) - want)
             assert (diff.mean() < 8) if fmt == "JPEG" else (diff.max() == 0), (o, apply)
         if fmt != "TIFF":   # Pillow's own answer for the upright frame
             pil = np.asarray(ImageOps.exif_transpose(Image.open(io.BytesIO(data))).convert("RGB"))
-            assert pil.shape == codec.apply_orientation(img, o).shape
+            assert pil.shape == exif.apply_orientation(img, o).shape
 
 
 def test_orientation_edge_cases_and_dct_sizes_in_the_turned_frame():
-    assert codec.exif_orientation(b"") == 1 and codec.exif_orientation(b"not an image at all") == 1
+    assert exif.exif_orientation(b"") == 1 and exif.exif_orientation(b"not an image at all") == 1
     data = jpeg_bytes(paint_image(40, 80))                      # no EXIF at all
-    assert codec.exif_orientation(data) == 1
+    assert exif.exif_orientation(data) == 1
     broken = data[:2] + b"\xff\xe1\x00\x10Exif\x00\x00II*\x00\xff\xff" + data[2:]   # an APP1 that lies
-    assert codec.exif_orientation(broken) == 1
+    assert exif.exif_orientation(broken) == 1
     with pytest.raises(ValueError, match="EXIF orientation must be 1..8"):
-        codec.apply_orientation(np.zeros((2, 2, 3), np.uint8), 9)
+        exif.apply_orientation(np.zeros((2, 2, 3), np.uint8), 9)
     big = jpeg_bytes(paint_image(480, 640))                     # stored 480x640, shown upright as 640x480
     for o in (1, 6):
-        size = codec.oriented_size(480, 640, o)
+        size = exif.oriented_size(480, 640, o)
         want = codec.cover_size(*size, 200)
         got = codec.decode_payload("jpeg", big, size, want, orientation=o)
         assert got.shape[:2] == codec.decoded_size("jpeg", size, want, o)

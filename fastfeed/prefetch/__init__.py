@@ -30,7 +30,7 @@ run: that reads device memory only); on the CPU the conversion to float (or a cl
 steady state that copy finished a whole step earlier, so the host does not wait.
 
 Layout: `prefetcher.py` (DevicePrefetcher: the drivers, one batch's produce / release / hand-out),
-`streams.py` (the accelerator API through the device's torch module). Device augmentation lives in
+`streams.py` (the accelerator API through the device's torch module), `augment.py` (which device augmentation applies). Device augmentation lives in
 `fastfeed/device_augment.py` (torch only).
 """
 

@@ -42,7 +42,7 @@ def build_pipeline(source: DaliSource, device: DaliDevice, *, batch_size: int, n
         def pixels(node, turn=None):
             if source.raw:   # raw payloads are stored upright
                 return node.gpu() if device.gpu else node
-            # DALI decodes the stored frame; the record's orientation (fastfeed.codec.orientation_steps:
+            # DALI decodes the stored frame; the record's orientation (fastfeed.exif.orientation_steps:
             # mirror, then turn anticlockwise) brings it to the upright frame the boxes are in.
             img = fn.decoders.image(node, device=device.decoder, output_type=types.RGB, adjust_orientation=False)
             if turn is not None:

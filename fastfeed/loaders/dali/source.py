@@ -27,7 +27,7 @@ from time import perf_counter
 import numpy as np
 
 from ... import codec
-from ...codec import orientation_steps
+from ...exif import orientation_steps
 from ...store import FormatError
 from ...store.reader import Store
 from ..base import LoaderConfig

@@ -1,0 +1,40 @@
+"""Rules of the package's shape that the design (docs/design.md) depends on, checked on the source."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import fastfeed
+
+PKG = Path(fastfeed.__file__).parent
+
+
+def _modules():
+    return [p for p in PKG.rglob("*.py") if "sample_data" not in p.parts]
+
+
+def test_no_module_over_300_lines():
+    long = {str(p.relative_to(PKG)): n for p in _modules() if (n := len(p.read_text().splitlines())) > 300}
+    assert not long, f"split these modules (the house limit is 300 lines): {long}"
+
+
+def test_only_store_parses_records_and_only_cli_prints():
+    for p in _modules():
+        rel = p.relative_to(PKG)
+        text = p.read_text()
+        if rel.parts[0] != "store":
+            assert not re.search(r"_parse_record|decode_record|raw_record|record\[\d+:\d+\]", text), \
+                f"{rel} reads record bytes itself (use Store.record / Record.decode)"
+        if rel.parts[0] != "cli":
+            assert not re.search(r"^\s*print\(", text, re.M), f"{rel} prints (only fastfeed/cli may)"
+
+
+def test_one_device_module():
+    for p in _modules():
+        rel = p.relative_to(PKG)
+        if rel.name == "devices.py":
+            continue
+        text = p.read_text()
+        assert "import torch_npu" not in text, f"{rel} imports torch_npu itself (fastfeed.devices does)"
+        assert "sched_getaffinity" not in text or rel.name == "procs.py", f"{rel} counts cores itself"
