@@ -94,3 +94,13 @@ def test_an_interrupted_run_resumes_at_the_next_epoch(sample_yolo, tmp_path):  #
     trainer = resumed.trainer
     assert trainer.start_epoch == 1 and trainer.train_loader.epoch == 1   # the loader served epoch 2's order
     assert [int(r["epoch"]) for r in _rows(trainer.save_dir)] == [1, 2]
+
+
+def test_plots_and_autobatch_read_the_store(sample_yolo, tmp_path):  # noqa: F811
+    """plot_training_labels reads dataset.labels, plot_training_samples a batch, AutoBatch the store's box counts."""
+    model = YOLO("yolov8n.yaml")
+    model.train(data=str(sample_yolo / "data.yaml"), trainer=FastfeedTrainer, epochs=1, project=str(tmp_path),
+                name="p", val=False, **(FAST | {"batch": -1, "plots": True}))
+    trainer = model.trainer
+    assert trainer.batch_size == 16 == trainer.train_loader.batch_size   # AutoBatch's CPU default
+    assert (trainer.save_dir / "labels.jpg").is_file() and (trainer.save_dir / "train_batch0.jpg").is_file()
