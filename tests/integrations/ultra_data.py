@@ -5,6 +5,7 @@ DDP files in a temporary folder."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -14,7 +15,9 @@ import numpy as np
 import pytest
 
 os.environ["YOLO_OFFLINE"] = "1"                     # no update checks, font or asset downloads
-os.environ.setdefault("YOLO_CONFIG_DIR", tempfile.mkdtemp(prefix="ff-yolo-cfg-"))
+if "YOLO_CONFIG_DIR" not in os.environ:                  # Ultralytics' settings and DDP files: ours, then gone
+    os.environ["YOLO_CONFIG_DIR"] = tempfile.mkdtemp(prefix="ff-yolo-cfg-")
+    atexit.register(shutil.rmtree, os.environ["YOLO_CONFIG_DIR"], True)
 
 import fastfeed  # noqa: E402
 from fastfeed import Store  # noqa: E402
