@@ -9,7 +9,7 @@ EXTRAS ?= dev,plot,dali
 PY := $(VENV)/bin/python
 OUT ?= build/demo
 
-.PHONY: venv demo test test-all lint bench-pack clean
+.PHONY: venv venv-ultralytics demo test test-all test-ultralytics lint bench-pack clean
 
 venv: $(VENV)/.installed
 
@@ -33,6 +33,26 @@ test: venv
 
 test-all: venv
 	$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+
+# The Ultralytics integration's tests, in their own venv: torch 2.14.1 + torchvision 0.29.1 (CPU builds work;
+# with the CPU torch 2.13.0 torchvision's nms op is missing and Ultralytics cannot train), the headless
+# build of Ultralytics (plain `ultralytics` pulls opencv-python, which overwrites our opencv-python-headless)
+# and cloudpickle (Ultralytics' DDP launcher needs it, or tries to download it). benchmarks/ultralytics_ab.py
+# and benchmarks/vs_ultralytics.py use the same venv.
+ULTRA_VENV ?= .venv-ultralytics
+ULTRA_TORCH ?= torch==2.14.1 torchvision==0.29.1
+ULTRA_PY := $(ULTRA_VENV)/bin/python
+
+venv-ultralytics: $(ULTRA_VENV)/.installed
+
+$(ULTRA_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(ULTRA_VENV)
+	$(ULTRA_PY) -m pip install --quiet $(ULTRA_TORCH)
+	$(ULTRA_PY) -m pip install --quiet -e ".[dev,ultralytics]" $(ULTRA_TORCH)
+	touch $@
+
+test-ultralytics: venv-ultralytics
+	YOLO_OFFLINE=1 $(ULTRA_PY) -m pytest -q -p no:cacheprovider tests/integrations; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 lint: venv
 	$(VENV)/bin/ruff check fastfeed tests benchmarks tools

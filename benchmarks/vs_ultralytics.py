@@ -4,8 +4,8 @@
 
 Set-up, identical on both sides: coco128 replicated to --images real JPEG files, imgsz 640, batch
 16, 2 workers, training augmentation with mosaic, no image cache. Ultralytics runs in its own venv
-(`.venv-ultralytics`, created here on first use with `pip install ultralytics torch==2.13.0`, which
-keeps the CPU torch; its dataloader does not need the torchvision that cannot import beside it).
+(`.venv-ultralytics`, created here on first use by `make venv-ultralytics`: the one recipe that the
+integration tests and benchmarks/ultralytics_ab.py use too).
 Contenders alternate for --rounds rounds and each reports images/s after a warm-up; the median is
 compared. The decode-only rate of the same files on every core is printed as the floor.
 """
@@ -80,12 +80,10 @@ FF_RUNNER = textwrap.dedent("""
 
 
 def ensure_ultralytics_venv() -> Path:
-    py = ULTRA_VENV / "bin" / "python"
-    if not py.exists():
-        print(f"creating {ULTRA_VENV} (pip install ultralytics torch==2.13.0) ...", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(ULTRA_VENV)], check=True)
-        subprocess.run([str(py), "-m", "pip", "install", "--quiet", "ultralytics", "torch==2.13.0"], check=True)
-    return py
+    if not (ULTRA_VENV / ".installed").exists():
+        print(f"creating {ULTRA_VENV} (make venv-ultralytics) ...", flush=True)
+        subprocess.run(["make", "venv-ultralytics"], cwd=REPO, check=True)
+    return ULTRA_VENV / "bin" / "python"
 
 
 def run(cmd: list[str], cwd: Path) -> dict:

@@ -1,0 +1,225 @@
+"""A/B inside Ultralytics' own trainer: its training dataloader against fastfeed's (`FastfeedTrainer`).
+
+    python benchmarks/ultralytics_ab.py [--data shapes|coco128] [--imgsz 160] [--epochs 30] [--batch 16]
+                                        [--seeds 0 1] [--contender ultralytics --contender cpu ...] [--json F]
+
+Everything but the train loader is the same: Ultralytics 8.4's DetectionTrainer, `yolov8n.yaml` from
+scratch, data, epochs, batch, seed, device, and Ultralytics' own validation (the final mAP50 and
+mAP50-95 are its numbers for best.pt). Contenders: `ultralytics` (its loader, cache=False), `cpu` and
+`shm` (FastfeedTrainer with FASTFEED_LOADER=cpu|shm; cache=False, so the validation loader is set up
+identically). Runs alternate seed by seed, each in a fresh process. Reported per run: training images/s
+(images over the time inside the epochs' batch loops, validation excluded), the share of that time
+spent waiting for the next batch (from `on_train_batch_end` to the next `on_train_batch_start`, and
+from the epoch start to its first batch), and the final mAPs; the seeds show Ultralytics' own spread.
+
+Data: `shapes` (default) is a detection set a from-scratch model learns in minutes on a CPU: coco128
+photos as backgrounds with 1-4 filled squares, discs and triangles of random colour and size (3
+classes), 192 train and 64 held-out val images, JPEG. `coco128` is coco128 itself (train = val, as
+Ultralytics' coco128.yaml): the realistic input, but a from-scratch model needs far more epochs than a
+CPU allows to get off mAP 0, so use it on an accelerator (`--device 0 --imgsz 640`).
+
+The runs use `.venv-ultralytics` (`make venv-ultralytics`), created on first use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import REPO, default_source, machine, replicate_coco  # noqa: E402
+
+ULTRA_VENV = REPO / ".venv-ultralytics"
+CONTENDERS = ("ultralytics", "cpu", "shm")
+SHAPES = ("square", "disc", "triangle")
+
+
+def ensure_ultralytics_venv() -> Path:
+    if not (ULTRA_VENV / ".installed").exists():
+        print(f"creating {ULTRA_VENV} (make venv-ultralytics) ...", flush=True)
+        subprocess.run(["make", "venv-ultralytics"], cwd=REPO, check=True)
+    return ULTRA_VENV / "bin" / "python"
+
+
+# --- data ----------------------------------------------------------------------------------------
+
+def _paint(img, rng) -> list[str]:
+    """Paint 1-4 shapes on `img` (BGR, in place); their YOLO label lines."""
+    import cv2
+    import numpy as np
+
+    h, w = img.shape[:2]
+    lines = []
+    for _ in range(int(rng.integers(1, 5))):
+        cls = int(rng.integers(len(SHAPES)))
+        side = int(rng.uniform(0.12, 0.4) * min(h, w))
+        x1, y1 = int(rng.integers(0, w - side)), int(rng.integers(0, h - side))
+        colour = tuple(int(c) for c in rng.integers(0, 256, 3))
+        if cls == 0:
+            cv2.rectangle(img, (x1, y1), (x1 + side - 1, y1 + side - 1), colour, -1)
+        elif cls == 1:
+            cv2.circle(img, (x1 + side // 2, y1 + side // 2), side // 2, colour, -1)
+        else:
+            pts = np.array([[x1 + side // 2, y1], [x1, y1 + side - 1], [x1 + side - 1, y1 + side - 1]], np.int32)
+            cv2.fillPoly(img, [pts], colour)
+        lines.append(f"{cls} {(x1 + side / 2) / w:.6f} {(y1 + side / 2) / h:.6f} {side / w:.6f} {side / h:.6f}")
+    return lines
+
+
+def make_shapes(src: Path, dst: Path, n_train: int = 192, n_val: int = 64, seed: int = 0) -> Path:
+    """Shapes on real photos (the source's train2017 images as backgrounds), YOLO layout + data.yaml."""
+    import cv2
+    import numpy as np
+
+    backgrounds = sorted((src / "images" / "train2017").glob("*.jpg"))
+    cut = max(1, len(backgrounds) * 3 // 4)           # val backgrounds are photos train never shows
+    rng = np.random.default_rng(seed)
+    for split, n, pool in (("train", n_train, backgrounds[:cut]), ("val", n_val, backgrounds[cut:] or backgrounds)):
+        (dst / "images" / split).mkdir(parents=True)
+        (dst / "labels" / split).mkdir(parents=True)
+        for k in range(n):
+            img = cv2.imread(str(pool[k % len(pool)]))
+            r = 320 / max(img.shape[:2])
+            img = cv2.resize(img, (round(img.shape[1] * r), round(img.shape[0] * r)), interpolation=cv2.INTER_AREA)
+            lines = _paint(img, rng)
+            cv2.imwrite(str(dst / "images" / split / f"{k:05d}.jpg"), img, [cv2.IMWRITE_JPEG_QUALITY, 90])
+            (dst / "labels" / split / f"{k:05d}.txt").write_text("\n".join(lines) + "\n")
+    names = "".join(f"  {i}: {n}\n" for i, n in enumerate(SHAPES))
+    (dst / "data.yaml").write_text(f"path: {dst}\ntrain: images/train\nval: images/val\nnames:\n{names}")
+    return dst / "data.yaml"
+
+
+def make_coco128(src: Path, dst: Path) -> Path:
+    replicate_coco(src, dst, 128)
+    cats = json.loads((src / "annotations" / "instances_train2017.json").read_text())["categories"]
+    names = "".join(f"  {i}: {c['name']}\n" for i, c in enumerate(sorted(cats, key=lambda c: c["id"])))
+    (dst / "data.yaml").write_text(f"path: {dst}\ntrain: images/train2017\nval: images/train2017\nnames:\n{names}")
+    return dst / "data.yaml"
+
+
+# --- one run, inside .venv-ultralytics -----------------------------------------------------------
+
+def run_one(contender: str, data: str, seed: int, args) -> dict:
+    os.environ["YOLO_OFFLINE"] = "1"
+    from ultralytics import YOLO
+
+    trainer = None
+    if contender != "ultralytics":
+        from fastfeed.integrations.ultralytics import FastfeedTrainer
+
+        os.environ["FASTFEED_LOADER"] = contender
+        trainer = FastfeedTrainer
+    clock = {"mark": 0.0, "epoch_start": 0.0, "wait": 0.0, "train": 0.0, "images": 0, "batches": 0, "step": 0.0,
+             "step_start": 0.0}
+
+    def epoch_start(t):
+        clock["mark"] = clock["epoch_start"] = time.perf_counter()
+
+    def batch_start(t):
+        clock["step_start"] = now = time.perf_counter()
+        clock["wait"] += now - clock["mark"]
+        clock["batches"] += 1
+
+    def batch_end(t):
+        clock["mark"] = now = time.perf_counter()
+        clock["step"] += now - clock["step_start"]
+
+    def epoch_end(t):
+        clock["train"] += time.perf_counter() - clock["epoch_start"]
+        clock["images"] += len(t.train_loader.sampler)
+
+    model = YOLO("yolov8n.yaml")
+    for event, fn in (("on_train_epoch_start", epoch_start), ("on_train_batch_start", batch_start),
+                      ("on_train_batch_end", batch_end), ("on_train_epoch_end", epoch_end)):
+        model.add_callback(event, fn)
+    t0 = time.perf_counter()
+    metrics = model.train(data=data, trainer=trainer, epochs=args.epochs, imgsz=args.imgsz, batch=args.batch,
+                          seed=seed, device=args.device, workers=args.workers, cache=False, plots=False, val=False,
+                          project=args.project, name=f"{contender}-s{seed}", exist_ok=True, verbose=False)
+    wall = time.perf_counter() - t0
+    return {"contender": contender, "seed": seed, "map50": float(metrics.box.map50), "map": float(metrics.box.map),
+            "images_s": clock["images"] / clock["train"], "wait_share": clock["wait"] / clock["train"],
+            "wait_s": clock["wait"], "step_s": clock["step"], "train_s": clock["train"], "wall_s": wall, "batches": clock["batches"]}
+
+
+# --- driver --------------------------------------------------------------------------------------
+
+def summarise(results: list[dict], contenders) -> list[str]:
+    lines = ["| loader | images/s | waiting for data | mAP50 | mAP50-95 | runs (seed: mAP50 / mAP50-95) |",
+             "|---|---|---|---|---|---|"]
+    for c in contenders:
+        rs = [r for r in results if r["contender"] == c]
+        if not rs:
+            continue
+        med = {k: statistics.median(r[k] for r in rs) for k in ("images_s", "wait_share", "map50", "map")}
+        rng = {k: (min(r[k] for r in rs), max(r[k] for r in rs)) for k in ("map50", "map")}
+        runs = ", ".join(f"{r['seed']}: {r['map50']:.3f} / {r['map']:.3f}" for r in rs)
+        lines.append(f"| {c} | {med['images_s']:.1f} | {100 * med['wait_share']:.1f}% | "
+                     f"{med['map50']:.3f} ({rng['map50'][0]:.3f}-{rng['map50'][1]:.3f}) | "
+                     f"{med['map']:.3f} ({rng['map'][0]:.3f}-{rng['map'][1]:.3f}) | {runs} |")
+    return lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", choices=("shapes", "coco128"), default="shapes")
+    ap.add_argument("--imgsz", type=int, default=160)
+    ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--workers", type=int, default=2, help="loader workers (Ultralytics sets 0 itself on a CPU)")
+    ap.add_argument("--device", default="cpu", help="Ultralytics' device argument, e.g. 0 for the first GPU")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--contender", action="append", choices=CONTENDERS, help="default: all three")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--run", nargs=3, metavar=("CONTENDER", "DATA_YAML", "SEED"), help=argparse.SUPPRESS)
+    ap.add_argument("--project", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.run:
+        contender, data, seed = args.run
+        print("RESULT " + json.dumps(run_one(contender, data, int(seed), args)), flush=True)
+        return 0
+
+    contenders = args.contender or list(CONTENDERS)
+    py = ensure_ultralytics_venv()
+    results = []
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="ff-ulab-") as tmp:
+        tmp = Path(tmp)
+        src = default_source()
+        data = make_shapes(src, tmp / "shapes") if args.data == "shapes" else make_coco128(src, tmp / "coco128")
+        env = os.environ | {"YOLO_CONFIG_DIR": str(tmp / "yolo-config"), "YOLO_OFFLINE": "1"}
+        for seed in args.seeds:
+            for c in contenders:
+                cmd = [str(py), __file__, "--run", c, str(data), str(seed), "--imgsz", str(args.imgsz),
+                       "--epochs", str(args.epochs), "--batch", str(args.batch), "--workers", str(args.workers),
+                       "--device", args.device, "--project", str(tmp / "runs")]
+                out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+                if out.returncode != 0 or not lines:
+                    raise RuntimeError(f"{c} seed {seed} failed ({out.returncode}):\n{out.stdout[-3000:]}\n"
+                                       f"{out.stderr[-5000:]}")
+                r = json.loads(lines[-1][7:])
+                results.append(r)
+                print(f"{c:12s} seed {seed}: {r['images_s']:6.1f} images/s, waiting {100 * r['wait_share']:4.1f}%, "
+                      f"mAP50 {r['map50']:.3f}, mAP50-95 {r['map']:.3f} ({r['wall_s']:.0f} s)", flush=True)
+        shutil.rmtree(tmp / "runs", ignore_errors=True)
+    table = summarise(results, contenders)
+    print("\n" + "\n".join(table))
+    print(f"\ntotal {time.perf_counter() - t0:.0f} s")
+    if args.json:
+        args.json.write_text(json.dumps({"machine": machine(), "config": {k: v for k, v in vars(args).items()
+                                                                          if k not in ("json", "run", "project")},
+                                         "results": results, "table": table}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

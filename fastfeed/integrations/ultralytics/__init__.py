@@ -1,0 +1,21 @@
+"""Use fastfeed's loaders inside Ultralytics' trainer (`pip install fastfeed[ultralytics]`):
+
+    from ultralytics import YOLO
+    from fastfeed.integrations.ultralytics import FastfeedTrainer
+
+    YOLO("yolov8n.yaml").train(data="data.yaml", trainer=FastfeedTrainer, epochs=100, imgsz=640, batch=16)
+
+Modules: `trainer` (FastfeedTrainer), `feed` (the train loader the trainer sees), `batches` (batch and
+label formats), `store` (packing data.yaml's train split), `args` (argument mapping and warnings).
+"""
+
+try:
+    import ultralytics  # noqa: F401
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError("fastfeed.integrations.ultralytics needs Ultralytics: pip install 'fastfeed[ultralytics]' "
+                      "(see the README's 'Use with Ultralytics' for the torch/torchvision/OpenCV builds)") from e
+
+from .feed import FastfeedTrainLoader
+from .trainer import FastfeedTrainer
+
+__all__ = ["FastfeedTrainer", "FastfeedTrainLoader"]

@@ -1,0 +1,100 @@
+"""Ultralytics' training arguments -> fastfeed's: which loader, which augmentation, and a warning for
+every argument fastfeed cannot honour (never a silently different run)."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from dataclasses import fields
+
+from ...augment import AugmentHyp
+from ...loaders import list_loaders
+
+# Ultralytics' own logger: messages appear where its users read its output, silenced on ranks > 0 as its are.
+log = logging.getLogger("ultralytics").getChild("fastfeed")
+
+LOADER_ENV = "FASTFEED_LOADER"
+_RAM = {"true", "ram"}
+_NO_CACHE = {"false", "disk", "none", ""}
+
+# Ultralytics' augmentation arguments that fastfeed's AugmentHyp has under the same name and meaning.
+# (hsv_h: theirs scales hue in OpenCV's 0..180 space, ours rotates it; same range, statistically close.)
+HYP_ARGS = ("mosaic", "mixup", "degrees", "translate", "scale", "shear", "fliplr", "flipud", "hsv_h", "hsv_s", "hsv_v")
+
+
+def loader_name(cache) -> str:
+    """`cpu` or `shm` from Ultralytics' `cache` argument; FASTFEED_LOADER=cpu|shm|dali overrides it."""
+    name = os.environ.get(LOADER_ENV, "").strip()
+    if name:
+        if name not in list_loaders():
+            raise ValueError(f"{LOADER_ENV}={name!r} is not a fastfeed loader; valid: {', '.join(list_loaders())}")
+        return name
+    key = str(cache).strip().lower() if cache is not None else ""
+    if key in _RAM:
+        return "shm"      # one decoded copy per node, mapped by every rank and worker
+    if key in _NO_CACHE:
+        return "cpu"
+    raise ValueError(f"cache={cache!r}: expected True/'ram' (fastfeed's shm loader), False or 'disk' (its cpu "
+                     f"loader); or choose the loader with {LOADER_ENV}=cpu|shm|dali")
+
+
+def _scale(value) -> float:
+    """Ultralytics' `scale`: a gain s (zoom drawn from [1-s, 1+s], as ours) or an explicit (min, max)."""
+    if not isinstance(value, (list, tuple)):
+        return value
+    lo, hi = (float(v) for v in value)
+    s = max(1.0 - lo, hi - 1.0, 0.0)
+    if abs((1.0 - lo) - (hi - 1.0)) > 1e-9:
+        log.warning(f"fastfeed: scale={tuple(value)} is not centred on 1 and cannot be honoured: fastfeed draws the "
+                    f"zoom from [1-s, 1+s]; training with s={s:g}")
+    return s
+
+
+def augment_hyp(args) -> AugmentHyp:
+    """fastfeed's AugmentHyp from Ultralytics' arguments; a value out of fastfeed's range raises ValueError
+    naming the Ultralytics argument."""
+    values = {name: getattr(args, name) for name in HYP_ARGS}
+    values["scale"] = _scale(values["scale"])
+    try:
+        return AugmentHyp(**values)
+    except ValueError as e:
+        raise ValueError(f"Ultralytics argument out of the range fastfeed supports: {e}") from None
+
+
+def unsupported(args) -> list[str]:
+    """One message per training argument (at a non-default value) that the fastfeed loader cannot honour."""
+    out = []
+    for name, what in (("perspective", "perspective warps"), ("copy_paste", "copy-paste"), ("cutmix", "CutMix"),
+                       ("bgr", "RGB/BGR channel swaps")):
+        value = getattr(args, name, 0.0) or 0.0
+        if value:
+            out.append(f"{name}={value}: fastfeed's loaders do no {what}; training without them")
+    if getattr(args, "augmentations", None):
+        out.append("augmentations=[...]: custom Albumentations transforms are not applied by fastfeed's loaders")
+    elif importlib.util.find_spec("albumentations") is not None:
+        out.append("albumentations is installed, so Ultralytics' loader would apply its default Albumentations "
+                   "(Blur, MedianBlur, ToGray, CLAHE at p=0.01); fastfeed's loaders do not")
+    if getattr(args, "rect", False):
+        out.append("rect=True: fastfeed trains on square batches (as Ultralytics' own shuffled loader does)")
+    fraction = _train_fraction(getattr(args, "fraction", 1.0))
+    if fraction != 1.0:
+        out.append(f"fraction={fraction}: fastfeed trains on the whole train split")
+    return out
+
+
+def _train_fraction(fraction):
+    try:
+        from ultralytics.data.utils import get_split_fraction
+    except ImportError:  # older Ultralytics: a plain float
+        return fraction
+    return get_split_fraction(fraction, "train")
+
+
+def warn_unsupported(args) -> None:
+    for message in unsupported(args):
+        log.warning(f"fastfeed: {message}")
+
+
+def describe(hyp: AugmentHyp) -> str:
+    return ", ".join(f"{f.name}={getattr(hyp, f.name)}" for f in fields(hyp) if f.name in HYP_ARGS)

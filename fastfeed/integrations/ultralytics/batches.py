@@ -1,0 +1,93 @@
+"""fastfeed batches in the form Ultralytics' trainer, loss and plots read, and the store's labels in
+the form its dataset exposes them (`dataset.labels`).
+
+A fastfeed `Batch` is (uint8 images [B,3,S,S], float32 targets [M,6] img_idx, cls, cx, cy, w, h in
+0..1): Ultralytics' own conventions already, so collation is a few views of the same tensors; the
+images stay uint8 (the trainer's preprocess_batch converts them on the device).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ...store import format as fmt
+
+
+@dataclass
+class RecordInfo:
+    """Per-record metadata read once from the record headers (no image is read or decoded)."""
+
+    files: list[str]           # im_file: the source image path
+    shapes: np.ndarray         # int [N,2] (h, w) of the source image
+    boxes: list[np.ndarray]    # float32 [n,4] cx, cy, w, h normalised
+    classes: list[np.ndarray]  # int64 [n]
+
+
+def read_records(store, image_dir: Path | None) -> RecordInfo:
+    files, shapes, boxes, classes = [], np.zeros((len(store), 2), np.int64), [], []
+    for i in range(len(store)):
+        head, name, xyxy, cls, _ = fmt.decode_record(store.raw_record(i), check=False)
+        nb = head.n_boxes            # the training boxes; iscrowd regions follow them
+        xyxy = xyxy[:nb]
+        cxcywh = np.empty_like(xyxy)
+        cxcywh[:, :2] = (xyxy[:, :2] + xyxy[:, 2:]) / 2
+        cxcywh[:, 2:] = xyxy[:, 2:] - xyxy[:, :2]
+        files.append(str(image_dir / name) if image_dir is not None else name)
+        shapes[i] = head.orig_height, head.orig_width
+        boxes.append(cxcywh)
+        classes.append(cls[:nb])
+    return RecordInfo(files, shapes, boxes, classes)
+
+
+class ClassFilter:
+    """Ultralytics' `classes` (keep only these ids) and `single_cls` (every id becomes 0), in its order."""
+
+    def __init__(self, classes=None, single_cls: bool = False):
+        self.keep = None if classes is None else np.asarray(classes, np.int64).reshape(-1)
+        self.single_cls = bool(single_cls)
+
+    def mask(self, cls: np.ndarray) -> np.ndarray | None:
+        return None if self.keep is None else np.isin(cls, self.keep)
+
+    def __bool__(self) -> bool:
+        return self.keep is not None or self.single_cls
+
+
+def labels(info: RecordInfo, filt: ClassFilter) -> list[dict]:
+    """`dataset.labels` as Ultralytics' YOLODataset has them (what its plots and max_det check read)."""
+    out = []
+    for f, shape, b, c in zip(info.files, info.shapes, info.boxes, info.classes):
+        keep = filt.mask(c)
+        if keep is not None:
+            b, c = b[keep], c[keep]
+        cls = np.zeros((len(c), 1), np.float32) if filt.single_cls else c.astype(np.float32).reshape(-1, 1)
+        out.append({"im_file": f, "shape": (int(shape[0]), int(shape[1])), "cls": cls, "bboxes": b,
+                    "segments": [], "keypoints": None, "normalized": True, "bbox_format": "xywh"})
+    return out
+
+
+def collate(images: torch.Tensor, targets: torch.Tensor, indices, info: RecordInfo, filt: ClassFilter) -> dict:
+    """One trainer batch. `img` is the loader's uint8 buffer itself (no copy): valid until the next batch."""
+    if filt:
+        keep = filt.mask(targets[:, 1].numpy().astype(np.int64))
+        if keep is not None:
+            targets = targets[torch.from_numpy(keep)]
+        if filt.single_cls:
+            targets = targets.clone()
+            targets[:, 1] = 0
+    size = int(images.shape[-1])
+    shapes = [tuple(int(v) for v in info.shapes[i]) for i in indices]
+    return {
+        "batch_idx": targets[:, 0].contiguous(),
+        "bboxes": targets[:, 2:6].contiguous(),
+        "cls": targets[:, 1:2].contiguous(),
+        "im_file": tuple(info.files[i] for i in indices),
+        "img": images,
+        "ori_shape": tuple(shapes),
+        "ratio_pad": tuple((size / max(s), size / max(s)) for s in shapes),
+        "resized_shape": tuple((size, size) for _ in shapes),
+    }

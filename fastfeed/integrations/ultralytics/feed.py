@@ -1,0 +1,142 @@
+"""`FastfeedTrainLoader`: a fastfeed loader wearing what Ultralytics' trainer touches on its train loader.
+
+The trainer reads `len(loader)`, `loader.batch_size`, `loader.drop_last`, `loader.num_workers`,
+`len(loader.sampler)` (samples this rank draws), `loader.sampler.set_epoch()` (DDP), `loader.reset()`,
+`loader.close()`, and from `loader.dataset`: `len()`, `labels` (plots, class weights, the max_det
+check) and `mosaic` / `close_mosaic(hyp)` (its close_mosaic epochs). Everything else is iteration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from functools import cached_property
+from pathlib import Path
+
+import torch
+
+from ...loaders import LoaderConfig, create_loader
+from ...loaders.sampler import epoch_batches
+from .args import log
+from .batches import ClassFilter, collate, labels, read_records
+
+
+class StoreDataset:
+    """`train_loader.dataset`: the store's size and labels, and the switch that closes mosaic."""
+
+    def __init__(self, feed: FastfeedTrainLoader):
+        self._feed = feed
+
+    def __len__(self) -> int:
+        return len(self._feed.store)
+
+    @cached_property
+    def labels(self) -> list[dict]:
+        return labels(self._feed.info, self._feed.class_filter)
+
+    @property
+    def mosaic(self) -> bool:
+        return self._feed.cfg.hyp.mosaic > 0 and not self._feed.mosaic_closed
+
+    @mosaic.setter
+    def mosaic(self, on: bool) -> None:
+        if not on:
+            self._feed.close_mosaic()
+
+    def close_mosaic(self, hyp=None) -> None:
+        self._feed.close_mosaic()
+
+
+class EpochSampler:
+    """`train_loader.sampler`: how many samples this rank draws per epoch; `set_epoch` as DistributedSampler's."""
+
+    def __init__(self, feed: FastfeedTrainLoader):
+        self._feed = feed
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self._feed.plan(0))
+
+    def set_epoch(self, epoch: int) -> None:
+        self._feed.epoch = int(epoch)
+
+
+class FastfeedTrainLoader:
+    """Iterating gives one epoch of trainer batches (dicts) from `create_loader(name, store, cfg)`.
+
+    The epoch is `epoch_of()` (the trainer's current epoch) when given, else the last `sampler.set_epoch`.
+    A batch's `img` is the loader's uint8 buffer: valid until the next batch is requested; after a
+    non-blocking device copy, call `copy_issued()` so the buffer is not reused before the copy is done.
+    """
+
+    def __init__(self, name: str, store, cfg: LoaderConfig, *, epoch_of: Callable[[], int] | None = None,
+                 image_dir: Path | None = None, class_filter: ClassFilter | None = None):
+        self.name, self.store, self.cfg = name, store, cfg
+        self.rank, self.world_size = cfg.resolved_rank()
+        self.info = read_records(store, image_dir)
+        self.class_filter = class_filter or ClassFilter()
+        self.epoch = 0
+        self.mosaic_closed = False
+        self._epoch_of = epoch_of
+        self._copy_event = None
+        self.loader = create_loader(name, store, cfg)   # the fastfeed Loader itself (stage_times(), ...)
+        self.dataset = StoreDataset(self)
+        self.sampler = EpochSampler(self)
+
+    batch_size = property(lambda self: self.cfg.batch_size)
+    drop_last = property(lambda self: self.cfg.drop_last)
+    num_workers = property(lambda self: self.cfg.workers)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def plan(self, epoch: int) -> list:
+        """This rank's record indices per batch of `epoch`: the order every fastfeed loader uses."""
+        c = self.cfg
+        return epoch_batches(len(self.store), c.batch_size, epoch=epoch, seed=c.seed, rank=self.rank,
+                             world_size=self.world_size, shuffle=c.shuffle, drop_last=c.drop_last)
+
+    def __iter__(self):
+        return self._batches()   # a generator: nothing runs until the first batch is asked for
+
+    def _batches(self):
+        epoch = self.epoch = int(self._epoch_of()) if self._epoch_of is not None else self.epoch
+        loader = self.loader
+        loader.set_epoch(epoch)
+        for indices, (images, targets) in zip(self.plan(epoch), loader, strict=True):
+            if len(indices) != len(images):
+                raise RuntimeError(f"fastfeed {self.name} loader gave {len(images)} images for a batch of "
+                                   f"{len(indices)} records: its order is not epoch_batches'")
+            yield collate(images, targets, indices, self.info, self.class_filter)
+            self._wait_copy()    # the next request lets the loader reuse this batch's buffer
+
+    def copy_issued(self, device: torch.device) -> None:
+        """The trainer has queued this batch's copy to `device`; wait for it before the buffer is reused."""
+        if device.type == "cuda":
+            self._copy_event = torch.cuda.Event()
+            self._copy_event.record()
+        elif device.type not in ("cpu", "mps"):
+            backend = getattr(torch, device.type, None)
+            if backend is not None and hasattr(backend, "synchronize"):
+                backend.synchronize()
+
+    def _wait_copy(self) -> None:
+        if self._copy_event is not None:
+            self._copy_event.synchronize()
+            self._copy_event = None
+
+    def close_mosaic(self) -> None:
+        """Ultralytics' close_mosaic: the loader's own schedule (epochs, close_mosaic) normally already does it;
+        if the trainer closes earlier than that schedule (its `time` mode re-plans epochs), switch loaders."""
+        self.mosaic_closed = True
+        epoch = int(self._epoch_of()) if self._epoch_of is not None else self.epoch
+        if self.cfg.mosaic_on(epoch):
+            self.cfg = replace(self.cfg, hyp=replace(self.cfg.hyp, mosaic=0.0))
+            old, self.loader = self.loader, create_loader(self.name, self.store, self.cfg)
+            old.close()          # after the new one holds its own lease on a shared cache
+            log.info(f"fastfeed: mosaic off from epoch {epoch + 1}")
+
+    def reset(self) -> None:
+        """Ultralytics re-creates its iterator here; fastfeed plans each epoch afresh anyway."""
+
+    def close(self) -> None:
+        self.loader.close()

@@ -1,0 +1,143 @@
+"""data.yaml's train split -> a store: packed on first use, reused while unchanged, re-packed when a label
+or image changes; FASTFEED_STORE; and the argument mapping (loader choice, augmentation, warnings)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from ultra_data import sample_yolo, sample_yolo_master  # noqa: F401  (fixtures)
+
+pytest.importorskip("ultralytics")
+
+from ultralytics.cfg import get_cfg  # noqa: E402
+from ultralytics.utils import DEFAULT_CFG  # noqa: E402
+
+from fastfeed import Store  # noqa: E402
+from fastfeed.integrations.ultralytics.args import augment_hyp, loader_name, unsupported  # noqa: E402
+from fastfeed.integrations.ultralytics.store import check_classes, prepare_store, store_stem, train_source  # noqa: E402
+
+
+def _labels_of(store: Store, name: str):
+    for i in range(len(store)):
+        s = store.get(i, decode=False)
+        if s.file_name == name:
+            return s.classes.tolist()
+    raise KeyError(name)
+
+
+def test_packed_beside_the_dataset_then_reused_then_repacked_when_a_label_changes(sample_yolo):  # noqa: F811
+    train = sample_yolo / "images" / "train2017"
+    assert train_source(str(train)) == (sample_yolo, "train2017")
+    store = prepare_store(str(train), progress=False)
+    assert store.path.parent == sample_yolo and re.fullmatch(r"train2017-[0-9a-f]{10}\.ff", store.path.name)
+    first = os.stat(store.path).st_ino
+    assert len(store) == 16
+
+    again = prepare_store(str(train), progress=False)             # unchanged: the same store, not re-packed
+    assert again.path == store.path and os.stat(again.path).st_ino == first
+
+    label = sorted((sample_yolo / "labels" / "train2017").glob("*.txt"))[0]
+    name = label.with_suffix(".jpg").name
+    assert set(_labels_of(again, name)) != {5}
+    lines = label.read_text().splitlines()
+    label.write_text("\n".join(["5" + line[line.index(" "):] for line in lines]) + "\n")   # every box -> class 5
+    changed = prepare_store(str(train), progress=False)
+    assert changed.path != store.path and not store.path.exists()  # a new version; the old one is removed
+    assert set(_labels_of(changed, name)) == {5}
+
+    (sample_yolo / "images" / "train2017" / name).unlink()       # an image removed: re-packed again
+    assert len(prepare_store(str(train), progress=False)) == 15
+
+
+def test_read_only_dataset_goes_to_the_cache_folder(sample_yolo, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("FASTFEED_STORE_DIR", str(tmp_path / "stores"))
+    stem = store_stem(sample_yolo, "train2017")
+    assert stem.parent == tmp_path / "stores" and re.fullmatch(r"coco16-[0-9a-f]{8}-train2017", stem.name)
+    store = prepare_store(str(sample_yolo / "images" / "train2017"), progress=False)
+    assert store.path.parent == tmp_path / "stores" and len(store) == 16
+
+
+def test_fastfeed_store_env_uses_that_store_and_checks_its_classes(sample_yolo, monkeypatch):  # noqa: F811
+    store = prepare_store(str(sample_yolo / "images" / "train2017"), progress=False)
+    monkeypatch.setenv("FASTFEED_STORE", str(store.path))
+    assert prepare_store("/nonexistent/images/train", progress=False).path == store.path
+    names = {i: n for i, n in enumerate(store.class_names)}
+    check_classes(store, names, len(names))
+    with pytest.raises(ValueError, match="data.yaml names 3"):
+        check_classes(store, {0: "a", 1: "b", 2: "c"}, 3)
+    with pytest.raises(ValueError, match="names class 0 'person' but data.yaml names it 'car'"):
+        check_classes(store, {**names, 0: "car"}, len(names))
+
+
+@pytest.mark.parametrize("train, why", [("{root}/images/train2017/../../data.yaml", "not a folder"),
+                                        ("{root}/labels", "not under an 'images' folder"),
+                                        (["{root}/images/train2017", "{root}/images/train2017"], "lists 2")])
+def test_layouts_we_cannot_pack_say_what_to_do(sample_yolo, train, why):  # noqa: F811
+    train = [t.format(root=sample_yolo) for t in train] if isinstance(train, list) else train.format(root=sample_yolo)
+    with pytest.raises(ValueError, match=why) as e:
+        train_source(train)
+    assert "FASTFEED_STORE" in str(e.value)
+
+
+@pytest.mark.parametrize("cache, name", [(False, "cpu"), ("disk", "cpu"), (None, "cpu"), (True, "shm"), ("ram", "shm")])
+def test_cache_argument_picks_the_loader(cache, name, monkeypatch):
+    monkeypatch.delenv("FASTFEED_LOADER", raising=False)
+    assert loader_name(cache) == name
+
+
+def test_fastfeed_loader_env_overrides_and_is_checked(monkeypatch):
+    monkeypatch.setenv("FASTFEED_LOADER", "dali")
+    assert loader_name(True) == "dali"
+    monkeypatch.setenv("FASTFEED_LOADER", "gpu")
+    with pytest.raises(ValueError, match="valid: cpu, dali, shm"):
+        loader_name(False)
+    monkeypatch.delenv("FASTFEED_LOADER")
+    with pytest.raises(ValueError, match="cache='nvme'"):
+        loader_name("nvme")
+
+
+def test_augmentation_arguments_map_by_name():
+    args = get_cfg(DEFAULT_CFG, {"mosaic": 0.5, "degrees": 10.0, "translate": 0.2, "scale": 0.9, "shear": 2.0,
+                                 "flipud": 0.1, "fliplr": 0.3, "hsv_h": 0.02, "hsv_s": 0.5, "hsv_v": 0.3, "mixup": 0.1})
+    hyp = augment_hyp(args)
+    assert (hyp.mosaic, hyp.degrees, hyp.translate, hyp.scale, hyp.shear) == (0.5, 10.0, 0.2, 0.9, 2.0)
+    assert (hyp.flipud, hyp.fliplr, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v, hyp.mixup) == (0.1, 0.3, 0.02, 0.5, 0.3, 0.1)
+    assert augment_hyp(SimpleNamespace(**{**vars(args), "scale": (0.6, 1.4)})).scale == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="AugmentHyp.scale"):
+        augment_hyp(SimpleNamespace(**{**vars(args), "scale": 1.5}))
+
+
+def test_arguments_we_cannot_honour_are_named(monkeypatch):
+    args = get_cfg(DEFAULT_CFG, {"perspective": 0.001, "copy_paste": 0.2, "cutmix": 0.1, "bgr": 0.1, "rect": True,
+                                 "fraction": 0.5})
+    found = " | ".join(unsupported(args))
+    for name in ("perspective=0.001", "copy_paste=0.2", "cutmix=0.1", "bgr=0.1", "rect=True", "fraction=0.5"):
+        assert name in found
+    plain = get_cfg(DEFAULT_CFG, {})
+    assert not [m for m in unsupported(plain) if "albumentations" not in m]
+
+
+def test_warnings_go_to_ultralytics_log():
+    """Through Ultralytics' logger: shown where its own warnings are, silenced where its are (ranks > 0)."""
+    from fastfeed.integrations.ultralytics.args import log, warn_unsupported
+
+    assert log.parent is logging.getLogger("ultralytics") and log.isEnabledFor(logging.WARNING)
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append((record.levelno, record.getMessage()))
+    log.addHandler(handler)
+    try:
+        warn_unsupported(get_cfg(DEFAULT_CFG, {"perspective": 0.001}))
+    finally:
+        log.removeHandler(handler)
+    assert any(level == logging.WARNING and "fastfeed: perspective=0.001" in m for level, m in seen)
+
+
+def test_store_is_where_pack_put_it(sample_yolo):  # noqa: F811
+    store = prepare_store(str(sample_yolo / "images" / "train2017"), progress=False)
+    assert Path(store.manifest["source"]["root"]) == sample_yolo.resolve() and store.manifest["source"]["split"] == "train2017"

@@ -1,0 +1,100 @@
+"""Datasets for the Ultralytics integration tests (imported by them; not a conftest, so that the
+suite's top-level `conftest` module stays the one other tests import): YOLO-layout datasets with a
+data.yaml that Ultralytics' own trainer and validator read. Ultralytics runs offline, with its settings and
+DDP files in a temporary folder."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ["YOLO_OFFLINE"] = "1"                     # no update checks, font or asset downloads
+if "YOLO_CONFIG_DIR" not in os.environ:                  # Ultralytics' settings and DDP files: ours, then gone
+    os.environ["YOLO_CONFIG_DIR"] = tempfile.mkdtemp(prefix="ff-yolo-cfg-")
+    atexit.register(shutil.rmtree, os.environ["YOLO_CONFIG_DIR"], True)
+
+import fastfeed  # noqa: E402
+from fastfeed import Store  # noqa: E402
+from fastfeed.pack import PackConfig, pack  # noqa: E402
+
+RED = (230, 20, 20)
+
+
+def write_data_yaml(root: Path, names: list[str], split: str = "train2017") -> Path:
+    (root / "data.yaml").write_text(f"path: {root}\ntrain: images/{split}\nval: images/{split}\nnames:\n"
+                                    + "".join(f"  {i}: {n}\n" for i, n in enumerate(names)))
+    return root / "data.yaml"
+
+
+def yolo_line(cls: int, xyxy) -> str:
+    x1, y1, x2, y2 = (float(v) for v in xyxy)
+    return f"{cls} {(x1 + x2) / 2:.6f} {(y1 + y2) / 2:.6f} {x2 - x1:.6f} {y2 - y1:.6f}"
+
+
+@pytest.fixture(scope="session")
+def sample_yolo_master(tmp_path_factory) -> Path:
+    """The bundled 16-image COCO sample in Ultralytics' YOLO layout (labels from the packed store's boxes)."""
+    src, root = fastfeed.sample_path(), tmp_path_factory.mktemp("sample-yolo") / "coco16"
+    tmp = root.parent / "coco.ff"
+    pack(PackConfig(src=src, out=tmp, progress=False, workers=1))
+    store = Store(tmp)
+    images, labels = root / "images" / "train2017", root / "labels" / "train2017"
+    images.mkdir(parents=True)
+    labels.mkdir(parents=True)
+    for i in range(len(store)):
+        s = store.get(i, decode=False)
+        shutil.copy(src / "images" / "train2017" / s.file_name, images / s.file_name)
+        (labels / (Path(s.file_name).stem + ".txt")).write_text(
+            "".join(yolo_line(c, b) + "\n" for b, c in zip(s.boxes, s.classes)))
+    write_data_yaml(root, store.class_names)
+    store.close()
+    shutil.rmtree(tmp)
+    return root
+
+
+@pytest.fixture
+def sample_yolo(sample_yolo_master, tmp_path) -> Path:
+    """A private copy (tests pack stores beside it and edit its labels)."""
+    root = tmp_path / "coco16"
+    shutil.copytree(sample_yolo_master, root)
+    write_data_yaml(root, _names(sample_yolo_master))
+    return root
+
+
+def _names(root: Path) -> list[str]:
+    import yaml
+
+    names = yaml.safe_load((root / "data.yaml").read_text())["names"]
+    return [names[k] for k in sorted(names)]
+
+
+@pytest.fixture(scope="session")
+def painted_yolo(tmp_path_factory) -> Path:
+    """24 PNG images of grey noise (never red), each with red rectangles and their YOLO labels."""
+    import cv2
+
+    root = tmp_path_factory.mktemp("painted") / "painted"
+    images, labels = root / "images" / "train", root / "labels" / "train"
+    images.mkdir(parents=True)
+    labels.mkdir(parents=True)
+    for k in range(24):
+        rng = np.random.default_rng(k)
+        h, w = (120, 160) if k % 2 else (160, 120)
+        img = rng.integers(90, 160, (h, w, 3), dtype=np.uint8)
+        lines = []
+        for j in range(2):
+            bw, bh = w // 4 + (k + j) % 9, h // 4 + (k * j) % 7
+            x1 = 6 + (k * 7) % (w // 2 - bw // 2) if j == 0 else w - bw - 6
+            y1 = 6 + (k * 5) % (h // 2) if j == 0 else 6
+            img[y1:y1 + bh, x1:x1 + bw] = RED
+            lines.append(yolo_line((k + j) % 3, (x1 / w, y1 / h, (x1 + bw) / w, (y1 + bh) / h)))
+        cv2.imwrite(str(images / f"{k:02d}.png"), img[:, :, ::-1])   # PNG: exact paint, no JPEG ringing
+        (labels / f"{k:02d}.txt").write_text("\n".join(lines) + "\n")
+    write_data_yaml(root, ["a", "b", "c"], split="train")
+    return root
