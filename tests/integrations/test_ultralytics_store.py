@@ -140,4 +140,4 @@ def test_warnings_go_to_ultralytics_log():
 
 def test_store_is_where_pack_put_it(sample_yolo):  # noqa: F811
     store = prepare_store(str(sample_yolo / "images" / "train2017"), progress=False)
-    assert Path(store.manifest["source"]["root"]) == sample_yolo.resolve() and store.manifest["source"]["split"] == "train2017"
+    assert Path(store.manifest.source["root"]) == sample_yolo.resolve() and store.manifest.source["split"] == "train2017"

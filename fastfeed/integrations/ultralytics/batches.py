@@ -14,8 +14,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ...store import format as fmt
-
 
 @dataclass
 class RecordInfo:
@@ -30,16 +28,15 @@ class RecordInfo:
 def read_records(store, image_dir: Path | None) -> RecordInfo:
     files, shapes, boxes, classes = [], np.zeros((len(store), 2), np.int64), [], []
     for i in range(len(store)):
-        head, name, xyxy, cls, _ = fmt.decode_record(store.raw_record(i), check=False)
-        nb = head.n_boxes            # the training boxes; iscrowd regions follow them
-        xyxy = xyxy[:nb]
+        r = store.record(i, check_crc=False)   # labels and sizes only: no payload is read or decoded
+        xyxy = r.boxes                         # the training boxes (iscrowd regions are kept apart)
         cxcywh = np.empty_like(xyxy)
         cxcywh[:, :2] = (xyxy[:, :2] + xyxy[:, 2:]) / 2
         cxcywh[:, 2:] = xyxy[:, 2:] - xyxy[:, :2]
-        files.append(str(image_dir / name) if image_dir is not None else name)
-        shapes[i] = head.orig_height, head.orig_width
+        files.append(str(image_dir / r.file_name) if image_dir is not None else r.file_name)
+        shapes[i] = r.orig_size
         boxes.append(cxcywh)
-        classes.append(cls[:nb])
+        classes.append(r.classes)
     return RecordInfo(files, shapes, boxes, classes)
 
 

@@ -130,7 +130,7 @@ class FastfeedTrainLoader:
         self.mosaic_closed = True
         epoch = int(self._epoch_of()) if self._epoch_of is not None else self.epoch
         if self.cfg.mosaic_on(epoch):
-            self.cfg = replace(self.cfg, hyp=replace(self.cfg.hyp, mosaic=0.0))
+            self.cfg = replace(self.cfg, hyp=replace(self.cfg.hyp, mosaic=0.0, mixup=0.0))   # as Ultralytics closes both
             old, self.loader = self.loader, create_loader(self.name, self.store, self.cfg)
             old.close()          # after the new one holds its own lease on a shared cache
             log.info(f"fastfeed: mosaic off from epoch {epoch + 1}")

@@ -119,7 +119,7 @@ def prepare_store(train, progress: bool = True) -> Store:
         log.info(f"fastfeed: packing {root / 'images' / (split or '')} into {out} ({why})")
         res = pack(PackConfig(src=root, out=out, format="yolo", split=split, overwrite=True, progress=progress))
         m = res.manifest
-        log.info(f"fastfeed: packed {m['num_images']} images, {m['num_boxes']} boxes in {res.seconds:.1f} s"
+        log.info(f"fastfeed: packed {m.num_images} images, {m.num_boxes} boxes in {res.seconds:.1f} s"
                  + (f"; {res.report.images_rejected} image(s) skipped, see {out / 'rejects.jsonl'}"
                     if res.report.images_rejected else ""))
         for line in res.report.summary_lines():

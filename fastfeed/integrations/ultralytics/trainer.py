@@ -63,6 +63,7 @@ class FastfeedTrainer(DetectionTrainer):
                            workers=_workers(self.args.workers, self.device), seed=int(self.args.seed),
                            shuffle=True, drop_last=bool(self.args.compile), epochs=int(self.epochs),
                            close_mosaic=int(self.args.close_mosaic), hyp=augment_hyp(self.args),
+                           device=str(self.device) if self.device.type in ("cuda", "npu") else "cpu",
                            pin_memory=self.device.type == "cuda")
         ref = weakref.ref(self)
         image_dir = Path(dataset_path) if isinstance(dataset_path, (str, os.PathLike)) else None
