@@ -46,6 +46,10 @@ def add_parser(sub) -> None:
                    help="how --store original proves JPEGs intact: a strict decode at 1/8 scale, which fails "
                         "on the same truncated/corrupt files as a full decode at about half the cost "
                         "(default), or a full-size decode")
+    p.add_argument("--max-pixels", type=int, metavar="N",
+                   help="refuse images of more than N pixels, read from the header before anything is decoded "
+                        "(image_too_large; default 89,478,485, Pillow's decompression-bomb limit); raise it for "
+                        "genuinely huge images")
     p.add_argument("--force", action="store_true", help="replace OUT if it is an existing store")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -70,7 +74,8 @@ def run(args) -> int:
         cfg = PackConfig(src=src, out=args.out, format=args.format, split=args.split, ann=ann,
                          images=args.images, store=args.store, max_side=args.max_side, quality=args.quality,
                          shards=args.shards, shard_mb=args.shard_mb, workers=args.workers,
-                         on_error=args.on_error, check=args.check, overwrite=args.force, progress=not args.quiet)
+                         on_error=args.on_error, check=args.check, overwrite=args.force, progress=not args.quiet,
+                         **({} if args.max_pixels is None else {"max_pixels": args.max_pixels}))
         res = pack(cfg)
     except ValueError as e:
         return fail(str(e), EXIT_USAGE)

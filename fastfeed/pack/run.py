@@ -19,6 +19,7 @@ from .. import __version__
 from ..procs import worker_context
 from ..store import format as fmt
 from . import segment
+from .check import DEFAULT_MAX_PIXELS
 from .layout import open_source
 from .process import STORE_MODES, PayloadConfig
 from .report import PackReport
@@ -51,6 +52,7 @@ class PackConfig:
     workers: int | None = None
     on_error: str = "skip"
     check: str = "entropy"             # how original-mode JPEGs are proven decodable (see codec)
+    max_pixels: int = DEFAULT_MAX_PIXELS   # larger images are refused from their header (image_too_large)
     overwrite: bool = False
     progress: bool = True
 
@@ -75,6 +77,8 @@ class PackConfig:
             raise ValueError(f"workers must be >= 0 (0 or 1: pack in this process), got {self.workers}")
         if self.check not in ("entropy", "full"):
             raise ValueError(f"check must be 'entropy' or 'full', got {self.check!r}")
+        if self.max_pixels < 1:
+            raise ValueError(f"max_pixels must be >= 1, got {self.max_pixels}")
         if self.on_error not in ("skip", "fail"):
             raise ValueError(f"on_error must be 'skip' or 'fail', got {self.on_error!r}")
 
@@ -179,7 +183,7 @@ def pack(cfg: PackConfig) -> PackResult:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        payload = PayloadConfig(cfg.store, cfg.max_side, cfg.quality, cfg.check)
+        payload = PayloadConfig(cfg.store, cfg.max_side, cfg.quality, cfg.check, cfg.max_pixels)
         nc = len(source.class_names) or None
         jobs = [segment.SegmentJob(k, items, payload, nc, tmp, cfg.on_error == "fail")
                 for k, items in enumerate(plan_segments(source.items, cfg, workers))]
@@ -234,7 +238,7 @@ def _manifest(cfg: PackConfig, source, shards: list[dict], stats, report: PackRe
                    "annotations": [str(a.resolve()) for a in source.annotation_files],
                    "images_seen": len(source.items), "fingerprint": source_hash.hexdigest()[:32]},
         "pack_options": {k: v for k, v in asdict(cfg).items()
-                         if k in ("shards", "shard_mb", "on_error", "format", "split", "check")} | {"workers": workers},
+                         if k in ("shards", "shard_mb", "on_error", "format", "split", "check", "max_pixels")} | {"workers": workers},
         "stats": {"class_boxes": [stats.class_boxes.get(c, 0) for c in range(len(names))],
                   "sizes": dict(stats.sizes.most_common()), "record_bytes": stats.record_bytes},
         "report": report.to_dict(),
