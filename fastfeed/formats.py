@@ -198,7 +198,7 @@ def decode_other(data, fmt: str) -> tuple[np.ndarray, str]:
         try:
             return decode_cv2(data), "OpenCV"
         except DecodeError:
-            if fmt == "gif":
+            if fmt == "gif" or not len(data):  # an empty file is nothing Pillow could read either
                 raise
     return _decode_pillow(data, fmt), "Pillow"
 
