@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from .report import Problem
-from .source import Item, PackError, Source, list_images
+from .source import Item, PackError, Source, list_folder
 
 try:  # 2x faster on the hundreds of MB of a full COCO annotation file
     from orjson import JSONDecodeError as _JSONError
@@ -157,7 +157,9 @@ def read_coco(ann_file: Path, images_dir: Path, split: str | None = None, root: 
 
     listed = {os.path.normpath(im["file_name"]) for im in entries}
     if images_dir.is_dir():
-        for p in list_images(images_dir):
+        listing = list_folder(images_dir)
+        problems += listing.repeats
+        for p in listing.images:
             name = str(p.relative_to(images_dir))
             if name not in listed:
                 problems.append(Problem("unlisted_image", name))
