@@ -9,7 +9,8 @@ from conftest import IMAGE_EXTENSIONS, image_bytes, jpeg_bytes, paint_image, png
 from test_pack import by_name, rejects, run_pack
 
 from fastfeed import Store
-from fastfeed.pack import check
+from fastfeed.pack import PackError, check
+from fastfeed.store import format as fmt
 
 # --- COCO JSON edited by hand ----------------------------------------------------------------------
 
@@ -311,3 +312,109 @@ def test_hidden_files_and_folders_are_not_listed(yolo_builder, tmp_path):
     (b.images_dir / ".ipynb_checkpoints" / "a-checkpoint.jpg").write_bytes(jpeg_bytes(paint_image(10, 10)))
     res = run_pack(b.root, tmp_path / "out")
     assert [s.file_name for s in by_name(Store(tmp_path / "out")).values()] == ["a.jpg"] and res.report.errors == []
+
+
+# --- two packs into one OUT -------------------------------------------------------------------------
+
+
+def _hold_lock(out, ready, release):
+    from fastfeed.pack.writer import pack_lock
+
+    with pack_lock(out):
+        ready.set()
+        release.wait(30)
+
+
+@pytest.fixture
+def lock_held_elsewhere():
+    """Hold OUT's pack lock in another process, as a first pack still running would."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    procs = []
+
+    def hold(out):
+        ready, release = ctx.Event(), ctx.Event()
+        p = ctx.Process(target=_hold_lock, args=(out, ready, release))
+        p.start()
+        assert ready.wait(10)
+        procs.append((p, release))
+        return p.pid
+
+    yield hold
+    for p, release in procs:
+        release.set()
+        p.join(10)
+
+
+def test_a_second_pack_into_one_out_stops_before_any_work(coco_builder, tmp_path, monkeypatch, lock_held_elsewhere):
+    coco_builder.add_image("a.jpg")
+    src = coco_builder.write()
+    pid = lock_held_elsewhere(tmp_path / "out")
+    assert fmt.pack_lock_path(tmp_path / "out") == tmp_path / ".out.lock"
+    monkeypatch.setattr("fastfeed.pack.run.open_source", lambda *a: pytest.fail("the source was read"))
+    with pytest.raises(PackError, match=f"another fastfeed pack \\(pid {pid}\\) is writing .*out: wait for it"):
+        run_pack(src, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_cli_says_so_in_one_line(coco_builder, tmp_path, capsys, lock_held_elsewhere):
+    from fastfeed.cli import main
+
+    coco_builder.add_image("a.jpg")
+    src = coco_builder.write()
+    lock_held_elsewhere(tmp_path / "out")
+    assert main(["pack", str(src), "-o", str(tmp_path / "out"), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("fastfeed: error: another fastfeed pack (pid ")
+
+
+def test_the_lock_goes_with_the_pack_and_a_stale_one_is_no_obstacle(coco_builder, tmp_path):
+    coco_builder.add_image("a.jpg")
+    src = coco_builder.write()
+    (tmp_path / ".out.lock").write_text("99999999\n")                 # left by a killed pack: nobody holds it
+    (tmp_path / ".out.incomplete-99999999").mkdir()                   # that pack's half-written store
+    run_pack(src, tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["coco", "out"]
+
+
+# --- messages ---------------------------------------------------------------------------------------
+
+
+def test_the_cli_points_at_rejects_jsonl_only_where_it_exists(coco_builder, tmp_path, capsys):
+    from fastfeed.cli import main
+
+    coco_builder.add_image("bad.jpg", data=b"")
+    src = coco_builder.write()
+    assert main(["pack", str(src), "-o", str(tmp_path / "out"), "--quiet", "--on-error", "fail"]) == 1
+    out, err = capsys.readouterr()
+    assert "rejects.jsonl" not in out + err and not (tmp_path / "out").exists()
+    assert main(["pack", str(src), "-o", str(tmp_path / "out"), "--quiet"]) == 1
+    out, err = capsys.readouterr()
+    listed = tmp_path / "out" / "rejects.jsonl"
+    assert f"errors are listed in {listed}" in out and f"the reasons are listed in {listed}" in err
+    assert rejects(tmp_path / "out")[0]["file"] == "bad.jpg"
+
+
+def test_verify_names_the_missing_shard(coco_builder, tmp_path, capsys):
+    from fastfeed.cli import main
+
+    for k in range(4):
+        coco_builder.add_image(f"{k}.jpg", seed=k)
+    run_pack(coco_builder.write(), tmp_path / "out", shards=2)
+    (tmp_path / "out" / "shard-00001.mdb").unlink()
+    assert main(["verify", str(tmp_path / "out"), "--quiet"]) == 1
+    assert "shard file shard-00001.mdb is missing (records 2..3)" in capsys.readouterr().out
+
+
+def test_max_pixels_is_explained_in_help_with_the_default_it_applies(capsys):
+    from PIL import Image
+
+    from fastfeed.cli import main
+
+    assert check.DEFAULT_MAX_PIXELS == Image.MAX_IMAGE_PIXELS
+
+    with pytest.raises(SystemExit):
+        main(["pack", "--help"])
+    assert f"default {check.DEFAULT_MAX_PIXELS:,}, Pillow's decompression-bomb limit" in " ".join(
+        capsys.readouterr().out.split())

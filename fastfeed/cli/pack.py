@@ -55,10 +55,11 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _print_report(report) -> None:
+def _print_report(report, rejects) -> None:
     lines = report.summary_lines()
     if lines:
-        print("problems found (all counted; errors are listed in rejects.jsonl):")
+        listed = f"; errors are listed in {rejects}" if rejects is not None and rejects.is_file() else ""
+        print(f"problems found (all counted{listed}):")
         for line in lines:
             print("  " + line)
 
@@ -81,7 +82,7 @@ def run(args) -> int:
         return fail(str(e), EXIT_USAGE)
     except PackError as e:
         if e.report is not None:
-            _print_report(e.report)
+            _print_report(e.report, e.rejects)
         return fail(str(e))
     m = res.manifest
     print(f"packed {res.source_desc}")
@@ -90,6 +91,6 @@ def run(args) -> int:
           f"{res.seconds:.1f} s ({m['num_images'] / max(res.seconds, 1e-9):.0f} images/s)")
     rejected = res.report.images_rejected
     if rejected:
-        print(f"  {rejected} image(s) skipped: see {res.out / 'rejects.jsonl'}")
-    _print_report(res.report)
+        print(f"  {rejected} image(s) skipped: see {res.rejects}")
+    _print_report(res.report, res.rejects)
     return EXIT_OK

@@ -19,12 +19,14 @@ IMAGE_SUFFIXES = {".jpg", ".jpeg", ".jpe", ".mpo", ".png", ".bmp", ".tif", ".tif
 class PackError(Exception):
     """A problem that stops the pack: unreadable annotations, unknown layout, --on-error fail, ...
 
-    `report` holds what was counted before the stop, when packing had started.
+    `report` holds what was counted before the stop, when packing had started; `rejects` the file
+    that lists every rejection, when one was written (every image rejected).
     """
 
-    def __init__(self, message: str, report=None):
+    def __init__(self, message: str, report=None, rejects=None):
         super().__init__(message)
         self.report = report
+        self.rejects = rejects  # the rejects.jsonl written for this failed pack, if any
 
 
 @dataclass(slots=True)
