@@ -418,3 +418,14 @@ def test_max_pixels_is_explained_in_help_with_the_default_it_applies(capsys):
         main(["pack", "--help"])
     assert f"default {check.DEFAULT_MAX_PIXELS:,}, Pillow's decompression-bomb limit" in " ".join(
         capsys.readouterr().out.split())
+
+
+def test_an_unreadable_label_file_skips_its_image_rather_than_packing_it_without_boxes(yolo_builder, tmp_path):
+    b = yolo_builder(names=["café"]).add("ok", ["0 0.5 0.5 0.2 0.2"]).add("latin", None)
+    (b.labels_dir / "latin.txt").write_bytes("0 0.5 0.5 0.2 0.2 # caf\xe9\n".encode("latin-1"))
+    res = run_pack(b.root, tmp_path / "out")
+    assert [s.file_name for s in by_name(Store(tmp_path / "out")).values()] == ["ok.jpg"]
+    (row,) = rejects(tmp_path / "out")
+    assert (row["file"], row["reason"], row["kind"]) == ("latin.jpg", "unreadable_label", "image")
+    assert "UnicodeDecodeError" in row["detail"] and "save it as UTF-8" in row["detail"]
+    assert res.report.counts["background"] == 0

@@ -103,6 +103,8 @@ def process_item(item: Item, cfg: PayloadConfig, nc: int | None) -> Result:
         return res
     res.problems.extend(checked.notes)
     xyxy, classes, crowd = _labels(item, orig, nc, res.problems)
+    if any(p.reason == "unreadable_label" for p in res.problems):
+        return res  # not packed as a background image: its boxes are in the file that could not be read
     if crowd.any():
         res.problems.extend(Problem("crowd", item.name) for _ in range(int(crowd.sum())))
     if not (~crowd).any():

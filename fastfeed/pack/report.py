@@ -23,6 +23,7 @@ ERRORS = {
     "duplicate_image_id": "COCO image id given to several images: their annotations cannot be told apart (all skipped)",
     "duplicate_file_name": "one file listed by several COCO image entries: its boxes are split between them (all skipped)",
     "label_without_image": "label file with no image (labels ignored)",
+    "unreadable_label": "label file that cannot be read, e.g. not UTF-8 (image skipped, not packed without its boxes)",
     "orphan_annotation": "annotation for an image id not in the JSON (dropped)",
     "malformed_annotation": "malformed JSON annotation or image entry (dropped)",
     "malformed_line": "malformed label line (dropped)",
@@ -46,7 +47,7 @@ NOTES = {
     "unlisted_image": "image file not referenced by the annotations (not packed)",
 }
 IMAGE_REJECTS = {"missing_image", "unreadable_image", "corrupt_image", "size_mismatch", "unsupported_format",
-                 "image_too_large", "check_failed", "duplicate_image_id", "duplicate_file_name"}
+                 "image_too_large", "check_failed", "duplicate_image_id", "duplicate_file_name", "unreadable_label"}
 EXAMPLES_KEPT = 20
 
 

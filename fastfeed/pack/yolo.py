@@ -77,7 +77,8 @@ def parse_label(path: Path, name: str, nc: int | None):
     try:
         text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not part of line 1 (as Ultralytics reads)
     except (OSError, UnicodeDecodeError) as e:
-        return np.zeros((0, 4)), np.zeros(0, np.int64), [Problem("malformed_line", name, f"label file unreadable: {e}")]
+        return np.zeros((0, 4)), np.zeros(0, np.int64), [Problem("unreadable_label", name, (
+            f"{path.name}: {type(e).__name__}: {e}; save it as UTF-8 text")[:300])]
     boxes, classes, seen = [], [], set()
     for lineno, line in enumerate(text.splitlines(), 1):
         parts = line.split()
