@@ -429,3 +429,13 @@ def test_an_unreadable_label_file_skips_its_image_rather_than_packing_it_without
     assert (row["file"], row["reason"], row["kind"]) == ("latin.jpg", "unreadable_label", "image")
     assert "UnicodeDecodeError" in row["detail"] and "save it as UTF-8" in row["detail"]
     assert res.report.counts["background"] == 0
+
+
+def test_docs_inputs_md_covers_every_reason():
+    from conftest import REPO
+
+    from fastfeed.pack import report
+
+    page = (REPO / "docs" / "inputs.md").read_text()
+    missing = [r for r in (*report.ERRORS, *report.NOTES) if f"`{r}`" not in page]
+    assert missing == [], f"docs/inputs.md does not say which input leads to {missing}"

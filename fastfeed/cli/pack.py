@@ -16,7 +16,8 @@ def add_parser(sub) -> None:
         description="Pack a COCO or YOLO dataset into LMDB shards + manifest.json. Every image is decoded\n"
                     "and every box checked; problems are counted, reported by file name, and skipped images\n"
                     "listed in OUT/rejects.jsonl. The store is written beside OUT and renamed into place only\n"
-                    "when complete. The source is never modified.",
+                    "when complete. The source is never modified. Every image format Ultralytics reads is packed;\n"
+                    "those DALI cannot decode (AVIF, HEIC, DNG, PFM) are stored as PNG. See docs/inputs.md.",
         epilog="layouts (auto-detected):\n"
                "  COCO  SRC/annotations/instances_<split>.json + SRC/images/<split>/\n"
                "  YOLO  SRC/images/<split>/ + SRC/labels/<split>/*.txt (+ SRC/data.yaml names),\n"
