@@ -43,8 +43,10 @@ def _tiff_tags(data) -> dict[int, int | None]:
             value = None
             if kind in (3, 4):  # SHORT, LONG: inline when they fit in 4 bytes, else at an offset
                 fmt, size = ("H", 2) if kind == 3 else ("I", 4)
-                where = raw if n * size <= 4 else data[struct.unpack(order + "I", raw)[0]:][:size]
-                value = struct.unpack_from(order + fmt, where)[0]
+                if n * size <= 4:
+                    value = struct.unpack_from(order + fmt, raw)[0]
+                else:
+                    value = struct.unpack_from(order + fmt, data, struct.unpack(order + "I", raw)[0])[0]
             tags[tag] = value
     except struct.error:
         raise DecodeError("TIFF header truncated or damaged") from None

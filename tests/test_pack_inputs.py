@@ -439,3 +439,14 @@ def test_docs_inputs_md_covers_every_reason():
     page = (REPO / "docs" / "inputs.md").read_text()
     missing = [r for r in (*report.ERRORS, *report.NOTES) if f"`{r}`" not in page]
     assert missing == [], f"docs/inputs.md does not say which input leads to {missing}"
+
+
+def test_a_set_of_only_unlisted_formats_still_lists_its_reasons(yolo_builder, tmp_path):
+    from PIL import Image
+
+    b = yolo_builder(names=["a"]).add("anim", ["0 0.5 0.5 0.2 0.2"], image=False)
+    Image.fromarray(paint_image(16, 16)).save(b.images_dir / "anim.gif")
+    with pytest.raises(PackError, match="nothing usable was packed: no image could be listed") as e:
+        run_pack(b.root, tmp_path / "out")
+    assert [(r["file"], r["reason"]) for r in rejects(tmp_path / "out")] == [("anim.gif", "unsupported_format")]
+    assert e.value.rejects == tmp_path / "out" / "rejects.jsonl"

@@ -72,6 +72,8 @@ def _check(data, name: str, cfg) -> Checked:
         notes = _conversion_notes(data, fmt, name)
         if cfg.store == "original":
             size, how = codec.check_decodable(data, full=cfg.check == "full")
+            if hw is None:
+                _limit(size, cfg.max_pixels, "decoded")
             return Checked(size, size, how, payload=data, notes=notes)
         img, orig, how = codec.decode_fit(data, cfg.max_side)
         _limit(orig, cfg.max_pixels, "decoded")

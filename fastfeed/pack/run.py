@@ -204,8 +204,8 @@ def _keep_rejects(tmp: Path, out: Path, report: PackReport, n: int) -> NoReturn:
     else:
         publish(tmp, out, overwrite=True)  # OUT is new, or holds only an earlier failed pack's list
         where, note = out / fmt.REJECTS, f"{out} holds only that file: it is not a store"
-    raise PackError(f"nothing usable was packed: all {n} images were rejected; the reasons are listed in "
-                    f"{where} ({note})", report, where)
+    what = f"all {n} images were rejected" if n else "no image could be listed"
+    raise PackError(f"nothing usable was packed: {what}; the reasons are listed in {where} ({note})", report, where)
 
 
 def _manifest(cfg: PackConfig, source, shards: list[dict], stats, report: PackReport, workers: int) -> dict:

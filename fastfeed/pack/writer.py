@@ -84,7 +84,10 @@ def pack_lock(out: Path):
     when another pack holds it: two packs into one OUT learn it before either does any work."""
     path = fmt.pack_lock_path(out)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise PackError(f"cannot write beside {out}: {e}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
