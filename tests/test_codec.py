@@ -153,3 +153,38 @@ def test_what_opencv_decodes_here(tmp_path):
                        "gif": True, "pfm": True, "heic": False}
     pfm = cv2.imdecode(np.frombuffer(image_bytes(img, "pfm"), np.uint8), cv2.IMREAD_COLOR)
     assert pfm.max() <= 1  # IMREAD_COLOR casts PFM's 0..1 floats to 0/1: why fastfeed reads PFM itself
+
+
+def test_dng_decodes_in_a_process_forked_after_openmp_ran():
+    """LibRaw's OpenMP loops hung forever in a pack worker forked from a process that had used
+    OpenMP (as torch does): the regression that hung the whole test suite."""
+    import os
+    import time
+
+    import torch
+
+    pytest.importorskip("rawpy")
+    data = dng_bytes(64, 96)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        torch.randn(2_000_000).add_(1).sum()   # an OpenMP parallel region in this process
+    finally:
+        torch.set_num_threads(threads)
+    pid = os.fork()
+    if pid == 0:  # the child: what a pack worker does with a DNG
+        try:
+            img, _ = formats.decode_other(data, "dng")
+            os._exit(0 if img.shape == (64, 96, 3) else 1)
+        finally:
+            os._exit(2)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    pytest.fail("decoding a DNG in a forked child hung")
