@@ -64,8 +64,12 @@ def decode_jpeg(data, min_size: tuple[int, int] | None = None) -> np.ndarray:
 
 def decode_cv2(data) -> np.ndarray:
     """Decode any format OpenCV knows (PNG, BMP, WebP, CMYK JPEG...) to RGB uint8 HWC."""
-    buf = np.frombuffer(data, np.uint8)
-    img = cv2.imdecode(buf, _CV2_FLAGS)
+    if len(data) == 0:
+        raise DecodeError("empty file (0 bytes)")  # cv2.imdecode asserts on an empty buffer
+    try:
+        img = cv2.imdecode(np.frombuffer(data, np.uint8), _CV2_FLAGS)
+    except cv2.error as e:  # odd files (some TIFFs) make a decoder assert instead of returning None
+        raise DecodeError(f"OpenCV: {str(e).strip()[:200]}") from None
     if img is None:
         raise DecodeError("OpenCV could not decode the image (corrupt, truncated or unknown format)")
     return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)

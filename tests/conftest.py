@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -113,3 +114,76 @@ def coco_builder(tmp_path):
 @pytest.fixture
 def yolo_builder(tmp_path):
     return lambda **kw: YoloBuilder(tmp_path / "yolo", **kw)
+
+
+# Every container Ultralytics lists (plus .jpe, .pfm): extension -> how `image_bytes` encodes it.
+IMAGE_EXTENSIONS = ("jpg", "jpeg", "jpe", "mpo", "png", "bmp", "tif", "tiff", "webp", "jp2", "pfm",
+                    "avif", "heic", "heif", "dng")
+_PIL_FORMATS = {"png": "PNG", "bmp": "BMP", "tif": "TIFF", "tiff": "TIFF", "webp": "WEBP", "jp2": "JPEG2000",
+                "avif": "AVIF", "gif": "GIF", "ppm": "PPM"}
+
+
+def dng_bytes(h: int = 96, w: int = 128, seed: int = 0) -> bytes:
+    """A minimal 12-bit Bayer DNG (pidng); skips the test when pidng is not installed."""
+    import tempfile
+
+    core = pytest.importorskip("pidng.core")
+    from pidng.defs import CalibrationIlluminant, CFAPattern, DNGVersion, PhotometricInterpretation
+
+    raw = np.random.default_rng(seed).integers(0, 4095, (h, w)).astype(np.uint16)
+    t = core.DNGTags()
+    for tag, value in ((core.Tag.ImageWidth, w), (core.Tag.ImageLength, h), (core.Tag.TileWidth, w),
+                       (core.Tag.TileLength, h), (core.Tag.SamplesPerPixel, 1), (core.Tag.BitsPerSample, 12),
+                       (core.Tag.PhotometricInterpretation, PhotometricInterpretation.Color_Filter_Array),
+                       (core.Tag.CFARepeatPatternDim, [2, 2]), (core.Tag.CFAPattern, CFAPattern.GBRG),
+                       (core.Tag.BlackLevel, 0), (core.Tag.WhiteLevel, 4095),
+                       (core.Tag.ColorMatrix1, [[1, 1], [0, 1], [0, 1], [0, 1], [1, 1], [0, 1], [0, 1], [0, 1], [1, 1]]),
+                       (core.Tag.CalibrationIlluminant1, CalibrationIlluminant.D65),
+                       (core.Tag.AsShotNeutral, [[1, 1], [1, 1], [1, 1]]), (core.Tag.Make, "fastfeed"),
+                       (core.Tag.Model, "test"), (core.Tag.DNGVersion, DNGVersion.V1_4),
+                       (core.Tag.DNGBackwardVersion, DNGVersion.V1_2)):
+        t.set(tag, value)
+    with tempfile.TemporaryDirectory() as d:
+        r = core.RAW2DNG()
+        r.options(t, path=d, compress=False)
+        r.convert(raw, filename="raw")
+        return (Path(d) / "raw.dng").read_bytes()
+
+
+def image_bytes(img: np.ndarray, ext: str) -> bytes:
+    """RGB uint8 `img` encoded as a file with extension `ext` would hold it (lossless where the format
+    allows). A DNG holds Bayer noise of the same size, not `img`. Skips the test when no installed
+    encoder writes `ext`."""
+    from PIL import Image
+
+    pim = Image.fromarray(img)
+    buf = io.BytesIO()
+    if ext in ("jpg", "jpeg", "jpe"):
+        return jpeg_bytes(img)
+    if ext == "mpo":  # two JPEG frames: what stereo and some phone cameras write
+        pim.save(buf, "MPO", save_all=True, append_images=[pim.transpose(Image.Transpose.FLIP_LEFT_RIGHT)], quality=92)
+    elif ext == "pfm":
+        return cv2.imencode(".pfm", cv2.cvtColor(img, cv2.COLOR_RGB2BGR).astype(np.float32) / 255)[1].tobytes()
+    elif ext in ("heic", "heif"):
+        pytest.importorskip("pillow_heif").register_heif_opener()
+        pim.save(buf, "HEIF", quality=-1)
+    elif ext == "dng":
+        return dng_bytes(*img.shape[:2])
+    elif ext == "webp":
+        pim.save(buf, "WEBP", lossless=True)
+    elif ext == "avif":
+        pim.save(buf, "AVIF", quality=100)
+    else:
+        pim.save(buf, _PIL_FORMATS[ext])
+    return buf.getvalue()
+
+
+def png_claiming(h: int, w: int) -> bytes:
+    """A small PNG whose IHDR claims h x w (a decompression bomb's header; the data does not match)."""
+    import struct
+    import zlib
+
+    data = bytearray(cv2.imencode(".png", np.zeros((8, 8, 3), np.uint8))[1].tobytes())
+    data[16:24] = struct.pack(">II", w, h)
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
+    return bytes(data)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import io
+
+import cv2
 import numpy as np
 import pytest
-from conftest import jpeg_bytes, paint_image
+from conftest import IMAGE_EXTENSIONS, dng_bytes, image_bytes, jpeg_bytes, paint_image, png_claiming
+from PIL import Image
 
-from fastfeed import codec, exif
+from fastfeed import codec, exif, formats
 
 
 @pytest.fixture(scope="module")
@@ -124,3 +128,121 @@ def test_orientation_edge_cases_and_dct_sizes_in_the_turned_frame():
         got = codec.decode_payload("jpeg", big, size, want, orientation=o)
         assert got.shape[:2] == codec.decoded_size("jpeg", size, want, o)
         assert got.shape[0] >= want[0] and got.shape[1] >= want[1] and max(got.shape[:2]) < 320
+
+
+# --- formats beyond the fast path (fastfeed/formats.py) -------------------------------------------
+
+_CONTAINER = {"jpg": "jpeg", "jpeg": "jpeg", "jpe": "jpeg", "mpo": "jpeg", "tif": "tiff", "heic": "heif"}
+
+
+def test_empty_input_is_a_decode_error_not_a_cv2_error():
+    for fn in (codec.decode_cv2, codec.check_decodable, codec.decode_any):
+        with pytest.raises(codec.DecodeError, match="empty file"):
+            fn(b"")
+
+
+@pytest.mark.parametrize("ext", IMAGE_EXTENSIONS)
+def test_container_and_size_come_from_the_header(ext):
+    img = paint_image(48, 80, seed=2)
+    data = image_bytes(img, ext)
+    assert formats.image_format(data) == _CONTAINER.get(ext, ext)
+    assert formats.header_size(data, formats.image_format(data)) == (48, 80)
+
+
+def test_a_png_header_claiming_a_huge_size_is_read_without_decoding():
+    data = png_claiming(100_000, 200_000)
+    assert formats.image_format(data) == "png" and formats.header_size(data, "png") == (100_000, 200_000)
+    with pytest.raises(codec.DecodeError, match="IHDR"):
+        formats.header_size(data[:20], "png")
+
+
+@pytest.mark.parametrize("ext, tol", [("pfm", 0.01), ("avif", 4), ("heic", 4), ("gif", 8)])
+def test_formats_dali_cannot_read_are_decoded_here(ext, tol):
+    img = paint_image(48, 80, seed=4)
+    data = image_bytes(img, ext) if ext != "gif" else _pil_gif(img)
+    fmt = formats.image_format(data)
+    assert fmt not in formats.STORABLE
+    out, decoder = formats.decode_other(data, fmt)
+    assert out.shape == img.shape and out.dtype == np.uint8
+    assert np.abs(out.astype(int) - img).mean() <= tol  # the same picture (lossy or palette formats: close)
+    assert decoder == ("Pillow" if ext == "heic" else "OpenCV")
+
+
+def _pil_gif(img):
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, "GIF")
+    return buf.getvalue()
+
+
+def test_hdr_pfm_is_unsupported_not_silently_clipped():
+    data = cv2.imencode(".pfm", np.full((8, 8, 3), 4.0, np.float32))[1].tobytes()
+    with pytest.raises(formats.UnsupportedFormat, match="0..1"):
+        formats.decode_other(data, "pfm")
+
+
+def test_dng_is_developed_with_rawpy_or_names_it(monkeypatch):
+    data = dng_bytes(64, 96)
+    assert formats.image_format(data) == "dng"
+    pytest.importorskip("rawpy")
+    img, decoder = formats.decode_other(data, "dng")
+    assert decoder == "rawpy" and img.shape == (64, 96, 3) and img.dtype == np.uint8
+    monkeypatch.setitem(__import__("sys").modules, "rawpy", None)  # as if not installed
+    with pytest.raises(formats.UnsupportedFormat, match="install rawpy"):
+        formats.decode_other(data, "dng")
+
+
+def test_unknown_bytes_are_corrupt_and_truncated_tiffs_raise_decode_error():
+    with pytest.raises(codec.DecodeError, match="not an image format"):
+        formats.decode_other(b"definitely not an image", "unknown")
+    tif = image_bytes(paint_image(16, 16), "tif")
+    with pytest.raises(codec.DecodeError, match="TIFF header"):
+        formats.header_size(tif[:10], "tiff")
+
+
+def test_what_opencv_decodes_here(tmp_path):
+    """The facts docs/inputs.md states about this OpenCV build (update the page if this fails)."""
+    img = paint_image(24, 32, seed=1)
+    decodes = {}
+    for ext in ("png", "bmp", "tif", "webp", "jp2", "avif", "gif", "pfm", "heic"):
+        data = image_bytes(img, ext) if ext != "gif" else _pil_gif(img)
+        out = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+        decodes[ext] = out is not None
+    assert decodes == {"png": True, "bmp": True, "tif": True, "webp": True, "jp2": True, "avif": True,
+                       "gif": True, "pfm": True, "heic": False}
+    pfm = cv2.imdecode(np.frombuffer(image_bytes(img, "pfm"), np.uint8), cv2.IMREAD_COLOR)
+    assert pfm.max() <= 1  # IMREAD_COLOR casts PFM's 0..1 floats to 0/1: why fastfeed reads PFM itself
+
+
+def test_dng_decodes_in_a_process_forked_after_openmp_ran():
+    """LibRaw's OpenMP loops hung forever in a pack worker forked from a process that had used
+    OpenMP (as torch does): the regression that hung the whole test suite."""
+    import os
+    import time
+
+    import torch
+
+    pytest.importorskip("rawpy")
+    data = dng_bytes(64, 96)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        torch.randn(2_000_000).add_(1).sum()   # an OpenMP parallel region in this process
+    finally:
+        torch.set_num_threads(threads)
+    pid = os.fork()
+    if pid == 0:  # the child: what a pack worker does with a DNG
+        try:
+            img, _ = formats.decode_other(data, "dng")
+            os._exit(0 if img.shape == (64, 96, 3) else 1)
+        finally:
+            os._exit(2)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    pytest.fail("decoding a DNG in a forked child hung")

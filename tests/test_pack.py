@@ -13,6 +13,7 @@ from PIL import Image
 
 from fastfeed import Store, codec
 from fastfeed.pack import PackConfig, PackError, pack
+from fastfeed.store.format import FormatError
 
 
 def run_pack(src, out, **kw):
@@ -170,12 +171,31 @@ def test_on_error_fail_stops_and_leaves_nothing(coco_builder, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["coco"]  # no OUT, no temporary folder
 
 
-def test_nothing_usable_is_an_error(coco_builder, tmp_path):
+def test_nothing_usable_is_an_error_and_the_reasons_are_still_listed(coco_builder, tmp_path):
     coco_builder.add_image("bad.jpg", data=b"nope")
+    src = coco_builder.write()
     with pytest.raises(PackError, match="nothing usable") as e:
-        run_pack(coco_builder.write(), tmp_path / "out")
+        run_pack(src, tmp_path / "out")
     assert e.value.report.counts["corrupt_image"] == 1
-    assert not (tmp_path / "out").exists()
+    assert e.value.rejects == tmp_path / "out" / "rejects.jsonl" and str(e.value.rejects) in str(e.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["coco", "out"]          # no lock, no temporary folder
+    assert [(r["file"], r["reason"]) for r in rejects(tmp_path / "out")] == [("bad.jpg", "corrupt_image")]
+    with pytest.raises(FormatError, match="not a fastfeed store"):
+        Store(tmp_path / "out")
+    (coco_builder.images_dir / "bad.jpg").write_bytes(jpeg_bytes(paint_image(120, 160)))   # fixed: packs, no --force
+    run_pack(src, tmp_path / "out")
+    assert len(Store(tmp_path / "out")) == 1 and rejects(tmp_path / "out") == []
+
+
+def test_nothing_usable_with_force_keeps_the_existing_store(coco_builder, tmp_path):
+    coco_builder.add_image("a.jpg")
+    src = coco_builder.write()
+    run_pack(src, tmp_path / "out")
+    (coco_builder.images_dir / "a.jpg").write_bytes(b"")
+    with pytest.raises(PackError, match="out is unchanged") as e:
+        run_pack(src, tmp_path / "out", overwrite=True)
+    assert e.value.rejects == tmp_path / "out.rejects.jsonl" and e.value.rejects.is_file()
+    assert len(Store(tmp_path / "out")) == 1
 
 
 def test_interrupted_pack_leaves_no_store(coco_builder, tmp_path, monkeypatch):

@@ -17,7 +17,8 @@ def add_parser(sub) -> None:
         description="Pack a COCO or YOLO dataset into LMDB shards + manifest.json. Every image is decoded\n"
                     "and every box checked; problems are counted, reported by file name, and skipped images\n"
                     "listed in OUT/rejects.jsonl. The store is written beside OUT and renamed into place only\n"
-                    "when complete. The source is never modified.",
+                    "when complete. The source is never modified. Every image format Ultralytics reads is packed;\n"
+                    "those DALI cannot decode (AVIF, HEIC, DNG, PFM) are stored as PNG. See docs/inputs.md.",
         epilog="layouts (auto-detected):\n"
                "  COCO  SRC/annotations/instances_<split>.json + SRC/images/<split>/\n"
                "  YOLO  SRC/images/<split>/ + SRC/labels/<split>/*.txt (+ SRC/data.yaml names),\n"
@@ -47,15 +48,20 @@ def add_parser(sub) -> None:
                    help="how --store original proves JPEGs intact: a strict decode at 1/8 scale, which fails "
                         "on the same truncated/corrupt files as a full decode at about half the cost "
                         "(default), or a full-size decode")
+    p.add_argument("--max-pixels", type=int, metavar="N",
+                   help="refuse images of more than N pixels, read from the header before anything is decoded "
+                        "(image_too_large; default 89,478,485, Pillow's decompression-bomb limit); raise it for "
+                        "genuinely huge images")
     p.add_argument("--force", action="store_true", help="replace OUT if it is an existing store")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
 
-def _print_report(report) -> None:
+def _print_report(report, rejects) -> None:
     lines = report.summary_lines()
     if lines:
-        print("problems found (all counted; errors are listed in rejects.jsonl):")
+        listed = f"; errors are listed in {rejects}" if rejects is not None and rejects.is_file() else ""
+        print(f"problems found (all counted{listed}):")
         for line in lines:
             print("  " + line)
 
@@ -71,13 +77,14 @@ def run(args) -> int:
         cfg = PackConfig(src=src, out=args.out, format=args.format, split=args.split, ann=ann,
                          images=args.images, store=args.store, max_side=args.max_side, quality=args.quality,
                          shards=args.shards, shard_mb=args.shard_mb, workers=args.workers,
-                         on_error=args.on_error, check=args.check, overwrite=args.force, progress=not args.quiet)
+                         on_error=args.on_error, check=args.check, overwrite=args.force, progress=not args.quiet,
+                         **({} if args.max_pixels is None else {"max_pixels": args.max_pixels}))
         res = pack(cfg)
     except ValueError as e:
         return fail(str(e), EXIT_USAGE)
     except PackError as e:
         if e.report is not None:
-            _print_report(e.report)
+            _print_report(e.report, e.rejects)
         return fail(str(e))
     m = res.manifest
     print(f"packed {res.source_desc}")
@@ -86,6 +93,6 @@ def run(args) -> int:
           f"{res.seconds:.1f} s ({m.num_images / max(res.seconds, 1e-9):.0f} images/s)")
     rejected = res.report.images_rejected
     if rejected:
-        print(f"  {rejected} image(s) skipped: see {res.out / 'rejects.jsonl'}")
-    _print_report(res.report)
+        print(f"  {rejected} image(s) skipped: see {res.rejects}")
+    _print_report(res.report, res.rejects)
     return EXIT_OK

@@ -50,7 +50,7 @@ def _coco(src: Path, split: str | None) -> Source:
 
 
 def _has_images(folder: Path) -> bool:
-    return any(p.suffix.lower() in IMAGE_SUFFIXES for p in folder.iterdir() if p.is_file())
+    return any(p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".") for p in folder.iterdir() if p.is_file())
 
 
 def _yolo(src: Path, split: str | None) -> Source:

@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import codec
 from ..store import format as fmt
+from .check import DEFAULT_MAX_PIXELS, check_image
 from .report import Problem
 from .source import Item
 from .yolo import parse_label
@@ -24,6 +25,7 @@ class PayloadConfig:
     max_side: int | None = None
     quality: int = 90
     check: str = "entropy"   # 'entropy': strict JPEG decode at 1/8 scale; 'full': full-size decode
+    max_pixels: int = DEFAULT_MAX_PIXELS   # refuse larger images from their header, before decoding
 
 
 @dataclass(slots=True)
@@ -36,28 +38,6 @@ class Result:
     orig_size: tuple[int, int] = (0, 0)
     size: tuple[int, int] = (0, 0)
     source_crc: int = 0                  # CRC32 of the source file (+ its label file), for the source fingerprint
-
-
-def _conversion_notes(data, name: str) -> list[Problem]:
-    container, colour, bits = codec.describe(data)
-    notes = []
-    if container != "jpeg":
-        notes.append(Problem("converted_format", name, container))
-    if colour in ("grayscale", "cmyk", "rgba"):
-        notes.append(Problem(f"converted_{colour}", name))
-    if bits == 16:
-        notes.append(Problem("converted_16bit", name))
-    return notes
-
-
-def _decode(data, cfg: PayloadConfig):
-    """(pixels to store or None, original (h, w), stored (h, w), codec). Every image is decoded
-    strictly enough to prove it intact (see `codec.check_decodable`)."""
-    if cfg.store == "original":
-        size, how = codec.check_decodable(data, full=cfg.check == "full")
-        return None, size, size, how
-    img, orig, _ = codec.decode_fit(data, cfg.max_side)
-    return img, orig, img.shape[:2], cfg.store
 
 
 def _clean_boxes(xyxy: np.ndarray, classes, crowd, size, name: str, problems: list[Problem]):
@@ -112,29 +92,30 @@ def process_item(item: Item, cfg: PayloadConfig, nc: int | None) -> Result:
             res.source_crc = fmt.crc32(item.label_path.read_bytes(), res.source_crc)
         except OSError:
             pass  # parse_label reports an unreadable label file
-    try:
-        notes = _conversion_notes(data, item.name)
-        pixels, orig, size, how = _decode(data, cfg)
-    except (codec.DecodeError, ValueError, OSError) as e:
-        res.problems.append(Problem("corrupt_image", item.name, str(e)[:200]))
+    checked, rejected = check_image(data, item.name, cfg)
+    if rejected is not None:
+        res.problems.append(rejected)
         return res
+    orig, size, how = checked.orig, checked.size, checked.codec
     if item.ann_size is not None and tuple(item.ann_size) != tuple(orig):
         res.problems.append(Problem("size_mismatch", item.name, f"annotation says {item.ann_size[1]}x{item.ann_size[0]} "
                                     f"(w x h), the file is {orig[1]}x{orig[0]}"))
         return res
-    res.problems.extend(notes)
+    res.problems.extend(checked.notes)
     xyxy, classes, crowd = _labels(item, orig, nc, res.problems)
+    if any(p.reason == "unreadable_label" for p in res.problems):
+        return res  # not packed as a background image: its boxes are in the file that could not be read
     if crowd.any():
         res.problems.extend(Problem("crowd", item.name) for _ in range(int(crowd.sum())))
     if not (~crowd).any():
         res.problems.append(Problem("background", item.name))
 
     if cfg.store == "original":
-        payload = data
+        payload = checked.payload
     elif cfg.store == "jpeg":
-        payload, how = codec.encode_jpeg(pixels, cfg.quality), "jpeg"
+        payload = codec.encode_jpeg(checked.pixels, cfg.quality)
     else:
-        payload = np.ascontiguousarray(pixels).tobytes()
+        payload = np.ascontiguousarray(checked.pixels).tobytes()
     res.record = fmt.encode_record(
         codec=how, height=size[0], width=size[1], orig_height=orig[0], orig_width=orig[1],
         image_id=item.image_id, file_name=item.name, boxes=xyxy[~crowd], classes=classes[~crowd],

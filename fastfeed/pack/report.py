@@ -17,7 +17,13 @@ ERRORS = {
     "unreadable_image": "image file could not be read (image skipped)",
     "corrupt_image": "image truncated or corrupt, or not an image (image skipped)",
     "size_mismatch": "image size disagrees with the annotation (image skipped)",
+    "unsupported_format": "image in a format nothing installed decodes (image skipped; the detail says what to install)",
+    "image_too_large": "image over --max-pixels from its header, or too large to decode in memory (image skipped)",
+    "check_failed": "unexpected error while checking the image (image skipped; the detail names it: please report it)",
+    "duplicate_image_id": "COCO image id given to several images: their annotations cannot be told apart (all skipped)",
+    "duplicate_file_name": "one file listed by several COCO image entries: its boxes are split between them (all skipped)",
     "label_without_image": "label file with no image (labels ignored)",
+    "unreadable_label": "label file that cannot be read, e.g. not UTF-8 (image skipped, not packed without its boxes)",
     "orphan_annotation": "annotation for an image id not in the JSON (dropped)",
     "malformed_annotation": "malformed JSON annotation or image entry (dropped)",
     "malformed_line": "malformed label line (dropped)",
@@ -36,9 +42,12 @@ NOTES = {
     "converted_rgba": "image with alpha (alpha dropped, decoded to RGB)",
     "converted_format": "not a JPEG (PNG/BMP/WebP/...; decoded through OpenCV)",
     "converted_16bit": "16-bit image (scaled to 8 bits)",
+    "transcoded": "format a record cannot hold as is (HEIC, AVIF, GIF, PFM, DNG...): decoded at pack time, stored as PNG",
+    "repeated_folder": "folder reached again through a link (a loop or a second link): its files are listed once",
     "unlisted_image": "image file not referenced by the annotations (not packed)",
 }
-IMAGE_REJECTS = {"missing_image", "unreadable_image", "corrupt_image", "size_mismatch"}
+IMAGE_REJECTS = {"missing_image", "unreadable_image", "corrupt_image", "size_mismatch", "unsupported_format",
+                 "image_too_large", "check_failed", "duplicate_image_id", "duplicate_file_name", "unreadable_label"}
 EXAMPLES_KEPT = 20
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import multiprocessing as mp
 import os
 import shutil
@@ -12,6 +11,7 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NoReturn
 
 from tqdm import tqdm
 
@@ -19,14 +19,14 @@ from .. import __version__
 from ..procs import usable_cores, worker_context
 from ..store import format as fmt
 from . import segment
+from .check import DEFAULT_MAX_PIXELS
 from .layout import open_source
 from .process import STORE_MODES, PayloadConfig
 from .report import PackReport
 from .source import PackError
-from .writer import publish, temp_dir_for
+from .writer import pack_lock, publish, temp_dir_for
 
 log = logging.getLogger(__name__)
-DEFAULT_SHARD_MB = 1024
 
 
 @dataclass
@@ -47,6 +47,7 @@ class PackConfig:
     workers: int | None = None
     on_error: str = "skip"
     check: str = "entropy"             # how original-mode JPEGs are proven decodable (see codec)
+    max_pixels: int = DEFAULT_MAX_PIXELS   # larger images are refused from their header (image_too_large)
     overwrite: bool = False
     progress: bool = True
 
@@ -71,6 +72,8 @@ class PackConfig:
             raise ValueError(f"workers must be >= 0 (0 or 1: pack in this process), got {self.workers}")
         if self.check not in ("entropy", "full"):
             raise ValueError(f"check must be 'entropy' or 'full', got {self.check!r}")
+        if self.max_pixels < 1:
+            raise ValueError(f"max_pixels must be >= 1, got {self.max_pixels}")
         if self.on_error not in ("skip", "fail"):
             raise ValueError(f"on_error must be 'skip' or 'fail', got {self.on_error!r}")
 
@@ -82,51 +85,23 @@ class PackResult:
     report: PackReport
     seconds: float = 0.0
     source_desc: str = ""
+    rejects: Path | None = None     # OUT/rejects.jsonl
 
 
-def _check_out(cfg: PackConfig) -> None:
+def _check_out(cfg: PackConfig) -> bool:
+    """Whether OUT is to be replaced; raises when it may not be (called under the pack lock)."""
     out = cfg.out
     if not out.exists():
-        if not out.parent.is_dir():
-            raise PackError(f"cannot write {out}: its parent folder {out.parent} does not exist")
-        return
+        return False
+    if out.is_dir() and os.listdir(out) == [fmt.REJECTS]:
+        return True  # what a pack that rejected every image leaves: replaced without --force
     if not cfg.overwrite:
         raise PackError(f"{out} already exists; pass --force to replace it (it is replaced only once the new store is complete)")
     if out.is_dir() and not (out / fmt.MANIFEST).is_file() and any(out.iterdir()):
         raise PackError(f"refusing to replace {out}: it is a non-empty folder that is not a fastfeed store")
     if not out.is_dir():
         raise PackError(f"refusing to replace {out}: it is a file, not a fastfeed store")
-
-
-_MIN_SEGMENT = 64  # images; smaller runs are not worth a shard of their own
-
-
-def _estimated_bytes(item, cfg: PackConfig) -> int:
-    if cfg.store == "raw":
-        h, w = item.ann_size or (cfg.max_side or 640, cfg.max_side or 640)
-        r = min(1.0, (cfg.max_side or max(h, w)) / max(h, w))
-        return int(h * r) * int(w * r) * 3
-    try:
-        size = item.path.stat().st_size
-    except OSError:
-        return 0
-    if cfg.store == "jpeg" and cfg.max_side and item.ann_size:
-        size = int(size * min(1.0, (cfg.max_side / max(item.ann_size)) ** 2))
-    return size
-
-
-def plan_segments(items: list, cfg: PackConfig, workers: int) -> list[list]:
-    """Contiguous runs of items, one shard each: `--shards N`, or by estimated size (`--shard-mb`),
-    split further so every worker has work (at least 4 runs per worker, of >= 64 images)."""
-    n = len(items)
-    if cfg.shards:
-        count = min(cfg.shards, n)
-    else:
-        limit = (cfg.shard_mb or DEFAULT_SHARD_MB) * 2**20
-        total = sum(_estimated_bytes(it, cfg) for it in items)
-        count = max(math.ceil(total / limit), min(4 * max(workers, 1), math.ceil(n / _MIN_SEGMENT)), 1)
-    bounds = [round(k * n / count) for k in range(count + 1)]
-    return [items[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
+    return True
 
 
 def _run_segments(jobs: list[segment.SegmentJob], workers: int, progress: bool, total: int):
@@ -158,52 +133,75 @@ def _run_segments(jobs: list[segment.SegmentJob], workers: int, progress: bool, 
 
 
 def pack(cfg: PackConfig) -> PackResult:
-    """Pack `cfg.src` into `cfg.out`. Raises PackError (with `.report` when packing started)."""
+    """Pack `cfg.src` into `cfg.out`. Raises PackError (with `.report` when packing started, and
+    `.rejects`, the file listing every rejection, when it was written)."""
     t0 = time.perf_counter()
-    source = open_source(cfg.src, cfg.format, cfg.split, cfg.ann, cfg.images)
-    _check_out(cfg)
-    if not source.items:
-        raise PackError(f"no images found: {source.describe()}")
-    log.info("packing %s", source.describe())
-    report = PackReport()
-    report.extend(source.problems)
-    if cfg.on_error == "fail" and report.errors:
-        raise PackError(f"--on-error fail: {report.errors[0].describe()}")
-    workers = cfg.workers if cfg.workers is not None else usable_cores()
-
-    tmp = temp_dir_for(cfg.out)
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        payload = PayloadConfig(cfg.store, cfg.max_side, cfg.quality, cfg.check)
-        nc = len(source.class_names) or None
-        jobs = [segment.SegmentJob(k, items, payload, nc, tmp, cfg.on_error == "fail")
-                for k, items in enumerate(plan_segments(source.items, cfg, workers))]
-        stats, shards = segment.SegmentStats(), []
-        for res in _run_segments(jobs, workers, cfg.progress, len(source.items)):
-            report.extend(res.problems)
-            if res.failed is not None:
-                raise PackError(f"--on-error fail: {res.failed.describe()}", report)
-            stats.merge(res.stats)
-            if res.shard is not None:
-                shards.append(res.shard)
-        if not shards:
-            raise PackError(f"nothing usable was packed: all {len(source.items)} images were rejected", report)
-        start = 0
-        for k, shard in enumerate(shards):  # number the shards that hold records 0, 1, 2, ...
-            name = fmt.shard_file(k)
-            if shard["file"] != name:
-                os.rename(tmp / shard["file"], tmp / name)
-            shard.update(file=name, start=start)
-            start += shard["count"]
-        manifest = _manifest(cfg, source, shards, stats, report, workers)
-        report.write_rejects(tmp / fmt.REJECTS)
-        fmt.write_manifest(tmp / fmt.MANIFEST, manifest)  # last: a store without it is not a store
-        publish(tmp, cfg.out, cfg.overwrite)
-    except BaseException:
+    if not cfg.out.parent.is_dir():
+        raise PackError(f"cannot write {cfg.out}: its parent folder {cfg.out.parent} does not exist")
+    with pack_lock(cfg.out):  # before any work: a second pack into OUT stops here
+        replace = _check_out(cfg)
+        source = open_source(cfg.src, cfg.format, cfg.split, cfg.ann, cfg.images)
+        report = PackReport()
+        report.extend(source.problems)
+        if not source.items and not report.errors:
+            raise PackError(f"no images found: {source.describe()}")
+        if cfg.on_error == "fail" and report.errors:
+            raise PackError(f"--on-error fail: {report.errors[0].describe()}")
+        log.info("packing %s", source.describe())
+        tmp = temp_dir_for(cfg.out)
         shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return PackResult(cfg.out, manifest, report, time.perf_counter() - t0, source.describe())
+        tmp.mkdir()
+        try:
+            manifest = _pack_into(tmp, cfg, source, report) if source.items else None
+            report.write_rejects(tmp / fmt.REJECTS)
+            if manifest is None:
+                _keep_rejects(tmp, cfg.out, report, len(source.items))
+            fmt.write_manifest(tmp / fmt.MANIFEST, manifest)  # last: a store without it is not a store
+            publish(tmp, cfg.out, replace)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return PackResult(cfg.out, manifest, report, time.perf_counter() - t0, source.describe(), cfg.out / fmt.REJECTS)
+
+
+def _pack_into(tmp: Path, cfg: PackConfig, source, report: PackReport) -> fmt.Manifest | None:
+    """Write the shards into `tmp`; returns the manifest, or None when every image was rejected."""
+    workers = cfg.workers if cfg.workers is not None else usable_cores()
+    payload = PayloadConfig(cfg.store, cfg.max_side, cfg.quality, cfg.check, cfg.max_pixels)
+    nc = len(source.class_names) or None
+    jobs = [segment.SegmentJob(k, items, payload, nc, tmp, cfg.on_error == "fail")
+            for k, items in enumerate(segment.plan(source.items, cfg, workers))]
+    stats, shards = segment.SegmentStats(), []
+    for res in _run_segments(jobs, workers, cfg.progress, len(source.items)):
+        report.extend(res.problems)
+        if res.failed is not None:
+            raise PackError(f"--on-error fail: {res.failed.describe()}", report)
+        stats.merge(res.stats)
+        if res.shard is not None:
+            shards.append(res.shard)
+    if not shards:
+        return None
+    start = 0
+    for k, shard in enumerate(shards):  # number the shards that hold records 0, 1, 2, ...
+        name = fmt.shard_file(k)
+        if shard["file"] != name:
+            os.rename(tmp / shard["file"], tmp / name)
+        shard.update(file=name, start=start)
+        start += shard["count"]
+    return _manifest(cfg, source, shards, stats, report, workers)
+
+
+def _keep_rejects(tmp: Path, out: Path, report: PackReport, n: int) -> NoReturn:
+    """Every image was rejected: leave the list of reasons where the user looks, never in place of a store."""
+    if (out / fmt.MANIFEST).is_file():  # --force over a store: the store stays as it was
+        where = out.parent / f"{out.name}.{fmt.REJECTS}"
+        os.replace(tmp / fmt.REJECTS, where)
+        note = f"{out} is unchanged"
+    else:
+        publish(tmp, out, overwrite=True)  # OUT is new, or holds only an earlier failed pack's list
+        where, note = out / fmt.REJECTS, f"{out} holds only that file: it is not a store"
+    what = f"all {n} images were rejected" if n else "no image could be listed"
+    raise PackError(f"nothing usable was packed: {what}; the reasons are listed in {where} ({note})", report, where)
 
 
 def _manifest(cfg: PackConfig, source, shards: list[dict], stats, report: PackReport, workers: int) -> fmt.Manifest:
@@ -227,7 +225,7 @@ def _manifest(cfg: PackConfig, source, shards: list[dict], stats, report: PackRe
                 "annotations": [str(a.resolve()) for a in source.annotation_files],
                 "images_seen": len(source.items), "fingerprint": source_hash.hexdigest()[:32]},
         pack_options={k: v for k, v in asdict(cfg).items()
-                      if k in ("shards", "shard_mb", "on_error", "format", "split", "check")} | {"workers": workers},
+                      if k in ("shards", "shard_mb", "on_error", "format", "split", "check", "max_pixels")} | {"workers": workers},
         stats={"class_boxes": [stats.class_boxes.get(c, 0) for c in range(len(names))],
                "sizes": dict(stats.sizes.most_common()), "record_bytes": stats.record_bytes},
         report=report.to_dict(),

@@ -1,4 +1,5 @@
-"""A pack worker's unit of work: a contiguous run of images written to a shard of its own.
+"""A pack worker's unit of work: a contiguous run of images written to a shard of its own
+(`plan` cuts the dataset into those runs).
 
 Workers write their shards themselves, in parallel. Nothing but small summaries crosses process
 boundaries, so the main process stays idle whatever the core count (a single writer receiving
@@ -8,6 +9,7 @@ shard-relative (see store/format.py), so a shard needs no knowledge of the recor
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +19,9 @@ from .process import PayloadConfig, process_item
 from .report import Problem
 from .source import Item
 from .writer import ShardWriter
+
+DEFAULT_SHARD_MB = 1024
+_MIN_SEGMENT = 64  # images; smaller runs are not worth a shard of their own
 
 
 @dataclass
@@ -56,6 +61,34 @@ class SegmentJob:
     nc: int | None
     out_dir: Path
     fail_fast: bool
+
+
+def _estimated_bytes(item, cfg) -> int:
+    if cfg.store == "raw":
+        h, w = item.ann_size or (cfg.max_side or 640, cfg.max_side or 640)
+        r = min(1.0, (cfg.max_side or max(h, w)) / max(h, w))
+        return int(h * r) * int(w * r) * 3
+    try:
+        size = item.path.stat().st_size
+    except OSError:
+        return 0
+    if cfg.store == "jpeg" and cfg.max_side and item.ann_size:
+        size = int(size * min(1.0, (cfg.max_side / max(item.ann_size)) ** 2))
+    return size
+
+
+def plan(items: list, cfg, workers: int) -> list[list]:
+    """Contiguous runs of items, one shard each: `--shards N`, or by estimated size (`--shard-mb`),
+    split further so every worker has work (at least 4 runs per worker, of >= 64 images)."""
+    n = len(items)
+    if cfg.shards:
+        count = min(cfg.shards, n)
+    else:
+        limit = (cfg.shard_mb or DEFAULT_SHARD_MB) * 2**20
+        total = sum(_estimated_bytes(it, cfg) for it in items)
+        count = max(math.ceil(total / limit), min(4 * max(workers, 1), math.ceil(n / _MIN_SEGMENT)), 1)
+    bounds = [round(k * n / count) for k in range(count + 1)]
+    return [items[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
 
 
 # Set in each worker process (or in-process) by `init`: a shared progress counter and abort flag.

@@ -1,6 +1,6 @@
 """A cheap "has the source changed since it was packed?" check, without reading any image.
 
-`manifest["source"]["fingerprint"]` hashes the contents of every source file, so it can only be
+`Manifest.source_fingerprint` hashes the contents of every source file, so it can only be
 computed by packing again. `source_signature()` hashes what a re-pack would read, as file
 metadata: the layout reader's list of images (`open_source`, the same one `pack()` uses), each
 image's and label file's relative name, size and modification time, the annotation files' too,

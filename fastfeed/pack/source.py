@@ -10,18 +10,23 @@ import numpy as np
 
 from .report import Problem
 
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".jpe"}
+# File names listed as images: every extension Ultralytics accepts (its IMG_FORMATS), plus .jpe and
+# .pfm. What a file holds is told from its bytes, never its name (see fastfeed/formats.py).
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".jpe", ".mpo", ".png", ".bmp", ".tif", ".tiff", ".webp", ".jp2", ".pfm",
+                  ".avif", ".heic", ".heif", ".dng"}
 
 
 class PackError(Exception):
     """A problem that stops the pack: unreadable annotations, unknown layout, --on-error fail, ...
 
-    `report` holds what was counted before the stop, when packing had started.
+    `report` holds what was counted before the stop, when packing had started; `rejects` the file
+    that lists every rejection, when one was written (every image rejected).
     """
 
-    def __init__(self, message: str, report=None):
+    def __init__(self, message: str, report=None, rejects=None):
         super().__init__(message)
         self.report = report
+        self.rejects = rejects  # the rejects.jsonl written for this failed pack, if any
 
 
 @dataclass(slots=True)
@@ -63,10 +68,31 @@ class Source:
         return f"{self.format.upper()}{split}: {len(self.items)} images, {classes} ({self.root})"
 
 
-def list_images(folder: Path) -> list[Path]:
-    """Image files under `folder`, recursively, in a stable order (plain strings sort far faster
-    than Path objects on a folder of 100k images)."""
-    found = []
-    for root, _, files in os.walk(folder):
-        found += [os.path.join(root, f) for f in files if os.path.splitext(f)[1].lower() in IMAGE_SUFFIXES]
-    return [Path(p) for p in sorted(found)]
+@dataclass(slots=True)
+class Listing:
+    """The files under a folder, in a stable order (see `list_folder`)."""
+
+    images: list[Path]      # files with an image extension
+    others: list[Path]      # every other file
+    repeats: list[Problem]  # `repeated_folder` notes: folders reached again through a link, not listed twice
+
+
+def list_folder(folder: Path) -> Listing:
+    """Files under `folder`, recursively, following folder links (a linked folder is as good as a real
+    one) but entering each real folder once, so a link loop ends. Names starting with '.' (macOS's
+    `._x.jpg`, `.ipynb_checkpoints/`) are left out, as Ultralytics' glob leaves them out. Plain strings
+    sort far faster than Path objects on a folder of 100k images."""
+    images, others, repeats, seen = [], [], [], set()
+    for root, dirs, files in os.walk(folder, followlinks=True):
+        st = os.stat(root)
+        if (st.st_dev, st.st_ino) in seen:
+            dirs[:] = []
+            repeats.append(Problem("repeated_folder", os.path.relpath(root, folder),
+                                   "a link leads to a folder already listed (a loop, or a second link to it)"))
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for f in files:
+            if not f.startswith("."):
+                (images if os.path.splitext(f)[1].lower() in IMAGE_SUFFIXES else others).append(os.path.join(root, f))
+    return Listing([Path(p) for p in sorted(images)], [Path(p) for p in sorted(others)], repeats)

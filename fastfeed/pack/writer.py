@@ -1,14 +1,21 @@
-"""Write one LMDB shard, and move a finished store into place atomically."""
+"""Write one LMDB shard, move a finished store into place atomically, and hold OUT's pack lock."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import logging
 import os
 import shutil
+from glob import escape as glob_escape
 from pathlib import Path
 
 import lmdb
 
 from ..store import format as fmt
+from .source import PackError
+
+log = logging.getLogger(__name__)
 
 _MAP_SIZE = 1 << 40          # address space only: the file grows with what is written
 _COMMIT_EVERY_BYTES = 64 << 20
@@ -69,3 +76,40 @@ def publish(tmp: Path, out: Path, overwrite: bool) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(tmp, out)
+
+
+@contextlib.contextmanager
+def pack_lock(out: Path):
+    """Hold OUT's pack lock (`fmt.pack_lock_path`) for the whole pack, or raise PackError at once
+    when another pack holds it: two packs into one OUT learn it before either does any work."""
+    path = fmt.pack_lock_path(out)
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise PackError(f"cannot write beside {out}: {e}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            os.close(fd)
+            raise PackError(f"another fastfeed pack{f' (pid {pid})' if pid else ''} is writing {out}: "
+                            "wait for it to finish, or pack into another -o") from None
+        try:  # the file locked must still be the lock file: a pack finishing meanwhile unlinks its own
+            if os.path.samestat(os.fstat(fd), os.stat(path)):
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    try:
+        for stale in out.parent.glob(f".{glob_escape(out.name)}.incomplete-*"):  # left by a killed pack into OUT
+            log.info("removing %s, left by an interrupted pack", stale)
+            shutil.rmtree(stale, ignore_errors=True)
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        fcntl.flock(fd, fcntl.LOCK_UN)  # now, not when forked workers holding a copy of fd exit
+        os.close(fd)

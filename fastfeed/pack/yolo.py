@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from .report import Problem
-from .source import Item, PackError, Source, list_images
+from .source import IMAGE_SUFFIXES, Item, PackError, Source, list_folder
 
 
 def read_names(root: Path) -> list[str] | None:
@@ -36,22 +36,33 @@ def read_names(root: Path) -> list[str] | None:
 
 
 def read_yolo(images_dir: Path, labels_dir: Path, root: Path, split: str | None = None) -> Source:
-    images = list_images(images_dir)
-    items, problems = [], []
+    listing = list_folder(images_dir)
+    items, problems = [], list(listing.repeats)
     seen_labels = set()
-    rel = [p.relative_to(images_dir) for p in images]
+    rel = [p.relative_to(images_dir) for p in listing.images]
     # Numeric stems (COCO-style file names) become the image ids; otherwise the position.
     stems = [p.stem for p in rel]
     numeric = all(s.isdigit() for s in stems) and len({int(s) for s in stems}) == len(stems)
-    for k, (path, r) in enumerate(zip(images, rel)):
+    for k, (path, r) in enumerate(zip(listing.images, rel)):
         label = (labels_dir / r).with_suffix(".txt")
         seen_labels.add(label)
         items.append(Item(path=path, name=str(r), image_id=int(r.stem) if numeric else k,
                           label_path=label if label.is_file() else None))
     if labels_dir.is_dir():
-        for label in sorted(labels_dir.rglob("*.txt")):
-            if label not in seen_labels:
-                problems.append(Problem("label_without_image", str(label.relative_to(labels_dir))))
+        labels = list_folder(labels_dir)
+        problems += labels.repeats
+        unlisted = {p.relative_to(images_dir).with_suffix(""): p.relative_to(images_dir) for p in listing.others}
+        for label in labels.others:
+            if label.suffix != ".txt" or label in seen_labels:
+                continue
+            r = label.relative_to(labels_dir)
+            image = unlisted.get(r.with_suffix(""))
+            if image is None:
+                problems.append(Problem("label_without_image", str(r)))
+            else:  # the image is there, under a name fastfeed does not list
+                problems.append(Problem("unsupported_format", str(image), (
+                    f"{image.suffix or 'no extension'} is not an image extension fastfeed lists "
+                    f"({' '.join(sorted(IMAGE_SUFFIXES))}); its label {r} is unused: convert the image to PNG or JPEG")))
     names = read_names(root) or []
     return Source("yolo", root, split, items, names, list(range(len(names))), problems, [])
 
@@ -64,9 +75,10 @@ def parse_label(path: Path, name: str, nc: int | None):
     """
     problems = []
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not part of line 1 (as Ultralytics reads)
     except (OSError, UnicodeDecodeError) as e:
-        return np.zeros((0, 4)), np.zeros(0, np.int64), [Problem("malformed_line", name, f"label file unreadable: {e}")]
+        return np.zeros((0, 4)), np.zeros(0, np.int64), [Problem("unreadable_label", name, (
+            f"{path.name}: {type(e).__name__}: {e}; save it as UTF-8 text")[:300])]
     boxes, classes, seen = [], [], set()
     for lineno, line in enumerate(text.splitlines(), 1):
         parts = line.split()

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import MISSING, asdict, dataclass, fields
+from pathlib import Path
 
 import numpy as np
 
@@ -64,6 +65,14 @@ def record_key(local: int) -> bytes:
     Shard-relative, so shards can be written in parallel before their global offsets are known;
     big-endian, so LMDB's key order is record order and appends are cheap."""
     return local.to_bytes(8, "big")
+
+
+def pack_lock_path(out) -> Path:
+    """The lock file of a pack into store `out`: `.OUT.lock` beside it. A running `fastfeed pack`
+    holds an exclusive flock on it (its pid inside) from start to end and removes it when done; a
+    leftover file nobody has locked is stale (a killed pack) and means nothing."""
+    out = Path(out)
+    return out.parent / f".{out.name}.lock"
 
 
 class FormatError(ValueError):

@@ -52,7 +52,8 @@ def _check_range(args) -> tuple[int, list[dict]]:
 
 def _check_shards(store: Store) -> list[dict]:
     """Shard files present, and holding exactly the records the manifest says."""
-    damaged = [{"shard": s.file, "index": None, "error": f"shard file {s.file} is missing"}
+    damaged = [{"shard": s.file, "index": None,
+                "error": f"shard file {s.file} is missing (records {s.start}..{s.start + s.count - 1})"}
                for s in store.shards if not (store.path / s.file).is_file()]
     if damaged:
         return damaged
