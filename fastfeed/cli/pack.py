@@ -6,11 +6,16 @@ import argparse
 from pathlib import Path
 
 from .. import sample_path
-from .common import EXIT_OK, EXIT_USAGE, fail
+from .common import EXIT_OK, EXIT_USAGE, default, fail
 
 HELP = "pack a COCO or YOLO dataset into a checked LMDB store"
 
 def add_parser(sub) -> None:
+    from ..pack import EXIF_MODES, STORE_MODES, PackConfig
+
+    def d(name):
+        return default(PackConfig, name)
+
     p = sub.add_parser(
         "pack", help=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -34,23 +39,28 @@ def add_parser(sub) -> None:
     p.add_argument("--split", help="split to pack (default: the only one, else train2017/train)")
     p.add_argument("--ann", type=Path, help="COCO JSON file (with --images, instead of SRC)")
     p.add_argument("--images", type=Path, help="images folder for --ann")
-    p.add_argument("--store", choices=("original", "jpeg", "raw"), default="original",
-                   help="payload: source bytes (default), re-encoded JPEG, or decoded pixels (no decode at read time)")
+    p.add_argument("--store", choices=STORE_MODES, default=d("store"),
+                   help=f"payload: source bytes (original), re-encoded JPEG, or decoded pixels (raw: no decode at "
+                        f"read time); default {d('store')}")
     p.add_argument("--max-side", type=int, help="jpeg/raw: shrink so the long side is at most this (boxes follow)")
-    p.add_argument("--quality", type=int, default=90, help="jpeg: JPEG quality 1-100 (default 90)")
+    p.add_argument("--quality", type=int, default=d("quality"), help=f"jpeg: JPEG quality 1-100 (default {d('quality')})")
+    p.add_argument("--exif", choices=EXIF_MODES, default=d("exif"),
+                   help="apply: take every image upright by its EXIF orientation, as labelling tools and Ultralytics "
+                        "show it, and its boxes in that frame (the default); ignore: boxes drawn on the raw stored "
+                        "pixels (some COCO exports). Counted in the report either way")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--shards", type=int, help="number of shards (default: by size, see --shard-mb)")
     g.add_argument("--shard-mb", type=float, help="start a new shard past this many MB (default 1024)")
     p.add_argument("--workers", type=int, help="worker processes (default: all cores; 0 or 1 packs in-process)")
-    p.add_argument("--on-error", choices=("skip", "fail"), default="skip",
+    p.add_argument("--on-error", choices=("skip", "fail"), default=d("on_error"),
                    help="skip bad images/labels and report them (default), or stop at the first")
-    p.add_argument("--check", choices=("entropy", "full"), default="entropy",
+    p.add_argument("--check", choices=("entropy", "full"), default=d("check"),
                    help="how --store original proves JPEGs intact: a strict decode at 1/8 scale, which fails "
                         "on the same truncated/corrupt files as a full decode at about half the cost "
                         "(default), or a full-size decode")
     p.add_argument("--max-pixels", type=int, metavar="N",
                    help="refuse images of more than N pixels, read from the header before anything is decoded "
-                        "(image_too_large; default 89,478,485, Pillow's decompression-bomb limit); raise it for "
+                        f"(image_too_large; default {d('max_pixels'):,}, Pillow's decompression-bomb limit); raise it for "
                         "genuinely huge images")
     p.add_argument("--force", action="store_true", help="replace OUT if it is an existing store")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -77,7 +87,7 @@ def run(args) -> int:
         cfg = PackConfig(src=src, out=args.out, format=args.format, split=args.split, ann=ann,
                          images=args.images, store=args.store, max_side=args.max_side, quality=args.quality,
                          shards=args.shards, shard_mb=args.shard_mb, workers=args.workers,
-                         on_error=args.on_error, check=args.check, overwrite=args.force, progress=not args.quiet,
+                         on_error=args.on_error, check=args.check, exif=args.exif, overwrite=args.force, progress=not args.quiet,
                          **({} if args.max_pixels is None else {"max_pixels": args.max_pixels}))
         res = pack(cfg)
     except ValueError as e:

@@ -1,7 +1,7 @@
 """Packing a COCO or YOLO dataset into a checked, versioned store (`fastfeed pack`)."""
 
-from .process import STORE_MODES
+from .process import EXIF_MODES, STORE_MODES
 from .run import PackConfig, PackResult, pack
 from .source import PackError
 
-__all__ = ["pack", "PackConfig", "PackResult", "PackError", "STORE_MODES"]
+__all__ = ["pack", "PackConfig", "PackResult", "PackError", "STORE_MODES", "EXIF_MODES"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import codec, formats
+from .. import codec, exif, formats
 from .report import Problem
 
 log = logging.getLogger(__name__)
@@ -31,12 +31,14 @@ DEFAULT_MAX_PIXELS = 89_478_485
 class Checked:
     """What the record of a good image holds."""
 
-    orig: tuple[int, int]                 # (h, w) of the image as decoded from the source
-    size: tuple[int, int]                 # (h, w) of the stored payload
+    orig: tuple[int, int]                 # (h, w) of the source image in the frame its boxes are in
+    size: tuple[int, int]                 # (h, w) of the stored image, in that frame
     codec: str                            # the record's codec: 'jpeg' | 'cv2' | 'raw' (or the --store mode)
     payload: bytes | None = None          # --store original: the source bytes, or PNG for a transcoded image
     pixels: np.ndarray | None = None      # --store jpeg/raw: RGB fitted to --max-side
     notes: list[Problem] = field(default_factory=list)
+    orientation: int = 1                  # what Record.decode applies to the payload (exif.payload_orientation)
+    tag: int = 1                          # the file's EXIF orientation tag
 
 
 class _TooLarge(Exception):
@@ -70,14 +72,21 @@ def _check(data, name: str, cfg) -> Checked:
                                         "colour; convert it to an 8- or 16-bit TIFF or PNG")
     if fmt in formats.STORABLE:
         notes = _conversion_notes(data, fmt, name)
-        if cfg.store == "original":
+        tag = exif.exif_orientation(data)
+        turn = exif.payload_orientation(data, tag, cfg.exif == "apply")
+        if tag != 1:
+            notes.append(Problem("oriented" if cfg.exif == "apply" else "orientation_ignored", name,
+                                 f"EXIF orientation {tag}"))
+        if cfg.store == "original":   # the source bytes, and the turn that Record.decode applies to them
             size, how = codec.check_decodable(data, full=cfg.check == "full")
             if hw is None:
                 _limit(size, cfg.max_pixels, "decoded")
-            return Checked(size, size, how, payload=data, notes=notes)
-        img, orig, how = codec.decode_fit(data, cfg.max_side)
+            size = exif.oriented_size(*size, turn)
+            return Checked(size, size, how, payload=data, notes=notes, orientation=turn, tag=tag)
+        img, orig, how = codec.decode_fit(data, cfg.max_side)   # jpeg/raw: the pixels are stored turned
         _limit(orig, cfg.max_pixels, "decoded")
-        return Checked(orig, img.shape[:2], cfg.store, pixels=img, notes=notes)
+        img = exif.apply_orientation(img, turn)
+        return Checked(exif.oriented_size(*orig, turn), img.shape[:2], cfg.store, pixels=img, notes=notes, tag=tag)
     img, decoder = formats.decode_other(data, fmt)
     orig = img.shape[:2]
     _limit(orig, cfg.max_pixels, "decoded")

@@ -14,6 +14,7 @@ from .source import Item
 from .yolo import parse_label
 
 STORE_MODES = ("original", "jpeg", "raw")
+EXIF_MODES = ("apply", "ignore")
 _CLIP_TOLERANCE_PX = 0.5  # COCO boxes often overshoot by float noise; that is not worth a note
 
 
@@ -26,6 +27,7 @@ class PayloadConfig:
     quality: int = 90
     check: str = "entropy"   # 'entropy': strict JPEG decode at 1/8 scale; 'full': full-size decode
     max_pixels: int = DEFAULT_MAX_PIXELS   # refuse larger images from their header, before decoding
+    exif: str = "apply"      # 'apply': boxes in the upright frame (the EXIF orientation applied); 'ignore': stored frame
 
 
 @dataclass(slots=True)
@@ -37,6 +39,7 @@ class Result:
     n_crowd: int = 0
     orig_size: tuple[int, int] = (0, 0)
     size: tuple[int, int] = (0, 0)
+    orientation: int = 1                 # the record's (1: its pixels decode upright as they are)
     source_crc: int = 0                  # CRC32 of the source file (+ its label file), for the source fingerprint
 
 
@@ -76,6 +79,19 @@ def _labels(item: Item, size, nc: int | None, problems: list[Problem]):
     return _clean_boxes(xyxy.reshape(-1, 4), classes, crowd, size, item.name, problems)
 
 
+def _mismatch(ann, orig, tag: int, mode: str) -> str:
+    """The size_mismatch detail; when the annotation has the other frame of an EXIF-turned image, says so."""
+    text = f"annotation says {ann[1]}x{ann[0]} (w x h), the image is {orig[1]}x{orig[0]}"
+    if tag >= 5 and tuple(ann) == (orig[1], orig[0]):
+        if mode == "apply":
+            return (f"{text} shown upright (EXIF orientation {tag}, as labelling tools and Ultralytics show it); the "
+                    "annotation matches the turned, stored frame: if its boxes were drawn on the raw pixels, "
+                    "pack with --exif ignore")
+        return (f"{text} in its stored frame (--exif ignore); the annotation matches the frame its EXIF orientation "
+                f"{tag} turns it to: pack with --exif apply (the default)")
+    return text
+
+
 def process_item(item: Item, cfg: PayloadConfig, nc: int | None) -> Result:
     res = Result(item.name, problems=list(item.problems))
     try:
@@ -98,8 +114,7 @@ def process_item(item: Item, cfg: PayloadConfig, nc: int | None) -> Result:
         return res
     orig, size, how = checked.orig, checked.size, checked.codec
     if item.ann_size is not None and tuple(item.ann_size) != tuple(orig):
-        res.problems.append(Problem("size_mismatch", item.name, f"annotation says {item.ann_size[1]}x{item.ann_size[0]} "
-                                    f"(w x h), the file is {orig[1]}x{orig[0]}"))
+        res.problems.append(Problem("size_mismatch", item.name, _mismatch(item.ann_size, orig, checked.tag, cfg.exif)))
         return res
     res.problems.extend(checked.notes)
     xyxy, classes, crowd = _labels(item, orig, nc, res.problems)
@@ -119,6 +134,7 @@ def process_item(item: Item, cfg: PayloadConfig, nc: int | None) -> Result:
     res.record = fmt.encode_record(
         codec=how, height=size[0], width=size[1], orig_height=orig[0], orig_width=orig[1],
         image_id=item.image_id, file_name=item.name, boxes=xyxy[~crowd], classes=classes[~crowd],
-        crowd_boxes=xyxy[crowd], crowd_classes=classes[crowd], payload=payload)
+        crowd_boxes=xyxy[crowd], crowd_classes=classes[crowd], payload=payload, orientation=checked.orientation)
     res.classes, res.n_crowd, res.orig_size, res.size = classes[~crowd], int(crowd.sum()), orig, size
+    res.orientation = checked.orientation
     return res

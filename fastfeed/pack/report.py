@@ -42,6 +42,8 @@ NOTES = {
     "converted_rgba": "image with alpha (alpha dropped, decoded to RGB)",
     "converted_format": "not a JPEG (PNG/BMP/WebP/...; decoded through OpenCV)",
     "converted_16bit": "16-bit image (scaled to 8 bits)",
+    "oriented": "image with an EXIF orientation (turned upright; its boxes are taken in that frame)",
+    "orientation_ignored": "image with an EXIF orientation left unapplied (--exif ignore: boxes in the stored frame)",
     "transcoded": "format a record cannot hold as is (HEIC, AVIF, GIF, PFM, DNG...): decoded at pack time, stored as PNG",
     "repeated_folder": "folder reached again through a link (a loop or a second link): its files are listed once",
     "unlisted_image": "image file not referenced by the annotations (not packed)",

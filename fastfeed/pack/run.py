@@ -21,7 +21,7 @@ from ..store import format as fmt
 from . import segment
 from .check import DEFAULT_MAX_PIXELS
 from .layout import open_source
-from .process import STORE_MODES, PayloadConfig
+from .process import EXIF_MODES, STORE_MODES, PayloadConfig
 from .report import PackReport
 from .source import PackError
 from .writer import pack_lock, publish, temp_dir_for
@@ -48,6 +48,7 @@ class PackConfig:
     on_error: str = "skip"
     check: str = "entropy"             # how original-mode JPEGs are proven decodable (see codec)
     max_pixels: int = DEFAULT_MAX_PIXELS   # larger images are refused from their header (image_too_large)
+    exif: str = "apply"                # 'apply' the EXIF orientation (boxes in the upright frame) or 'ignore' it
     overwrite: bool = False
     progress: bool = True
 
@@ -74,6 +75,8 @@ class PackConfig:
             raise ValueError(f"check must be 'entropy' or 'full', got {self.check!r}")
         if self.max_pixels < 1:
             raise ValueError(f"max_pixels must be >= 1, got {self.max_pixels}")
+        if self.exif not in EXIF_MODES:
+            raise ValueError(f"exif must be one of {', '.join(EXIF_MODES)}, got {self.exif!r}")
         if self.on_error not in ("skip", "fail"):
             raise ValueError(f"on_error must be 'skip' or 'fail', got {self.on_error!r}")
 
@@ -167,7 +170,7 @@ def pack(cfg: PackConfig) -> PackResult:
 def _pack_into(tmp: Path, cfg: PackConfig, source, report: PackReport) -> fmt.Manifest | None:
     """Write the shards into `tmp`; returns the manifest, or None when every image was rejected."""
     workers = cfg.workers if cfg.workers is not None else usable_cores()
-    payload = PayloadConfig(cfg.store, cfg.max_side, cfg.quality, cfg.check, cfg.max_pixels)
+    payload = PayloadConfig(cfg.store, cfg.max_side, cfg.quality, cfg.check, cfg.max_pixels, cfg.exif)
     nc = len(source.class_names) or None
     jobs = [segment.SegmentJob(k, items, payload, nc, tmp, cfg.on_error == "fail")
             for k, items in enumerate(segment.plan(source.items, cfg, workers))]
@@ -225,8 +228,10 @@ def _manifest(cfg: PackConfig, source, shards: list[dict], stats, report: PackRe
                 "annotations": [str(a.resolve()) for a in source.annotation_files],
                 "images_seen": len(source.items), "fingerprint": source_hash.hexdigest()[:32]},
         pack_options={k: v for k, v in asdict(cfg).items()
-                      if k in ("shards", "shard_mb", "on_error", "format", "split", "check", "max_pixels")} | {"workers": workers},
+                      if k in ("shards", "shard_mb", "on_error", "format", "split", "check", "max_pixels", "exif")}
+                     | {"workers": workers},
         stats={"class_boxes": [stats.class_boxes.get(c, 0) for c in range(len(names))],
-               "sizes": dict(stats.sizes.most_common()), "record_bytes": stats.record_bytes},
+               "sizes": dict(stats.sizes.most_common()), "record_bytes": stats.record_bytes,
+               "oriented": stats.oriented},
         report=report.to_dict(),
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"), fastfeed_version=__version__)

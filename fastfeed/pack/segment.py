@@ -31,6 +31,7 @@ class SegmentStats:
     num_boxes: int = 0
     num_crowd: int = 0
     record_bytes: int = 0
+    oriented: int = 0                                            # records whose decode is turned (orientation != 1)
     record_crcs: bytearray = field(default_factory=bytearray)   # 4 bytes per record, in order
     sources: list = field(default_factory=list)                  # (name, source CRC) per image
 
@@ -40,6 +41,7 @@ class SegmentStats:
         self.num_boxes += other.num_boxes
         self.num_crowd += other.num_crowd
         self.record_bytes += other.record_bytes
+        self.oriented += other.oriented
         self.record_crcs += other.record_crcs
         self.sources += other.sources
 
@@ -122,6 +124,7 @@ def run(job: SegmentJob) -> SegmentResult:
                 st.num_boxes += len(r.classes)
                 st.num_crowd += r.n_crowd
                 st.record_bytes += len(r.record)
+                st.oriented += r.orientation != 1
                 st.record_crcs += fmt.record_crc(r.record)
             if _PROGRESS is not None:
                 with _PROGRESS.get_lock():
