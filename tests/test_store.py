@@ -214,3 +214,14 @@ def test_a_store_repacked_in_place_is_never_read_as_a_mix(tmp_path, coco_builder
         unread[0]
     held.close()
     fresh.close()
+
+
+def test_a_store_whose_first_pack_is_running_says_so(tmp_path):
+    from fastfeed.pack.writer import pack_lock
+
+    out = tmp_path / "new.ff"
+    with pack_lock(out):
+        with pytest.raises(FormatError, match=r"new.ff is being packed right now \(fastfeed pack, pid \d+\): wait"):
+            Store(out)
+    with pytest.raises(FormatError, match="not a directory"):   # nobody packing: the usual message
+        Store(out)

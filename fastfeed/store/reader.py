@@ -96,6 +96,9 @@ class Store:
 
     def __init__(self, path, check_crc: bool = True):
         self.path = Path(path)
+        if not (self.path / fmt.MANIFEST).is_file() and (pid := fmt.pack_in_progress(self.path)) is not None:
+            raise fmt.FormatError(f"{self.path} is being packed right now (fastfeed pack, pid {pid}): wait for the "
+                                  "pack to finish, then open it")
         if not self.path.is_dir():
             raise fmt.FormatError(f"{self.path} is not a directory: not a fastfeed store "
                                   "(create one with `fastfeed pack SRC -o OUT`)")
