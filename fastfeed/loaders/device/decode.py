@@ -139,9 +139,14 @@ def make_decoder(name: str, device: torch.device):
         for candidate in ("torchvision", "nvimgcodec"):
             why = _why_not(candidate)
             if why is None:
-                log.info("device loader: decoding JPEGs on %s with %s", device, candidate)
-                return (TorchvisionDecoder if candidate == "torchvision" else NvImageCodecDecoder)(device)
-            log.info("device loader: %s does not import (%s)", candidate, why)
+                try:
+                    dec = (TorchvisionDecoder if candidate == "torchvision" else NvImageCodecDecoder)(device)
+                except Exception as e:   # noqa: BLE001 - e.g. a library that imports but finds no driver
+                    why = f"{type(e).__name__}: {e}"
+                else:
+                    log.info("device loader: decoding JPEGs on %s with %s", device, candidate)
+                    return dec
+            log.info("device loader: %s cannot decode here (%s)", candidate, why)
         log.warning("device loader: neither torchvision nor nvImageCodec imports, so JPEGs are decoded on the host "
                     "(%s or %s for nvJPEG on the GPU)", _INSTALL["torchvision"], _INSTALL["nvimgcodec"])
         return HostDecoder()

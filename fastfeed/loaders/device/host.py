@@ -9,8 +9,10 @@ valid until the next host batch is asked for.
 
 from __future__ import annotations
 
+import queue
 import weakref
 from functools import partial
+from time import monotonic
 
 import torch
 
@@ -27,11 +29,11 @@ def slot_bytes(store: Store, cfg: LoaderConfig, ship: str) -> int:
     b, s = cfg.batch_size, cfg.imgsz
     if ship == SHIP_NONE:
         return 64
-    if ship == SHIP_DECODED:   # pixels at the decoded size: about imgsz x imgsz x 3 at most, as the cpu loader's
+    raw = store.manifest.store_mode == "raw"
+    if ship == SHIP_DECODED and not raw:   # pixels at the decoded size: about imgsz^2 x 3 at most, as the cpu loader's
         return b * 3 * s * s
-    n = max(len(store), 1)
     total = store.manifest.stats.get("record_bytes") or sum(sh.bytes for sh in store.shards)
-    per = int(total / n * (1.25 if store.manifest.store_mode == "raw" else 2.0))
+    per = int(total / max(len(store), 1) * (1.25 if raw else 2.0))   # raw pixels, or JPEG bytes
     return b * max(per, 64 << 10)
 
 
@@ -66,6 +68,18 @@ class HostLoader(PoolLoader):
                                     pin=self.pinned)
             self._finalizer = weakref.finalize(self, WorkerPool.close, self._pool)
         return super()._iter_pool()
+
+    def close(self) -> None:
+        """PoolLoader.close, after reading what the workers still send: a worker blocked writing a large result
+        (payloads that did not fit a slot) into a full pipe could not exit, and would be killed after a wait."""
+        pool, deadline = self._pool, monotonic() + 5.0
+        while pool is not None and pool.outstanding > 0 and monotonic() < deadline:
+            try:
+                pool.results.get(timeout=0.1)
+            except (queue.Empty, OSError, ValueError, EOFError):   # nothing left in the pipe
+                break
+            pool.outstanding -= 1
+        super().close()
 
     def slot_of(self, head: torch.Tensor) -> torch.Tensor:
         """The whole slot of which a host batch's `images` are the first bytes."""
