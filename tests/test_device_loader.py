@@ -28,6 +28,16 @@ from fastfeed.loaders.sampler import epoch_batches
 NO_COLOUR = AugmentHyp(hsv_h=0, hsv_s=0, hsv_v=0)
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """The CPU stands in for the device here: one intra-op thread, which on a small shared machine is
+    several times faster than two waiting for each other (restored afterwards)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="module")
 def painted(tmp_path_factory):
     """24 raw images (exact pixels) of grey noise, each with one red rectangle and its box."""

@@ -164,22 +164,23 @@ class Planner:
         items = self._ship([r for _, r in loaded], out, times)
         t0 = perf_counter()
         b = len(loaded)
-        p = Plan(self.token, np.full((b, 4), -1, np.int64), np.ones((b, 4, 2), np.int64), np.empty((b, 2, 3)),
-                 np.full((b, 2), np.inf), np.zeros((b, 4, 4)), np.tile([1.0, 0.0, 0.0], (b, 4, 1)),
-                 np.tile([0.0, 1.0, 1.0], (b, 1)), np.zeros((0, 6), np.float32),
-                 np.array([t.record for t in self.partners], np.int64), items)
-        matrices, per_tile = np.empty((b, 3, 3)), []
+        tiles, shapes, places, regions = [], [], [], []           # per sample, 4 tiles (unused: defaults)
+        matrices, centres, hsv, per_tile = np.empty((b, 3, 3)), [], [], []
         for j, (tile, _) in enumerate(loaded):
-            tiles, layout, matrices[j], centre = self._draw(tile, rng, mosaic_on)
-            p.centre[j] = centre
-            for t, (tl, (place, region)) in enumerate(zip(tiles, layout)):
-                p.tiles[j, t], p.shapes[j, t], p.place[j, t], p.region[j, t] = tl.record, tl.hw, place, region
-                per_tile.append((j, t, tl))
-            if self.cfg.augment:
-                jitter = draw_hsv(rng, self.hyp.hsv_h, self.hyp.hsv_s, self.hyp.hsv_v)
-                if jitter is not None:
-                    p.hsv[j] = jitter
-        p.minv = np.linalg.inv(matrices)[:, :2]
+            shown, layout, matrices[j], centre = self._draw(tile, rng, mosaic_on)
+            centres.append(centre)
+            pad = 4 - len(shown)
+            tiles.append([t.record for t in shown] + [-1] * pad)
+            shapes.append([t.hw for t in shown] + [(1, 1)] * pad)
+            places.append([pl for pl, _ in layout] + [(1.0, 0.0, 0.0)] * pad)
+            regions.append([rg for _, rg in layout] + [(0.0, 0.0, 0.0, 0.0)] * pad)
+            per_tile += [(j, t, tl) for t, tl in enumerate(shown)]
+            jitter = draw_hsv(rng, self.hyp.hsv_h, self.hyp.hsv_s, self.hyp.hsv_v) if self.cfg.augment else None
+            hsv.append((0.0, 1.0, 1.0) if jitter is None else jitter)
+        p = Plan(self.token, np.array(tiles, np.int64), np.array(shapes, np.int64), np.linalg.inv(matrices)[:, :2],
+                 np.array(centres, np.float64), np.array(regions, np.float64), np.array(places, np.float64),
+                 np.array(hsv, np.float64), np.zeros((0, 6), np.float32),
+                 np.array([t.record for t in self.partners], np.int64), items)
         p.targets = self._targets(matrices, p, per_tile).numpy()
         times["plan"] += perf_counter() - t0
         return pack(p), times
