@@ -50,6 +50,10 @@ def _stand_ins(missing: list[str]) -> None:
                 img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
                 if img is None:
                     raise ValueError("OpenCV could not decode the JPEG")
+                h, w = img.shape[:2]   # libjpeg-turbo's DCT scaling, emulated: the size codec.dct_size says
+                k = next((k for k in range(1, 8) if -(-h * k // 8) >= min_height and -(-w * k // 8) >= min_width), 8)
+                if k < 8:
+                    img = cv2.resize(img, (-(-w * k // 8), -(-h * k // 8)), interpolation=cv2.INTER_AREA)
                 return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
 
             mod.decode_jpeg = decode_jpeg
@@ -71,6 +75,13 @@ def _stand_ins(missing: list[str]) -> None:
                 set_postfix_str = close
 
             mod.tqdm = Bar
+        elif name == "psutil":   # only fastfeed.devices.free_memory for the CPU (the --allow-cpu smoke run)
+            def virtual_memory():
+                page = os.sysconf("SC_PAGE_SIZE")
+                return types.SimpleNamespace(available=os.sysconf("SC_AVPHYS_PAGES") * page,
+                                             total=os.sysconf("SC_PHYS_PAGES") * page)
+
+            mod.virtual_memory = virtual_memory
         sys.modules[name] = mod
 
 

@@ -487,3 +487,32 @@ def test_epoch_order_is_the_samplers(painted):
         cpu = [b.targets.clone() for b in loader]
     dev = [t for _, t in run(painted, cfg, epochs=(1,))]
     assert len(order) == 24 and all(torch.equal(a, b) for a, b in zip(cpu, dev))
+
+
+# --- on a real GPU (pytest -m gpu; benchmarks/gpu_check_device.py checks the same on a bare GPU machine) ----
+
+@pytest.fixture(scope="module")
+def sample_store(tmp_path_factory, sample_dir):
+    out = tmp_path_factory.mktemp("sample") / "s.ff"
+    run_pack(sample_dir, out)
+    return Store(out)
+
+
+@pytest.mark.gpu
+def test_gpu_batches_have_the_cpu_paths_targets_and_pixels(sample_store):
+    """nvJPEG on the GPU against libjpeg-turbo on the host: the same plans, so the same targets; pixels within
+    a few levels. Training batches too (the draws are the host's, whatever the device)."""
+    for augment in (False, True):
+        cfg = dict(imgsz=320, batch_size=8, workers=2, augment=augment, seed=2, hyp=NO_COLOUR)
+        gpu = run(sample_store, LoaderConfig(device="cuda", **cfg))
+        cpu = run(sample_store, LoaderConfig(device="cpu", **cfg))
+        for (a, ta), (b, tb) in zip(gpu, cpu):
+            assert a.device.type == "cuda" and torch.equal(ta.cpu(), tb)
+            assert (a.cpu().float() - b.float()).abs().mean() < 4.0
+
+
+@pytest.mark.gpu
+def test_gpu_vram_tier_gives_the_jpeg_paths_batches(sample_store):
+    cfg = LoaderConfig(imgsz=320, batch_size=8, workers=2, seed=3, device="cuda")
+    want = run(sample_store, cfg, epochs=(0, 1))
+    assert same(run(sample_store, cfg, epochs=(0, 1), cache="device", cache_reserve_gb=0), want)

@@ -80,12 +80,18 @@ def check_fits(shapes: np.ndarray, imgsz: int, batch_size: int, device: torch.de
         "smaller imgsz, cache=None (decode every step), a device with more memory, or a smaller cache_reserve_gb")
 
 
-def _decode_chunk(job) -> list:
+_POOL: dict = {}
+
+
+def _init_pool(store, size: int) -> None:
+    _POOL["store"], _POOL["size"] = store, size   # inherited through fork: the store is not pickled per job
+
+
+def _decode_chunk(indices: list[int]) -> list:
     """In a pool process: records decoded on the host, as (index, pixels)."""
-    store, indices, size = job
     out = []
     for i in indices:
-        _, buf, shape, _ = ship_record(store.record(i), size, SHIP_DECODED)
+        _, buf, shape, _ = ship_record(_POOL["store"].record(i), _POOL["size"], SHIP_DECODED)
         out.append((i, buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, np.uint8).reshape(*shape, 3).copy()))
     return out
 
@@ -108,8 +114,8 @@ def build_cache(store, imgsz: int, batch_size: int, device: torch.device, decode
     bar = tqdm(total=n, desc=f"VRAM cache ({device})", unit="img", disable=None)
     try:
         if decoder.on_host:    # libjpeg-turbo holds the GIL: decode on every core in processes
-            jobs = [(store, list(range(s, min(s + 16, n))), imgsz) for s in range(0, n, 16)]
-            with worker_context() as ctx, ctx.Pool(workers or usable_cores()) as pool:
+            jobs = [list(range(s, min(s + 16, n))) for s in range(0, n, 16)]
+            with worker_context() as ctx, ctx.Pool(workers or usable_cores(), _init_pool, (store, imgsz)) as pool:
                 for chunk in pool.imap(_decode_chunk, jobs):
                     for i, img in chunk:
                         put(i, upload(torch.from_numpy(np.ascontiguousarray(img))))
