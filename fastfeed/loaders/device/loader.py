@@ -24,9 +24,9 @@ class DeviceLoader(Loader):
     (host.py, plan.py), device decoding (decode.py) and rendering (render.py), double buffered on a side
     stream (feed.py); optionally over the VRAM tier (cache.py). Use it directly: it replaces loader + prefetcher.
 
-    Each batch is valid until the one after next is asked for (two are in flight); a consumer that keeps
-    batches longer clones them. `device_augment` does not apply: every augmentation runs on the device
-    already, with LoaderConfig.hyp's gains and the cpu loader's draws. `pin_memory` pins the workers'
+    Batches are new tensors (two are prepared ahead): unlike the host loaders' they stay valid after the next
+    one is asked for. `device_augment` does not apply: every augmentation runs on the device already, with
+    LoaderConfig.hyp's gains and the cpu loader's draws. `pin_memory` pins the workers'
     payload slots (default: on CUDA). `ops`/`device`: test seams (a fake accelerator; tensors stay on the CPU).
     """
 

@@ -27,7 +27,8 @@ import torch
 
 from ...device_augment import hsv_jitter
 
-CHUNK_PIXELS = 1 << 23   # output pixels per chunk (8 Mi: ~20 samples at 640)
+CHUNK_PIXELS = 1 << 23   # output pixels per chunk on an accelerator (8 Mi: ~20 samples at 640): few launches
+CPU_CHUNK_PIXELS = 1 << 20   # on the CPU: tensors that stay in cache run 2.5x faster (46 against 116 ms a sample)
 
 
 @dataclass
@@ -90,7 +91,7 @@ def render(pixels: torch.Tensor, p: Params, size: int, fill: int, jitter: tuple[
     gain, a hue gain): apply `device_augment.hsv_jitter` with p.hsv (the hue turn only with a hue gain)."""
     b = p.minv.shape[0]
     out = torch.empty((b, 3, size, size), dtype=torch.float32, device=pixels.device)
-    step = max(1, CHUNK_PIXELS // (size * size))
+    step = max(1, (CPU_CHUNK_PIXELS if pixels.device.type == "cpu" else CHUNK_PIXELS) // (size * size))
     for s in range(0, b, step):
         out[s:s + step] = _chunk(pixels, p[s:s + step], size, float(fill))
     out.div_(255.0)
