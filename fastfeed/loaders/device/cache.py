@@ -23,7 +23,7 @@ from ...devices import free_memory, usable_cores
 from ...procs import worker_context
 from .decode import load_items
 from .plan import SHIP_DECODED, SHIP_ENCODED, Item, ship_record
-from .render import CHUNK_PIXELS
+from .render import chunk_pixels
 
 log = logging.getLogger(__name__)
 GIB = 1 << 30
@@ -49,10 +49,10 @@ class DeviceCache:
         return np.where(tiles >= 0, self.starts[np.maximum(tiles, 0)], 0)
 
 
-def working_bytes(batch_size: int, imgsz: int) -> int:
+def working_bytes(batch_size: int, imgsz: int, device: torch.device) -> int:
     """Device memory the loader needs besides the cache: the render's transients (~100 bytes per output pixel
     of a chunk) and four float32 batches (two in flight, one in use, one HSV temporary)."""
-    return CHUNK_PIXELS * 100 + 4 * batch_size * 3 * imgsz * imgsz * 4
+    return min(chunk_pixels(device), batch_size * imgsz * imgsz) * 100 + 4 * batch_size * 3 * imgsz * imgsz * 4
 
 
 def _estimate(shapes: np.ndarray, imgsz: int) -> int:
@@ -65,12 +65,12 @@ def _estimate(shapes: np.ndarray, imgsz: int) -> int:
 def check_fits(shapes: np.ndarray, imgsz: int, batch_size: int, device: torch.device, reserve_gb: float) -> int:
     """The cache's bytes; DeviceCacheError when it, the working memory and the reserve exceed the free memory."""
     need = int((shapes[:, 0] * shapes[:, 1]).sum()) * 3
-    work, reserve = working_bytes(batch_size, imgsz), int(reserve_gb * GIB)
+    work, reserve = working_bytes(batch_size, imgsz, device), int(reserve_gb * GIB)
     free, total = free_memory(device)
     if need + work + reserve <= free:
         return need
     fits = [s for s in range(imgsz - 32, 31, -32)
-            if _estimate(shapes, s) + working_bytes(batch_size, s) + reserve <= free]
+            if _estimate(shapes, s) + working_bytes(batch_size, s, device) + reserve <= free]
     hint = (f"at imgsz {fits[0]} it would need about {_estimate(shapes, fits[0]) / GIB:.1f} GiB" if fits
             else "no imgsz fits with this reserve")
     raise DeviceCacheError(
