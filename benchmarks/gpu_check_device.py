@@ -254,7 +254,7 @@ def device_section(device: torch.device, quick: bool) -> None:
                                **opts) as ld:
                 if opts:
                     row("device", "VRAM tier build", f"{time.perf_counter() - t0:.1f} s, "
-                                                     f"{ld.shared_bytes() / 2**30:.2f} GiB for {len(store)} images")
+                                                     f"{ld.vram_bytes / 2**30:.2f} GiB for {len(store)} images")
                 ips, ms, n = measure(ld, ld, device, seconds)
                 st = ld.stage_times()
             per = {k: 1e3 * v / max(st.samples, 1) for k, v in st.seconds.items()}

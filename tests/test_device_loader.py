@@ -323,7 +323,7 @@ def test_the_vram_tier_gives_the_same_batches(painted):
     cfg = LoaderConfig(imgsz=96, batch_size=4, workers=2, seed=5)
     want = run(painted, cfg, epochs=(0, 1))
     loader = create_loader("device", painted, cfg, cache="device", cache_reserve_gb=0)
-    assert loader.host.ship == "none" and loader.shared_bytes() == sum(h * w * 3 for h, w in
+    assert loader.host.ship == "none" and loader.vram_bytes == sum(h * w * 3 for h, w in
                                                                        [painted.record(i).size for i in range(24)])
     assert same([b for e in (0, 1) for b in collect(loader, e)], want)
     loader.close()
@@ -401,6 +401,58 @@ def test_stream_protocol_on_a_fake_accelerator(painted):
         assert any(e[0] == "copy" for e in log)
     assert len(mod.streams) == 1 and same(got_all, want)
     loader.close()
+
+
+_NPU_SCRIPT = """
+import sys, types, torch
+sys.path.insert(0, sys.argv[2])
+from test_prefetch import FakeDeviceModule, RecordingOps, _check_protocol
+from test_device_loader import LoggedHost, u8, run, same
+from fastfeed import Store
+from fastfeed.loaders import LoaderConfig
+from fastfeed.loaders.device import DeviceOptions
+from fastfeed.loaders.device.loader import DeviceLoader
+torch.set_num_threads(1)
+torch.utils.rename_privateuse1_backend("npu")        # what torch_npu does: torch.device("npu", 0) is valid
+log = []
+fake = FakeDeviceModule(log)
+fake.is_available, fake.current_device, fake.device_count = (lambda: True), (lambda: 0), (lambda: 1)
+sys.modules["torch_npu"] = types.ModuleType("torch_npu")
+torch.npu = fake
+store = Store(sys.argv[1])
+cfg = LoaderConfig(imgsz=64, batch_size=4, workers=2, seed=1, device="npu")
+device = cfg.resolved_device()
+assert device == torch.device("npu", 0), device
+loader = DeviceLoader(store, cfg, DeviceOptions(), ops=RecordingOps(fake, device), device=device)
+assert loader.decoder.name == "host", loader.decoder.name     # no nvJPEG on an NPU
+loader.feed.loader = LoggedHost(loader.host, log)
+loader.set_epoch(0)
+got, batches = [], []
+for b in loader:
+    got.append((b, len(log)))
+    batches.append((u8(b.images), b.targets.clone()))
+    log.append(("use", len(got) - 1))
+_check_protocol(log, got)
+assert len(fake.streams) == 1
+assert same(batches, run(store, LoaderConfig(imgsz=64, batch_size=4, workers=2, seed=1, device="cpu")))
+loader.close()
+print("npu ok")
+"""
+
+
+def test_stream_protocol_on_a_fake_npu(painted, tmp_path):
+    """device="npu" through fastfeed.devices (torch_npu and torch.npu faked, in a child process: naming the
+    backend "npu" cannot be undone): the host decoder, the same side-stream protocol, the CPU path's batches."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "npu.py"
+    script.write_text(_NPU_SCRIPT)
+    tests = str(Path(__file__).resolve().parent)
+    p = subprocess.run([sys.executable, str(script), str(painted.path), tests], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0 and "npu ok" in p.stdout, p.stdout[-2000:] + p.stderr[-4000:]
 
 
 # --- how the trainer and the bench use it ------------------------------------------------------------

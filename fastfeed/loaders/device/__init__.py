@@ -29,7 +29,8 @@ from ..base import LoaderConfig, register_loader
 from ..cpu import CpuOptions
 from .decode import DECODERS
 
-_DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}   # the dtype option
+_NAMES = {v: k for k, v in DTYPES.items()}
 
 
 @dataclass(frozen=True)
@@ -43,15 +44,15 @@ class DeviceOptions(CpuOptions):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.dtype in _DTYPES:
-            object.__setattr__(self, "dtype", _DTYPES[self.dtype])
+        if self.dtype in _NAMES:
+            object.__setattr__(self, "dtype", _NAMES[self.dtype])
 
         def need(ok: bool, name: str, rule: str):
             if not ok:
                 raise ValueError(f"device option {name} {rule}, got {getattr(self, name)!r}")
 
         need(self.cache in (None, "device"), "cache", "must be None or 'device' (the decoded store in device memory)")
-        need(self.dtype in _DTYPES.values(), "dtype", f"must be one of {', '.join(_DTYPES.values())}")
+        need(self.dtype in DTYPES, "dtype", f"must be one of {', '.join(DTYPES)}")
         need(self.decoder in DECODERS, "decoder", f"must be one of {', '.join(DECODERS)}")
         need(isinstance(self.cache_reserve_gb, (int, float)) and not isinstance(self.cache_reserve_gb, bool)
              and math.isfinite(self.cache_reserve_gb) and self.cache_reserve_gb >= 0, "cache_reserve_gb",
@@ -66,4 +67,4 @@ def create_device_loader(store: Store, cfg: LoaderConfig, opts: DeviceOptions):
     return DeviceLoader(store, cfg, opts)
 
 
-__all__ = ["DeviceOptions", "create_device_loader"]
+__all__ = ["DTYPES", "DeviceOptions", "create_device_loader"]

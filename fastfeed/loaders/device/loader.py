@@ -8,6 +8,7 @@ import torch
 
 from ...store.reader import Store
 from ..base import Loader, LoaderConfig, StageTimes
+from . import DTYPES
 from .cache import build_cache
 from .decode import make_decoder
 from .feed import DeviceFeed
@@ -15,8 +16,6 @@ from .host import HostLoader
 from .plan import SHIP_DECODED, SHIP_ENCODED, SHIP_NONE
 
 log = logging.getLogger(__name__)
-
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 class DeviceLoader(Loader):
@@ -79,7 +78,9 @@ class DeviceLoader(Loader):
     def memory_pids(self) -> list[int]:
         return self.host.memory_pids()
 
-    def shared_bytes(self) -> int:
+    @property
+    def vram_bytes(self) -> int:
+        """Device memory held by the VRAM tier (0 without one). Not `shared_bytes`: that is host shared memory."""
         return self.cache.nbytes if self.cache is not None else 0
 
     def close(self) -> None:
