@@ -37,6 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from gpu_check_device import device_section  # noqa: E402
 from gpu_check_prefetch import augment_cost, bandwidth, overlap, run_tests  # noqa: E402
 from gpu_check_train import train_step  # noqa: E402
 from gpu_common import FAILURES, ROWS, row, section  # noqa: E402
@@ -95,6 +96,7 @@ def main(argv=None) -> int:
     section("overlap", overlap, device, shape, args.step_ms, steps, deadline=deadline)
     section("augment", augment_cost, device, shape, 20 if device.type == "cuda" else 3, deadline=deadline)
     section("train", train_step, device, args.quick, deadline=deadline)
+    section("device", device_section, device, args.quick, deadline=deadline)
     section("dali", dali_mixed, device, args.quick, max(30.0, deadline - time.monotonic() - 5), deadline=deadline)
     threads = [t.name for t in threading.enumerate() if t.name == "fastfeed-prefetch"]
     if threads:

@@ -9,6 +9,7 @@ accelerator's torch module (`torch.cuda`, `torch.npu`). Torch only, so a bare GP
 
 from __future__ import annotations
 
+import os
 import re
 
 import torch
@@ -95,3 +96,20 @@ def memory_mb(device: torch.device) -> dict:
         return {}
     return {"mem_alloc_mb": mod.memory_allocated(device) / 2**20, "mem_reserved_mb": mod.memory_reserved(device) / 2**20,
             "mem_peak_mb": mod.max_memory_allocated(device) / 2**20}
+
+
+def free_memory(device) -> tuple[int, int]:
+    """(free, total) bytes of memory on `device`: the accelerator's (`mem_get_info`), or for the CPU the host
+    RAM available to new allocations (what a cache held "on the device" takes there)."""
+    mod = accelerator_module(device)
+    if mod is not None:
+        free, total = mod.mem_get_info(device)
+        return int(free), int(total)
+    try:
+        import psutil
+
+        vm = psutil.virtual_memory()
+        return int(vm.available), int(vm.total)
+    except ImportError:   # a bare GPU machine without psutil: free pages only (page cache not counted)
+        page = os.sysconf("SC_PAGE_SIZE")
+        return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page

@@ -81,7 +81,7 @@ def test_the_store_reads_every_orientation_upright(oriented_store):
         assert red[y1 + 2:y1 + bh - 2, x1 + 2:x1 + bw - 2].all() and red.sum() < 1.2 * bw * bh, f"record {i}"
 
 
-@pytest.mark.parametrize("name", ["cpu", "shm", "dali"])
+@pytest.mark.parametrize("name", ["cpu", "shm", "dali", "device"])
 def test_loader_batches_put_the_boxes_on_the_paint(oriented_store, name, tmp_path):
     if name == "dali":
         pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed")
@@ -93,8 +93,14 @@ def test_loader_batches_put_the_boxes_on_the_paint(oriented_store, name, tmp_pat
         with create_loader(name, oriented_store, cfg, **options) as loader:
             for epoch in (0, 1):
                 loader.set_epoch(epoch)
-                batches += [(b.images.cpu().clone(), b.targets.cpu().clone()) for b in loader]
+                batches += [(_uint8(b.images), b.targets.cpu().clone()) for b in loader]
     assert_boxes_frame_paint(batches, 128, min_boxes=16)
+
+
+def _uint8(images: torch.Tensor) -> torch.Tensor:
+    """The device loader's float [0,1] images as the other loaders' uint8."""
+    images = images.cpu()
+    return images.clone() if images.dtype == torch.uint8 else (images.float() * 255).round().to(torch.uint8)
 
 
 def test_evaluation_maps_boxes_back_through_the_turned_frame(oriented_store):

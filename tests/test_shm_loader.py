@@ -43,8 +43,8 @@ def test_registered_and_its_options_are_checked(painted_store):
     with pytest.raises(ValueError, match="loader 'cpu' has no option 'cache_dir' \\(it is an option of: shm\\); "
                                          "cpu's options: partner_buffer"):
         create_loader("cpu", painted_store, cfg, cache_dir="/tmp")
-    with pytest.raises(ValueError, match="loader 'shm' has no option 'cache' \\(no loader has it\\)"):
-        create_loader("shm", painted_store, cfg, cache=True)
+    with pytest.raises(ValueError, match="loader 'shm' has no option 'cache_mb' \\(no loader has it\\)"):
+        create_loader("shm", painted_store, cfg, cache_mb=True)
     with pytest.raises(TypeError):   # the options are no LoaderConfig fields any more
         LoaderConfig(cache_dir="/tmp")
 

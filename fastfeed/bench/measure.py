@@ -12,6 +12,7 @@ import numpy as np
 import psutil
 from tqdm import tqdm
 
+from ..devices import synchronize
 from ..loaders import LoaderConfig, create_loader
 from .monitor import ResourceMonitor
 from .result import LoaderResult, Rate, Stall
@@ -89,6 +90,14 @@ def measure(name: str, store, lcfg: LoaderConfig, *, seconds: float, batches: in
         t_create = perf_counter()
         try:
             loader = create_loader(name, store, lcfg)
+            ready = None
+            if loader.on_device:   # its batches come out on the device: no copy to time; waiting for the
+                copy, res.copy_applicable = None, False   # device to finish a batch is waiting for data
+                res.notes.append("batches come out on the device: no host->device copy; the wait for each batch "
+                                 "includes the device finishing it")
+
+                def ready(b):
+                    synchronize(b.images.device)
             res.batches_per_epoch = len(loader)
             if res.batches_per_epoch == 0:
                 raise ValueError(f"no full batch: the store's {len(store)} images make 0 batches of {lcfg.batch_size}")
@@ -129,6 +138,8 @@ def measure(name: str, store, lcfg: LoaderConfig, *, seconds: float, batches: in
             while True:
                 t_req = perf_counter()
                 batch = next(gen)
+                if ready is not None:
+                    ready(batch)
                 t_got = perf_counter()
                 dev = copy(batch) if copy else batch
                 t_copied = perf_counter()

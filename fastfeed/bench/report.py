@@ -77,7 +77,8 @@ def format_table(result: BenchResult) -> str:
     ran = [r for r in result.results if r.ok]
     if ran:
         out += [f"* fastest. images/s: median over ~10 intervals ±half the interquartile range; vs: against {result.baseline}.",
-                "  ms per sample: wall time inside the workers, summed over workers; copy: host->device (- on cpu).",
+                "  ms per sample: wall time inside the workers, summed over workers; copy: host->device (- on cpu, and for",
+                "  loaders whose batches come out on the device; their decode/augment are the device's own times).",
                 "  CPU: the whole machine (other users included) over the timed window.",
                 f"  peak {mem_metric}: summed over this process and the loader's workers"
                 + (" (PSS splits shared pages)." if mem_metric == "PSS" else " (RSS: shared pages counted per process).")]

@@ -228,7 +228,7 @@ class _Entry:
 
 
 _LOADERS: dict[str, _Entry] = {}
-_BUILTIN = ("cpu", "shm", "dali")   # registered on first use of the registry: importing fastfeed.loaders
+_BUILTIN = ("cpu", "shm", "dali", "device")   # registered on first use of the registry: importing fastfeed.loaders
 _builtins_loaded = False             # stays light (torch + numpy), so device code imports the Loader ABC
 
 

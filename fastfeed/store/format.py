@@ -75,25 +75,6 @@ def pack_lock_path(out) -> Path:
     return out.parent / f".{out.name}.lock"
 
 
-def pack_in_progress(out) -> int | None:
-    """The pid of a `fastfeed pack` writing store `out` right now (it holds the lock), else None."""
-    import fcntl
-    import os
-
-    try:
-        fd = os.open(pack_lock_path(out), os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        return int(pid) if pid.isdigit() else -1
-    finally:
-        os.close(fd)   # closing drops a lock we got: nobody was packing
-    return None
-
-
 class FormatError(ValueError):
     """A store or record that this version of fastfeed cannot read."""
 

@@ -1,0 +1,73 @@
+"""The `device` loader: JPEG decode and YOLO augmentation on the accelerator, the host only plans.
+
+    loader = create_loader("device", store, LoaderConfig(imgsz=640, batch_size=64, device="cuda"))
+    loader = create_loader("device", store, cfg, cache="device", dtype="bfloat16")   # the VRAM tier
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        for images, targets in loader:     # on the device: images [B,3,S,S] in [0,1], targets [M,6]
+            ...
+
+Worker processes read records' bytes and draw every random parameter as the cpu loader does (same seed,
+same parameters); the device decodes (nvJPEG via torchvision or nvImageCodec; the host where neither
+runs), composes mosaic + affine + flip into one sampling map per output pixel, gathers, jitters HSV.
+Plain PyTorch: the same code runs on CUDA, Ascend NPUs (host decode) and the CPU (tests).
+
+Layout: plan.py (host: records, draws, geometry, boxes via boxes.py), host.py (the worker pool),
+decode.py (decoders, EXIF orientation), render.py (the sampling map), cache.py (the VRAM tier),
+feed.py (side-stream double buffering), loader.py (the Loader).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ...store.reader import Store
+from ..base import LoaderConfig, register_loader
+from ..cpu import CpuOptions
+from .decode import DECODERS
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}   # the dtype option
+_NAMES = {v: k for k, v in DTYPES.items()}
+
+
+@dataclass(frozen=True)
+class DeviceOptions(CpuOptions):
+    """The device loader's own options (and the cpu loader's partner_buffer: the same partners for a seed)."""
+
+    cache: str | None = None        # "device": keep the decoded store in device memory (the VRAM tier)
+    dtype: str = "float32"          # the images' dtype: float32 | float16 | bfloat16 (or the torch dtype)
+    decoder: str = "auto"           # auto | torchvision | nvimgcodec | host (see decode.py)
+    cache_reserve_gb: float = 8.0   # with cache="device": device memory left free for the model
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.dtype in _NAMES:
+            object.__setattr__(self, "dtype", _NAMES[self.dtype])
+
+        def need(ok: bool, name: str, rule: str):
+            if not ok:
+                raise ValueError(f"device option {name} {rule}, got {getattr(self, name)!r}")
+
+        need(self.cache in (None, "device"), "cache", "must be None or 'device' (the decoded store in device memory)")
+        need(self.dtype in DTYPES, "dtype", f"must be one of {', '.join(DTYPES)}")
+        need(self.decoder in DECODERS, "decoder", f"must be one of {', '.join(DECODERS)}")
+        need(isinstance(self.cache_reserve_gb, (int, float)) and not isinstance(self.cache_reserve_gb, bool)
+             and math.isfinite(self.cache_reserve_gb) and self.cache_reserve_gb >= 0, "cache_reserve_gb",
+             "must be a number of GiB >= 0")
+
+
+@register_loader("device", options=DeviceOptions,
+                 summary="workers only plan; nvJPEG decode, mosaic/affine/HSV on the accelerator (GPU, NPU, or CPU)")
+def create_device_loader(store: Store, cfg: LoaderConfig, opts: DeviceOptions):
+    from .loader import DeviceLoader
+
+    if cfg.augment and cfg.hyp.mixup > 0:   # never accepted and then ignored
+        raise ValueError(f"the device loader does not blend mixup samples (hyp.mixup={cfg.hyp.mixup}): use the cpu "
+                         "or shm loader for mixup, or AugmentHyp(mixup=0)")
+    return DeviceLoader(store, cfg, opts.resolved(len(store), cfg.batch_size))
+
+
+__all__ = ["DTYPES", "DeviceOptions", "create_device_loader"]

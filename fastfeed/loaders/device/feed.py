@@ -1,0 +1,162 @@
+"""`DeviceFeed`: the host batches (plans + payloads) turned into finished batches on the device, double
+buffered on a side stream: the `DevicePrefetcher`'s drivers and stream protocol, with its per-batch
+work (`_produce`) replaced by decode + render.
+
+Per batch, on the side stream: decode the new records' JPEGs (or copy their pixels up), gather the
+pixels of every tile the batch shows into one flat buffer (or use the VRAM tier's), copy the plan's
+few parameters and the targets up, record `copied` (the host slot may be reused from here: the
+prefetcher waits on it before asking the workers for the next batch), render the images, record
+`ready` (the consumer's stream waits on it; record_stream marks the handed-out tensors).
+
+Decoded images are kept while a worker's partner buffer still lists them (each plan carries its
+worker's buffer), so a record is decoded once per stay in a buffer, not once per tile that shows it.
+A partner the device never saw (after a resume replayed a worker's buffer) is read and decoded here.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from time import perf_counter
+
+import numpy as np
+import torch
+
+from ...batch import Batch
+from ...prefetch import DevicePrefetcher
+from ...prefetch.streams import InFlight
+from ..workers import WorkerError
+from .decode import load_items
+from .plan import Item, Plan, ship_record, unpack
+from .render import Params, render
+
+
+class _EventTimes:
+    """Device seconds of decode and render, from timing events on the side stream, read once complete."""
+
+    def __init__(self, mod):
+        self.mod, self.pending = mod, deque()
+
+    def mark(self, stream):
+        e = self.mod.Event(enable_timing=True)
+        e.record(stream)
+        return e
+
+    def collect(self, seconds: dict) -> None:
+        while self.pending and self.pending[0][2].query():
+            a, b, c = self.pending.popleft()
+            seconds["decode"] += a.elapsed_time(b) / 1e3
+            seconds["augment"] += b.elapsed_time(c) / 1e3
+
+
+class DeviceFeed(DevicePrefetcher):
+    """Iterate `host` (a HostLoader) as finished `dtype` batches on `device`. `compute`: where tensors are made
+    (the device; the CPU behind a test's fake accelerator `ops`). `timing`: time the device work with events."""
+
+    def __init__(self, host, device, *, dtype, decoder, cache, compute: torch.device, timing: bool, ops=None):
+        super().__init__(host, device, depth=2, dtype=dtype, device_augment=False, thread=False, ops=ops)
+        self.host, self.decoder, self.cache, self.compute = host, decoder, cache, compute
+        cfg = host.cfg
+        self.size, self.fill = cfg.imgsz, cfg.hyp.fill
+        h = cfg.hyp
+        self.jitter = (cfg.augment and bool(h.hsv_h or h.hsv_s or h.hsv_v), bool(h.hsv_h))
+        self.images: dict[int, torch.Tensor] = {}   # decoded records a partner buffer still lists
+        self.live: dict[int, set] = {}               # planning worker -> records in its partner buffer
+        self.seconds = {"decode": 0.0, "augment": 0.0}
+        self.decoded = self.reread = 0               # records decoded here; of those, read here (not shipped)
+        self._events = _EventTimes(self._ops.mod) if timing and self.accelerated else None
+
+    def _upload(self, t: torch.Tensor) -> torch.Tensor:
+        """A host tensor (maybe a view of the slot) as a tensor of our own on the compute device."""
+        return self._ops.to_device(t) if self.accelerated else t.clone()
+
+    def _produce(self, batch) -> Batch | InFlight:
+        plan = unpack(batch.targets)
+        slot = self.host.slot_of(batch.images)
+        if not self.accelerated:   # the CPU: synchronous, timed with the host clock
+            t0 = perf_counter()
+            pixels, base = self._pixels(plan, slot)
+            t1 = perf_counter()
+            images = self._render(plan, pixels, base)
+            self.seconds["decode"] += t1 - t0
+            self.seconds["augment"] += perf_counter() - t1
+            return Batch(images, torch.from_numpy(plan.targets))
+        ops, side = self._ops, self._stream
+        with ops.use(side):
+            marks = [self._events.mark(side)] if self._events else []
+            pixels, base = self._pixels(plan, slot)
+            targets = ops.to_device(torch.from_numpy(plan.targets))
+            copied = ops.event()
+            copied.record(side)
+            if self._events:
+                marks.append(self._events.mark(side))
+            images = self._render(plan, pixels, base)
+            ready = ops.event()
+            ready.record(side)
+            if self._events:
+                marks.append(self._events.mark(side))
+                self._events.pending.append(marks)
+                self._events.collect(self.seconds)
+        return InFlight(Batch(images, targets), copied, ready)
+
+    # --- pixels ----------------------------------------------------------------------------------------
+    def _pixels(self, plan: Plan, slot: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:
+        """(flat uint8 [P,3] pixels on the device, int64 [B,4] first row of each tile in it)."""
+        if self.cache is not None:
+            return self.cache.pixels, self.cache.bases(plan.tiles)
+        new = self._load(plan.items, slot)
+        needed = list(dict.fromkeys(int(r) for r in plan.tiles.reshape(-1) if r >= 0))
+        missing = [r for r in needed if r not in new and r not in self.images]
+        if missing:
+            new.update(self._reread(missing))
+        self.images.update(new)
+        imgs = [self.images[r] for r in needed]
+        starts = np.cumsum([0] + [im.shape[0] * im.shape[1] for im in imgs])
+        where = dict(zip(needed, starts[:-1].tolist()))
+        base = np.array([[where.get(int(r), 0) for r in row] for row in plan.tiles], np.int64)
+        pixels = torch.cat([im.reshape(-1, 3) for im in imgs])
+        self.live[plan.token] = set(plan.live.tolist())
+        keep = set().union(*self.live.values())
+        for r in [r for r in self.images if r not in keep]:
+            del self.images[r]
+        return pixels, base
+
+    def _load(self, items: list[Item], slot) -> dict[int, torch.Tensor]:
+        try:
+            out = load_items(items, slot, self.decoder, self._upload, self._stream)
+        except RuntimeError as e:
+            raise WorkerError(f"device loader: {e}") from e
+        self.decoded += len(out)
+        return out
+
+    def _reread(self, records: list[int]) -> dict[int, torch.Tensor]:
+        """Partners the device never saw (a worker's buffer replayed on resume): read and decode them here."""
+        items = []
+        for i in records:
+            r = self.host.store.record(i)
+            kind, buf, shape, orientation = ship_record(r, self.size, self.host.ship)
+            data = buf.reshape(-1) if isinstance(buf, np.ndarray) else np.frombuffer(buf, np.uint8)
+            items.append(Item(i, kind, tuple(shape), orientation, r.where, nbytes=data.size, data=data.tobytes()))
+        self.reread += len(items)
+        return self._load(items, None)
+
+    # --- images ----------------------------------------------------------------------------------------
+    def _render(self, plan: Plan, pixels: torch.Tensor, base: np.ndarray) -> torch.Tensor:
+        b = len(plan.tiles)
+        floats = np.concatenate([plan.minv.reshape(b, 6), plan.centre, plan.region.reshape(b, 16),
+                                 plan.place.reshape(b, 12), plan.hsv], axis=1).astype(np.float32)
+        ints = np.concatenate([base, plan.shapes.reshape(b, 8)], axis=1).astype(np.int64)
+        f = self._upload(torch.from_numpy(floats)) if self.accelerated else torch.from_numpy(floats)
+        i = self._upload(torch.from_numpy(ints)) if self.accelerated else torch.from_numpy(ints)
+        p = Params(f[:, 0:6].reshape(b, 2, 3), f[:, 6:8], f[:, 8:24].reshape(b, 4, 4), f[:, 24:36].reshape(b, 4, 3),
+                   f[:, 36:39], i[:, 0:4], i[:, 4:12].reshape(b, 4, 2))
+        return render(pixels, p, self.size, self.fill, self.jitter, self.dtype)
+
+    def device_seconds(self) -> dict[str, float]:
+        if self._events:
+            self._events.collect(self.seconds)
+        return dict(self.seconds)
+
+    def release(self) -> None:
+        """Drop the decoded images and partner bookkeeping (a new worker pool starts with empty buffers)."""
+        self.images.clear()
+        self.live.clear()
