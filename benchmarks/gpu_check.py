@@ -1,4 +1,4 @@
-"""GPU check of the device prefetcher, for a bare GPU machine (PyTorch and nothing else).
+"""GPU checks for a bare GPU machine (PyTorch and little else): the prefetcher, DALI, the trainer, the device loader.
 
     bash benchmarks/gpu_check.sh                 # from the repository root; prints a table last
 
@@ -11,10 +11,12 @@
 4. augment: what DeviceAugment costs per batch on the device;
 5. dali: DALI `mixed` decode and the dali loader on the GPU (benchmarks/gpu_check_dali.py), when DALI is installed.
 6. train: the bundled YOLOv3's training step at 640 (ms, images/s, peak memory) with and without AMP and
-   activation checkpointing (runs before the dali section).
+   activation checkpointing (runs before the dali section);
+7. device: the `device` loader (decode and augment on the GPU) at 640, batch 64, from JPEG and from
+   the VRAM tier, against the cpu loader with every core: images/s and host CPU per image.
 
 Sections live in gpu_check_prefetch.py (1-4), gpu_check_dali.py (5, its own process: DALI may be
-missing) and gpu_check_train.py (6); gpu_common.py holds the table. A new section is a function that
+missing), gpu_check_train.py (6) and gpu_check_device.py (7); gpu_common.py holds the table. A new section is a function that
 adds rows, called through `section(...)` in main().
 
 Exit status: 0 when everything that ran passed, 1 on a failed test or a section that raised,

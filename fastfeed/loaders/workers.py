@@ -150,6 +150,15 @@ class WorkerPool:
                     q.put(None)
                 except (OSError, ValueError):
                     pass
+        # Read what the workers still send: a worker blocked writing a large result into a full pipe cannot
+        # exit, and would only be killed after the join's wait.
+        deadline = monotonic() + 5.0
+        while self.outstanding > 0 and monotonic() < deadline:
+            try:
+                self.results.get(timeout=0.1)
+            except (queue.Empty, OSError, ValueError, EOFError):   # nothing left in the pipe
+                break
+            self.outstanding -= 1
         for p in self.procs:
             p.join(timeout=5)
             if p.is_alive():

@@ -9,10 +9,8 @@ valid until the next host batch is asked for.
 
 from __future__ import annotations
 
-import queue
 import weakref
 from functools import partial
-from time import monotonic
 
 import torch
 
@@ -68,18 +66,6 @@ class HostLoader(PoolLoader):
                                     pin=self.pinned)
             self._finalizer = weakref.finalize(self, WorkerPool.close, self._pool)
         return super()._iter_pool()
-
-    def close(self) -> None:
-        """PoolLoader.close, after reading what the workers still send: a worker blocked writing a large result
-        (payloads that did not fit a slot) into a full pipe could not exit, and would be killed after a wait."""
-        pool, deadline = self._pool, monotonic() + 5.0
-        while pool is not None and pool.outstanding > 0 and monotonic() < deadline:
-            try:
-                pool.results.get(timeout=0.1)
-            except (queue.Empty, OSError, ValueError, EOFError):   # nothing left in the pipe
-                break
-            pool.outstanding -= 1
-        super().close()
 
     def slot_of(self, head: torch.Tensor) -> torch.Tensor:
         """The whole slot of which a host batch's `images` are the first bytes."""
