@@ -114,8 +114,9 @@ def coco_map(gt, detections: list[dict]) -> dict:
 @torch.no_grad()
 def evaluate(model, store, *, imgsz: int, batch_size: int, device: torch.device, workers: int | None = None,
              loader: str = "cpu", amp: str | None = None, conf_thres: float = 0.001, iou_thres: float = 0.6,
-             progress: bool = False) -> dict:
-    """mAP of `model` (a YOLO, not DDP-wrapped) on every image of `store`, in store order."""
+             progress: bool = False, channels_last: bool = False) -> dict:
+    """mAP of `model` (a YOLO, not DDP-wrapped) on every image of `store`, in store order (`channels_last`:
+    batches in that layout, for a model trained in it)."""
     from ..loaders import LoaderConfig, create_loader
 
     gt, frames = coco_ground_truth(store, imgsz)
@@ -127,7 +128,7 @@ def evaluate(model, store, *, imgsz: int, batch_size: int, device: torch.device,
     model.eval()
     detections, seen = [], 0
     ld = create_loader(loader, store, cfg)
-    feed = device_batches(ld, device, torch.float32)
+    feed = device_batches(ld, device, torch.float32, channels_last=channels_last)
     try:
         feed.set_epoch(0)
         for images, _ in tqdm(feed, total=len(ld), desc="eval", unit="batch", leave=False, disable=not progress):
