@@ -170,6 +170,7 @@ def test_ddp_two_processes_keep_identical_weights(store, tmp_path):
     assert not torch.equal(r0["state"]["stem.1.running_mean"], r1["state"]["stem.1.running_mean"])
     s = r0["summary"]
     assert s["world_size"] == 2 and s["images_per_step"] == 4 and s["step"] == 1
+    assert s["comm_ms"] > 0 and s["bottleneck"]["ms"]["comm"] == s["comm_ms"]   # the comm hook timed the all-reduce
     assert load_checkpoint(tmp_path / "run" / "last.pt")["step"] == 1
 
 

@@ -142,6 +142,16 @@ def replay_after_oom(run, where: str) -> None:
     """Undo the step so far (gradients, BatchNorm statistics), free the cache, halve the micro-batch."""
     run.optimizer.zero_grad(set_to_none=True)
     run.snapshot.restore()
+    if run.dd.world_size > 1:
+        # A rank whose all-reducing forward succeeded expects that backward; every rank resets DDP's reducer
+        # instead (what DDP itself does to run a forward after a backward that never happened), and every rank
+        # broadcasts buffers at the replay's first forward, as at any step's first forward.
+        reset = getattr(getattr(run.model, "reducer", None), "_reset_state", None)
+        if reset is None:
+            raise TrainError(f"out of memory at {where}{_memory(run)}; this torch's DDP cannot skip the backward to "
+                             f"replay the step: restart with --micro-batch {max(1, run.micro.size // 2)} and --resume")
+        reset()
+        run.model.require_forward_param_sync = True
     empty_cache(run.device)
     msg = run.micro.halve(where, run.accum, _memory(run))
     run.report.warn(msg, {"event": "oom", "epoch": run.epoch, "step": run.step, "micro_batch": run.micro.size,
