@@ -145,16 +145,21 @@ def reset_peak_memory(device: torch.device) -> None:
         mod.reset_peak_memory_stats(device)
 
 
+_NO_UTILIZATION: set[str] = set()   # device kinds whose utilisation could not be read: not asked again
+
+
 def utilization(device: torch.device) -> float | None:
     """Percent of the last sample period the accelerator ran a kernel (NVML on CUDA, through torch;
-    torch_npu's on an NPU), or None where it cannot be read (the CPU, no pynvml)."""
-    mod = accelerator_module(device)
+    torch_npu's on an NPU), or None where it cannot be read (the CPU, no pynvml: tried once)."""
+    kind = parse_device(device)[0]
+    mod = accelerator_module(device) if kind not in _NO_UTILIZATION else None
     fn = getattr(mod, "utilization", None) if mod is not None else None
     if fn is None:
         return None
     try:
         return float(fn(device))
     except Exception:   # no pynvml / NVML, or a driver that does not report it
+        _NO_UTILIZATION.add(kind)
         return None
 
 

@@ -153,3 +153,18 @@ def test_sync_bn_on_gloo_says_what_to_do(store, tmp_path):
         dist.destroy_process_group()
     with pytest.raises(ValueError, match="--sync-bn and --freeze-bn exclude each other"):
         TrainConfig(data=store, sync_bn=True, freeze_bn=True)
+
+
+# --- on a GPU -----------------------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_cuda_channels_last_multi_scale_amp_and_the_step_split(store, tmp_path):
+    import os
+
+    r = train(TrainConfig(data=store, out=tmp_path, max_steps=3, device="cuda", amp="bf16", channels_last=True,
+                          multi_scale=True, **(TINY | {"imgsz": 128, "batch": 4})))
+    s = r.summary
+    assert s["step"] == 3 and next(r.model.parameters()).is_cuda
+    assert 0 < s["mem_frac"] < 1 and s["mem_total_mb"] > s["mem_peak_reserved_mb"] > 0
+    assert s["h2d_ms"] >= 0 and s["bottleneck"]["bottleneck"] in ("data", "h2d", "compute", "comm")
+    assert any(os.environ.get(v) for v in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"))

@@ -1,13 +1,13 @@
 """`TrainConfig`: everything `fastfeed train` accepts, checked once, with errors naming the flag.
 
-Standard library only (the CLI reads its defaults and choices here without importing torch); the
-augmentation gains (`hyp`) import fastfeed.augment when given.
+Standard library only (the CLI reads its defaults and choices here without importing torch, and a bare
+GPU machine builds one); augmentation gains given as `hyp` import fastfeed.augment to be checked.
 """
 
 from __future__ import annotations
 
 import numbers
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 MODELS = ("yolov3", "yolov3-tiny")   # the networks model.build_model builds
@@ -16,12 +16,6 @@ SCHEDULES = ("cosine", "linear")
 AMPS = ("bf16", "fp16")
 DEFAULT_LR = {"sgd": 0.01, "adamw": 0.001}
 NOMINAL_BATCH = 64   # images per optimizer step the default lr and weight decay are tuned for
-
-
-def _default_hyp():
-    from ..augment.hyp import AugmentHyp
-
-    return AugmentHyp()
 
 
 def load_hyp(hyp):
@@ -63,7 +57,7 @@ class TrainConfig:
     micro_batch: int | None = None       # images per forward/backward: each batch is split in these; None: = batch
     epochs: int = 300
     workers: int | None = None           # None: LoaderConfig's default (one per core, up to 8)
-    hyp: object = field(default_factory=_default_hyp)   # AugmentHyp, a dict of its fields, or a YAML file
+    hyp: object = None                   # AugmentHyp, a dict of its fields, or a YAML file; None: the defaults
     device_augment: bool = False         # HSV jitter and flip on the device instead of in the loader's workers
     device: str = "cpu"
     amp: str | None = None               # None | 'bf16' | 'fp16'
@@ -133,7 +127,8 @@ class TrainConfig:
         need(is_int(self.epochs) and self.epochs >= 1, "epochs", "must be >= 1", self.epochs)
         need(self.workers is None or (is_int(self.workers) and self.workers >= 0), "workers",
              "must be >= 0 (0: in the training process)", self.workers)
-        self.hyp = load_hyp(self.hyp)
+        if self.hyp is not None:
+            self.hyp = load_hyp(self.hyp)
         need(isinstance(self.device, str) and self.device.split(":")[0] in ("cpu", "cuda", "npu"), "device",
              "must be cpu, cuda[:N] or npu[:N]", self.device)
         need(self.amp is None or self.amp in AMPS, "amp", f"must be one of {', '.join(AMPS)}", self.amp)

@@ -131,8 +131,9 @@ def auto_batch(model, loss_fn, device: torch.device, imgsz: int, *, amp: str | N
                state_bytes: int) -> tuple[int, dict]:
     """--batch auto on an accelerator: `fit_batch` over real forward+backward passes of `model` on random
     images at `imgsz` with a few boxes each, peak allocated memory plus `state_bytes` (optimizer state and
-    EMA, not yet allocated) against AUTO_MARGIN of the device's total. The model's BatchNorm statistics are
-    put back and its gradients dropped afterwards."""
+    EMA, not yet allocated) against AUTO_MARGIN of the device's total (of this process's share, under
+    set_per_process_memory_fraction). The model's BatchNorm statistics are put back and its gradients
+    dropped afterwards. Returns (batch, {batch: peak bytes measured})."""
     from ..devices import accelerator_module, empty_cache, reset_peak_memory, to_channels_last
     from .device import autocast
 
@@ -140,6 +141,8 @@ def auto_batch(model, loss_fn, device: torch.device, imgsz: int, *, amp: str | N
     if mod is None:
         raise TrainError("--batch auto measures the accelerator's memory; on the CPU give --batch N")
     total = mod.get_device_properties(device).total_memory
+    fraction = getattr(mod, "get_per_process_memory_fraction", None)   # a cap set on this process counts
+    total *= fraction(device) if fraction is not None else 1.0
     snapshot = BufferSnapshot(model)
     model.train()
 

@@ -142,8 +142,8 @@ def set_up(cfg: TrainConfig, stack) -> Run:
     run.accum = cfg.resolved_accum(dd.world_size, batch)
     run.loader = create_loader(cfg.loader, run.store, LoaderConfig(
         imgsz=cfg.imgsz, batch_size=batch, augment=cfg.augment, seed=cfg.seed, epochs=cfg.epochs,
-        close_mosaic=cfg.close_mosaic, hyp=cfg.hyp, device_augment=cfg.device_augment, device=str(device),
-        **({} if cfg.workers is None else {"workers": cfg.workers})))
+        close_mosaic=cfg.close_mosaic, device_augment=cfg.device_augment, device=str(device),
+        **({} if cfg.workers is None else {"workers": cfg.workers}), **({} if cfg.hyp is None else {"hyp": cfg.hyp})))
     stack.callback(run.loader.close)
     run.nb = len(run.loader)                                  # loader batches per epoch on this rank
     run.steps_per_epoch = math.ceil(run.nb / run.accum)      # an epoch's tail makes a short last step

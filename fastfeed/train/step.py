@@ -123,7 +123,10 @@ def train_batch(run, held: list, last: bool, size: int | None):
         # --- sync point: the loss terms and the OOM flag reach the host (averaged over ranks, so a NaN or an
         # OOM on any rank stops or replays every rank). Stopping here, before the optimizer step, keeps a NaN
         # out of the weights and the EMA.
-        vals = distributed.all_mean(torch.cat((items.detach().float(), items.new_tensor([float(oom)]))), run.dd).cpu()
+        if run.dd.world_size == 1:
+            vals = torch.cat((items.detach().float().cpu(), torch.tensor([float(oom)])))
+        else:
+            vals = distributed.all_mean(torch.cat((items.detach().float(), items.new_tensor([float(oom)]))), run.dd).cpu()
         comm = run.comm.take() if run.comm else 0.0
         h2d = run.clock.seconds(*marks) if c == 0 else 0.0
         held[2] = (None, None)   # the copy's wait is counted once, not again on a replay
