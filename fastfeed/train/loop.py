@@ -110,7 +110,8 @@ def evaluate_checkpoint(cfg: TrainConfig, stack) -> TrainResult:
     name = load_checkpoint(cfg.weights, "cpu")["model_name"]
     model = build_model(name, len(run.store.class_names)).to(run.device)
     load_weights(model, cfg.weights, run.device)
-    kw = dict(imgsz=cfg.imgsz, batch_size=cfg.batch if cfg.batch != "auto" else 16, device=run.device,
+    batch = cfg.batch if cfg.batch != "auto" else TrainConfig.batch   # nothing to measure: the default
+    kw = dict(imgsz=cfg.imgsz, batch_size=batch, device=run.device,
               workers=cfg.workers, loader=cfg.loader, amp=cfg.amp, conf_thres=cfg.conf_thres,
               iou_thres=cfg.iou_thres, progress=cfg.progress)
     res = evaluate(model, run.val_store, **kw) if run.dd.main else {}
