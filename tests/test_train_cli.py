@@ -138,3 +138,25 @@ def test_device_augment_trains_and_its_draws_are_seeded(store, tmp_path):
     assert rows(tmp_path / "a")[-1]["loss"] == rows(tmp_path / "b")[-1]["loss"]     # seeded: the same run twice
     assert rows(tmp_path / "a")[-1]["loss"] != rows(tmp_path / "c")[-1]["loss"]     # and not the workers' draws
     assert a.summary["step"] == b.summary["step"] == c.summary["step"] == 2
+
+
+def test_train_config_errors_name_the_flag():
+    for kw, match in [({"imgsz": 100}, "--imgsz must be a positive multiple of 32"),
+                      ({"model": "yolov5"}, "--model must be one of yolov3, yolov3-tiny"),
+                      ({"accum": 0}, "--accum must be >= 1"),
+                      ({"amp": "fp8"}, "--amp must be one of bf16, fp16"),
+                      ({"device": "tpu"}, "--device must be cpu"),
+                      ({"optimizer": "lion"}, "--optimizer must be one of sgd, adamw"),
+                      ({"resume": True, "weights": "x.pt"}, "--resume and --weights exclude each other"),
+                      ({"batch": "many"}, "--batch must be >= 1 or 'auto'"),
+                      ({"batch": 4, "micro_batch": 8}, "--micro-batch must be <= --batch 4")]:
+        with pytest.raises(ValueError, match=match):
+            TrainConfig(data=".", **kw)
+    with pytest.raises(ValueError, match="--data is required"):
+        TrainConfig()
+    with pytest.raises(ValueError, match="--eval-only needs --weights CKPT and --val STORE"):
+        TrainConfig(eval_only=True, val=".")
+    assert TrainConfig(data=".", batch=16).resolved_accum(1) == 4
+    assert TrainConfig(data=".", batch=16).resolved_accum(4) == 1
+    assert TrainConfig(data=".", optimizer="adamw").lr == 0.001
+    assert TrainConfig(data=".").lr == 0.01 and TrainConfig(data=".", batch="auto").resolved_accum(1, 8) == 8
