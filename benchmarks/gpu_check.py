@@ -10,8 +10,9 @@
    pinned uint8 batches with a small CPU cost, without and with the DevicePrefetcher;
 4. augment: what DeviceAugment costs per batch on the device;
 5. dali: DALI `mixed` decode and the dali loader on the GPU (benchmarks/gpu_check_dali.py), when DALI is installed.
-6. train: the bundled YOLOv3's training step at 640 (ms, images/s, peak memory) with and without AMP and
-   activation checkpointing (runs before the dali section);
+6. train: the bundled YOLOv3's training step at 640 (ms, images/s, peak memory) with and without AMP,
+   channels-last and activation checkpointing; the trainer's out-of-memory replay under a memory cap,
+   --batch auto, and the trainer's `gpu` tests (gpu_check_train.py; <= 120 s; runs before the dali section);
 7. device: the `device` loader (decode and augment on the GPU) at 640, batch 64, from JPEG and from
    the VRAM tier, against the cpu loader with every core: images/s and host CPU per image.
 

@@ -113,3 +113,100 @@ def free_memory(device) -> tuple[int, int]:
     except ImportError:   # a bare GPU machine without psutil: free pages only (page cache not counted)
         page = os.sysconf("SC_PAGE_SIZE")
         return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
+
+
+# --- memory, utilisation, layouts: what the trainer asks of an accelerator ------------------------------------
+
+ALLOC_CONF_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")   # the CUDA caching allocator's settings
+NPU_FORMAT_NC1HWC0 = 3   # torch_npu's ACL format id of NC1HWC0, the channel-blocked layout Ascend convolutions use
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """An allocation failure on the device: torch.OutOfMemoryError (CUDA, and what tests inject), or the
+    RuntimeError torch_npu raises ("NPU out of memory")."""
+    return isinstance(exc, torch.OutOfMemoryError) or (
+        isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
+
+
+def empty_cache(device: torch.device) -> None:
+    """Hand the allocator's cached, unused blocks back to the device (after an out-of-memory error)."""
+    mod = accelerator_module(device)
+    if mod is not None:
+        mod.empty_cache()
+
+
+def memory_report(device: torch.device) -> dict:
+    """MiB allocated, reserved, peak allocated, peak reserved and the device's total (with `mem_frac`: peak
+    reserved / total, the figure to hold under ~90%); {} on the CPU. Reserved far above allocated is
+    fragmentation: what makes a run run out of memory "with memory free"."""
+    mod = accelerator_module(device)
+    if mod is None:
+        return {}
+    mib = 2**20
+    total = mod.get_device_properties(device).total_memory
+    out = {"mem_alloc_mb": mod.memory_allocated(device) / mib, "mem_reserved_mb": mod.memory_reserved(device) / mib,
+           "mem_peak_mb": mod.max_memory_allocated(device) / mib,
+           "mem_peak_reserved_mb": mod.max_memory_reserved(device) / mib, "mem_total_mb": total / mib}
+    out["mem_frac"] = out["mem_peak_reserved_mb"] / max(out["mem_total_mb"], 1e-9)
+    return out
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    mod = accelerator_module(device)
+    if mod is not None:
+        mod.reset_peak_memory_stats(device)
+
+
+_NO_UTILIZATION: set[str] = set()   # device kinds whose utilisation could not be read: not asked again
+
+
+def utilization(device: torch.device) -> float | None:
+    """Percent of the last sample period the accelerator ran a kernel (NVML on CUDA, through torch;
+    torch_npu's on an NPU), or None where it cannot be read (the CPU, no pynvml: tried once)."""
+    kind = parse_device(device)[0]
+    mod = accelerator_module(device) if kind not in _NO_UTILIZATION else None
+    fn = getattr(mod, "utilization", None) if mod is not None else None
+    if fn is None:
+        return None
+    try:
+        return float(fn(device))
+    except Exception:   # no pynvml / NVML, or a driver that does not report it
+        _NO_UTILIZATION.add(kind)
+        return None
+
+
+def use_expandable_segments(device: torch.device) -> str | None:
+    """On CUDA, `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` unless the user set the allocator's
+    settings: segments grow in place instead of new fixed-size blocks piling up reserved memory that no
+    larger tensor fits. Returns the setting in force (None off CUDA)."""
+    if parse_device(device)[0] != "cuda":
+        return None
+    for var in ALLOC_CONF_VARS:
+        if os.environ.get(var):
+            return f"{var}={os.environ[var]} (yours)"
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    if torch.cuda.is_initialized():   # the allocator read its settings already: change them in place
+        try:
+            torch.cuda.memory._set_allocator_settings("expandable_segments:True")
+        except (AttributeError, RuntimeError):
+            return "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (for child processes; CUDA already started)"
+    return "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+
+
+def to_channels_last(x, device):
+    """`x` (a 4-D tensor or a module) in the device's channels-last layout. CUDA and the CPU:
+    torch.channels_last (NHWC strides: what Tensor Cores want under AMP). An Ascend NPU: a tensor is cast to
+    the private NC1HWC0 format with torch_npu.npu_format_cast where torch_npu has it (unchanged otherwise);
+    a module stays as it is (the NPU runtime casts convolution weights to its own formats). Idempotent."""
+    kind = parse_device(device)[0]
+    if kind == "npu":
+        _import_torch_npu()
+        import torch_npu
+
+        cast = getattr(torch_npu, "npu_format_cast", None)
+        if isinstance(x, torch.nn.Module) or cast is None:
+            return x
+        return cast(x, NPU_FORMAT_NC1HWC0)
+    if isinstance(x, torch.nn.Module):
+        return x.to(memory_format=torch.channels_last)
+    return x.contiguous(memory_format=torch.channels_last)

@@ -1,5 +1,5 @@
 """The training loop end to end at tiny sizes: resume, accumulation, activation checkpointing, DDP, a NaN
-stop, checkpoints, the CLI and the bench hook."""
+stop, checkpoints and the bench hook (the CLI: test_train_cli.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ import socket
 
 import pytest
 import torch
+from train_helpers import TINY, fixed_batch, grads, packed_sample, rows
 
-import fastfeed
 from fastfeed.cli import main
-from fastfeed.pack import PackConfig, pack
 from fastfeed.train import (
     CheckpointError,
     TrainConfig,
@@ -24,38 +23,13 @@ from fastfeed.train import (
     train,
 )
 from fastfeed.train.device import autocast, grad_scaler
-from fastfeed.train.loop import micro_step
 from fastfeed.train.loss import YoloLoss
-
-TINY = dict(model="yolov3-tiny", imgsz=64, batch=2, epochs=2, workers=0, accum=1, log_every=1)
+from fastfeed.train.step import micro_step
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    out = tmp_path_factory.mktemp("loop") / "sample.ff"
-    pack(PackConfig(src=fastfeed.sample_path(), out=out, progress=False))
-    return out
-
-
-def rows(run_dir, event=None):
-    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [r for r in lines if r.get("event") == event]
-
-
-def fixed_batch(store, n, imgsz=64):
-    from fastfeed import Store
-    from fastfeed.loaders import LoaderConfig, create_loader
-
-    ld = create_loader("cpu", Store(store), LoaderConfig(imgsz=imgsz, batch_size=n, workers=0, augment=False,
-                                                         shuffle=False))
-    images, targets = next(iter(ld))
-    images, targets = images.float() / 255, targets.clone()
-    ld.close()
-    return images, targets
-
-
-def grads(model):
-    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return packed_sample(tmp_path_factory)
 
 
 # --- resume -----------------------------------------------------------------------------------------
@@ -196,6 +170,7 @@ def test_ddp_two_processes_keep_identical_weights(store, tmp_path):
     assert not torch.equal(r0["state"]["stem.1.running_mean"], r1["state"]["stem.1.running_mean"])
     s = r0["summary"]
     assert s["world_size"] == 2 and s["images_per_step"] == 4 and s["step"] == 1
+    assert s["comm_ms"] > 0 and s["bottleneck"]["ms"]["comm"] == s["comm_ms"]   # the comm hook timed the all-reduce
     assert load_checkpoint(tmp_path / "run" / "last.pt")["step"] == 1
 
 
@@ -230,54 +205,6 @@ def test_a_nan_loss_stops_cleanly_and_keeps_the_last_good_checkpoint(store, tmp_
     monkeypatch.setattr(YoloLoss, "__call__", real)
     assert main(args + ["--max-steps", "3"]) == 0
     assert load_checkpoint(tmp_path / "last.pt")["step"] == 3
-
-
-# --- CLI ------------------------------------------------------------------------------------------------
-
-def test_cli_trains_evaluates_and_reports(store, tmp_path, capsys):
-    args = ["train", "--data", str(store), "--val", str(store), "--model", "yolov3-tiny", "--imgsz", "64", "--batch",
-            "4", "--epochs", "1", "--max-steps", "2", "--workers", "0", "--accum", "1", "--out", str(tmp_path), "--quiet"]
-    assert main(args + ["--json"]) == 0
-    s = json.loads(capsys.readouterr().out)
-    assert s["step"] == 2 and s["model"] == "yolov3-tiny" and 0 <= s["data_wait_frac"] <= 1 and s["images"] == 8
-    assert s["map50"] is not None and (tmp_path / "best.pt").is_file()
-    row = rows(tmp_path)[0]
-    assert {"loss", "box", "obj", "cls", "lr", "images_per_s", "data_ms", "compute_ms"} <= set(row)
-    assert main(["train", "--val", str(store), "--eval-only", "--weights", str(tmp_path / "last.pt"), "--imgsz", "64",
-                 "--workers", "0", "--quiet"]) == 0
-    assert "yolov3-tiny" in (out := capsys.readouterr().out) and "mAP@0.5" in out and "16 images" in out
-    # Fine-tuning from a checkpoint's weights: a new run (step 0), the weights (its EMA) loaded.
-    ft = ["train", "--data", str(store), "--model", "yolov3-tiny", "--imgsz", "64", "--batch", "4", "--max-steps", "1",
-          "--workers", "0", "--accum", "1", "--out", str(tmp_path / "ft"), "--quiet", "--json"]
-    assert main(ft + ["--weights", str(tmp_path / "last.pt")]) == 0
-    assert json.loads(capsys.readouterr().out)["step"] == 1
-    assert main(ft + ["--model", "yolov3", "--weights", str(tmp_path / "last.pt")]) == 1
-    assert "holds a yolov3-tiny with 80 classes; this run builds a yolov3" in capsys.readouterr().err
-
-
-def test_cli_help_and_bad_input(store, tmp_path, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(["train", "--help"])
-    text = capsys.readouterr().out
-    assert e.value.code == 0
-    for flag in ("--amp", "--grad-ckpt", "--accum", "--resume", "--eval-only", "torchrun", "--max-steps"):
-        assert flag in text
-    base = ["train", "--data", str(store), "--model", "yolov3-tiny", "--workers", "0", "--out", str(tmp_path), "--quiet"]
-    assert main(base + ["--imgsz", "100"]) == 2
-    assert "--imgsz must be a positive multiple of 32" in capsys.readouterr().err
-    assert main(["train", "--data", str(tmp_path / "nope")]) == 1
-    assert "does not exist" in capsys.readouterr().err
-    assert main(["train", "--model", "yolov3-tiny"]) == 2
-    assert "--data is required" in capsys.readouterr().err
-    assert main(base + ["--resume"]) == 1
-    assert "last.pt does not exist" in capsys.readouterr().err
-    assert main(base + ["--batch", "32"]) == 1
-    assert "more than the store's 16 images" in capsys.readouterr().err
-    assert main(base + ["--loader", "nope"]) == 2
-    assert "unknown loader 'nope'" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(base + ["--amp", "fp8"])
-    assert "expected bf16 or fp16" in capsys.readouterr().err
 
 
 # --- the bench hook -------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..devices import DEVICES
-from ..train.model import MODELS
+from ..train.config import MODELS
 
 
 @dataclass

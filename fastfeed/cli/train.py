@@ -1,33 +1,62 @@
-"""`fastfeed train`."""
+"""`fastfeed train`. Defaults and choices come from TrainConfig and the registries (MODELS, the loader
+registry), not from here."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import fields
 from pathlib import Path
 
+from ..train.config import AMPS, DEFAULT_LR, MODELS, OPTIMIZERS, SCHEDULES, TrainConfig
 from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, fail
+
+D = {f.name: f.default for f in fields(TrainConfig)}   # the library's defaults are the command's
 
 _EXAMPLES = """\
 examples:
   fastfeed train --data sample.ff --model yolov3-tiny --imgsz 320 --batch 8 --epochs 3
   fastfeed train --data coco.ff --val val.ff --model yolov3 --imgsz 640 --batch 16 --device cuda --amp
+  fastfeed train --data coco.ff --device cuda --amp --channels-last --batch auto --multi-scale
   fastfeed train --data coco.ff --out runs/exp --resume                 # continue runs/exp/last.pt
+  fastfeed train --data mine.ff --weights runs/exp/best.pt --freeze-bn --hyp hyp.yaml   # fine-tune
   fastfeed train --val val.ff --eval-only --weights runs/exp/best.pt     # COCO mAP of a checkpoint
-  torchrun --nproc_per_node 4 -m fastfeed train --data coco.ff --device cuda --batch 16   # 4 GPUs, 64/step
+  torchrun --nproc_per_node 4 -m fastfeed train --data coco.ff --device npu --sync-bn --multi-scale   # 4 NPUs
 
 The loss is a sum over images; lr and weight decay are tuned for 64 images per optimizer step, and
 --accum defaults to what reaches 64 (batch x processes x accum). A run directory holds last.pt,
 best.pt (with --val), and metrics.jsonl (one JSON line per log interval and evaluation).
-Checkpoints load with torch.load(weights_only=True)."""
+Checkpoints load with torch.load(weights_only=True). The summary names the step's bottleneck (data,
+host->device copy, compute, DDP communication) against health thresholds for accelerator busy time,
+memory, data wait per image and DDP sync share, and says what to try. See docs/training.md."""
 
 
 HELP = "train the bundled YOLOv3 / YOLOv3-tiny on a store (and evaluate COCO mAP)"
 
-def _amp_arg(value: str) -> str:
-    if value not in ("bf16", "fp16"):
-        raise argparse.ArgumentTypeError(f"expected bf16 or fp16, got {value!r}")
-    return value
+
+class _Loaders:
+    """The loader registry's names as argparse choices, read only when --loader is given or help printed
+    (the registry imports torch; `fastfeed --version` should not)."""
+
+    def _names(self):
+        from ..loaders import list_loaders
+
+        return list_loaders()
+
+    def __contains__(self, name):
+        return name in self._names()
+
+    def __iter__(self):
+        return iter(self._names())
+
+
+def _batch(value: str):
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of images or 'auto', got {value!r}") from None
 
 
 def add_parser(sub) -> None:
@@ -36,48 +65,79 @@ def add_parser(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EXAMPLES,
         description="Train YOLOv3 or YOLOv3-tiny on a store made by `fastfeed pack`, fed by a fastfeed loader and\n"
                     "the device prefetcher. Logs loss terms, lr, images/s, and per step the time spent waiting\n"
-                    "for data against the time computing; evaluates COCO mAP@0.5 and mAP@0.5:0.95 on --val.")
+                    "for data, copying to the device, computing and in DDP all-reduce; evaluates COCO mAP@0.5\n"
+                    "and mAP@0.5:0.95 on --val; ends with a bottleneck verdict and what to try.")
     d = p.add_argument_group("data")
     d.add_argument("--data", type=Path, help="training store (required unless --eval-only)")
     d.add_argument("--val", type=Path, help="store to evaluate after each epoch (COCO mAP with pycocotools)")
-    d.add_argument("--loader", default="cpu", help="fastfeed loader feeding the training (default cpu)")
+    d.add_argument("--loader", default=D["loader"], choices=_Loaders(), metavar="NAME",
+                   help="fastfeed loader feeding the training (`fastfeed loaders` lists them; default %(default)s)")
     d.add_argument("--workers", type=int, help="loader worker processes (default: one per core, up to 8)")
-    d.add_argument("--imgsz", type=int, default=640, help="training and evaluation size, a multiple of 32 (default 640)")
+    d.add_argument("--imgsz", type=int, default=D["imgsz"],
+                   help="training and evaluation size, a multiple of 32 (default %(default)s)")
+    d.add_argument("--hyp", type=Path, metavar="FILE",
+                   help="YAML of augmentation gains (AugmentHyp's fields: mosaic, mixup, degrees, translate, scale, "
+                        "shear, fliplr, flipud, hsv_h, hsv_s, hsv_v, ...); unknown keys are an error")
+    d.add_argument("--device-augment", action="store_true",
+                   help="HSV jitter and horizontal flip on the device, after the copy, instead of in the workers")
     d.add_argument("--no-augment", dest="augment", action="store_false",
                    help="train on letterboxed images without mosaic/affine/HSV/flip (debugging, overfitting)")
-    d.add_argument("--close-mosaic", type=int, default=10, help="train the last N epochs without mosaic (default 10)")
+    d.add_argument("--close-mosaic", type=int, default=D["close_mosaic"],
+                   help="train the last N epochs without mosaic (default %(default)s)")
+    d.add_argument("--multi-scale", action="store_true",
+                   help="each optimizer step at a size drawn from 0.5-1.5 x --imgsz (multiples of 32), resized on "
+                        "the device; evaluation stays at --imgsz")
     m = p.add_argument_group("model and optimisation")
-    m.add_argument("--model", default="yolov3", choices=("yolov3", "yolov3-tiny"), help="network (default yolov3)")
-    m.add_argument("--batch", type=int, default=16, help="images per micro-batch and process (default 16)")
-    m.add_argument("--accum", type=int, help="micro-batches per optimizer step (default: reach 64 images per step)")
-    m.add_argument("--epochs", type=int, default=300, help="epochs; the LR schedule spans them (default 300)")
+    m.add_argument("--model", default=D["model"], choices=MODELS, help="network (default %(default)s)")
+    m.add_argument("--batch", type=_batch, default=D["batch"], metavar="N|auto",
+                   help="images per loader batch and process (default %(default)s); 'auto': the largest micro-batch "
+                        "whose step fits the accelerator's memory with a margin, measured at the start")
+    m.add_argument("--micro-batch", type=int, metavar="N",
+                   help="images per forward/backward: each batch is split into micro-batches of N (default: "
+                        "--batch). Halved automatically, at most twice, when the device runs out of memory")
+    m.add_argument("--accum", type=int, help="loader batches per optimizer step (default: reach 64 images per step)")
+    m.add_argument("--epochs", type=int, default=D["epochs"], help="epochs; the LR schedule spans them (default %(default)s)")
     m.add_argument("--max-steps", type=int, metavar="N", help="stop after N optimizer steps (schedule still spans --epochs)")
-    m.add_argument("--optimizer", default="sgd", choices=("sgd", "adamw"), help="SGD with Nesterov momentum, or AdamW")
-    m.add_argument("--lr", type=float, help="initial lr (default 0.01 for SGD, 0.001 for AdamW)")
-    m.add_argument("--lrf", type=float, default=0.01, help="final lr as a fraction of --lr (default 0.01)")
-    m.add_argument("--schedule", default="cosine", choices=("cosine", "linear"), help="LR decay (default cosine)")
-    m.add_argument("--weight-decay", type=float, default=5e-4, help="per 64 images, not on norms or biases (default 5e-4)")
-    m.add_argument("--warmup-epochs", type=float, default=3.0, help="lr/momentum warmup length in epochs (default 3)")
+    m.add_argument("--optimizer", default=D["optimizer"], choices=OPTIMIZERS,
+                   help="SGD with Nesterov momentum, or AdamW (default %(default)s)")
+    m.add_argument("--lr", type=float, help="initial lr (default " + ", ".join(f"{v:g} for {k}" for k, v in DEFAULT_LR.items())
+                   + ")")
+    m.add_argument("--lrf", type=float, default=D["lrf"], help="final lr as a fraction of --lr (default %(default)s)")
+    m.add_argument("--schedule", default=D["schedule"], choices=SCHEDULES, help="LR decay (default %(default)s)")
+    m.add_argument("--weight-decay", type=float, default=D["weight_decay"],
+                   help="per 64 images, not on norms or biases (default %(default)s)")
+    m.add_argument("--warmup-epochs", type=float, default=D["warmup_epochs"],
+                   help="lr/momentum warmup length in epochs (default %(default)s)")
     m.add_argument("--no-ema", dest="ema", action="store_false", help="evaluate and save the raw weights, no EMA")
-    m.add_argument("--seed", type=int, default=0, help="seed for weights and the loader (default 0)")
+    m.add_argument("--sync-bn", action="store_true",
+                   help="SyncBatchNorm: BatchNorm statistics over every DDP process's micro-batch (CUDA/NPU only)")
+    m.add_argument("--freeze-bn", action="store_true",
+                   help="BatchNorm layers keep their running statistics and affine weights (fine-tuning --weights)")
+    m.add_argument("--seed", type=int, default=D["seed"], help="seed for weights, loader and --multi-scale (default %(default)s)")
     r = p.add_argument_group("device and memory")
-    r.add_argument("--device", default="cpu", help="cpu, cuda[:N] or npu[:N] (torchrun: each process takes its local rank)")
-    r.add_argument("--amp", nargs="?", const="bf16", type=_amp_arg, metavar="bf16|fp16",
+    r.add_argument("--device", default=D["device"],
+                   help="cpu, cuda[:N] or npu[:N] (torchrun: each process takes its local rank; default %(default)s)")
+    r.add_argument("--amp", nargs="?", const=AMPS[0], choices=AMPS, metavar="|".join(AMPS),
                    help="mixed precision: bf16 (default when given) or fp16 with loss scaling; weights and norms stay fp32")
+    r.add_argument("--channels-last", action="store_true",
+                   help="model and batches in channels-last layout (NHWC: what Tensor Cores want under AMP; "
+                        "NC1HWC0 through torch_npu on Ascend)")
     r.add_argument("--grad-ckpt", action="store_true",
                    help="recompute backbone activations in backward: less memory, ~20-30%% more compute")
     o = p.add_argument_group("run directory, checkpoints, evaluation")
-    o.add_argument("--out", type=Path, default=Path("runs/train"), help="run directory (default runs/train)")
-    o.add_argument("--resume", nargs="?", const=True, metavar="CKPT",
+    o.add_argument("--out", type=Path, default=D["out"], help="run directory (default %(default)s)")
+    o.add_argument("--resume", nargs="?", const=True, default=D["resume"], metavar="CKPT",
                    help="continue from OUT/last.pt (or CKPT): weights, EMA, optimizer, scaler, schedule, epoch, step")
     o.add_argument("--weights", type=Path, metavar="CKPT", help="start from (or, with --eval-only, evaluate) these weights")
     o.add_argument("--eval-only", action="store_true", help="evaluate --weights on --val and exit")
-    o.add_argument("--eval-every", type=int, default=1, help="epochs between evaluations on --val (default 1)")
-    o.add_argument("--conf", type=float, default=0.001, help="evaluation score threshold (default 0.001)")
-    o.add_argument("--iou", type=float, default=0.6, help="evaluation NMS IoU threshold (default 0.6)")
-    o.add_argument("--log-every", type=int, default=10, help="optimizer steps between log lines (default 10)")
-    o.add_argument("--json", action="store_true", help="print the final summary as JSON")
-    o.add_argument("--quiet", action="store_true", help="no progress bar")
+    o.add_argument("--eval-every", type=int, default=D["eval_every"], help="epochs between evaluations on --val (default %(default)s)")
+    o.add_argument("--conf", dest="conf_thres", type=float, default=D["conf_thres"],
+                   help="evaluation score threshold (default %(default)s)")
+    o.add_argument("--iou", dest="iou_thres", type=float, default=D["iou_thres"],
+                   help="evaluation NMS IoU threshold (default %(default)s)")
+    o.add_argument("--log-every", type=int, default=D["log_every"], help="optimizer steps between log lines (default %(default)s)")
+    o.add_argument("--json", action="store_true", help="print the final summary as JSON (with `bottleneck` and its figures)")
+    o.add_argument("--quiet", dest="progress", action="store_false", help="no progress bar")
     p.set_defaults(func=run)
 
 
@@ -85,16 +145,20 @@ def _format(s: dict) -> str:
     if s["mode"] == "eval":
         return (f"{s['model']} {s['weights']} on {s['val']} at {s['imgsz']}: mAP@0.5 {s['map50']:.4f}, "
                 f"mAP@0.5:0.95 {s['map']:.4f} ({s['images']} images, {s['detections']} detections)\n")
+    micro = "" if s["micro_batch"] == s["batch"] else f" in micro-batches of {s['micro_batch']}"
     lines = [f"{s['model']} ({s['params'] / 1e6:.1f} M parameters, {s['gflops']:.1f} GFLOPs at {s['imgsz']}) on "
-             f"{s['device']} x {s['world_size']}: {s['step']} steps of {s['images_per_step']} images, "
+             f"{s['device']} x {s['world_size']}: {s['step']} steps of {s['images_per_step']} images{micro}, "
              f"epoch {s['epoch']}, {s['wall_s']:.1f} s",
-             f"  {s['images_per_s']:.1f} images/s; per micro-batch {s['data_ms']:.1f} ms waiting for data, "
-             f"{s['compute_ms']:.1f} ms computing ({s['data_wait_frac']:.1%} waiting)"
+             f"  {s['images_per_s']:.1f} images/s; per batch {s['data_ms']:.1f} ms waiting for data, {s['h2d_ms']:.1f} ms "
+             f"for copies, {s['compute_ms']:.1f} ms computing, {s['comm_ms']:.1f} ms in all-reduce "
+             f"({s['data_wait_frac']:.1%} waiting for data)"
              + (f"; final loss {s['loss']:.4f}" if s.get("loss") is not None else "")]
     if s.get("mem_peak_mb") is not None:
-        lines.append(f"  peak device memory {s['mem_peak_mb']:.0f} MiB allocated, {s['mem_reserved_mb']:.0f} MiB reserved")
+        lines.append(f"  device memory: peak {s['mem_peak_mb']:.0f} MiB allocated, {s['mem_peak_reserved_mb']:.0f} MiB "
+                     f"reserved of {s['mem_total_mb']:.0f} MiB ({s['mem_frac']:.0%})")
     if s.get("map50") is not None:
         lines.append(f"  mAP@0.5 {s['map50']:.4f}, mAP@0.5:0.95 {s['map']:.4f} (best {s['best_map']:.4f})")
+    lines.append(f"  {s['bottleneck']['text']}")
     lines.append(f"  checkpoint {s['last_checkpoint']}, metrics {Path(s['run_dir']) / 'metrics.jsonl'}")
     return "\n".join(lines) + "\n"
 
@@ -104,18 +168,11 @@ def run(args) -> int:
 
     from ..devices import DeviceError
     from ..store.format import FormatError
-    from ..train import CheckpointError, TrainConfig, TrainError, TrainingDiverged, train
+    from ..train import CheckpointError, TrainError, TrainingDiverged, train
 
     try:
-        cfg = TrainConfig(data=args.data, val=args.val, loader=args.loader, model=args.model, imgsz=args.imgsz,
-                          batch=args.batch, epochs=args.epochs, workers=args.workers, device=args.device, amp=args.amp,
-                          grad_ckpt=args.grad_ckpt, accum=args.accum, optimizer=args.optimizer, lr=args.lr,
-                          lrf=args.lrf, schedule=args.schedule, weight_decay=args.weight_decay,
-                          warmup_epochs=args.warmup_epochs, ema=args.ema, augment=args.augment,
-                          close_mosaic=args.close_mosaic, seed=args.seed, out=args.out, resume=args.resume or False,
-                          eval_only=args.eval_only, weights=args.weights, log_every=args.log_every,
-                          max_steps=args.max_steps, eval_every=args.eval_every, conf_thres=args.conf,
-                          iou_thres=args.iou, progress=not args.quiet)
+        # Every flag is a TrainConfig field of the same name; one not given (None) keeps the field's default.
+        cfg = TrainConfig(**{f.name: v for f in fields(TrainConfig) if (v := getattr(args, f.name, None)) is not None})
         for flag, path in (("--data", cfg.data), ("--val", cfg.val)):
             if path is not None and not path.exists():
                 return fail(f"{flag} {path} does not exist (make a store with `fastfeed pack SRC -o OUT`)")

@@ -14,7 +14,7 @@ import torch
 
 from ..batch import Batch
 from ..device_augment import DeviceAugment
-from ..devices import accelerator_module, parse_device, resolve_device
+from ..devices import accelerator_module, parse_device, resolve_device, to_channels_last
 from ..loaders.base import Loader
 from .augment import resolve_augment
 from .host import HostBuffers
@@ -43,13 +43,14 @@ class DevicePrefetcher:
     fastfeed `Loader` leaves to the device (`loader.device_hyp`: HSV jitter and flip), True forces that
     with `loader.cfg.hyp`'s gains, or a `DeviceAugment`; `seed` seeds it (with the epoch and the
     loader's rank). Any iterable of batches works; only a `Loader` declares augmentation and a rank. `thread`: run the
-    loader in a background thread (default: on cpu only). `ops`: internal seam for tests (a fake
-    stream API). Closing stops any background work; the loader stays open (it is the caller's).
+    loader in a background thread (default: on cpu only). `channels_last`: images in the device's channels-last
+    layout (`fastfeed.devices.to_channels_last`: NHWC strides, NC1HWC0 on an Ascend NPU). `ops`: internal seam
+    for tests (a fake stream API). Closing stops any background work; the loader stays open (it is the caller's).
     """
 
     def __init__(self, loader, device: str | torch.device = "cuda", depth: int = 2,
                  dtype: torch.dtype = torch.float32, device_augment: bool | DeviceAugment | None = None,
-                 seed: int = 0, thread: bool | None = None, *, ops=None):
+                 seed: int = 0, thread: bool | None = None, *, channels_last: bool = False, ops=None):
         if isinstance(loader, Loader) and loader.on_device:
             raise ValueError(f"the {type(loader).__name__} already yields batches on {loader.cfg.device}: iterate it "
                              "directly, without a DevicePrefetcher")
@@ -62,7 +63,7 @@ class DevicePrefetcher:
             raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(map(str, DTYPES))}, got {dtype!r}")
-        self.depth, self.dtype = depth, dtype
+        self.depth, self.dtype, self.channels_last = depth, dtype, bool(channels_last)
         self.augment = resolve_augment(loader, device_augment, seed)
         self._rank = loader.rank if isinstance(loader, Loader) else 0
         self.accelerated = ops is not None or kind != "cpu"
@@ -144,6 +145,8 @@ class DevicePrefetcher:
             self.augment.reseed(self._epoch, self._rank, k)
             x, targets = self.augment(x, targets)
             x = (x.mul_(255).round_() if self.dtype == torch.uint8 else x).to(self.dtype)
+        if self.channels_last:
+            x = to_channels_last(x, self.device)
         return Batch(x, targets)
 
     def _produce(self, batch) -> Batch | InFlight:

@@ -1,4 +1,8 @@
-"""`TrainConfig`: everything `fastfeed train` accepts, checked once, with errors naming the flag."""
+"""`TrainConfig`: everything `fastfeed train` accepts, checked once, with errors naming the flag.
+
+Standard library only (the CLI reads its defaults and choices here without importing torch, and a bare
+GPU machine builds one); augmentation gains given as `hyp` import fastfeed.augment to be checked.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +10,40 @@ import numbers
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from .model import MODELS
-
+MODELS = ("yolov3", "yolov3-tiny")   # the networks model.build_model builds
 OPTIMIZERS = ("sgd", "adamw")
 SCHEDULES = ("cosine", "linear")
 AMPS = ("bf16", "fp16")
 DEFAULT_LR = {"sgd": 0.01, "adamw": 0.001}
 NOMINAL_BATCH = 64   # images per optimizer step the default lr and weight decay are tuned for
+
+
+def load_hyp(hyp):
+    """An AugmentHyp from an AugmentHyp, a dict of its fields, or a YAML file of them (`--hyp FILE`).
+    Unknown keys are an error naming them; each value is checked by AugmentHyp (its valid range)."""
+    from ..augment.hyp import AugmentHyp
+
+    if isinstance(hyp, AugmentHyp):
+        return hyp
+    where = "--hyp"
+    if isinstance(hyp, (str, Path)):
+        import yaml
+
+        where = f"--hyp {hyp}"
+        try:
+            hyp = yaml.safe_load(Path(hyp).read_text(encoding="utf-8"))
+        except OSError as e:
+            raise ValueError(f"{where}: cannot read it ({e.strerror or e})") from None
+        except yaml.YAMLError as e:
+            raise ValueError(f"{where} is not valid YAML: {e}") from None
+        hyp = {} if hyp is None else hyp
+    if not isinstance(hyp, dict):
+        raise ValueError(f"{where} must be a mapping of augmentation gains (e.g. 'mosaic: 1.0'), got {type(hyp).__name__}")
+    known = [f.name for f in fields(AugmentHyp)]
+    unknown = sorted(str(k) for k in hyp if k not in known)
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)}; valid keys: {', '.join(known)}")
+    return AugmentHyp(**hyp)
 
 
 @dataclass
@@ -22,13 +53,20 @@ class TrainConfig:
     loader: str = "cpu"
     model: str = "yolov3"
     imgsz: int = 640
-    batch: int = 16                      # per process (per rank under torchrun)
+    batch: int | str = 16                # images per loader batch and process; 'auto': the most that fits the device
+    micro_batch: int | None = None       # images per forward/backward: each batch is split in these; None: = batch
     epochs: int = 300
     workers: int | None = None           # None: LoaderConfig's default (one per core, up to 8)
+    hyp: object = None                   # AugmentHyp, a dict of its fields, or a YAML file; None: the defaults
+    device_augment: bool = False         # HSV jitter and flip on the device instead of in the loader's workers
     device: str = "cpu"
     amp: str | None = None               # None | 'bf16' | 'fp16'
     grad_ckpt: bool = False
-    accum: int | None = None             # micro-batches per optimizer step; None: to a nominal 64 images
+    channels_last: bool = False          # model and batches in channels-last (NHWC) memory format
+    multi_scale: bool = False            # each optimizer step at a size drawn from 0.5-1.5 x imgsz
+    sync_bn: bool = False                # SyncBatchNorm across DDP processes (CUDA / NPU)
+    freeze_bn: bool = False              # BatchNorm keeps its running statistics and affine weights
+    accum: int | None = None             # loader batches per optimizer step; None: to a nominal 64 images
     optimizer: str = "sgd"
     lr: float | None = None              # None: 0.01 for SGD, 0.001 for AdamW
     lrf: float = 0.01                    # final lr = lr x lrf
@@ -80,13 +118,22 @@ class TrainConfig:
         need(self.model in MODELS, "model", f"must be one of {', '.join(MODELS)}", self.model)
         need(is_int(self.imgsz) and self.imgsz >= 32 and self.imgsz % 32 == 0, "imgsz",
              "must be a positive multiple of 32 (the largest stride)", self.imgsz)
-        need(is_int(self.batch) and self.batch >= 1, "batch", "must be >= 1", self.batch)
+        need(self.batch == "auto" or (is_int(self.batch) and self.batch >= 1), "batch", "must be >= 1 or 'auto'",
+             self.batch)
+        need(self.micro_batch is None or (is_int(self.micro_batch) and self.micro_batch >= 1), "micro-batch",
+             "must be >= 1", self.micro_batch)
+        need(self.micro_batch is None or self.batch == "auto" or self.micro_batch <= self.batch, "micro-batch",
+             f"must be <= --batch {self.batch} (a micro-batch is a slice of a loader batch)", self.micro_batch)
         need(is_int(self.epochs) and self.epochs >= 1, "epochs", "must be >= 1", self.epochs)
         need(self.workers is None or (is_int(self.workers) and self.workers >= 0), "workers",
              "must be >= 0 (0: in the training process)", self.workers)
+        if self.hyp is not None:
+            self.hyp = load_hyp(self.hyp)
         need(isinstance(self.device, str) and self.device.split(":")[0] in ("cpu", "cuda", "npu"), "device",
              "must be cpu, cuda[:N] or npu[:N]", self.device)
         need(self.amp is None or self.amp in AMPS, "amp", f"must be one of {', '.join(AMPS)}", self.amp)
+        need(not (self.sync_bn and self.freeze_bn), "sync-bn", "and --freeze-bn exclude each other (frozen "
+             "BatchNorm uses its running statistics: there is nothing to synchronise)", (self.sync_bn, self.freeze_bn))
         need(self.accum is None or (is_int(self.accum) and self.accum >= 1), "accum", "must be >= 1", self.accum)
         need(self.optimizer in OPTIMIZERS, "optimizer", f"must be one of {', '.join(OPTIMIZERS)}", self.optimizer)
         if self.lr is None:
@@ -109,12 +156,18 @@ class TrainConfig:
              "and --weights exclude each other (--resume restores everything from the run's checkpoint)",
              (self.resume, self.weights))
 
-    def resolved_accum(self, world_size: int) -> int:
-        """--accum, or enough micro-batches to reach NOMINAL_BATCH images per optimizer step."""
+    def resolved_accum(self, world_size: int, batch: int | None = None) -> int:
+        """--accum, or enough loader batches to reach NOMINAL_BATCH images per optimizer step (`batch`:
+        the resolved --batch, for 'auto')."""
         if self.accum is not None:
             return self.accum
-        return max(1, round(NOMINAL_BATCH / (self.batch * world_size)))
+        return max(1, round(NOMINAL_BATCH / ((batch or self.batch) * world_size)))
 
     def to_dict(self) -> dict:
         """Strings, numbers, bools and None only (it goes into checkpoints and metrics.jsonl)."""
-        return {f.name: (str(v) if isinstance(v, Path) else v) for f in fields(self) for v in [getattr(self, f.name)]}
+        def plain(v):
+            if isinstance(v, Path):
+                return str(v)
+            return dict(vars(v)) if hasattr(v, "__dataclass_fields__") else v
+
+        return {f.name: plain(getattr(self, f.name)) for f in fields(self)}

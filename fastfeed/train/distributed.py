@@ -57,6 +57,31 @@ def all_mean(t: torch.Tensor, d: Dist) -> torch.Tensor:
     return t
 
 
+def any_true(flag: bool, d: Dist, device: torch.device) -> bool:
+    """True on every rank when `flag` is True on any (one all-reduce; no collective with one process)."""
+    if d.world_size == 1:
+        return flag
+    t = torch.tensor([float(flag)], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def all_min(value: int, d: Dist, device: torch.device) -> int:
+    """The smallest `value` over ranks (what every rank can afford)."""
+    if d.world_size == 1:
+        return value
+    t = torch.tensor([value], device=device, dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return int(t.item())
+
+
+def backend(d: Dist, device: torch.device) -> str:
+    """The process group's backend (or the one this device would get)."""
+    if d.world_size > 1 and dist.is_initialized():
+        return str(dist.get_backend())
+    return BACKENDS[device.type]
+
+
 def barrier(d: Dist) -> None:
     if d.world_size > 1:
         dist.barrier()

@@ -114,20 +114,21 @@ def coco_map(gt, detections: list[dict]) -> dict:
 @torch.no_grad()
 def evaluate(model, store, *, imgsz: int, batch_size: int, device: torch.device, workers: int | None = None,
              loader: str = "cpu", amp: str | None = None, conf_thres: float = 0.001, iou_thres: float = 0.6,
-             progress: bool = False) -> dict:
-    """mAP of `model` (a YOLO, not DDP-wrapped) on every image of `store`, in store order."""
+             progress: bool = False, channels_last: bool = False) -> dict:
+    """mAP of `model` (a YOLO, not DDP-wrapped) on every image of `store`, in store order (`channels_last`:
+    batches in that layout, for a model trained in it)."""
     from ..loaders import LoaderConfig, create_loader
 
     gt, frames = coco_ground_truth(store, imgsz)
     kw = {} if workers is None else {"workers": workers}
     # rank 0 of 1 whatever torch.distributed says: evaluation sees the whole store, in order.
     cfg = LoaderConfig(imgsz=imgsz, batch_size=batch_size, augment=False, shuffle=False, drop_last=False,
-                       rank=0, world_size=1, **kw)
+                       rank=0, world_size=1, device=str(device), **kw)
     was_training = model.training
     model.eval()
     detections, seen = [], 0
     ld = create_loader(loader, store, cfg)
-    feed = device_batches(ld, device, torch.float32)
+    feed = device_batches(ld, device, torch.float32, channels_last=channels_last)
     try:
         feed.set_epoch(0)
         for images, _ in tqdm(feed, total=len(ld), desc="eval", unit="batch", leave=False, disable=not progress):

@@ -1,4 +1,5 @@
-"""What the loop logs per interval: loss terms, images/s, data-wait vs compute time."""
+"""What the loop measures per log interval: loss terms, images/s, and where each loader batch's time
+went: waiting for data, the host->device copy the device waited for, compute, DDP communication."""
 
 from __future__ import annotations
 
@@ -6,29 +7,51 @@ import time
 
 import torch
 
+PARTS = ("data", "h2d", "compute", "comm")
+
 
 class Meter:
-    """Loss terms, images and data-wait / compute seconds summed since the last reset."""
+    """Loss terms, loader batches, images and the seconds of each part of the step, summed since the last
+    reset; accelerator utilisation samples (NVML) where the device reports them."""
 
     def __init__(self):
         self.reset()
 
     def reset(self) -> None:
-        self.items, self.n, self.images, self.data, self.compute = torch.zeros(3), 0, 0, 0.0, 0.0
+        self.items, self.n, self.batches, self.images = torch.zeros(3), 0, 0, 0
+        self.seconds = dict.fromkeys(PARTS, 0.0)
+        self.util: list[float] = []
         self.t = time.perf_counter()
 
-    def add(self, items: torch.Tensor, images: int, data_s: float, compute_s: float) -> None:
+    def add_loss(self, items: torch.Tensor) -> None:
+        """One micro-batch's [box, obj, cls] (averaged over ranks)."""
         self.items += items
         self.n += 1
-        self.images += images
-        self.data += data_s
-        self.compute += compute_s
+
+    def add_time(self, **seconds: float) -> None:
+        for k, v in seconds.items():
+            self.seconds[k] += max(v, 0.0)
+
+    def add_util(self, pct: float | None) -> None:
+        if pct is not None:
+            self.util.append(pct)
+
+    @property
+    def data(self) -> float:
+        return self.seconds["data"]
+
+    @property
+    def busy(self) -> float:
+        """Seconds of the step accounted for (data + copy + compute + communication)."""
+        return sum(self.seconds.values())
 
     def row(self) -> dict:
-        """Means per micro-batch; images/s over the wall time since the reset (evaluation excluded)."""
+        """Mean loss terms per micro-batch; per loader batch, the ms of each part of the step; images/s
+        over the wall time since the reset (evaluation excluded)."""
         terms = (self.items / max(self.n, 1)).tolist()
-        busy = max(self.data + self.compute, 1e-9)
+        per = 1e3 / max(self.batches, 1)
         return {"loss": sum(terms), "box": terms[0], "obj": terms[1], "cls": terms[2],
                 "images_per_s": self.images / max(time.perf_counter() - self.t, 1e-9),
-                "data_ms": 1e3 * self.data / max(self.n, 1), "compute_ms": 1e3 * self.compute / max(self.n, 1),
-                "data_wait_frac": self.data / busy}
+                **{f"{k}_ms": v * per for k, v in self.seconds.items()},
+                "data_wait_frac": self.data / max(self.busy, 1e-9),
+                "util_pct": sum(self.util) / len(self.util) if self.util else None}

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-MODELS = ("yolov3", "yolov3-tiny")
+from .config import MODELS
 
 # Anchors in pixels (w, h), three per scale, from Darknet's cfgs (k-means on COCO).
 ANCHORS = {

@@ -1,0 +1,38 @@
+"""--multi-scale: each optimizer step trains at its own square size, drawn from 0.5-1.5 x imgsz in
+multiples of the model's largest stride, and the loader's batch is resized to it on the device.
+
+Targets are normalised (cx, cy, w, h in 0..1), so they hold at any size; the loss assigns them on the
+grid each size gives. The draw depends only on (seed, step): a resumed run draws what the
+uninterrupted one drew, and every rank draws the same size (DDP needs equal shapes per step).
+Evaluation stays at imgsz.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import torch
+import torch.nn.functional as F
+
+LOW, HIGH = 0.5, 1.5
+
+
+def size_range(imgsz: int, stride: int) -> tuple[int, int]:
+    """The smallest and largest multiple of `stride` within [0.5, 1.5] x imgsz (at least one stride)."""
+    lo = max(stride, math.ceil(LOW * imgsz / stride) * stride)
+    return lo, max(lo, math.floor(HIGH * imgsz / stride) * stride)
+
+
+def step_size(seed: int, step: int, imgsz: int, stride: int) -> int:
+    """The training size of optimizer step `step`: uniform over the multiples of `stride` in range."""
+    lo, hi = size_range(imgsz, stride)
+    return random.Random(f"fastfeed multi-scale {seed} {step}").randrange(lo, hi + 1, stride)
+
+
+def resize(images: torch.Tensor, size: int) -> torch.Tensor:
+    """[B,3,S,S] float images -> [B,3,size,size], bilinear (antialiasing off, as YOLO trainers do), on
+    their device and in their memory format; unchanged when already that size."""
+    if images.shape[-1] == size and images.shape[-2] == size:
+        return images
+    return F.interpolate(images, size=(size, size), mode="bilinear", align_corners=False)

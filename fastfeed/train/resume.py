@@ -1,0 +1,67 @@
+"""Resuming a run from its checkpoint, or starting one from given weights; what a checkpoint holds."""
+
+from __future__ import annotations
+
+import logging
+
+from .checkpoint import CheckpointError, load_checkpoint, rng_state, set_rng_state
+from .optim import ModelEMA
+
+log = logging.getLogger(__name__)
+
+CHECKED = ("batch", "accum", "imgsz", "optimizer", "lr", "epochs")   # a change here changes the run: say so
+
+
+def load_weights(model, path, device) -> dict:
+    """Model weights from a checkpoint (its EMA when it has one: that is what was evaluated)."""
+    ckpt = load_checkpoint(path, device)
+    if ckpt["model_name"] != model.name or ckpt["nc"] != model.nc:
+        raise CheckpointError(f"{path} holds a {ckpt['model_name']} with {ckpt['nc']} classes; this run builds a "
+                              f"{model.name} with {model.nc} classes (the store's)")
+    model.load_state_dict(ckpt["ema"] if ckpt.get("ema") is not None else ckpt["model"])
+    return ckpt
+
+
+def run_config(run) -> dict:
+    """The run's configuration as checkpoints and metrics.jsonl keep it (with the resolved batch and accum)."""
+    return run.cfg.to_dict() | {"batch": run.micro.batch, "accum": run.accum}
+
+
+def checkpoint_state(run, batches_done: int) -> dict:
+    """Everything `restore` needs to continue exactly where the run is: `batches_done` loader batches into
+    `run.epoch`."""
+    ema = run.ema
+    return {"model_name": run.cfg.model, "nc": run.raw_model.nc, "class_names": run.store.class_names,
+            "imgsz": run.cfg.imgsz, "config": run_config(run), "model": run.raw_model.state_dict(),
+            "ema": ema.ema.state_dict() if ema else None, "ema_updates": ema.updates if ema else 0,
+            "optimizer": run.optimizer.state_dict(), "scaler": run.scaler.state_dict(), "epoch": run.epoch,
+            "step": run.step, "batches_done": batches_done, "micro_batch": run.micro.size, "best_map": run.best,
+            "rng": rng_state(run.device)}
+
+
+def restore(run) -> None:
+    """Weights, EMA, optimizer, scaler, counters and RNG states from the checkpoint set_up read."""
+    ckpt, now = run.ckpt, run_config(run)
+    for k in CHECKED:
+        if ckpt["config"].get(k) != now[k]:
+            log.warning("resuming with --%s %s; the run used %s", k, now[k], ckpt["config"].get(k))
+    run.raw_model.load_state_dict(ckpt["model"])
+    run.optimizer.load_state_dict(ckpt["optimizer"])
+    run.scaler.load_state_dict(ckpt["scaler"])
+    if run.ema is not None and ckpt.get("ema") is not None:
+        run.ema.ema.load_state_dict(ckpt["ema"])
+        run.ema.updates = ckpt["ema_updates"]
+    run.epoch, run.step, run.skip, run.best = ckpt["epoch"], ckpt["step"], ckpt["batches_done"], ckpt["best_map"]
+    set_rng_state(ckpt["rng"], run.device)
+    log.info("resumed at epoch %d, step %d (%d batches into the epoch)", run.epoch, run.step, run.skip)
+    run.ckpt = None   # its tensors are in place now
+
+
+def start_from(run) -> None:
+    """--resume: the checkpoint's state; --weights: those weights (and an EMA of them); else fresh weights."""
+    if run.ckpt is not None:
+        restore(run)
+    elif run.cfg.weights is not None:
+        load_weights(run.raw_model, run.cfg.weights, run.device)
+        if run.ema is not None:
+            run.ema = ModelEMA(run.raw_model)
