@@ -341,19 +341,28 @@ def test_mosaic_on_real_images():
             assert (out != 114).any(axis=-1).mean() > 0.3
 
 
-def test_the_area_rule_judges_the_shown_part_as_ultralytics_does():
-    """A box cut to 5% by the mosaic canvas (its tile's crop) whose shown part lies wholly in the output
-    is kept: the 10%-area rule asks what the output crop kept of the shown object (Ultralytics clips
-    to its 2S canvas first). Under rotation it stays against the whole box (a corner of the enclosing
-    box may frame nothing)."""
+def test_the_area_rule_judges_what_the_canvas_held_as_ultralytics_does():
+    """The 10%-area rule asks what the output crop left of the part of a box the mosaic canvas held (its
+    tile's region), as Ultralytics clips to its 2S canvas first. A box cut to 5% by the canvas, shown whole
+    in the output, is kept; a box the output crop cuts to under 10% is dropped even though what is left is
+    all that was drawn. Under rotation the rule stays against the whole box."""
     from fastfeed.augment.paste import paste_boxes
 
-    box, crop = np.array([[0.0, 0.0, 100.0, 10.0]], np.float32), (95.0, 0.0, 200.0, 10.0)
+    box, region = np.array([[0.0, 0.0, 100.0, 10.0]], np.float32), (95.0, 0.0, 200.0, 10.0)
     shift = np.array([[1.0, 0.0, 20.0], [0.0, 1.0, 20.0], [0.0, 0.0, 1.0]])
-    kept, cls = paste_boxes([box], [np.array([3])], [shift], [crop], 200, AugmentHyp())
+    kept, cls = paste_boxes([box], [np.array([3])], [shift], [region], 200, AugmentHyp(), [region])
     np.testing.assert_allclose(kept, [[115.0, 20.0, 120.0, 30.0]])
     assert cls.tolist() == [3]
+    off = shift.copy()
+    off[0, 2] = 105.0                       # the output now shows only x 0..95 of the tile: 5% of the box
+    drawn = (0.0, 0.0, 95.0, 10.0)
+    kept, _ = paste_boxes([box], [np.array([3])], [off], [drawn], 200, AugmentHyp(), [(0.0, 0.0, 200.0, 10.0)])
+    assert len(kept) == 1                   # 95% of it is in the output
+    off[0, 2] = 195.0                       # only x 0..5 lands in the 200-px output
+    kept, _ = paste_boxes([box], [np.array([3])], [off], [(0.0, 0.0, 5.0, 10.0)], 200, AugmentHyp(),
+                          [(0.0, 0.0, 200.0, 10.0)])
+    assert len(kept) == 0                   # 5% left by the output crop: dropped, as Ultralytics drops it
     turn = shift.copy()
     turn[:2, :2] = [[0.99, -0.14], [0.14, 0.99]]
-    kept, _ = paste_boxes([box], [np.array([3])], [turn], [crop], 200, AugmentHyp())
+    kept, _ = paste_boxes([box], [np.array([3])], [turn], [region], 200, AugmentHyp(), [region])
     assert len(kept) == 0

@@ -94,5 +94,5 @@ def random_affine(img: np.ndarray, boxes: np.ndarray, classes: np.ndarray, size:
     matrix = random_affine_matrix(rng, hyp, (w * r / 2, h * r / 2), size)
     out.fill(hyp.fill)
     realised, crop = paste_tile(out, img, (r, 0.0, 0.0), (0.0, 0.0, w * r, h * r), matrix)
-    return out, *paste_boxes([b], [c], [realised], [crop], size, hyp)
+    return out, *paste_boxes([b], [c], [realised], [crop], size, hyp, [(0.0, 0.0, float(w), float(h))])
 

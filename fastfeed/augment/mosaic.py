@@ -17,7 +17,7 @@ import numpy as np
 from ._validate import check_boxes, check_image, check_out, check_rng, check_size
 from .affine import random_affine_matrix
 from .hyp import DEFAULT_HYP, AugmentHyp
-from .paste import paste_boxes, paste_tile
+from .paste import paste_boxes, paste_tile, region_crop
 
 Tile = tuple[np.ndarray, np.ndarray, np.ndarray]  # (img, boxes [N,4] in img pixels, classes [N])
 
@@ -77,9 +77,10 @@ def mosaic(tiles: Sequence[Tile], size: int, rng: np.random.Generator, hyp: Augm
     centre = draw_mosaic_centre(rng, size)
     matrix = random_affine_matrix(rng, hyp, (float(size), float(size)), size)
     out.fill(hyp.fill)
-    realised, crops = [], []
+    realised, crops, regions = [], [], []
     for img, (place, region) in zip(imgs, mosaic_layout([i.shape[:2] for i in imgs], size, centre)):
         m, crop = paste_tile(out, img, place, region, matrix)
         realised.append(m)
         crops.append(crop)
-    return out, *paste_boxes(boxes, classes, realised, crops, size, hyp)
+        regions.append(region_crop(place, region, img.shape[:2]))
+    return out, *paste_boxes(boxes, classes, realised, crops, size, hyp, regions)

@@ -121,18 +121,29 @@ def _paste_resize(out, img, full, xs, ys):
     return realised, (float(sx0), float(sy0), float(sx1), float(sy1))
 
 
+def region_crop(place: Place, region: Rect, hw: tuple[int, int]) -> Rect:
+    """The part of a tile (h, w pixels) that `place` puts inside `region` of the mid frame, in tile pixels:
+    for a mosaic tile, what the 2S canvas holds of it."""
+    r, ox, oy = place
+    h, w = hw
+    return (max((region[0] - ox) / r, 0.0), max((region[1] - oy) / r, 0.0),
+            min((region[2] - ox) / r, float(w)), min((region[3] - oy) / r, float(h)))
+
+
 def paste_boxes(boxes: list[np.ndarray], classes: list[np.ndarray], realised: list[np.ndarray],
-                crops: list[Rect], size: int, hyp: AugmentHyp) -> tuple[np.ndarray, np.ndarray]:
+                crops: list[Rect], size: int, hyp: AugmentHyp, regions: list[Rect] | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
     """Boxes of pasted tiles in the size x size output, filtered; classes follow.
 
-    Each tile's boxes are clipped to the crop that was shown (for a mosaic tile: to the canvas),
-    mapped by the tile's realised matrix, clipped to the output, then judged by `box_candidates`
-    against the shown part mapped without the output clip. So the 10%-area rule asks how much of the
-    *shown* object the output crop kept, as Ultralytics asks of its canvas-clipped box (judging
-    against the whole unclipped box dropped ~2% more boxes per mosaic). Under rotation or shear the
-    rule stays against the whole box: there the enclosing box of a cut object can frame none of it
-    (a corner of the enclosing box), and a box on no object is worse than one box fewer. All tiles
-    go through one vectorised pass (per-box crops and matrices).
+    Each tile's boxes are clipped to the crop that was drawn (`crops`, from `paste_tile`), mapped by the
+    tile's realised matrix and clipped to the output: those are the boxes, on exactly the drawn pixels.
+    `box_candidates` judges them against the box clipped to the tile's `regions` (`region_crop`: for a
+    mosaic tile, what the 2S canvas holds of it; default: the drawn crop) and mapped without the output
+    clip. So the 10%-area rule asks how much of the object the canvas held is left after the output
+    crop, as Ultralytics asks of its canvas-clipped box. Under rotation or shear the rule stays against
+    the whole box: there the enclosing box of a cut object can frame none of it (a corner of the
+    enclosing box), and a box on no object is worse than one box fewer. All tiles go through one
+    vectorised pass (per-box crops and matrices).
     """
     counts = [len(b) for b in boxes]
     cls = np.concatenate(classes)
@@ -141,11 +152,11 @@ def paste_boxes(boxes: list[np.ndarray], classes: list[np.ndarray], realised: li
     b = np.concatenate(boxes)
     per_box_m = np.repeat(np.stack(realised), counts, axis=0)
     per_box_crop = np.repeat(np.asarray(crops, np.float32), counts, axis=0)
-    shown = clip_boxes_to(b, per_box_crop)
+    per_box_region = np.repeat(np.asarray(regions if regions is not None else crops, np.float32), counts, axis=0)
     turned = (per_box_m[:, 0, 1] != 0) | (per_box_m[:, 1, 0] != 0)
+    judged = np.where(turned[:, None], b, clip_boxes_to(b, per_box_region))
     n = len(b)
-    both = transform_boxes(np.concatenate([np.where(turned[:, None], b, shown), shown]),
-                           np.concatenate([per_box_m] * 2))
+    both = transform_boxes(np.concatenate([judged, clip_boxes_to(b, per_box_crop)]), np.concatenate([per_box_m] * 2))
     before, after = both[:n], clip_boxes(both[n:], size, size)
     keep = box_candidates(before, after, min_side=hyp.min_box_side,
                           min_area_ratio=hyp.min_box_area_ratio, max_aspect=hyp.max_box_aspect)

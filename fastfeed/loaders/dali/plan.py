@@ -35,7 +35,7 @@ from ...augment import (
     mosaic_layout,
     transform_boxes,
 )
-from ...augment.paste import paste_boxes
+from ...augment.paste import paste_boxes, region_crop
 
 # geom row of one tile: roi y0, x0, y1, x1 (source pixels), resized h, w. A slot that shows nothing
 # resizes one source pixel to one pixel and pastes an empty region.
@@ -120,14 +120,15 @@ def plan_train(rng: np.random.Generator, tiles: list, size: int, hyp: AugmentHyp
     zoom, t = d.zoom, np.array([d.tx, d.ty])
     shift = (t[0] - zoom * c[0], t[1] - zoom * c[1])
 
-    rows, pastes, realised, crops = [], [], [], []
+    rows, pastes, realised, crops, regions = [], [], [], [], []
     for (hw, _, _), (place, region) in zip(tiles, layout):
         row, paste, m, crop = tile_op(zoom, shift, place, region, hw, size)
         rows.append(row)
         pastes.append(paste)
         realised.append(m)
         crops.append(crop)
-    boxes, classes = paste_boxes([x[1] for x in tiles], [x[2] for x in tiles], realised, crops, size, hyp)
+        regions.append(region_crop(place, region, hw))
+    boxes, classes = paste_boxes([x[1] for x in tiles], [x[2] for x in tiles], realised, crops, size, hyp, regions)
 
     warp = None
     if not hyp.axis_aligned:   # rotation/shear about the shifted centre t: W(y) = L (y - t) + t

@@ -52,13 +52,17 @@ def box_candidates(before: torch.Tensor, after: torch.Tensor, *, min_side: float
 
 def paste_boxes(boxes: torch.Tensor, matrices: torch.Tensor, crops: torch.Tensor, size: int, hyp
                 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`augment.paste.paste_boxes` with one tile->output matrix [N,3,3] and one shown crop [N,4] (tile
-    pixels) per box: clip to the crop, map, clip to the output, filter against the box mapped unclipped.
-    Returns (boxes float32 [N,4] in output pixels, keep mask [N])."""
+    """`augment.paste.paste_boxes` with one tile->output matrix [N,3,3] and one crop [N,4] (tile pixels:
+    what the mosaic canvas holds of the tile, which is also what is drawn) per box: clip to the crop,
+    map, clip to the output; judged against the crop-clipped box mapped without the output clip (the
+    whole box under rotation or shear). Returns (boxes float32 [N,4] in output pixels, keep mask [N])."""
     n = len(boxes)
     if n == 0:
         return torch.zeros((0, 4), dtype=torch.float32), torch.zeros(0, dtype=torch.bool)
-    both = transform_boxes(torch.cat([boxes, clip_boxes_to(boxes, crops)]), torch.cat([matrices, matrices]))
+    shown = clip_boxes_to(boxes, crops)
+    turned = (matrices[:, 0, 1] != 0) | (matrices[:, 1, 0] != 0)
+    judged = torch.where(turned[:, None], boxes, shown)
+    both = transform_boxes(torch.cat([judged, shown]), torch.cat([matrices, matrices]))
     before = both[:n]
     after = clip_boxes_to(both[n:], torch.tensor([0.0, 0.0, size, size]))
     keep = box_candidates(before, after, min_side=hyp.min_box_side, min_area_ratio=hyp.min_box_area_ratio,
