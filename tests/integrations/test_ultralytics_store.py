@@ -94,7 +94,10 @@ def test_fastfeed_loader_env_overrides_and_is_checked(monkeypatch):
     monkeypatch.setenv("FASTFEED_LOADER", "dali")
     assert loader_name(True) == "dali"
     monkeypatch.setenv("FASTFEED_LOADER", "gpu")
-    with pytest.raises(ValueError, match="valid: cpu, dali, shm"):
+    with pytest.raises(ValueError, match="'gpu': not a fastfeed loader; valid: cpu, shm, dali"):
+        loader_name(False)
+    monkeypatch.setenv("FASTFEED_LOADER", "device")
+    with pytest.raises(ValueError, match="'device': its batches are float images already on the device"):
         loader_name(False)
     monkeypatch.delenv("FASTFEED_LOADER")
     with pytest.raises(ValueError, match="cache='nvme'"):

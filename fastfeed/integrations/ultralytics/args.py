@@ -23,12 +23,17 @@ _NO_CACHE = {"false", "disk", "none", ""}
 HYP_ARGS = ("mosaic", "mixup", "degrees", "translate", "scale", "shear", "fliplr", "flipud", "hsv_h", "hsv_s", "hsv_v")
 
 
+TRAINER_LOADERS = ("cpu", "shm", "dali")   # the loaders whose uint8 batches Ultralytics' trainer takes as they are
+
+
 def loader_name(cache) -> str:
     """`cpu` or `shm` from Ultralytics' `cache` argument; FASTFEED_LOADER=cpu|shm|dali overrides it."""
     name = os.environ.get(LOADER_ENV, "").strip()
     if name:
-        if name not in list_loaders():
-            raise ValueError(f"{LOADER_ENV}={name!r} is not a fastfeed loader; valid: {', '.join(list_loaders())}")
+        if name not in TRAINER_LOADERS:
+            why = ("its batches are float images already on the device, and Ultralytics' preprocess_batch divides "
+                   "by 255 again" if name in list_loaders() else "not a fastfeed loader")
+            raise ValueError(f"{LOADER_ENV}={name!r}: {why}; valid: {', '.join(TRAINER_LOADERS)}")
         return name
     key = str(cache).strip().lower() if cache is not None else ""
     if key in _RAM:
