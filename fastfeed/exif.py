@@ -124,14 +124,28 @@ def _webp_exif(data):
     return None
 
 
+def tiff_tags(data) -> dict[int, int | None]:
+    """IFD0's tags of a classic TIFF structure (a TIFF file, or an EXIF block), each with its first value
+    when it is a SHORT or LONG. Raises struct.error when the structure is truncated or damaged."""
+    order = "<" if bytes(data[:2]) == b"II" else ">"
+    (offset,) = struct.unpack_from(order + "I", data, 4)
+    (count,) = struct.unpack_from(order + "H", data, offset)
+    tags = {}
+    for k in range(count):
+        tag, kind, n, raw = struct.unpack_from(order + "HHI4s", data, offset + 2 + 12 * k)
+        value = None
+        if kind in (3, 4):  # SHORT, LONG: inline when they fit in 4 bytes, else at an offset
+            fmt, size = ("H", 2) if kind == 3 else ("I", 4)
+            if n * size <= 4:
+                value = struct.unpack_from(order + fmt, raw)[0]
+            else:
+                value = struct.unpack_from(order + fmt, data, struct.unpack(order + "I", raw)[0])[0]
+        tags[tag] = value
+    return tags
+
+
 def _tiff_orientation(buf: memoryview) -> int:
-    order = {b"II": "<", b"MM": ">"}.get(bytes(buf[:2]))
-    if order is None:
+    if bytes(buf[:2]) not in (b"II", b"MM"):
         return 1
-    ifd = struct.unpack_from(order + "I", buf, 4)[0]
-    for k in range(struct.unpack_from(order + "H", buf, ifd)[0]):
-        tag, kind, count = struct.unpack_from(order + "HHI", buf, ifd + 2 + 12 * k)
-        if tag == 0x0112:
-            value = struct.unpack_from(order + "H", buf, ifd + 2 + 12 * k + 8)[0] if kind == 3 and count >= 1 else 1
-            return value if 1 <= value <= 8 else 1
-    return 1
+    value = tiff_tags(buf).get(0x0112)
+    return value if value is not None and 1 <= value <= 8 else 1

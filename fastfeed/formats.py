@@ -21,6 +21,7 @@ import cv2
 import numpy as np
 
 from .codec import DecodeError, decode_cv2, jpeg_header, sniff
+from .exif import tiff_tags
 
 STORABLE = frozenset({"jpeg", "png", "bmp", "tiff", "webp", "jp2", "pnm"})
 _HEIF_BRANDS = {b"heic", b"heix", b"hevc", b"hevx", b"heim", b"heis", b"mif1", b"msf1"}
@@ -33,25 +34,11 @@ class UnsupportedFormat(DecodeError):
 
 
 def _tiff_tags(data) -> dict[int, int | None]:
-    """IFD0's tags of a classic TIFF, each with its first value when it is a SHORT or LONG."""
-    order = "<" if bytes(data[:2]) == b"II" else ">"
+    """IFD0's tags of a classic TIFF (`exif.tiff_tags`); a damaged header is a DecodeError."""
     try:
-        (offset,) = struct.unpack_from(order + "I", data, 4)
-        (count,) = struct.unpack_from(order + "H", data, offset)
-        tags = {}
-        for k in range(count):
-            tag, kind, n, raw = struct.unpack_from(order + "HHI4s", data, offset + 2 + 12 * k)
-            value = None
-            if kind in (3, 4):  # SHORT, LONG: inline when they fit in 4 bytes, else at an offset
-                fmt, size = ("H", 2) if kind == 3 else ("I", 4)
-                if n * size <= 4:
-                    value = struct.unpack_from(order + fmt, raw)[0]
-                else:
-                    value = struct.unpack_from(order + fmt, data, struct.unpack(order + "I", raw)[0])[0]
-            tags[tag] = value
+        return tiff_tags(data)
     except struct.error:
         raise DecodeError("TIFF header truncated or damaged") from None
-    return tags
 
 
 def image_format(data) -> str:

@@ -5,6 +5,35 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+RED = (230, 20, 20)
+
+
+def painted(k: int, h: int, w: int):
+    """Grey noise (never red) with one red rectangle whose place depends on k; returns (img, COCO box)."""
+    rng = np.random.default_rng(k)
+    img = rng.integers(90, 160, (h, w, 3), dtype=np.uint8)
+    x1, y1 = 10 + (k * 7) % (w // 2), 8 + (k * 5) % (h // 2)
+    bw, bh = w // 4 + k % 9, h // 4 + k % 7
+    img[y1:y1 + bh, x1:x1 + bw] = RED
+    return img, [x1, y1, bw, bh]
+
+
+def make_painted_store(root, store: str = "raw"):
+    """24 painted images (160x120 / 120x160), one red box each, packed into root/s.ff. `raw` (the default):
+    exact pixels, no JPEG ringing at the edges, for box checks; `original`: the JPEGs, for decoders."""
+    from conftest import CocoBuilder, jpeg_bytes
+    from test_pack import run_pack
+
+    from fastfeed import Store
+
+    b = CocoBuilder(root / "src")
+    for k in range(24):
+        h, w = (120, 160) if k % 2 else (160, 120)
+        img, box = painted(k, h, w)
+        b.add_image(f"{k:02d}.jpg", h, w, data=jpeg_bytes(img, 97), boxes=[((1, 3, 18)[k % 3], box)])
+    run_pack(b.write(), root / "s.ff", store=store)
+    return Store(root / "s.ff")
+
 
 def red_mask(images: torch.Tensor) -> np.ndarray:
     """Pixels of the red paint the test stores put on each image (uint8 [B,3,S,S] -> bool [B,S,S])."""
@@ -48,3 +77,24 @@ def assert_boxes_frame_paint(batches, size: int, min_boxes: int = 20) -> None:
         uncovered += (red & ~covered).sum()
         total += red.sum()
     assert uncovered <= 0.04 * total and seen > min_boxes
+
+
+def assert_a_killed_worker_raises(loader) -> None:
+    """SIGKILL one of the loader's workers mid-epoch: the next batches raise WorkerError (never a hang), and
+    close() is idempotent and leaves no worker."""
+    import os
+    import signal
+
+    import pytest
+
+    from fastfeed.loaders import WorkerError
+
+    it = iter(loader)
+    next(it)
+    os.kill(loader.memory_pids()[0], signal.SIGKILL)
+    with pytest.raises(WorkerError, match="exited unexpectedly with code -9"):
+        for _ in range(40):
+            next(it)
+    loader.close()
+    loader.close()
+    assert loader.memory_pids() == []

@@ -19,8 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CocoBuilder, jpeg_bytes
-from test_loaders import _painted
+from loader_checks import make_painted_store  # noqa: F401  (test_shm_loader imports it from here)
 from test_pack import run_pack
 
 from fastfeed import Store, codec
@@ -66,17 +65,6 @@ def scratch_shm_dir(prefix: str):
     left = sorted(os.listdir(d))
     shutil.rmtree(d)
     assert not left, f"the test left {left} behind"
-
-
-def make_painted_store(root: Path) -> Store:
-    """test_loaders' painted store: 24 raw images (160x120 / 120x160), one red box each."""
-    b = CocoBuilder(root / "src")
-    for k in range(24):
-        h, w = (120, 160) if k % 2 else (160, 120)
-        img, box = _painted(k, h, w)
-        b.add_image(f"{k:02d}.jpg", h, w, data=jpeg_bytes(img, 97), boxes=[((1, 3, 18)[k % 3], box)])
-    run_pack(b.write(), root / "s.ff", store="raw")
-    return Store(root / "s.ff")
 
 
 @pytest.fixture

@@ -13,10 +13,8 @@ import torch
 
 pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed (pip install fastfeed[dali])")
 
-from conftest import CocoBuilder, jpeg_bytes  # noqa: E402
-from loader_checks import assert_batch_contract, assert_boxes_frame_paint, red_mask  # noqa: E402
-from test_loaders import NO_COLOUR, _painted  # noqa: E402
-from test_pack import run_pack  # noqa: E402
+from loader_checks import assert_batch_contract, assert_boxes_frame_paint, make_painted_store, red_mask  # noqa: E402
+from test_loaders import NO_COLOUR  # noqa: E402
 
 from fastfeed import Store  # noqa: E402
 from fastfeed.augment import AugmentHyp  # noqa: E402
@@ -27,24 +25,14 @@ from fastfeed.loaders.sampler import epoch_batches  # noqa: E402
 N = 24
 
 
-def _pack_painted(root, store):
-    b = CocoBuilder(root / "src")
-    for k in range(N):
-        h, w = (120, 160) if k % 2 else (160, 120)
-        img, box = _painted(k, h, w)
-        b.add_image(f"{k:02d}.jpg", h, w, data=jpeg_bytes(img, 97), boxes=[((1, 3, 18)[k % 3], box)])
-    run_pack(b.write(), root / "s.ff", store=store)
-    return Store(root / "s.ff")
-
-
 @pytest.fixture(scope="module")
 def raw_store(tmp_path_factory):
-    return _pack_painted(tmp_path_factory.mktemp("dali_raw"), "raw")      # exact pixels: box checks
+    return make_painted_store(tmp_path_factory.mktemp("dali_raw"), "raw")      # exact pixels: box checks
 
 
 @pytest.fixture(scope="module")
 def jpeg_store(tmp_path_factory):
-    return _pack_painted(tmp_path_factory.mktemp("dali_jpeg"), "original")  # the JPEGs: DALI decodes
+    return make_painted_store(tmp_path_factory.mktemp("dali_jpeg"), "original")  # the JPEGs: DALI decodes
 
 
 def _cfg(**kw) -> LoaderConfig:

@@ -5,17 +5,20 @@ and the augmentation statistics against the cpu loader's."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import types
 
 import numpy as np
 import pytest
 import torch
 from conftest import CocoBuilder, jpeg_bytes
-from loader_checks import assert_batch_contract, assert_boxes_frame_paint
-from test_loaders import _painted
+from loader_checks import (
+    assert_a_killed_worker_raises,
+    assert_batch_contract,
+    assert_boxes_frame_paint,
+    make_painted_store,
+)
+from loader_checks import painted as _painted
 from test_pack import run_pack
 
 from fastfeed import Store
@@ -41,14 +44,7 @@ def one_torch_thread():
 @pytest.fixture(scope="module")
 def painted(tmp_path_factory):
     """24 raw images (exact pixels) of grey noise, each with one red rectangle and its box."""
-    root = tmp_path_factory.mktemp("painted")
-    b = CocoBuilder(root / "src")
-    for k in range(24):
-        h, w = (120, 160) if k % 2 else (160, 120)
-        img, box = _painted(k, h, w)
-        b.add_image(f"{k:02d}.jpg", h, w, data=jpeg_bytes(img, 97), boxes=[((1, 3, 18)[k % 3], box)])
-    run_pack(b.write(), root / "s.ff", store="raw")
-    return Store(root / "s.ff")
+    return make_painted_store(tmp_path_factory.mktemp("painted"))
 
 
 def u8(images: torch.Tensor) -> torch.Tensor:
@@ -231,16 +227,7 @@ def test_a_corrupt_record_raises_worker_error_naming_it(painted, tmp_path):
 
 
 def test_a_killed_worker_raises_instead_of_hanging(painted):
-    loader = create_loader("device", painted, LoaderConfig(imgsz=64, batch_size=2, workers=2, timeout=30))
-    it = iter(loader)
-    next(it)
-    os.kill(loader.memory_pids()[0], signal.SIGKILL)
-    with pytest.raises(WorkerError, match="exited unexpectedly with code -9"):
-        for _ in range(40):
-            next(it)
-    loader.close()
-    loader.close()   # idempotent
-    assert loader.memory_pids() == []
+    assert_a_killed_worker_raises(create_loader("device", painted, LoaderConfig(imgsz=64, batch_size=2, workers=2, timeout=30)))
 
 
 def test_decoders_that_cannot_run_here_are_errors_not_fallbacks():

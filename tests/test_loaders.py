@@ -2,45 +2,29 @@
 
 from __future__ import annotations
 
-import os
-import signal
-
 import numpy as np
 import pytest
 import torch
-from conftest import CocoBuilder, jpeg_bytes
-from loader_checks import assert_batch_contract, assert_boxes_frame_paint
-from test_pack import run_pack
+from loader_checks import (
+    assert_a_killed_worker_raises,
+    assert_batch_contract,
+    assert_boxes_frame_paint,
+    make_painted_store,
+    painted,
+)
 
 from fastfeed import Store
 from fastfeed.augment import AugmentHyp
 from fastfeed.loaders import LoaderConfig, WorkerError, create_loader, list_loaders
 from fastfeed.loaders.sampler import batches_per_epoch, epoch_batches
 
-RED = (230, 20, 20)
 NO_COLOUR = AugmentHyp(hsv_h=0, hsv_s=0, hsv_v=0)  # keeps the paint colour exact for box checks
-
-
-def _painted(k: int, h: int, w: int):
-    """Grey noise (never red) with one red rectangle whose place depends on k."""
-    rng = np.random.default_rng(k)
-    img = rng.integers(90, 160, (h, w, 3), dtype=np.uint8)
-    x1, y1 = 10 + (k * 7) % (w // 2), 8 + (k * 5) % (h // 2)
-    bw, bh = w // 4 + k % 9, h // 4 + k % 7
-    img[y1:y1 + bh, x1:x1 + bw] = RED
-    return img, [x1, y1, bw, bh]
+_painted = painted   # older name, imported by other test modules
 
 
 @pytest.fixture(scope="module")
 def painted_store(tmp_path_factory):
-    root = tmp_path_factory.mktemp("painted")
-    b = CocoBuilder(root / "src")
-    for k in range(24):
-        h, w = (120, 160) if k % 2 else (160, 120)
-        img, box = _painted(k, h, w)
-        b.add_image(f"{k:02d}.jpg", h, w, data=jpeg_bytes(img, 97), boxes=[((1, 3, 18)[k % 3], box)])
-    run_pack(b.write(), root / "s.ff", store="raw")   # raw: exact pixels, no JPEG ringing at the edges
-    return Store(root / "s.ff")
+    return make_painted_store(tmp_path_factory.mktemp("painted"))
 
 
 def _collect(loader, epoch=0):
@@ -170,15 +154,7 @@ def test_a_corrupt_record_raises_in_the_main_process(painted_store, tmp_path):
 
 
 def test_a_killed_worker_raises_instead_of_hanging(painted_store):
-    loader = create_loader("cpu", painted_store, LoaderConfig(imgsz=64, batch_size=2, workers=2, timeout=30))
-    it = iter(loader)
-    next(it)
-    os.kill(loader.memory_pids()[0], signal.SIGKILL)
-    with pytest.raises(WorkerError, match="exited unexpectedly with code -9"):
-        for _ in range(40):
-            next(it)
-    loader.close()
-    assert loader.memory_pids() == []
+    assert_a_killed_worker_raises(create_loader("cpu", painted_store, LoaderConfig(imgsz=64, batch_size=2, workers=2, timeout=30)))
 
 
 def test_the_next_epoch_is_queued_ahead_and_dropped_when_another_is_asked(painted_store):
