@@ -265,7 +265,18 @@ def test_early_stop_then_next_epoch_and_a_store_smaller_than_a_batch(raw_store):
         _dali(raw_store, imgsz=64, batch_size=N + 1, workers=0)
 
 
-def test_mixup_is_refused_not_ignored(raw_store):
-    with pytest.raises(ValueError, match="the dali loader does not blend mixup samples .*use the cpu or shm loader"):
-        _dali(raw_store, imgsz=64, batch_size=4, hyp=AugmentHyp(mixup=0.1))
-    _dali(raw_store, imgsz=64, batch_size=4, hyp=AugmentHyp(mixup=0.1), augment=False).close()   # eval: no mixup
+def test_mixup_blends_two_augmented_samples_and_keeps_both_boxes(raw_store):
+    """hyp.mixup=1: each sample is a Beta(32,32) blend with another augmented sample of its batch, with the
+    boxes of both (each frames half-strength paint); deterministic; off in the close_mosaic epochs."""
+    hyp = AugmentHyp(hsv_h=0, hsv_s=0, hsv_v=0, mosaic=0.0, mixup=1.0, translate=0.0, scale=0.0)
+    with _dali(raw_store, imgsz=128, batch_size=4, workers=0, hyp=hyp, seed=1, epochs=3, close_mosaic=1) as loader:
+        mixed, again, closed = _collect(loader, 0), _collect(loader, 0), _collect(loader, 2)
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(mixed, again))
+    for images, targets in mixed:
+        counts = np.bincount(targets[:, 0].long().numpy(), minlength=len(images))
+        assert (counts == 2).all()                                   # one box from each image
+        for j, _, cx, cy, w, h in targets.tolist():
+            x1, y1, x2, y2 = (np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2]) * 128).round().astype(int)
+            red = images[int(j), 0, y1 + 1:y2 - 1, x1 + 1:x2 - 1].float().mean()
+            assert 140 < red < 225, f"box {x1, y1, x2, y2}: red {red:.0f} is not a blend of red paint and grey"
+    assert all((np.bincount(t[:, 0].long().numpy()) == 1).all() for _, t in closed)   # no mixup when closed

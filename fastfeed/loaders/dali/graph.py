@@ -68,15 +68,24 @@ def build_pipeline(source: DaliSource, device: DaliDevice, *, batch_size: int, n
         boxes = o["boxes"]
         if "warp" in o:
             img = fn.warp_affine(img, matrix=o["warp"], size=[S, S], fill_value=hyp.fill, inverse_map=False)
-        if "hsv" in o:
-            hsv = o["hsv"]
-            img = fn.hsv(img, hue=hsv[0], saturation=hsv[1], value=hsv[2])
-        if "flip" in o:
+        classes = o["classes"]
+        if "flip" in o:   # before HSV (they commute) so that a mixup partner arrives flipped
             flip = o["flip"]
             img = fn.flip(img, horizontal=flip[0], vertical=flip[1])
             boxes = fn.bb_flip(boxes, ltrb=True, horizontal=flip[0], vertical=flip[1])
+        if "mix" in o:    # blend with the partner sample's image; its boxes join, classes -1 when not mixed
+            mix = o["mix"]
+            other = fn.cast(mix[1], dtype=types.INT32)
+            mixed = fn.cast(mix[2], dtype=types.INT32)
+            img = fn.cast(img * mix[0] + fn.permute_batch(img, indices=other) * (1.0 - mix[0]) + 0.5,
+                          dtype=types.UINT8)
+            boxes = fn.cat(boxes, fn.permute_batch(boxes, indices=other), axis=0)
+            classes = fn.cat(classes, fn.permute_batch(classes, indices=other) * mixed + (mixed - 1), axis=0)
+        if "hsv" in o:
+            hsv = o["hsv"]
+            img = fn.hsv(img, hue=hsv[0], saturation=hsv[1], value=hsv[2])
         img = fn.transpose(img, perm=[2, 0, 1], output_layout="CHW")
         boxes = fn.pad(boxes, axes=(0,), fill_value=0.0)
-        classes = fn.pad(o["classes"], axes=(0,), fill_value=-1)
+        classes = fn.pad(classes, axes=(0,), fill_value=-1)
         pipe.set_outputs(img, boxes, classes, o["times"])
     return pipe

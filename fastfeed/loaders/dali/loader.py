@@ -39,9 +39,6 @@ class DaliLoader(Loader):
 
     def __init__(self, store: Store, cfg: LoaderConfig, device: DaliDevice):
         super().__init__(store, cfg)
-        if cfg.augment and cfg.hyp.mixup > 0:   # never accepted and then ignored
-            raise ValueError(f"the dali loader does not blend mixup samples (hyp.mixup={cfg.hyp.mixup}): use the cpu "
-                             "or shm loader for mixup, or AugmentHyp(mixup=0)")
         self.device = device
         self.mode = "eval" if not cfg.augment else ("mosaic" if cfg.hyp.mosaic > 0 else "single")
         self.raw = store.manifest.store_mode == "raw"   # one kind of payload per store

@@ -49,6 +49,8 @@ def outputs_for(mode: str, hyp, oriented: bool = False) -> tuple[str, ...]:
             names.append("hsv")
         if not hyp.axis_aligned:
             names.append("warp")
+        if hyp.mixup:      # per sample: [weight of its own image, partner index in the batch, 1 if mixed]
+            names.append("mix")
     if mode == "mosaic":
         names += POOL_OUTPUTS + (("pturn",) if oriented else ())
     return tuple(names)
@@ -104,6 +106,7 @@ class DaliSource:
             return pooled[c - b]
 
         picks = []
+        mixup = "mix" in out and self.cfg.mixup_on(epoch)
         for j, (data, tile, turn) in enumerate(records):
             out["data"].append(data)
             if "turn" in out:
@@ -122,6 +125,10 @@ class DaliSource:
             for name in ("geom", "paste", "boxes", "classes", "flip", "hsv", "warp"):
                 if name in out:
                     out[name].append(getattr(plan, name))
+            if "mix" in out:   # mixup: blend with another augmented sample of this batch (Beta(32, 32))
+                mixed = mixup and b > 1 and rng.random() < hyp.mixup
+                other = int(rng.choice(np.delete(np.arange(b), j))) if mixed else j
+                out["mix"].append(np.array([rng.beta(32.0, 32.0) if mixed else 1.0, other, int(mixed)], np.float32))
         if self.mode == "mosaic":
             out["pool"] = [pooled[p][0] if p in pooled else self.placeholder() for p in range(b)]
             if "pturn" in out:
