@@ -106,22 +106,13 @@ def _uint8(images: torch.Tensor) -> torch.Tensor:
 def test_evaluation_maps_boxes_back_through_the_turned_frame(oriented_store):
     """Ground truth in original (upright) pixels; the loader's own letterboxed targets, mapped back through
     evaluation's frames, score mAP 1: the frame evaluate.py derives matches the turned decode."""
-    from fastfeed.train import coco_ground_truth, coco_map
-    from fastfeed.train.boxes import cxcywh_to_xyxy
-    from fastfeed.train.evaluate import to_coco_detections
+    from test_train import _gt_as_detections
+
+    from fastfeed.train import coco_map
 
     for imgsz in (64, 160):
-        gt, frames = coco_ground_truth(oriented_store, imgsz)
-        cfg = LoaderConfig(imgsz=imgsz, batch_size=4, workers=0, augment=False, shuffle=False, drop_last=False)
-        dets, seen = [], 0
-        with create_loader("cpu", oriented_store, cfg) as loader:
-            for images, targets in loader:
-                for j in range(len(images)):
-                    t = targets[targets[:, 0] == j]
-                    d = torch.cat((cxcywh_to_xyxy(t[:, 2:6] * imgsz), torch.ones(len(t), 1), t[:, 1:2]), 1)
-                    dets += to_coco_detections(d, frames[seen], oriented_store.category_ids)
-                    seen += 1
-        assert gt.imgs[frames[5].image_id]["width"] == W
+        gt, dets = _gt_as_detections(oriented_store, imgsz)
+        assert {im["width"] for im in gt.imgs.values()} == {W}
         assert coco_map(gt, dets)["map"] == pytest.approx(1.0)
 
 

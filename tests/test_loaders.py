@@ -10,7 +10,6 @@ from loader_checks import (
     assert_batch_contract,
     assert_boxes_frame_paint,
     make_painted_store,
-    painted,
 )
 
 from fastfeed import Store
@@ -19,7 +18,6 @@ from fastfeed.loaders import LoaderConfig, WorkerError, create_loader, list_load
 from fastfeed.loaders.sampler import batches_per_epoch, epoch_batches
 
 NO_COLOUR = AugmentHyp(hsv_h=0, hsv_s=0, hsv_v=0)  # keeps the paint colour exact for box checks
-_painted = painted   # older name, imported by other test modules
 
 
 @pytest.fixture(scope="module")

@@ -16,12 +16,12 @@ from .boxes import box_candidates, clip_boxes, clip_boxes_to, cxcywh_to_xyxy, tr
 from .hsv import draw_hsv, hsv_jitter_to_planes, hue_rotation
 from .hyp import AugmentHyp
 from .letterbox import LetterboxGeometry, letterbox, letterbox_boxes, letterbox_geometry
-from .mixup import mixup
+from .mixup import draw_mixup_weight, mixup
 from .mosaic import draw_mosaic_centre, mosaic, mosaic_layout
 
 __all__ = [
     "AffineDraw", "AugmentHyp", "LetterboxGeometry", "affine_matrix", "box_candidates", "clip_boxes", "clip_boxes_to",
-    "cxcywh_to_xyxy", "draw_affine", "draw_hsv", "draw_mosaic_centre", "hsv_jitter_to_planes", "hue_rotation",
+    "cxcywh_to_xyxy", "draw_affine", "draw_hsv", "draw_mixup_weight", "draw_mosaic_centre", "hsv_jitter_to_planes", "hue_rotation",
     "letterbox", "letterbox_boxes", "letterbox_geometry", "mixup", "mosaic", "mosaic_layout", "random_affine",
     "random_affine_matrix", "transform_boxes", "xyxy_to_cxcywh",
 ]

@@ -8,6 +8,12 @@ import numpy as np
 from ._validate import check_boxes, check_image, check_out, check_rng
 
 
+def draw_mixup_weight(rng: np.random.Generator) -> float:
+    """The weight of the first image in a mixup: Beta(32, 32), close to 0.5 (as YOLO does). Every path
+    that blends (this module, the DALI plan) draws it here."""
+    return float(rng.beta(32.0, 32.0))
+
+
 def mixup(a_img: np.ndarray, a_boxes: np.ndarray, a_cls: np.ndarray,
           b_img: np.ndarray, b_boxes: np.ndarray, b_cls: np.ndarray,
           rng: np.random.Generator, out: np.ndarray | None = None
@@ -25,6 +31,6 @@ def mixup(a_img: np.ndarray, a_boxes: np.ndarray, a_cls: np.ndarray,
     ab, ac = check_boxes(a_boxes, a_cls, "a_boxes")
     bb, bc = check_boxes(b_boxes, b_cls, "b_boxes")
     out = check_out(out, a_img.shape)
-    weight = rng.beta(32.0, 32.0)
+    weight = draw_mixup_weight(rng)
     cv2.addWeighted(a_img, weight, b_img, 1.0 - weight, 0.0, dst=out)
     return out, np.concatenate([ab, bb]), np.concatenate([ac, bc])

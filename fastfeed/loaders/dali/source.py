@@ -27,6 +27,7 @@ from time import perf_counter
 import numpy as np
 
 from ... import codec
+from ...augment import draw_mixup_weight
 from ...exif import orientation_steps
 from ...store import FormatError
 from ...store.reader import Store
@@ -128,7 +129,7 @@ class DaliSource:
             if "mix" in out:   # mixup: blend with another augmented sample of this batch (Beta(32, 32))
                 mixed = mixup and b > 1 and rng.random() < hyp.mixup
                 other = int(rng.choice(np.delete(np.arange(b), j))) if mixed else j
-                out["mix"].append(np.array([rng.beta(32.0, 32.0) if mixed else 1.0, other, int(mixed)], np.float32))
+                out["mix"].append(np.array([draw_mixup_weight(rng) if mixed else 1.0, other, int(mixed)], np.float32))
         if self.mode == "mosaic":
             out["pool"] = [pooled[p][0] if p in pooled else self.placeholder() for p in range(b)]
             if "pturn" in out:

@@ -24,21 +24,20 @@ from collections import defaultdict
 import torch
 import torch.nn.functional as F
 
+from ...exif import orientation_steps
+
 log = logging.getLogger(__name__)
 
 DECODERS = ("auto", "torchvision", "nvimgcodec", "host")
 
 
 def orient(img: torch.Tensor, orientation: int) -> torch.Tensor:
-    """The upright [H,W,C] image for an EXIF orientation 1..8: `codec.apply_orientation` in torch."""
-    if orientation == 1:
-        return img
-    ops = {2: lambda x: x.flip(1), 3: lambda x: x.flip((0, 1)), 4: lambda x: x.flip(0),
-           5: lambda x: x.transpose(0, 1), 6: lambda x: x.transpose(0, 1).flip(1),
-           7: lambda x: x.transpose(0, 1).flip((0, 1)), 8: lambda x: x.transpose(0, 1).flip(0)}
-    if orientation not in ops:
-        raise ValueError(f"EXIF orientation must be 1..8, got {orientation!r}")
-    return ops[orientation](img)
+    """The upright [H,W,C] image for an EXIF orientation 1..8: `exif.orientation_steps` in torch (mirror
+    left-right, then turn anticlockwise), as `exif.apply_orientation` does with OpenCV."""
+    mirror, degrees = orientation_steps(orientation)
+    if mirror:
+        img = img.flip(1)
+    return torch.rot90(img, degrees // 90, dims=(0, 1)) if degrees else img
 
 
 def fit(images: list[torch.Tensor], shapes: list[tuple[int, int]]) -> list[torch.Tensor]:
