@@ -1,0 +1,122 @@
+"""fastfeed bench: bad input, missing optional dependencies, loaders that cannot run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_bench import FAST, _bench, fake_loaders, store  # noqa: F401  (fixtures)
+
+from fastfeed.bench import BenchConfig
+from fastfeed.cli import main
+from fastfeed.loaders import Loader, list_loaders
+
+# --- bad input and missing loaders ----------------------------------------------------------------
+
+def test_unknown_loader_lists_the_valid_ones(store, capsys):
+    assert main(["bench", "--data", str(store), "--loader", "cpu", "--loader", "nope", *FAST]) == 2
+    err = capsys.readouterr().err
+    assert "unknown loader 'nope'" in err and "valid loaders: " + ", ".join(list_loaders()) in err
+
+
+def test_a_path_that_is_not_a_store(tmp_path, capsys):
+    assert main(["bench", "--data", str(tmp_path), *FAST]) == 1
+    assert "not a fastfeed store" in capsys.readouterr().err
+    assert main(["bench", "--data", str(tmp_path / "missing"), *FAST]) == 1
+    assert "not a fastfeed store" in capsys.readouterr().err
+
+
+class _FailsOnIter(Loader):
+    """A loader that builds but fails at its first batch (as a lazily-initialised DALI pipeline may)."""
+
+    def __init__(self, exc):
+        self.exc = exc
+
+    def __iter__(self):
+        raise self.exc
+
+    def __len__(self):
+        return 8
+
+    def set_epoch(self, epoch):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_missing_optional_dependency_is_reported_and_the_others_run(store, tmp_path, capsys, fake_loaders):
+    def missing(store, cfg):
+        raise ImportError("needs fakepkg: pip install fastfeed[fake]")
+
+    no_dep = fake_loaders(missing)
+    lazy = fake_loaders(lambda store, cfg: _FailsOnIter(ImportError("fakepkg is not installed")))
+    broken = fake_loaders(lambda store, cfg: _FailsOnIter(RuntimeError("boom")))
+    out = tmp_path / "b.json"
+    assert main(["bench", "--data", str(store), "--loader", no_dep, "--loader", "cpu", "--loader", lazy,
+                 "--loader", broken, "--workers", "1", "--seconds", "0.5", "--json", str(out), *FAST]) == 0
+    table = capsys.readouterr().out
+    assert f"{no_dep}" in table and "unavailable: needs fakepkg: pip install fastfeed[fake]" in table
+    assert "unavailable: fakepkg is not installed" in table and "failed: RuntimeError: boom" in table
+    d = json.loads(out.read_text())
+    rows = {r["name"]: r for r in d["results"]}
+    assert [r["name"] for r in d["results"]] == [no_dep, "cpu", lazy, broken]
+    assert rows[no_dep]["status"] == "unavailable" and rows[no_dep]["images_per_s"] is None
+    assert rows[lazy]["status"] == "unavailable" and rows[broken]["status"] == "failed"
+    assert rows["cpu"]["status"] == "ok" and rows["cpu"]["images_per_s"]["median"] > 0
+    assert d["baseline"] == "cpu" and d["fastest"] == "cpu"   # ratios against the first loader that ran
+
+
+def test_all_loaders_unavailable_exits_1(store, capsys, fake_loaders):
+    def missing(store, cfg):
+        raise ImportError("needs fakepkg")
+
+    assert main(["bench", "--data", str(store), "--loader", fake_loaders(missing), *FAST]) == 1
+    assert "unavailable: needs fakepkg" in capsys.readouterr().out
+
+
+def test_loader_all_expands_to_the_registry(store):
+    assert BenchConfig(data=store, loaders=("all", "cpu")).resolved_loaders() == list_loaders()
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"imgsz": 100}, "--imgsz must be a positive multiple of 32"),
+    ({"batch_size": 0}, "--batch must be >= 1"),
+    ({"workers": -1}, "--workers must be an integer >= 0"),
+    ({"workers": "many"}, "or 'auto'"),
+    ({"seconds": 0}, "--seconds must be > 0"),
+    ({"warmup": -1}, "--warmup must be >= 0"),
+    ({"device": "tpu"}, "--device must be one of cpu, cuda, npu"),
+    ({"step_ms": -1}, "--step-ms must be >= 0"),
+    ({"step_ms": 5, "model": "yolov3"}, "exclude each other"),
+    ({"model": "yolov5"}, "--model must be one of yolov3, yolov3-tiny"),
+])
+def test_bad_values_name_the_flag(kw, match):
+    with pytest.raises(ValueError, match=match):
+        BenchConfig(data=".", **kw)
+
+
+def test_cli_usage_errors(store, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--data", str(store), "--workers", "lots"])
+    assert e.value.code == 2 and "'auto'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--data", str(store), "--step-ms", "5", "--model", "yolov3"])
+    assert e.value.code == 2
+    assert main(["bench", "--data", str(store), "--batch", "32", "--quiet"]) == 2
+    assert "--batch 32 is larger than the store (16 images)" in capsys.readouterr().err
+
+
+def test_cuda_without_a_gpu_says_so(store, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert main(["bench", "--data", str(store), "--device", "cuda", *FAST]) == 1
+    assert "sees no CUDA device" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_cuda_copy_stage_is_timed(store):
+    r = _bench(store, device="cuda", seconds=1.0).results[0]
+    assert r.ok and r.copy_applicable and r.stage_ms_per_sample["copy"] > 0 and r.stall.copy_s > 0
