@@ -18,8 +18,7 @@ from fastfeed.bench import BenchConfig, format_table, run_bench, write_plot
 from fastfeed.bench.measure import rate_stats
 from fastfeed.bench.run import auto_candidates
 from fastfeed.cli import main
-from fastfeed.loaders import base as loaders_base
-from fastfeed.loaders import register_loader
+from fastfeed.loaders import register_loader, unregister_loader
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 STAGES = {"read", "decode", "augment", "collate", "copy"}
@@ -49,7 +48,7 @@ def fake_loaders():
 
     yield add
     for name in names:
-        loaders_base._LOADERS.pop(name, None)
+        unregister_loader(name)
 
 
 def _bench(store, **kw):

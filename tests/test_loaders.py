@@ -172,7 +172,7 @@ def test_the_next_epoch_is_queued_ahead_and_dropped_when_another_is_asked(painte
             expect = [key(i) for b in epoch_batches(24, 4, epoch=epoch, seed=0) for i in b]
             np.testing.assert_allclose(got, expect, atol=2e-3, err_msg=f"epoch {epoch} mixed up")
             if epoch in (0, 5):
-                assert loader._pool.outstanding > 0   # the following epoch is already being built
+                assert loader.pool.outstanding > 0   # the following epoch is already being built
 
 
 def test_device_augment_leaves_hsv_and_flip_out_of_the_workers(painted_store):

@@ -271,13 +271,13 @@ def test_gpu_pageable_loader_memory_is_still_correct():
 @gpu
 def test_gpu_one_side_stream_and_the_consumer_waits():
     pf = DevicePrefetcher(ReusingLoader(n=4, pin=True), "cuda")
-    side = pf._stream
+    side = pf.stream
     assert isinstance(side, torch.cuda.Stream) and side != torch.cuda.current_stream()
     for epoch in range(2):
         pf.set_epoch(epoch)
         for b in pf:
             b.images.mul_(2)                 # use on the consumer's stream
-    assert pf._stream is side
+    assert pf.stream is side
     consumer = torch.cuda.Stream()
     with torch.cuda.stream(consumer):        # handed out to whichever stream is current
         sums = [b.images.sum().item() for b in pf]

@@ -2,8 +2,8 @@
 
 Flips are folded into the matrix, which moves pixels and boxes alike: the warp path gets them for
 free, the resize fast path mirrors each drawn rectangle in place with cv2.flip (~0.04 ms per 640^2,
-against ~1.2 ms for a numpy [:, ::-1] copy). `random_affine` is the single-image (non-mosaic) path: fit the image's long
-side to the output, apply the random affine, one pixel pass.
+against ~1.2 ms for a numpy [:, ::-1] copy). `render.random_affine` is the single-image (non-mosaic) path: fit
+the image's long side to the output, apply the random affine, one pixel pass.
 """
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._validate import check_boxes, check_image, check_out, check_rng, check_size
-from .hyp import DEFAULT_HYP, AugmentHyp
-from .paste import paste_boxes, paste_tile
+from .hyp import AugmentHyp
 
 
 class AffineDraw(NamedTuple):
@@ -72,27 +70,3 @@ def random_affine_matrix(rng: np.random.Generator, hyp: AugmentHyp, center: tupl
     """A 3x3 map taking `center` of a source frame to near the centre of a size x size output:
     `affine_matrix(draw_affine(...))`. Coordinates are continuous pixels (see boxes.py)."""
     return affine_matrix(draw_affine(rng, hyp, size), center, size, hyp.degrees == 0 and hyp.shear == 0)
-
-
-def random_affine(img: np.ndarray, boxes: np.ndarray, classes: np.ndarray, size: int,
-                  rng: np.random.Generator, hyp: AugmentHyp = DEFAULT_HYP,
-                  out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Random affine of one image into a size x size uint8 output (the non-mosaic training path).
-
-    The image is scaled so its long side is `size` (any input resolution; the scale is part of the
-    matrix, so no separate resize pass), centred, then transformed by `random_affine_matrix`.
-    Uncovered pixels get `hyp.fill`. Boxes follow, are clipped to the output and filtered by the
-    hyp's box thresholds; classes follow their boxes. Returns (out, boxes float32 [M,4], classes [M]).
-    """
-    check_image(img)
-    size = check_size(size)
-    check_rng(rng)
-    b, c = check_boxes(boxes, classes)
-    out = check_out(out, (size, size, 3))
-    h, w = img.shape[:2]
-    r = size / max(h, w)
-    matrix = random_affine_matrix(rng, hyp, (w * r / 2, h * r / 2), size)
-    out.fill(hyp.fill)
-    realised, crop = paste_tile(out, img, (r, 0.0, 0.0), (0.0, 0.0, w * r, h * r), matrix)
-    return out, *paste_boxes([b], [c], [realised], [crop], size, hyp, [(0.0, 0.0, float(w), float(h))])
-

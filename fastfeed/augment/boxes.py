@@ -64,24 +64,61 @@ def box_candidates(before: np.ndarray, after: np.ndarray, *, min_side: float = 2
             & (aspect < max_aspect))
 
 
-def xyxy_to_cxcywh(boxes: np.ndarray, width: float, height: float) -> np.ndarray:
-    """Pixel x1,y1,x2,y2 -> normalised cx,cy,w,h (the YOLO label / Batch.targets layout)."""
-    b = np.asarray(boxes, np.float32).reshape(-1, 4)
-    out = np.empty_like(b)
-    out[:, 0] = (b[:, 0] + b[:, 2]) * (0.5 / width)
-    out[:, 1] = (b[:, 1] + b[:, 3]) * (0.5 / height)
-    out[:, 2] = (b[:, 2] - b[:, 0]) * (1.0 / width)
-    out[:, 3] = (b[:, 3] - b[:, 1]) * (1.0 / height)
+# --- conversions and the targets layout: one definition for numpy arrays and torch tensors alike ---------------
+# (written with indexing and arithmetic only, so they serve both without importing torch here)
+
+TARGET_COLUMNS = ("img_idx", "cls", "cx", "cy", "w", "h")   # Batch.targets: float32 [M,6], boxes normalised 0..1
+
+
+def _is_tensor(x) -> bool:
+    return hasattr(x, "new_empty")   # a torch.Tensor (numpy arrays have no new_empty)
+
+
+def _float32_boxes(boxes):
+    """Boxes as float32 [..., 4]: a fresh array, or a float32 view of a tensor (its values are only read)."""
+    if _is_tensor(boxes):
+        b = boxes.float()
+        return b.reshape(-1, 4) if b.dim() < 2 else b
+    b = np.asarray(boxes, np.float32)
+    return b.reshape(-1, 4) if b.ndim < 2 else b
+
+
+def _empty(like, shape):
+    return like.new_empty(shape) if _is_tensor(like) else np.empty(shape, np.float32)
+
+
+def xyxy_to_cxcywh(boxes, width: float = 1.0, height: float = 1.0):
+    """x1,y1,x2,y2 (pixels of a width x height image) -> normalised cx,cy,w,h (the YOLO label / Batch.targets
+    layout). numpy [..., 4] or torch [..., 4] in, the same kind out (float32)."""
+    b = _float32_boxes(boxes)
+    out = _empty(b, b.shape)
+    out[..., 0] = (b[..., 0] + b[..., 2]) * (0.5 / width)
+    out[..., 1] = (b[..., 1] + b[..., 3]) * (0.5 / height)
+    out[..., 2] = (b[..., 2] - b[..., 0]) * (1.0 / width)
+    out[..., 3] = (b[..., 3] - b[..., 1]) * (1.0 / height)
     return out
 
 
-def cxcywh_to_xyxy(boxes: np.ndarray, width: float, height: float) -> np.ndarray:
-    """Normalised cx,cy,w,h -> pixel x1,y1,x2,y2 of a width x height image."""
-    b = np.asarray(boxes, np.float32).reshape(-1, 4)
-    out = np.empty_like(b)
-    half_w, half_h = b[:, 2] * 0.5, b[:, 3] * 0.5
-    out[:, 0] = (b[:, 0] - half_w) * width
-    out[:, 1] = (b[:, 1] - half_h) * height
-    out[:, 2] = (b[:, 0] + half_w) * width
-    out[:, 3] = (b[:, 1] + half_h) * height
+def cxcywh_to_xyxy(boxes, width: float = 1.0, height: float = 1.0):
+    """Normalised cx,cy,w,h -> x1,y1,x2,y2 in pixels of a width x height image (default 1 x 1: stays
+    normalised). numpy or torch [..., 4] in (extra columns past the 4th are ignored), the same kind out."""
+    b = _float32_boxes(boxes)[..., :4]
+    out = _empty(b, b.shape)
+    half_w, half_h = b[..., 2] * 0.5, b[..., 3] * 0.5
+    out[..., 0] = (b[..., 0] - half_w) * width
+    out[..., 1] = (b[..., 1] - half_h) * height
+    out[..., 2] = (b[..., 0] + half_w) * width
+    out[..., 3] = (b[..., 1] + half_h) * height
     return out
+
+
+def make_targets(sample, classes, boxes, size: float):
+    """Batch.targets (float32 [M,6]: img_idx, cls, cx, cy, w, h normalised, see TARGET_COLUMNS) from per-box
+    sample indices (an int or [M]), classes [M] and x1,y1,x2,y2 boxes in pixels of the size x size output.
+    numpy or torch, after `boxes`."""
+    b = _float32_boxes(boxes)
+    t = _empty(b, (len(b), 6))
+    t[:, 0] = sample
+    t[:, 1] = classes
+    t[:, 2:] = xyxy_to_cxcywh(b, size, size)
+    return t

@@ -50,7 +50,13 @@ def hsv_jitter_to_planes(img: np.ndarray, planes: list[np.ndarray], rng: np.rand
     `img` may be modified (hue rotation happens in place); `scratch` is an HxW uint8 buffer.
     Gains are validated by AugmentHyp; all-zero gains draw nothing.
     """
-    draw = draw_hsv(rng, hgain, sgain, vgain)
+    hsv_to_planes(img, planes, draw_hsv(rng, hgain, sgain, vgain), scratch)
+
+
+def hsv_to_planes(img: np.ndarray, planes: list[np.ndarray], draw: tuple[float, float, float] | None,
+                  scratch: np.ndarray) -> None:
+    """Apply a drawn jitter (`draw_hsv`'s (hue turn, saturation, value), e.g. a plan's; None: none) to HWC RGB
+    uint8 `img`, written as three HxW planes; `img` may be modified, `scratch` is an HxW uint8 buffer."""
     if draw is None:
         cv2.split(img, planes)
         return

@@ -31,6 +31,12 @@ def mixup(a_img: np.ndarray, a_boxes: np.ndarray, a_cls: np.ndarray,
     ab, ac = check_boxes(a_boxes, a_cls, "a_boxes")
     bb, bc = check_boxes(b_boxes, b_cls, "b_boxes")
     out = check_out(out, a_img.shape)
-    weight = draw_mixup_weight(rng)
-    cv2.addWeighted(a_img, weight, b_img, 1.0 - weight, 0.0, dst=out)
+    blend(a_img, b_img, draw_mixup_weight(rng), out)
     return out, np.concatenate([ab, bb]), np.concatenate([ac, bc])
+
+
+def blend(a_img: np.ndarray, b_img: np.ndarray, weight: float, out: np.ndarray) -> np.ndarray:
+    """weight * a + (1 - weight) * b, rounded, into `out` (may be `a_img`): the pixels of a mixup whose weight
+    a plan drew (`plan.Mix.weight`)."""
+    cv2.addWeighted(a_img, weight, b_img, 1.0 - weight, 0.0, dst=out)
+    return out

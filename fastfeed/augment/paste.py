@@ -40,8 +40,9 @@ def _place_matrix(place: Place) -> np.ndarray:
     return np.array([[r, 0.0, ox], [0.0, r, oy], [0.0, 0.0, 1.0]])
 
 
-def _roi_span(a: float, b: float, size: int) -> tuple[int, int]:
-    """Output pixels whose centres fall in [min(a,b), max(a,b)), clipped to [0, size)."""
+def pixel_span(a: float, b: float, size: int) -> tuple[int, int]:
+    """Output pixels whose centres fall in [min(a,b), max(a,b)), clipped to [0, size): the one rule for which
+    pixels a drawn edge covers (the resize and warp paths here, DALI's resize + paste)."""
     lo, hi = (a, b) if a <= b else (b, a)
     return min(max(math.ceil(lo - 0.5), 0), size), min(max(math.ceil(hi - 0.5), 0), size)
 
@@ -56,15 +57,14 @@ def paste_tile(out: np.ndarray, img: np.ndarray, place: Place, region: Rect,
     """
     h, w = img.shape[:2]
     full = matrix @ _place_matrix(place)
-    r, ox, oy = place
     x1, y1, x2, y2 = region
     if matrix[0, 1] == 0 and matrix[1, 0] == 0:
         return _paste_resize(out, img, full, (matrix[0, 0] * x1 + matrix[0, 2], matrix[0, 0] * x2 + matrix[0, 2]),
                              (matrix[1, 1] * y1 + matrix[1, 2], matrix[1, 1] * y2 + matrix[1, 2]))
-    crop = (max((x1 - ox) / r, 0.0), max((y1 - oy) / r, 0.0), min((x2 - ox) / r, w), min((y2 - oy) / r, h))
+    crop = region_crop(place, region, (h, w))
     corners = matrix[:2] @ np.array([[x1, x2, x1, x2], [y1, y1, y2, y2], [1.0, 1.0, 1.0, 1.0]])
-    j0, j1 = _roi_span(corners[0].min(), corners[0].max(), out.shape[1])
-    i0, i1 = _roi_span(corners[1].min(), corners[1].max(), out.shape[0])
+    j0, j1 = pixel_span(corners[0].min(), corners[0].max(), out.shape[1])
+    i0, i1 = pixel_span(corners[1].min(), corners[1].max(), out.shape[0])
     # Source pixels whose bilinear footprint the region needs: index floor(x1-0.5) .. ceil(x2-0.5)
     # (inclusive; pixel centres sit at index + 0.5). Outside the image, replicate the edge pixel.
     fx, fy = math.floor(crop[0] - 0.5), math.floor(crop[1] - 0.5)
@@ -89,7 +89,7 @@ def paste_tile(out: np.ndarray, img: np.ndarray, place: Place, region: Rect,
 
 def _axis(a: float, b: float, p0: float, p1: float, n_out: int, n_src: int):
     """Snap one axis: output span [o0, o1), whole-pixel source span [s0, s1), realised a', b'."""
-    o0, o1 = _roi_span(p0, p1, n_out)
+    o0, o1 = pixel_span(p0, p1, n_out)
     if o1 <= o0:
         return None
     u0, u1 = (o0 - b) / a, (o1 - b) / a
@@ -121,9 +121,15 @@ def _paste_resize(out, img, full, xs, ys):
     return realised, (float(sx0), float(sy0), float(sx1), float(sy1))
 
 
-def region_crop(place: Place, region: Rect, hw: tuple[int, int]) -> Rect:
+def region_crop(place, region, hw):
     """The part of a tile (h, w pixels) that `place` puts inside `region` of the mid frame, in tile pixels:
-    for a mosaic tile, what the 2S canvas holds of it."""
+    for a mosaic tile, what the 2S canvas holds of it. Scalars give a tuple; arrays (place [..., 3], region
+    [..., 4], hw [..., 2]: one row per tile) give an array [..., 4] (the device planner's batched form)."""
+    if np.ndim(place) > 1 or np.ndim(hw) > 1:
+        p, g, s = (np.asarray(a, np.float64) for a in (place, region, hw))
+        r, ox, oy = p[..., 0], p[..., 1], p[..., 2]
+        return np.stack([np.maximum((g[..., 0] - ox) / r, 0.0), np.maximum((g[..., 1] - oy) / r, 0.0),
+                         np.minimum((g[..., 2] - ox) / r, s[..., 1]), np.minimum((g[..., 3] - oy) / r, s[..., 0])], -1)
     r, ox, oy = place
     h, w = hw
     return (max((region[0] - ox) / r, 0.0), max((region[1] - oy) / r, 0.0),

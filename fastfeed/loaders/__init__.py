@@ -1,31 +1,36 @@
-"""Loaders: named ways to turn a `Store` into `Batch`es (contract and registry in base.py; see
-docs/design.md).
+"""Loaders: named ways to turn a store (a `Store`, or anything with the `fastfeed.store.RecordSource`
+protocol) into `Batch`es (see docs/design.md).
 
     loader = create_loader("cpu", store, LoaderConfig(imgsz=640, batch_size=16))
     loader = create_loader("shm", store, cfg, cache_partial=True)   # a loader's own options
     for epoch in range(epochs):
         loader.set_epoch(epoch)
-        for images, targets in loader: ...
+        for images, targets in loader: ...        # each Batch also has .indices: its records
     loader.close()
 
-Importing this package imports torch and numpy only; the built-in loaders (cpu, shm, dali) register
-themselves the first time the registry is used, so the Loader ABC is importable on a bare GPU machine.
+Modules: base.py (the contract: Loader, LoaderConfig, Batch), registry.py (register_loader, create_loader),
+sampler.py (the epoch order: EpochOrder, ShuffledOrder), partners.py (partner buffers and a batch's plans),
+pool.py + workers.py (the worker-pool loader cpu, shm and device share), pipeline.py (the cpu workers' batch
+builder), cpu.py, shm.py, dali/, device/ (the built-in loaders).
+
+Importing this package imports torch, numpy and OpenCV (through the augmentation the planners share) only;
+the built-in loaders (cpu, shm, dali, device; LMDB, simplejpeg, DALI) register themselves the first time the
+registry is used, so the Loader ABC is importable on a bare GPU machine.
 """
 
-from .base import (
-    Batch,
-    Loader,
-    LoaderConfig,
+from .base import Batch, Loader, LoaderConfig, StageTimes, check_epoch
+from .registry import (
     LoaderInfo,
-    StageTimes,
-    check_epoch,
     create_loader,
     list_loaders,
     loader_info,
     loader_options,
     register_loader,
+    unregister_loader,
 )
+from .sampler import EpochOrder, ShuffledOrder
 from .workers import WorkerError
 
-__all__ = ["Batch", "Loader", "LoaderConfig", "LoaderInfo", "StageTimes", "WorkerError", "check_epoch",
-           "create_loader", "list_loaders", "loader_info", "loader_options", "register_loader"]
+__all__ = ["Batch", "EpochOrder", "Loader", "LoaderConfig", "LoaderInfo", "ShuffledOrder", "StageTimes", "WorkerError",
+           "check_epoch", "create_loader", "list_loaders", "loader_info", "loader_options", "register_loader",
+           "unregister_loader"]

@@ -1,11 +1,10 @@
-"""The loader contract: `Batch`, `LoaderConfig`, the `Loader` interface and the registry."""
+"""The loader contract: `Batch`, `LoaderConfig`, the `Loader` interface (the registry: registry.py)."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, replace
-from importlib import import_module
 
 import torch
 
@@ -13,7 +12,7 @@ from ..augment.hyp import AugmentHyp
 from ..batch import Batch
 from ..devices import parse_device, resolve_device
 from ..procs import usable_cores
-from .sampler import batches_per_epoch
+from .sampler import EpochOrder, batches_per_epoch, default_order
 
 STAGES = ("read", "decode", "augment", "collate")
 
@@ -143,24 +142,31 @@ class Loader(ABC):
     """An iterable of `Batch` over one rank's share of an epoch.
 
     What a consumer (the DevicePrefetcher, a trainer) may rely on: `store`, `cfg` (the LoaderConfig),
-    `rank` / `world_size` (this process's share), `len()`, `set_epoch(epoch, start)`, iteration,
-    `close()`, `device_hyp` (augmentation left for the device to do) and `on_device` (batches that
-    are already on the device: no prefetcher needed). A subclass calls
-    `Loader.__init__`, which also refuses a config that would give empty epochs.
+    `rank` / `world_size` (this process's share), `order` (the `EpochOrder` its batches follow), `len()`,
+    `set_epoch(epoch, start)`, iteration (each `Batch` with its record `indices`), `close()`, `device_hyp`
+    (augmentation left for the device to do) and `on_device` (batches that are already on the device: no
+    prefetcher needed). A subclass calls `Loader.__init__`, which also refuses a config that would give
+    empty epochs. `store` is anything with the `fastfeed.store.RecordSource` protocol (a `Store`).
     """
 
-    def __init__(self, store, cfg: LoaderConfig):
+    def __init__(self, store, cfg: LoaderConfig, order: EpochOrder | None = None):
         self.store, self.cfg = store, cfg
         self.rank, self.world_size = cfg.resolved_rank()
         self.epoch = self.start = 0
         check_epoch(store, cfg)
+        self.order = order if order is not None else default_order(store, cfg, self.rank, self.world_size)
+        if (self.order.rank, self.order.world_size) != (self.rank, self.world_size):
+            raise ValueError(f"the order given is rank {self.order.rank} of {self.order.world_size}, the loader's "
+                             f"config rank {self.rank} of {self.world_size}")
+        if len(self.order) == 0:
+            raise ValueError(f"the order {self.order.describe()} gives no batches per epoch")
 
     @abstractmethod
     def __iter__(self) -> Iterator[Batch]: ...
 
     def __len__(self) -> int:
         """Batches per epoch for this rank."""
-        return batches_per_epoch(len(self.store), self.cfg.batch_size, self.world_size, self.cfg.drop_last)
+        return len(self.order)
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
         """Reshuffle (and apply close_mosaic) for `epoch`; call before iterating it. `start`: the first
@@ -201,96 +207,3 @@ class Loader(ABC):
 
     def __exit__(self, *exc):
         self.close()
-
-
-# --- registry -------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class LoaderInfo:
-    """A registered loader: what `fastfeed loaders` lists."""
-
-    name: str
-    summary: str
-    options: dict                  # option name -> default
-    unavailable: str | None        # why it cannot run here, or None
-
-    @property
-    def available(self) -> bool:
-        return self.unavailable is None
-
-
-@dataclass(frozen=True)
-class _Entry:
-    factory: Callable
-    options: type | None
-    summary: str
-    check: Callable[[], str | None] | None
-
-
-_LOADERS: dict[str, _Entry] = {}
-_BUILTIN = ("cpu", "shm", "dali", "device")   # registered on first use of the registry: importing fastfeed.loaders
-_builtins_loaded = False             # stays light (torch + numpy), so device code imports the Loader ABC
-
-
-def _load_builtins() -> None:
-    global _builtins_loaded
-    if not _builtins_loaded:
-        _builtins_loaded = True
-        for name in _BUILTIN:
-            import_module(f"fastfeed.loaders.{name}")
-
-
-def register_loader(name: str, factory: Callable | None = None, *, options: type | None = None, summary: str = "",
-                    check: Callable[[], str | None] | None = None):
-    """Register `factory(store, cfg, opts) -> Loader` under `name` (usable as a decorator).
-
-    `options`: the loader's own options, a dataclass whose fields have defaults and whose __post_init__
-    validates them (None: the loader has none; the factory then gets opts=None). `check()`: why the
-    loader cannot run on this machine (a missing package...), or None; it must be cheap.
-    """
-    def add(f):
-        _load_builtins()
-        if name in _LOADERS:
-            raise ValueError(f"loader {name!r} is already registered")
-        _LOADERS[name] = _Entry(f, options, summary, check)
-        return f
-
-    return add(factory) if factory is not None else add
-
-
-def list_loaders() -> list[str]:
-    _load_builtins()
-    return sorted(_LOADERS)
-
-
-def loader_info() -> list[LoaderInfo]:
-    """Every registered loader with its options and whether it can run here (and why not)."""
-    out = []
-    for name in list_loaders():
-        e = _LOADERS[name]
-        opts = {f.name: f.default for f in fields(e.options)} if e.options else {}
-        out.append(LoaderInfo(name, e.summary, opts, e.check() if e.check else None))
-    return out
-
-
-def loader_options(name: str, **options):
-    """The options object of loader `name` from keyword arguments; unknown names raise ValueError
-    saying which loader they belong to."""
-    _load_builtins()
-    if name not in _LOADERS:
-        raise ValueError(f"unknown loader {name!r}; valid loaders: {', '.join(list_loaders())}")
-    cls = _LOADERS[name].options
-    known = {f.name for f in fields(cls)} if cls else set()
-    for key in options:
-        if key not in known:
-            owners = [n for n, e in _LOADERS.items() if e.options and key in {f.name for f in fields(e.options)}]
-            where = f"it is an option of: {', '.join(sorted(owners))}" if owners else "no loader has it"
-            mine = f"{name}'s options: {', '.join(sorted(known))}" if known else f"{name} takes no options"
-            raise ValueError(f"loader {name!r} has no option {key!r} ({where}); {mine}")
-    return cls(**options) if cls else None
-
-
-def create_loader(name: str, store, cfg: LoaderConfig | None = None, **options) -> Loader:
-    """The loader `name` over `store`: `cfg` for what every loader shares, `options` for its own."""
-    opts = loader_options(name, **options)
-    return _LOADERS[name].factory(store, cfg or LoaderConfig(), opts)

@@ -7,7 +7,6 @@ decoded cache). Stage times are measured here and summed per batch.
 
 from __future__ import annotations
 
-from collections import deque
 from time import perf_counter
 
 import cv2
@@ -16,6 +15,7 @@ import numpy as np
 from .. import augment
 from ..store.reader import Store
 from .base import LoaderConfig
+from .partners import PartnerBuffer
 
 
 class StoreSource:
@@ -38,9 +38,9 @@ class StoreSource:
 
 
 class BatchBuilder:
-    """Builds batches inside one worker. Randomness comes from (seed, rank, epoch, batch id), and
-    mosaic partners from this worker's buffer of recently loaded images, so batches are the same for
-    the same seed, world size and worker count."""
+    """Builds batches inside one worker: the batch's plans (`PartnerBuffer.plan_batch`: randomness from (seed,
+    rank, epoch, batch id), mosaic partners from this worker's buffer of recently loaded images) rendered with
+    OpenCV. Batches are the same for the same seed, world size and worker count."""
 
     def __init__(self, source, cfg: LoaderConfig, rank: int, partner_buffer: int):
         self.source, self.cfg, self.rank = source, cfg, rank
@@ -49,66 +49,51 @@ class BatchBuilder:
         self.scratch = np.empty((self.size, self.size, 3), np.uint8)
         self.plane_scratch = np.empty((self.size, self.size), np.uint8)
         self.mix_scratch = None    # the second sample of a mixup, allocated on first use
-        self.partners: deque = deque(maxlen=partner_buffer)
+        self.partners = PartnerBuffer(partner_buffer, self._load, keep=cfg.augment)
 
     def _load(self, index: int, times: dict):
-        img, nboxes, classes = self.source.load(int(index), times)
+        img, nboxes, classes = self.source.load(index, times)
         h, w = img.shape[:2]
-        sample = (img, nboxes * np.array([w, h, w, h], np.float32), classes)
-        if self.cfg.augment:
-            self.partners.append(sample)
-        return sample
+        return img, nboxes * np.array([w, h, w, h], np.float32), classes
 
     def warm(self, indices, reset: bool) -> None:
-        """Load `indices` into the partner buffer only (no augmentation, no output): what resuming
-        mid-run replays so the buffer holds what an uninterrupted run's would. `reset` empties it first."""
-        if reset:
-            self.partners.clear()
-        times = dict.fromkeys(("read", "decode"), 0.0)
-        for index in indices:
-            self._load(index, times)
+        """Load `indices` into the partner buffer only (`PartnerBuffer.warm`: what resuming replays)."""
+        self.partners.warm(indices, reset)
 
-    def _geometric(self, img, boxes, classes, rng: np.random.Generator, mosaic_on: bool, out: np.ndarray):
-        """Mosaic (with probability hyp.mosaic, partners from the buffer) or a single-image random affine."""
-        if mosaic_on and rng.random() < self.hyp.mosaic:
-            picks = rng.integers(len(self.partners), size=3)
-            tiles = [(img, boxes, classes)] + [self.partners[k] for k in picks]
-            return augment.mosaic(tiles, self.size, rng, self.hyp, out=out)
-        return augment.random_affine(img, boxes, classes, self.size, rng, self.hyp, out=out)
+    def _render(self, own, geometry: augment.Geometry, out: np.ndarray):
+        tiles = [own] + [self.partners[k] for k in geometry.partners or ()]
+        return augment.render_geometry(tiles, geometry, self.size, self.hyp, out)
 
     def build(self, indices, epoch: int, batch_id: int, mosaic_on: bool, out: np.ndarray):
         """Fill out[:len(indices)] (uint8 [B,3,S,S]); return (targets float32 [M,6], stage seconds)."""
         cfg, hyp, S = self.cfg, self.hyp, self.size
         times = {"read": 0.0, "decode": 0.0, "augment": 0.0, "collate": 0.0}
-        rng = np.random.default_rng([cfg.seed, self.rank, epoch, batch_id])
-        mixup_on = cfg.mixup_on(epoch)
+        loaded, plans = self.partners.plan_batch(indices, times, seed=cfg.seed, rank=self.rank, epoch=epoch,
+                                                 batch=batch_id, hyp=hyp, size=S, augment=cfg.augment,
+                                                 mosaic_on=mosaic_on, mixup_on=cfg.mixup_on(epoch))
         targets = []
-        loaded = []
-        for index in indices:  # load the whole batch first: mosaic partners can then be any of it
-            loaded.append(self._load(index, times))
         for j, (img, boxes, classes) in enumerate(loaded):
             t0 = perf_counter()
             o = out[j]
             planes = [o[0], o[1], o[2]]  # the slot is CHW: results are written plane by plane
-            if not cfg.augment:
+            if plans is None:
                 res, ratio, pad = augment.letterbox(img, S, fill=hyp.fill, out=self.scratch)
                 boxes = augment.letterbox_boxes(boxes, ratio, pad)
                 cv2.split(res, planes)
             else:
-                res, boxes, classes = self._geometric(img, boxes, classes, rng, mosaic_on, self.scratch)
-                if mixup_on and rng.random() < hyp.mixup:   # blend with a second sample made the same way
+                plan = plans[j]
+                res, boxes, classes = self._render((img, boxes, classes), plan.geometry, self.scratch)
+                if plan.mix is not None:   # blend with a second sample made the same way
                     if self.mix_scratch is None:
                         self.mix_scratch = np.empty_like(self.scratch)
-                    other = self.partners[rng.integers(len(self.partners))]
-                    res2, boxes2, classes2 = self._geometric(*other, rng, mosaic_on, self.mix_scratch)
-                    res, boxes, classes = augment.mixup(res, boxes, classes, res2, boxes2, classes2, rng, out=res)
-                augment.hsv_jitter_to_planes(res, planes, rng, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v, self.plane_scratch)
+                    res2, boxes2, classes2 = self._render(self.partners[plan.mix.other], plan.mix.geometry,
+                                                          self.mix_scratch)
+                    augment.blend(res, res2, plan.mix.weight, res)
+                    boxes, classes = np.concatenate([boxes, boxes2]), np.concatenate([classes, classes2])
+                augment.hsv_to_planes(res, planes, plan.hsv, self.plane_scratch)
             t1 = perf_counter()
             if len(boxes):
-                cxcywh = augment.xyxy_to_cxcywh(boxes, S, S)
-                t = np.empty((len(boxes), 6), np.float32)
-                t[:, 0], t[:, 1], t[:, 2:] = j, classes, cxcywh
-                targets.append(t)
+                targets.append(augment.make_targets(j, classes, boxes, S))
             times["augment"] += t1 - t0
             times["collate"] += perf_counter() - t1
         return (np.concatenate(targets) if targets else np.zeros((0, 6), np.float32)), times

@@ -1,4 +1,7 @@
-"""Which records each rank reads in which order: seeded per epoch, sharded across ranks."""
+"""Which records each rank reads in which order: seeded per epoch, sharded across ranks.
+
+`epoch_batches` is the global shuffle; `EpochOrder` is what a loader is given (the seam a store with its own
+order, e.g. shard-aware windows for object storage, plugs into: `default_order`)."""
 
 from __future__ import annotations
 
@@ -31,3 +34,82 @@ def epoch_batches(n: int, batch_size: int, *, epoch: int, seed: int, rank: int =
 def batches_per_epoch(n: int, batch_size: int, world_size: int = 1, drop_last: bool = True) -> int:
     per_rank = n // world_size if drop_last else -(-n // world_size)
     return per_rank // batch_size if drop_last else -(-per_rank // batch_size)
+
+
+class EpochOrder:
+    """Which records each batch of this rank's epoch holds: the one place a loader gets its batch order from.
+
+    A loader is given one (`create_loader(name, store, cfg, order=...)`; by default `default_order`, which lets
+    a store choose, e.g. a shard-aware order for a store whose shards do not all fit a node's cache, and
+    otherwise takes `ShuffledOrder`). The contract: `batches(epoch)` is a list of int64 index arrays, the same
+    for the same arguments in every process (orders are pickled into worker processes); every epoch has
+    `len(order)` batches, the same on every rank (collectives hang otherwise); ranks are disjoint.
+    `describe()` says what the order is, for the loader's and the bench's reports.
+    """
+
+    rank: int = 0
+    world_size: int = 1
+
+    def batches(self, epoch: int) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def samples(self) -> int:
+        """Records this rank draws per epoch."""
+        return sum(len(b) for b in self.batches(0))
+
+    def describe(self) -> dict:
+        return {"order": type(self).__name__}
+
+
+class ShuffledOrder(EpochOrder):
+    """The global shuffle (`epoch_batches`): every epoch a permutation of the whole store seeded by (seed, epoch),
+    dealt to the ranks in turn. The last two epochs' batches are kept (resuming and the next epoch's queue
+    ask for them again)."""
+
+    def __init__(self, n: int, batch_size: int, *, seed: int = 0, rank: int = 0, world_size: int = 1,
+                 shuffle: bool = True, drop_last: bool = True):
+        self.n, self.batch_size, self.seed = int(n), int(batch_size), int(seed)
+        self.rank, self.world_size, self.shuffle, self.drop_last = int(rank), int(world_size), bool(shuffle), bool(drop_last)
+        self._cache: dict[int, list[np.ndarray]] = {}
+
+    @classmethod
+    def for_loader(cls, n: int, cfg, rank: int, world_size: int) -> ShuffledOrder:
+        """The order a LoaderConfig asks for (its batch_size, seed, shuffle, drop_last) for one rank."""
+        return cls(n, cfg.batch_size, seed=cfg.seed, rank=rank, world_size=world_size, shuffle=cfg.shuffle,
+                   drop_last=cfg.drop_last)
+
+    def batches(self, epoch: int) -> list[np.ndarray]:
+        epoch = int(epoch)
+        if epoch not in self._cache:
+            if len(self._cache) >= 2:
+                self._cache.pop(min(self._cache))
+            self._cache[epoch] = epoch_batches(self.n, self.batch_size, epoch=epoch, seed=self.seed, rank=self.rank,
+                                               world_size=self.world_size, shuffle=self.shuffle, drop_last=self.drop_last)
+        return self._cache[epoch]
+
+    def __len__(self) -> int:
+        return batches_per_epoch(self.n, self.batch_size, self.world_size, self.drop_last)
+
+    def samples(self) -> int:
+        per_rank = self.n // self.world_size if self.drop_last else -(-self.n // self.world_size)
+        return len(self) * self.batch_size if self.drop_last else per_rank
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_cache"} | {"_cache": {}}
+
+    def describe(self) -> dict:
+        return {"order": "shuffle" if self.shuffle else "sequential", "scope": "global"}
+
+
+def default_order(store, cfg, rank: int, world_size: int) -> EpochOrder:
+    """The order a loader uses unless it is given one: the store's own (`store.epoch_order(cfg, rank,
+    world_size)`, when it defines one), else the global shuffle."""
+    own = getattr(store, "epoch_order", None)
+    if own is not None:
+        order = own(cfg, rank, world_size)
+        if order is not None:
+            return order
+    return ShuffledOrder.for_loader(len(store), cfg, rank, world_size)

@@ -22,9 +22,10 @@ import numpy as np
 
 from ..cache import CacheHandle, CacheLease, acquire
 from ..store.reader import Store
-from .base import LoaderConfig, check_epoch, register_loader
-from .cpu import CpuOptions, PoolLoader
+from .base import LoaderConfig, check_epoch
 from .pipeline import BatchBuilder, StoreSource
+from .pool import CpuOptions, PoolLoader
+from .registry import register_loader
 
 
 @dataclass(frozen=True)
@@ -78,10 +79,10 @@ def _shm_builder(handle: CacheHandle, store: Store, cfg: LoaderConfig, rank: int
 class ShmLoader(PoolLoader):
     """A `PoolLoader` over the shared cache; holds this process's lease on it until `close()`."""
 
-    def __init__(self, store: Store, cfg: LoaderConfig, opts: ShmOptions, lease: CacheLease, rank: int):
+    def __init__(self, store: Store, cfg: LoaderConfig, opts: ShmOptions, lease: CacheLease, rank: int, order=None):
         self.cache = lease
         self._handle = lease.handle()
-        super().__init__(store, cfg, opts, partial(_shm_builder, self._handle, store, cfg, rank, opts))
+        super().__init__(store, cfg, opts, partial(_shm_builder, self._handle, store, cfg, rank, opts), order=order)
         self._detach = weakref.finalize(self, lease.release)
 
     def shared_bytes(self) -> int:
@@ -99,14 +100,14 @@ def _no_shm() -> str | None:
 
 @register_loader("shm", options=ShmOptions, check=_no_shm,
                  summary="the cpu loader over one decoded-image cache in /dev/shm shared by every worker and rank")
-def create_shm_loader(store: Store, cfg: LoaderConfig, opts: ShmOptions) -> ShmLoader:
+def create_shm_loader(store: Store, cfg: LoaderConfig, opts: ShmOptions, order=None) -> ShmLoader:
     check_epoch(store, cfg)   # before building a cache for nothing
     opts = opts.resolved(len(store), cfg.batch_size)
     rank, _ = cfg.resolved_rank()
     lease = acquire(store, cfg.imgsz, opts.cache_dir, partial=opts.cache_partial, wait=opts.cache_wait,
                     keep=opts.cache_keep)
     try:
-        return ShmLoader(store, cfg, opts, lease, rank)
+        return ShmLoader(store, cfg, opts, lease, rank, order)
     except BaseException:
         lease.release()
         raise

@@ -67,7 +67,7 @@ class DevicePrefetcher:
         self.augment = resolve_augment(loader, device_augment, seed)
         self._rank = loader.rank if isinstance(loader, Loader) else 0
         self.accelerated = ops is not None or kind != "cpu"
-        self._ops = self._stream = None
+        self.ops = self.stream = None   # the accelerator's stream API (StreamOps, or a test's fake) and the side stream
         mod = accelerator_module(kind) if self.accelerated and ops is None else None   # imports torch_npu for npu
         self.device = torch.device(device)    # after that import: torch_npu registers the "npu" type
         if self.accelerated:
@@ -75,8 +75,8 @@ class DevicePrefetcher:
                 if self.device.index is None:
                     self.device = torch.device(kind, mod.current_device())
                 ops = StreamOps(mod, self.device)
-            self._ops = ops
-            self._stream = ops.new_stream()   # once: the same side stream for every epoch
+            self.ops = ops
+            self.stream = ops.new_stream()   # once: the same side stream for every epoch
         if self.augment is not None and not self.accelerated:
             log.warning("device augmentation on the CPU: float32 torch costs far more than the workers' uint8 "
                         "version; consider LoaderConfig(device_augment=False) without an accelerator")
@@ -128,7 +128,7 @@ class DevicePrefetcher:
 
     # --- one batch: produce (side stream / any thread), release the host memory, hand out -----------
 
-    def _finish(self, images: torch.Tensor, targets: torch.Tensor, host: bool) -> Batch:
+    def _finish(self, images: torch.Tensor, targets: torch.Tensor, host: bool, indices=None) -> Batch:
         """uint8 -> `dtype` /255 (uint8: kept as is), with the device augmentation done in float32. `host`:
         write into a reused host buffer (the CPU path: that is also the copy out of the loader's buffer)."""
         if images.dtype != torch.uint8:
@@ -147,13 +147,17 @@ class DevicePrefetcher:
             x = (x.mul_(255).round_() if self.dtype == torch.uint8 else x).to(self.dtype)
         if self.channels_last:
             x = to_channels_last(x, self.device)
-        return Batch(x, targets)
+        return Batch(x, targets, indices)
 
-    def _produce(self, batch) -> Batch | InFlight:
+    def produce(self, batch) -> Batch | InFlight:
+        """The per-batch work, a hook for subclasses (the device loader's feed decodes and renders here): on the
+        CPU the finished Batch; on an accelerator an `InFlight` queued on `self.stream` with `self.ops`, whose
+        `copied` event says when the loader may reuse the host memory and `ready` when the batch may be used."""
         images, targets = batch
+        indices = getattr(batch, "indices", None)
         if not self.accelerated:
-            return self._finish(images, targets.clone(), host=True)   # copied: the loader may reuse its own
-        ops, side = self._ops, self._stream
+            return self._finish(images, targets.clone(), host=True, indices=indices)   # copied: the loader may reuse its own
+        ops, side = self.ops, self.stream
         if not self._warned_pageable and not pinned(images):
             self._warned_pageable = True
             log.info("the loader's images are not in pinned memory: host-to-device copies are synchronous")
@@ -161,7 +165,7 @@ class DevicePrefetcher:
             images, targets = ops.to_device(images), ops.to_device(targets)
             copied = ops.event()
             copied.record(side)
-            out = self._finish(images, targets, host=False)
+            out = self._finish(images, targets, host=False, indices=indices)
             ready = ops.event()
             ready.record(side)
         return InFlight(out, copied, ready)
@@ -174,15 +178,15 @@ class DevicePrefetcher:
     def _hand_out(self, item) -> Batch:
         if not isinstance(item, InFlight):
             return item
-        consumer = self._ops.current_stream()
+        consumer = self.ops.current_stream()
         consumer.wait_event(item.ready)
         for t in item.batch:
-            self._ops.record(t, consumer)
+            self.ops.record(t, consumer)
         return item.batch
 
     def transfer(self, batch) -> Batch:
         """One batch through the same path, without look-ahead; the loader may reuse `batch` on return."""
-        item = self._produce(batch)
+        item = self.produce(batch)
         self._release(item)
         return self._hand_out(item)
 
@@ -201,7 +205,7 @@ class DevicePrefetcher:
                 return False
             if batch is _END:
                 return False
-            last = self._produce(batch)
+            last = self.produce(batch)
             pending.append(last)
             return True
 
@@ -261,7 +265,7 @@ class DevicePrefetcher:
         last = None
         try:
             while batch is not _END and not stop.is_set():
-                last = self._produce(batch)
+                last = self.produce(batch)
                 if not put(last):
                     return
                 self._release(last)                 # the loader may reuse the last batch's memory from here

@@ -16,20 +16,22 @@ mosaic partner pool), plan.py (per-sample geometry and boxes), graph.py (the DAL
 from __future__ import annotations
 
 from ...store.reader import Store
-from ..base import LoaderConfig, register_loader
+from ..base import LoaderConfig
+from ..pool import CpuOptions
+from ..registry import register_loader
 from .device import DaliDevice, dali_device, dali_missing, require_dali
 
 
-def create_dali_loader(store: Store, cfg: LoaderConfig, opts=None):
+def create_dali_loader(store: Store, cfg: LoaderConfig, opts: CpuOptions | None = None, order=None):
     """The `dali` loader for `store`, on `cfg.device` (see device.py)."""
     require_dali()
     dev = dali_device(cfg.device)
     from .loader import DaliLoader
 
-    return DaliLoader(store, cfg, dev)
+    return DaliLoader(store, cfg, dev, (opts or CpuOptions()).resolved(len(store), cfg.batch_size), order)
 
 
-register_loader("dali", create_dali_loader, check=dali_missing,
+register_loader("dali", create_dali_loader, options=CpuOptions, check=dali_missing,
                 summary="an NVIDIA DALI pipeline: nvJPEG decode and augmentation on the GPU (CPU operators elsewhere)")
 
 __all__ = ["DaliDevice", "create_dali_loader", "dali_device"]

@@ -37,8 +37,9 @@ class DaliLoader(Loader):
     epoch other than the next one; otherwise DALI prefetches the next epoch as this one ends.
     """
 
-    def __init__(self, store: Store, cfg: LoaderConfig, device: DaliDevice):
-        super().__init__(store, cfg)
+    def __init__(self, store: Store, cfg: LoaderConfig, device: DaliDevice, opts=None, order=None):
+        super().__init__(store, cfg, order)
+        self.opts = opts
         self.device = device
         self.mode = "eval" if not cfg.augment else ("mosaic" if cfg.hyp.mosaic > 0 else "single")
         self.raw = store.manifest.store_mode == "raw"   # one kind of payload per store

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 import torch
 
 from ...store.reader import Store
-from ..base import LoaderConfig, register_loader
-from ..cpu import CpuOptions
+from ..base import LoaderConfig
+from ..pool import CpuOptions
+from ..registry import register_loader
 from .decode import DECODERS
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}   # the dtype option
@@ -61,13 +62,13 @@ class DeviceOptions(CpuOptions):
 
 @register_loader("device", options=DeviceOptions,
                  summary="workers only plan; nvJPEG decode, mosaic/affine/HSV on the accelerator (GPU, NPU, or CPU)")
-def create_device_loader(store: Store, cfg: LoaderConfig, opts: DeviceOptions):
+def create_device_loader(store: Store, cfg: LoaderConfig, opts: DeviceOptions, order=None):
     from .loader import DeviceLoader
 
     if cfg.augment and cfg.hyp.mixup > 0:   # never accepted and then ignored
         raise ValueError(f"the device loader does not blend mixup samples (hyp.mixup={cfg.hyp.mixup}): use the cpu "
                          "or shm loader for mixup, or AugmentHyp(mixup=0)")
-    return DeviceLoader(store, cfg, opts.resolved(len(store), cfg.batch_size))
+    return DeviceLoader(store, cfg, opts.resolved(len(store), cfg.batch_size), order=order)
 
 
 __all__ = ["DTYPES", "DeviceOptions", "create_device_loader"]

@@ -1,5 +1,5 @@
-"""The box rules of `fastfeed.augment` (transform, clip, `box_candidates`, `paste_boxes`,
-`xyxy_to_cxcywh`) on torch tensors, for the device loader.
+"""The box rules of `fastfeed.augment` (transform, clip, `box_candidates`, `paste_boxes`) on torch tensors,
+for the device loader (the conversions and the targets layout serve tensors as they are: `augment.boxes`).
 
 They run in the planning workers, on CPU tensors, not on the accelerator: how many boxes survive the
 filter decides the shape of a batch's targets, and learning that on the device would stall the host
@@ -68,21 +68,3 @@ def paste_boxes(boxes: torch.Tensor, matrices: torch.Tensor, crops: torch.Tensor
     keep = box_candidates(before, after, min_side=hyp.min_box_side, min_area_ratio=hyp.min_box_area_ratio,
                           max_aspect=hyp.max_box_aspect)
     return after, keep
-
-
-def xyxy_to_cxcywh(boxes: torch.Tensor, width: float, height: float) -> torch.Tensor:
-    """Pixel x1,y1,x2,y2 -> normalised cx,cy,w,h: `augment.xyxy_to_cxcywh`."""
-    b = boxes.to(torch.float32).reshape(-1, 4)
-    out = torch.empty_like(b)
-    out[:, 0] = (b[:, 0] + b[:, 2]) * (0.5 / width)
-    out[:, 1] = (b[:, 1] + b[:, 3]) * (0.5 / height)
-    out[:, 2] = (b[:, 2] - b[:, 0]) * (1.0 / width)
-    out[:, 3] = (b[:, 3] - b[:, 1]) * (1.0 / height)
-    return out
-
-
-def targets(sample: torch.Tensor, classes: torch.Tensor, boxes: torch.Tensor, size: int) -> torch.Tensor:
-    """The Batch's float32 [M,6] targets (img_idx, cls, cx, cy, w, h) from output-pixel boxes."""
-    t = torch.empty((len(boxes), 6), dtype=torch.float32)
-    t[:, 0], t[:, 1], t[:, 2:] = sample, classes, xyxy_to_cxcywh(boxes, size, size)
-    return t

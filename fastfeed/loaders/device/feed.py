@@ -1,6 +1,6 @@
 """`DeviceFeed`: the host batches (plans + payloads) turned into finished batches on the device, double
-buffered on a side stream: the `DevicePrefetcher`'s drivers and stream protocol, with its per-batch
-work (`_produce`) replaced by decode + render.
+buffered on a side stream: the `DevicePrefetcher`'s drivers and stream protocol (its public `ops` and
+`stream`), with its per-batch hook (`produce`) doing decode + render.
 
 Per batch, on the side stream: decode the new records' JPEGs (or copy their pixels up), gather the
 pixels of every tile the batch shows into one flat buffer (or use the VRAM tier's), copy the plan's
@@ -26,7 +26,8 @@ from ...prefetch import DevicePrefetcher
 from ...prefetch.streams import InFlight
 from ..workers import WorkerError
 from .decode import load_items
-from .plan import Item, Plan, ship_record, unpack
+from .host import HostBatch
+from .plan import Item, Plan, ship_record
 from .render import Params, render
 
 
@@ -63,15 +64,14 @@ class DeviceFeed(DevicePrefetcher):
         self.live: dict[int, set] = {}               # planning worker -> records in its partner buffer
         self.seconds = {"decode": 0.0, "augment": 0.0}
         self.decoded = self.reread = 0               # records decoded here; of those, read here (not shipped)
-        self._events = _EventTimes(self._ops.mod) if timing and self.accelerated else None
+        self._events = _EventTimes(self.ops.mod) if timing and self.accelerated else None
 
     def _upload(self, t: torch.Tensor) -> torch.Tensor:
         """A host tensor (maybe a view of the slot) as a tensor of our own on the compute device."""
-        return self._ops.to_device(t) if self.accelerated else t.clone()
+        return self.ops.to_device(t) if self.accelerated else t.clone()
 
-    def _produce(self, batch) -> Batch | InFlight:
-        plan = unpack(batch.targets)
-        slot = self.host.slot_of(batch.images)
+    def produce(self, batch: HostBatch) -> Batch | InFlight:
+        plan, slot = batch.plan, batch.slot
         if not self.accelerated:   # the CPU: synchronous, timed with the host clock
             t0 = perf_counter()
             pixels, base = self._pixels(plan, slot)
@@ -79,8 +79,8 @@ class DeviceFeed(DevicePrefetcher):
             images = self._render(plan, pixels, base)
             self.seconds["decode"] += t1 - t0
             self.seconds["augment"] += perf_counter() - t1
-            return Batch(images, torch.from_numpy(plan.targets))
-        ops, side = self._ops, self._stream
+            return Batch(images, torch.from_numpy(plan.targets), batch.indices)
+        ops, side = self.ops, self.stream
         with ops.use(side):
             marks = [self._events.mark(side)] if self._events else []
             pixels, base = self._pixels(plan, slot)
@@ -96,7 +96,7 @@ class DeviceFeed(DevicePrefetcher):
                 marks.append(self._events.mark(side))
                 self._events.pending.append(marks)
                 self._events.collect(self.seconds)
-        return InFlight(Batch(images, targets), copied, ready)
+        return InFlight(Batch(images, targets, batch.indices), copied, ready)
 
     # --- pixels ----------------------------------------------------------------------------------------
     def _pixels(self, plan: Plan, slot: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:
@@ -122,7 +122,7 @@ class DeviceFeed(DevicePrefetcher):
 
     def _load(self, items: list[Item], slot) -> dict[int, torch.Tensor]:
         try:
-            out = load_items(items, slot, self.decoder, self._upload, self._stream)
+            out = load_items(items, slot, self.decoder, self._upload, self.stream)
         except RuntimeError as e:
             raise WorkerError(f"device loader: {e}") from e
         self.decoded += len(out)

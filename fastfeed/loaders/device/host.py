@@ -1,24 +1,28 @@
-"""The device loader's host side: the cpu loader's worker pool and epoch bookkeeping (`PoolLoader`:
-batch k to worker k % W, partner buffers replayed on resume, the next epoch queued while one drains,
-worker failures as `WorkerError`), with `plan.Planner` as the workers' builder.
+"""The device loader's host side: the worker-pool loader (`pool.PoolLoader`: batch k to worker k % W,
+partner buffers replayed on resume, the next epoch queued while one drains, worker failures as
+`WorkerError`), with `plan.Planner` as the workers' builder and byte slots for the new records' payloads.
 
-A host batch is Batch(the first bytes of the batch's shared slot, the pickled `Plan`): `slot_of` gives
-the whole slot, which holds the new records' payloads (JPEG bytes or pixels, see plan.py) and stays
-valid until the next host batch is asked for.
+A host batch is a `HostBatch`: the batch's whole shared slot (the payloads: JPEG bytes or pixels, see
+plan.py; valid until the next host batch is asked for), its `Plan` and its record indices.
 """
 
 from __future__ import annotations
 
-import weakref
 from functools import partial
+from typing import NamedTuple
 
 import torch
 
 from ...store.reader import Store
 from ..base import LoaderConfig
-from ..cpu import CpuOptions, PoolLoader
-from ..workers import WorkerPool
-from .plan import SHIP_DECODED, SHIP_NONE, Planner
+from ..pool import CpuOptions, PoolLoader
+from .plan import SHIP_DECODED, SHIP_NONE, Plan, Planner
+
+
+class HostBatch(NamedTuple):
+    slot: torch.Tensor       # uint8 [slot_bytes]: the payloads the plan's items point into
+    plan: Plan
+    indices: torch.Tensor    # int64 [B]: the batch's records
 
 
 def slot_bytes(store: Store, cfg: LoaderConfig, ship: str) -> int:
@@ -39,34 +43,21 @@ def _planner(store: Store, cfg: LoaderConfig, rank: int, opts: CpuOptions, ship:
     return Planner(store, cfg, rank, opts.partner_buffer, ship)
 
 
+def _host_batch(slot: torch.Tensor, count: int, plan: Plan, indices: torch.Tensor) -> HostBatch:
+    return HostBatch(slot, plan, indices)
+
+
 class HostLoader(PoolLoader):
     """Plans (not images) from the worker pool; `ship` says what the workers send (plan.SHIP_*)."""
 
-    def __init__(self, store: Store, cfg: LoaderConfig, opts: CpuOptions, ship: str):
+    def __init__(self, store: Store, cfg: LoaderConfig, opts: CpuOptions, ship: str, order=None):
         rank, _ = cfg.resolved_rank()
-        super().__init__(store, cfg, opts, partial(_planner, store, cfg, rank, opts, ship))
+        super().__init__(store, cfg, opts, partial(_planner, store, cfg, rank, opts, ship), order=order,
+                         slot_shape=(slot_bytes(store, cfg, ship),), pin=cfg.pin() and ship != SHIP_NONE,
+                         make_batch=_host_batch)
         self.ship = ship
-        self.slot_bytes = slot_bytes(store, cfg, ship)
-        self.pinned = cfg.pin() and ship != SHIP_NONE
+        self.slot_bytes = self.slot_shape[0]
 
     @property
     def device_hyp(self):
         return None   # the device loader does all the augmentation itself
-
-    def _iter_local(self):
-        if self._local is None:    # one slot in this process instead of the cpu loader's image buffer
-            buf = torch.empty(self.slot_bytes, dtype=torch.uint8)
-            self._local = (self._make_builder(), buf.pin_memory() if self.pinned else buf)
-        return super()._iter_local()
-
-    def _iter_pool(self):
-        if self._pool is None:     # slots of payload bytes instead of the cpu loader's image slots
-            c = self.cfg
-            self._pool = WorkerPool(c.workers, self._make_builder, (self.slot_bytes,), c.prefetch, c.timeout,
-                                    pin=self.pinned)
-            self._finalizer = weakref.finalize(self, WorkerPool.close, self._pool)
-        return super()._iter_pool()
-
-    def slot_of(self, head: torch.Tensor) -> torch.Tensor:
-        """The whole slot of which a host batch's `images` are the first bytes."""
-        return head.as_strided((self.slot_bytes,), (1,))

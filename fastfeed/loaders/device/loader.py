@@ -31,8 +31,8 @@ class DeviceLoader(Loader):
 
     on_device = True
 
-    def __init__(self, store: Store, cfg: LoaderConfig, opts, *, ops=None, device: torch.device | None = None):
-        super().__init__(store, cfg)
+    def __init__(self, store: Store, cfg: LoaderConfig, opts, *, order=None, ops=None, device: torch.device | None = None):
+        super().__init__(store, cfg, order)
         self.opts = opts
         self.device = device if device is not None else cfg.resolved_device()
         compute = self.device if ops is None else torch.device("cpu")
@@ -46,7 +46,7 @@ class DeviceLoader(Loader):
             self.cache = build_cache(store, cfg.imgsz, cfg.batch_size, compute, self.decoder, upload,
                                      reserve_gb=opts.cache_reserve_gb, workers=cfg.workers or None)
         ship = SHIP_NONE if self.cache is not None else SHIP_DECODED if self.decoder.on_host else SHIP_ENCODED
-        self.host = HostLoader(store, cfg, opts, ship)
+        self.host = HostLoader(store, cfg, opts, ship, self.order)
         self.feed = DeviceFeed(self.host, self.device, dtype=self.dtype, decoder=self.decoder, cache=self.cache,
                                compute=compute, timing=ops is None, ops=ops)
         log.info("device loader on %s: decoder %s, %s", self.device, self.decoder.name,

@@ -2,14 +2,13 @@
 decode), draw every random parameter exactly as the cpu loader's `BatchBuilder.build` does, lay out
 each sample's tiles and move its boxes. The pixels are left to the device (feed.py, render.py).
 
-Same seed, rank, worker count and partner buffer -> the same draws as the `cpu` loader, in the same
-order: the whole batch is loaded first (each record's *index* appended to a buffer of the last
-`partner_buffer` loaded, as the cpu workers append decoded images), then per sample the mosaic
-yes/no and 3 partner picks from that buffer, the mosaic centre, the affine (flips included), the HSV
-gains. Tiles are laid out in the frame the cpu loader decodes into (`Record.decoded_size`: the DCT
-size that covers imgsz), so the geometry is the cpu loader's too.
+Same seed, rank, worker count and partner buffer -> the same plans as the `cpu` loader: the whole batch is
+loaded first (each record's tile appended to a `PartnerBuffer` of the last `partner_buffer` loaded, as
+the cpu workers append decoded images), then `augment.draw_batch` draws every sample's plan. Tiles are laid
+out by `augment.sample_layout` in the frame the cpu loader decodes into (`Record.decoded_size`: the DCT size
+that covers imgsz), so the geometry is the cpu loader's too.
 
-What travels to the device per batch (`Plan`, pickled through the pool's result queue), and the new
+What travels to the device per batch (`Plan`, through the pool's result queue), and the new
 records' payloads, written into the batch's shared slot (`Item`): JPEG bytes for a device decoder,
 pixels otherwise (raw stores; other codecs and decoder='host' are decoded here with `Record.decode`),
 nothing at all when the VRAM tier holds the pixels.
@@ -19,8 +18,6 @@ from __future__ import annotations
 
 import math
 import os
-import pickle
-from collections import deque
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import NamedTuple
@@ -28,17 +25,11 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ...augment import (
-    affine_matrix,
-    draw_affine,
-    draw_hsv,
-    draw_mosaic_centre,
-    letterbox_boxes,
-    letterbox_geometry,
-    mosaic_layout,
-)
+from ...augment import SamplePlan, letterbox_boxes, letterbox_geometry, make_targets, sample_layout
+from ...augment.paste import region_crop
 from ...store.format import Record
 from ..base import LoaderConfig
+from ..partners import PartnerBuffer
 from . import boxes as tboxes
 
 SHIP_ENCODED, SHIP_DECODED, SHIP_NONE = "encoded", "decoded", "none"
@@ -47,12 +38,13 @@ _ALIGN = 64
 
 class Tile(NamedTuple):
     """A loaded record as the sampler sees it: its index, the (h, w) the cpu loader would decode it at,
-    its training boxes in pixels of that frame, its classes."""
+    its training boxes in pixels of that frame, its classes, and the record read (for its payload)."""
 
     record: int
     hw: tuple[int, int]
     boxes: np.ndarray
     classes: np.ndarray
+    rec: Record
 
 
 @dataclass
@@ -97,43 +89,27 @@ def ship_record(r: Record, size: int, mode: str) -> tuple[str, object, tuple[int
     return "pixels", img, img.shape[:2], 1
 
 
-def pack(plan: Plan) -> np.ndarray:
-    """The plan as a (writable) uint8 array: what the worker pool passes back in place of targets."""
-    return np.frombuffer(bytearray(pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL)), np.uint8)
-
-
-def unpack(blob: torch.Tensor) -> Plan:
-    return pickle.loads(blob.numpy())
-
-
 class Planner:
-    """Builds `Plan`s inside one worker (the `builder` of fastfeed.loaders.workers.WorkerPool)."""
+    """Builds `Plan`s inside one worker (the builder of the worker pool: `pool.PoolLoader`)."""
 
     def __init__(self, store, cfg: LoaderConfig, rank: int, partner_buffer: int, ship: str):
         self.store, self.cfg, self.rank, self.ship = store, cfg, rank, ship
         self.size = cfg.imgsz
         self.hyp = cfg.hyp              # everything is done on the device: nothing is left to a prefetcher
-        self.partners: deque = deque(maxlen=partner_buffer)
+        self.partners = PartnerBuffer(partner_buffer, self._load, keep=cfg.augment)
         self.token = os.getpid()
 
-    def _load(self, index: int, times: dict) -> tuple[Tile, Record]:
+    def _load(self, index: int, times: dict) -> Tile:
         t0 = perf_counter()
         # With the VRAM tier only the labels are read here: every payload's CRC was checked when it was built.
         r = self.store.record(int(index), check_crc=False if self.ship == SHIP_NONE else None)
         hw = r.decoded_size(self.size)
-        tile = Tile(int(index), hw, r.pixel_boxes(hw), r.classes)
-        if self.cfg.augment:
-            self.partners.append(tile)
         times["read"] += perf_counter() - t0
-        return tile, r
+        return Tile(int(index), hw, r.pixel_boxes(hw), r.classes, r)
 
     def warm(self, indices, reset: bool) -> None:
-        """Load `indices` into the partner buffer only (BatchBuilder.warm: what resuming replays)."""
-        if reset:
-            self.partners.clear()
-        times = {"read": 0.0}
-        for index in indices:
-            self._load(index, times)
+        """Load `indices` into the partner buffer only (`PartnerBuffer.warm`: what resuming replays)."""
+        self.partners.warm(indices, reset)
 
     def _ship(self, records: list[Record], out: np.ndarray, times: dict) -> list[Item]:
         if self.ship == SHIP_NONE:
@@ -157,17 +133,20 @@ class Planner:
         return items
 
     def build(self, indices, epoch: int, batch_id: int, mosaic_on: bool, out: np.ndarray):
-        """Plan batch `batch_id` of `epoch` (its payloads into `out`, a slot of the pool): (pickled Plan, stage seconds)."""
+        """Plan batch `batch_id` of `epoch` (its payloads into `out`, a slot of the pool): (Plan, stage seconds)."""
         times = {"read": 0.0, "decode": 0.0, "plan": 0.0}
-        rng = np.random.default_rng([self.cfg.seed, self.rank, epoch, batch_id])
-        loaded = [self._load(i, times) for i in indices]   # the whole batch first: partners may be any of it
-        items = self._ship([r for _, r in loaded], out, times)
+        loaded, plans = self.partners.plan_batch(indices, times, seed=self.cfg.seed, rank=self.rank, epoch=epoch,
+                                                 batch=batch_id, hyp=self.hyp, size=self.size,
+                                                 augment=self.cfg.augment, mosaic_on=mosaic_on,
+                                                 mixup_on=self.cfg.mixup_on(epoch))
+        items = self._ship([t.rec for t in loaded], out, times)
         t0 = perf_counter()
         b = len(loaded)
         tiles, shapes, places, regions = [], [], [], []           # per sample, 4 tiles (unused: defaults)
         matrices, centres, hsv, per_tile = np.empty((b, 3, 3)), [], [], []
-        for j, (tile, _) in enumerate(loaded):
-            shown, layout, matrices[j], centre = self._draw(tile, rng, mosaic_on)
+        for j, tile in enumerate(loaded):
+            plan = plans[j] if plans is not None else None
+            shown, layout, matrices[j], centre = self._geometry(tile, plan)
             centres.append(centre)
             pad = 4 - len(shown)
             tiles.append([t.record for t in shown] + [-1] * pad)
@@ -175,34 +154,28 @@ class Planner:
             places.append([pl for pl, _ in layout] + [(1.0, 0.0, 0.0)] * pad)
             regions.append([rg for _, rg in layout] + [(0.0, 0.0, 0.0, 0.0)] * pad)
             per_tile += [(j, t, tl) for t, tl in enumerate(shown)]
-            jitter = draw_hsv(rng, self.hyp.hsv_h, self.hyp.hsv_s, self.hyp.hsv_v) if self.cfg.augment else None
-            hsv.append((0.0, 1.0, 1.0) if jitter is None else jitter)
+            hsv.append((0.0, 1.0, 1.0) if plan is None or plan.hsv is None else plan.hsv)
         p = Plan(self.token, np.array(tiles, np.int64), np.array(shapes, np.int64), np.linalg.inv(matrices)[:, :2],
                  np.array(centres, np.float64), np.array(regions, np.float64), np.array(places, np.float64),
                  np.array(hsv, np.float64), np.zeros((0, 6), np.float32),
-                 np.array([t.record for t in self.partners], np.int64), items)
+                 np.array([t.record for t in self.partners.items], np.int64), items)
         p.targets = self._targets(matrices, p, per_tile).numpy()
         times["plan"] += perf_counter() - t0
-        return pack(p), times
+        return p, times
 
-    def _draw(self, tile: Tile, rng: np.random.Generator, mosaic_on: bool):
-        """(tiles, [(place, region)], mid frame -> output 3x3, mosaic centre) of one sample, drawn in the cpu
-        loader's order: mosaic yes/no and partners, the centre, the affine (augment.mosaic / random_affine)."""
-        S, hyp = self.size, self.hyp
+    def _geometry(self, tile: Tile, plan: SamplePlan | None):
+        """(tiles shown, [(place, region)], mid frame -> output 3x3, mosaic centre) of one sample: its plan's
+        geometry laid out by `augment.sample_layout` (None: letterbox, the mid frame is the image itself)."""
+        S = self.size
         h, w = tile.hw
-        if not self.cfg.augment:   # letterbox: the mid frame is the image itself
+        if plan is None:
             g = letterbox_geometry(h, w, S)
             m = np.array([[g.nw / w, 0.0, g.left], [0.0, g.nh / h, g.top], [0.0, 0.0, 1.0]])
             return [tile], [((1.0, 0.0, 0.0), (0.0, 0.0, float(w), float(h)))], m, (math.inf, math.inf)
-        if mosaic_on and rng.random() < hyp.mosaic:
-            picks = rng.integers(len(self.partners), size=3)
-            tiles = [tile] + [self.partners[k] for k in picks]
-            centre = draw_mosaic_centre(rng, S)
-            m = affine_matrix(draw_affine(rng, hyp, S), (float(S), float(S)), S, hyp.axis_aligned)
-            return tiles, mosaic_layout([t.hw for t in tiles], S, centre), m, centre
-        r = S / max(h, w)
-        m = affine_matrix(draw_affine(rng, hyp, S), (w * r / 2, h * r / 2), S, hyp.axis_aligned)
-        return [tile], [((r, 0.0, 0.0), (0.0, 0.0, w * r, h * r))], m, (math.inf, math.inf)
+        geometry = plan.geometry
+        tiles = [tile] + [self.partners[k] for k in geometry.partners or ()]
+        layout, _, m = sample_layout(geometry, [t.hw for t in tiles], S, self.hyp)
+        return tiles, layout, m, geometry.centre if geometry.mosaic else (math.inf, math.inf)
 
     def _targets(self, matrices: np.ndarray, p: Plan, per_tile: list) -> torch.Tensor:
         S = self.size
@@ -213,8 +186,7 @@ class Planner:
             for j, _, tl in per_tile:
                 m = matrices[j]
                 b = letterbox_boxes(tl.boxes, (m[0, 0], m[1, 1]), (m[0, 2], m[1, 2]))
-                parts.append(tboxes.targets(torch.full((len(b),), j), torch.from_numpy(tl.classes),
-                                            torch.from_numpy(b), S))
+                parts.append(make_targets(j, torch.from_numpy(tl.classes), torch.from_numpy(b), S))
             return torch.cat(parts)
         counts = [len(tl.boxes) for _, _, tl in per_tile]
         js = np.array([j for j, _, _ in per_tile])
@@ -224,14 +196,11 @@ class Planner:
         tile_to_mid[:, 0, 0] = tile_to_mid[:, 1, 1] = r
         tile_to_mid[:, 0, 2], tile_to_mid[:, 1, 2], tile_to_mid[:, 2, 2] = ox, oy, 1.0
         full = matrices[js] @ tile_to_mid                      # tile pixels -> output pixels
-        reg = p.region[js, ts]
-        hw = p.shapes[js, ts]
-        crop = np.stack([np.maximum((reg[:, 0] - ox) / r, 0.0), np.maximum((reg[:, 1] - oy) / r, 0.0),
-                         np.minimum((reg[:, 2] - ox) / r, hw[:, 1]), np.minimum((reg[:, 3] - oy) / r, hw[:, 0])], 1)
+        crop = region_crop(p.place[js, ts], p.region[js, ts], p.shapes[js, ts])   # what the canvas holds of each tile
         rep = torch.from_numpy(np.repeat(np.arange(len(js)), counts))
         boxes = torch.from_numpy(np.concatenate([tl.boxes for _, _, tl in per_tile]))
         classes = torch.from_numpy(np.concatenate([tl.classes for _, _, tl in per_tile]))
         after, keep = tboxes.paste_boxes(boxes, torch.from_numpy(full)[rep], torch.from_numpy(crop).float()[rep],
                                          S, self.hyp)
         sample = torch.from_numpy(js)[rep]
-        return tboxes.targets(sample[keep], classes[keep], after[keep], S)
+        return make_targets(sample[keep], classes[keep], after[keep], S)

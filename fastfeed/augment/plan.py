@@ -1,0 +1,133 @@
+"""The sample plan: every random draw one training sample needs, made here, in one order, for every loader.
+
+A training sample is drawn as (in this order, from one generator per batch, `batch_rng`):
+
+    mosaic?  (only in mosaic epochs: rng.random() < hyp.mosaic)
+      partners   3 picks among the candidates (the loader's partner buffer)
+      centre     the mosaic centre in the virtual 2S x 2S canvas
+    affine     rotation, zoom, shear, shift, flips (`draw_affine`)
+    mixup?   (only in mixup epochs: rng.random() < hyp.mixup)
+      other      the candidate whose own geometry (drawn as above) is blended in
+      weight     of the first sample, Beta(32, 32)
+    hsv        hue turn, saturation and value factors (`draw_hsv`; nothing drawn when every gain is 0)
+
+The plan holds only draws (indices into the candidate list, numbers), never pixels or shapes: the
+cpu/shm renderer (numpy/OpenCV), the device renderer (torch) and the DALI graph each take the same plans
+and turn them into pixels with the same geometry (`sample_layout`). So a seed gives the same samples
+whichever loader renders them; no loader calls a draw function itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .affine import AffineDraw, affine_matrix, draw_affine
+from .hsv import draw_hsv
+from .hyp import AugmentHyp
+from .mixup import draw_mixup_weight
+from .mosaic import draw_mosaic_centre, mosaic_layout
+
+
+def batch_rng(seed: int, rank: int, epoch: int, batch: int) -> np.random.Generator:
+    """The generator of one batch's draws: a function of (seed, rank, epoch, batch index) only, so a batch is
+    the same however many workers build it and wherever an epoch is started."""
+    return np.random.default_rng([seed, rank, epoch, batch])
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """One geometric sample: the own image alone, or a mosaic of it and 3 partners, under a random affine."""
+
+    partners: tuple[int, int, int] | None   # mosaic partners: indices into the candidates; None: no mosaic
+    centre: tuple[float, float] | None      # the mosaic centre in the 2S x 2S canvas (None: no mosaic)
+    affine: AffineDraw
+
+    @property
+    def mosaic(self) -> bool:
+        return self.partners is not None
+
+
+@dataclass(frozen=True)
+class Mix:
+    """Mixup: blend with a second geometric sample whose own image is candidate `other`."""
+
+    other: int
+    geometry: Geometry
+    weight: float                           # of the first sample's pixels
+
+
+@dataclass(frozen=True)
+class SamplePlan:
+    """Everything drawn for one training sample (see the module docstring for the order)."""
+
+    geometry: Geometry
+    mix: Mix | None
+    hsv: tuple[float, float, float] | None   # hue turn, saturation and value factors; None: no jitter
+
+    def records(self, own: int, candidates) -> list[int]:
+        """The items every tile of this sample shows: `own` first, then the picked `candidates` entries
+        (mosaic partners; then the mixup sample's own image and its partners)."""
+        out = [own] + [candidates[k] for k in self.geometry.partners or ()]
+        if self.mix is not None:
+            out += [candidates[self.mix.other]] + [candidates[k] for k in self.mix.geometry.partners or ()]
+        return out
+
+
+def draw_geometry(rng: np.random.Generator, hyp: AugmentHyp, size: int, mosaic_on: bool, candidates: int) -> Geometry:
+    """Mosaic or not (with probability hyp.mosaic when `mosaic_on`), its partners among `candidates` items and
+    its centre, then the affine."""
+    if mosaic_on and rng.random() < hyp.mosaic:
+        picks = rng.integers(candidates, size=3)
+        centre = draw_mosaic_centre(rng, size)
+        return Geometry((int(picks[0]), int(picks[1]), int(picks[2])), centre, draw_affine(rng, hyp, size))
+    return Geometry(None, None, draw_affine(rng, hyp, size))
+
+
+def draw_sample(rng: np.random.Generator, hyp: AugmentHyp, size: int, *, mosaic_on: bool, mixup_on: bool,
+                candidates: int) -> SamplePlan:
+    """One training sample's plan. `candidates`: how many items the partner list holds (the loader's buffer,
+    the batch's own images included); `mosaic_on` / `mixup_on`: whether this epoch may use them."""
+    if candidates < 1 and (mosaic_on or mixup_on):
+        raise ValueError("a mosaic or mixup plan needs at least one candidate to pick partners from")
+    geometry = draw_geometry(rng, hyp, size, mosaic_on, candidates)
+    mix = None
+    if mixup_on and rng.random() < hyp.mixup:
+        other = int(rng.integers(candidates))
+        second = draw_geometry(rng, hyp, size, mosaic_on, candidates)
+        mix = Mix(other, second, draw_mixup_weight(rng))
+    return SamplePlan(geometry, mix, draw_hsv(rng, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v))
+
+
+def draw_batch(rng: np.random.Generator, n: int, hyp: AugmentHyp, size: int, *, mosaic_on: bool, mixup_on: bool,
+               candidates: int) -> list[SamplePlan]:
+    """The plans of a batch of `n` samples, drawn sample after sample from the batch's generator."""
+    return [draw_sample(rng, hyp, size, mosaic_on=mosaic_on, mixup_on=mixup_on, candidates=candidates)
+            for _ in range(n)]
+
+
+# --- geometry: where a plan's tiles go, given their shapes ---------------------------------------------------
+
+Place = tuple[float, float, float]          # tile pixel u -> mid frame r*u + (ox, oy)
+Rect = tuple[float, float, float, float]    # x1, y1, x2, y2
+
+
+def single_layout(hw: tuple[int, int], size: int) -> tuple[list[tuple[Place, Rect]], tuple[float, float]]:
+    """The non-mosaic sample's frame: the image scaled so its long side is `size`, at the origin. Returns
+    ([(place, region)], the centre the affine takes to its shift)."""
+    h, w = hw
+    r = size / max(h, w)
+    return [((r, 0.0, 0.0), (0.0, 0.0, w * r, h * r))], (w * r / 2, h * r / 2)
+
+
+def sample_layout(geometry: Geometry, shapes, size: int, hyp: AugmentHyp
+                  ) -> tuple[list[tuple[Place, Rect]], tuple[float, float], np.ndarray]:
+    """([(place, region)] per tile, the centre of the mid frame the affine is drawn about, the 3x3 map from the
+    mid frame (the mosaic canvas, or the scaled image) to the size x size output, flips included) of a geometry
+    whose tiles (own image first, then the partners) have `shapes` (h, w)."""
+    if geometry.mosaic:
+        layout, centre = mosaic_layout(shapes[:4], size, geometry.centre), (float(size), float(size))
+    else:
+        layout, centre = single_layout(shapes[0], size)
+    return layout, centre, affine_matrix(geometry.affine, centre, size, hyp.axis_aligned)

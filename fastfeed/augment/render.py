@@ -1,0 +1,86 @@
+"""A plan's pixels on the CPU: the tiles of a `plan.Geometry` drawn into a size x size output in one pass.
+
+`render_geometry` is what the cpu and shm workers call for every training sample (and twice for a mixup):
+the plan's layout (`plan.sample_layout`) and affine composed into one map per tile, each tile drawn
+straight into its part of the output (`paste.paste_tile`), the boxes moved and filtered by the same
+maps (`paste.paste_boxes`). `mosaic` and `random_affine` are the same renderer behind their own draws,
+for callers that have no plan (tests, one-off use).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ._validate import check_boxes, check_image, check_out, check_rng, check_size
+from .affine import draw_affine
+from .hyp import DEFAULT_HYP, AugmentHyp
+from .mosaic import draw_mosaic_centre
+from .paste import paste_boxes, paste_tile, region_crop
+from .plan import Geometry, sample_layout
+
+Tile = tuple[np.ndarray, np.ndarray, np.ndarray]  # (img, boxes [N,4] in img pixels, classes [N])
+
+
+def render_geometry(tiles: Sequence[Tile], geometry: Geometry, size: int, hyp: AugmentHyp, out: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Draw `tiles` (own image first; 4 for a mosaic geometry, 1 otherwise) as `geometry` places them into
+    `out` (size x size x 3 uint8, overwritten entirely, not overlapping a tile). Boxes follow their pixels, are
+    clipped to the part of their tile that is shown and to the output, and filtered by the hyp's thresholds,
+    judged against what the mosaic canvas held of each box (`paste.paste_boxes`). Returns (out, boxes float32
+    [M,4] in output pixels, classes [M])."""
+    n = 4 if geometry.mosaic else 1
+    shapes = [t[0].shape[:2] for t in tiles[:n]]
+    layout, _, matrix = sample_layout(geometry, shapes, size, hyp)
+    out.fill(hyp.fill)
+    realised, crops, regions = [], [], []
+    for (img, _, _), (place, region) in zip(tiles[:n], layout):
+        m, crop = paste_tile(out, img, place, region, matrix)
+        realised.append(m)
+        crops.append(crop)
+        regions.append(region_crop(place, region, img.shape[:2]))
+    return out, *paste_boxes([t[1] for t in tiles[:n]], [t[2] for t in tiles[:n]], realised, crops, size, hyp,
+                             regions)
+
+
+def mosaic(tiles: Sequence[Tile], size: int, rng: np.random.Generator, hyp: AugmentHyp = DEFAULT_HYP,
+           out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """4-image mosaic followed by the random affine, into a size x size uint8 output.
+
+    Draws the canvas centre uniformly in [S/2, 3S/2] on both axes, then the affine about the canvas
+    centre (flips, zoom, rotation and shift from `hyp`), and renders that geometry (`render_geometry`).
+    Returns (out, boxes float32 [M,4], classes [M]). hyp.mosaic and hyp.mixup are not read here: a
+    loader's plan decides whether a sample is a mosaic (`plan.draw_sample`).
+    """
+    if len(tiles) != 4:
+        raise ValueError(f"tiles must hold exactly 4 (img, boxes, classes) tuples, got {len(tiles)}")
+    size = check_size(size, lo=2)
+    check_rng(rng)
+    checked = []
+    for k, tile in enumerate(tiles):
+        if len(tile) != 3:
+            raise ValueError(f"tiles[{k}] must be an (img, boxes, classes) tuple, got {len(tile)} items")
+        checked.append((check_image(tile[0], f"tiles[{k}] img"), *check_boxes(tile[1], tile[2], f"tiles[{k}] boxes")))
+    out = check_out(out, (size, size, 3))
+    centre = draw_mosaic_centre(rng, size)
+    geometry = Geometry((1, 2, 3), centre, draw_affine(rng, hyp, size))
+    return render_geometry(checked, geometry, size, hyp, out)
+
+
+def random_affine(img: np.ndarray, boxes: np.ndarray, classes: np.ndarray, size: int,
+                  rng: np.random.Generator, hyp: AugmentHyp = DEFAULT_HYP,
+                  out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Random affine of one image into a size x size uint8 output (the non-mosaic training path).
+
+    The image is scaled so its long side is `size` (any input resolution; the scale is part of the
+    matrix, so no separate resize pass), centred, then transformed by the drawn affine. Uncovered pixels
+    get `hyp.fill`. Boxes follow, are clipped to the output and filtered by the hyp's box thresholds;
+    classes follow their boxes. Returns (out, boxes float32 [M,4], classes [M]).
+    """
+    check_image(img)
+    size = check_size(size)
+    check_rng(rng)
+    b, c = check_boxes(boxes, classes)
+    out = check_out(out, (size, size, 3))
+    return render_geometry([(img, b, c)], Geometry(None, None, draw_affine(rng, hyp, size)), size, hyp, out)

@@ -1,0 +1,222 @@
+"""`PoolLoader`: the worker-pool loader the cpu, shm and device loaders share.
+
+Batch k of an epoch goes to worker k % W (`workers.WorkerPool`), which builds it straight into one of the
+pool's shared slots with its *builder* (what a loader makes each worker run: `pipeline.BatchBuilder` for
+cpu and shm, the device loader's `Planner`). The main process hands the slot out as the batch and takes
+it back when the next batch is asked for; the next epoch is queued while one drains.
+
+What differs between the loaders is given, not overridden: `make_builder` (called once in each worker),
+`slot_shape` (uint8 shape of one slot: an image batch, or a byte buffer of payloads), `pin`, and
+`make_batch(slot, count, result, indices)`, which turns a finished slot and what the builder returned
+into what the iteration yields.
+
+Resuming anywhere: each worker's mosaic partners are the images it loaded last (`partners.PartnerBuffer`).
+So that an epoch started anywhere (`set_epoch(e, start)`, a fresh pool on a later epoch, an abandoned
+epoch) gives the batches an uninterrupted run gives, the workers first *load* (no augmentation) the
+records their buffers would hold at that point (`partners.history`): at most partner_buffer records per
+worker, whatever the number of batches skipped.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from .base import Batch, Loader, LoaderConfig, StageTimes
+from .partners import history
+from .sampler import EpochOrder
+from .workers import WorkerPool
+
+
+@dataclass(frozen=True)
+class CpuOptions:
+    """The pool loaders' shared option (the cpu loader's own; shm and device extend it).
+
+    partner_buffer: mosaic partners come from this many recently loaded images per worker. None (the
+    default) sizes it as Ultralytics does, min(images, 8 x batch_size, 1000). It costs that many
+    decoded images per worker: about 0.9 MB each at imgsz 640 (a 640x480 photo), so ~120 MB per
+    worker at batch 16, at most ~0.9 GB.
+    """
+
+    partner_buffer: int | None = None
+
+    def __post_init__(self):
+        pb = self.partner_buffer
+        if pb is not None and (isinstance(pb, bool) or not isinstance(pb, int) or pb < 4):
+            raise ValueError(f"option partner_buffer must be an integer >= 4 or None (automatic), got {pb!r}")
+
+    def resolved(self, images: int, batch_size: int) -> CpuOptions:
+        """These options with partner_buffer decided for a store of `images` and a batch of `batch_size`."""
+        if self.partner_buffer is not None:
+            return self
+        return replace(self, partner_buffer=max(4, min(images, 8 * batch_size, 1000)))
+
+
+def image_batch(slot: torch.Tensor, count: int, targets, indices) -> Batch:
+    """The cpu and shm loaders' batch: the slot's first `count` images, the targets the builder returned."""
+    return Batch(slot[:count], torch.from_numpy(targets), indices)
+
+
+@dataclass
+class _Epoch:
+    """One epoch's batches (from `start` on), how many are queued, and the finished ones not yet handed out."""
+
+    epoch: int
+    batches: list
+    mosaic: bool
+    start: int = 0
+    submitted: int = 0
+    done: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.submitted = self.start
+
+    @property
+    def queued(self) -> bool:
+        return self.submitted >= len(self.batches)
+
+
+class PoolLoader(Loader):
+    """Batches built by `make_builder()`-built workers into shared slots (see the module docstring)."""
+
+    def __init__(self, store, cfg: LoaderConfig, opts: CpuOptions, make_builder: Callable, *,
+                 order: EpochOrder | None = None, slot_shape: tuple | None = None, pin: bool | None = None,
+                 make_batch: Callable = image_batch):
+        super().__init__(store, cfg, order)
+        self.opts = opts
+        self.make_builder = make_builder
+        self.slot_shape = tuple(slot_shape) if slot_shape is not None else (cfg.batch_size, 3, cfg.imgsz, cfg.imgsz)
+        self.pin = cfg.pin() if pin is None else bool(pin)
+        self.make_batch = make_batch
+        self._pool: WorkerPool | None = None
+        self._local = None          # workers == 0: (builder, slot)
+        self._times = StageTimes()
+        self._finalizer = None
+        self._active = False
+        self._ahead: _Epoch | None = None   # the next epoch, already queued when this one ended
+        self._pos: tuple[int, int] | None = (0, 0)   # where the workers' history continues (None: unknown)
+
+    @property
+    def pool(self) -> WorkerPool | None:
+        """The running worker pool (None before the first iteration, with workers=0, after close)."""
+        return self._pool
+
+    def stage_times(self) -> StageTimes:
+        """A snapshot: per-stage seconds summed over workers since the loader was created."""
+        return StageTimes(dict(self._times.seconds), self._times.samples)
+
+    def memory_pids(self) -> list[int]:
+        """Worker pids; empty until the first iteration starts the pool."""
+        return self._pool.pids() if self._pool else []
+
+    def _plan(self, epoch: int, start: int = 0) -> _Epoch:
+        return _Epoch(epoch, self.order.batches(epoch), self.cfg.mosaic_on(epoch), start)
+
+    def _history(self, epoch: int, start: int, workers: int) -> list:
+        """Per worker, the records its partner buffer holds just before batch `start` of `epoch`."""
+        if not self.cfg.augment:
+            return [[] for _ in range(workers)]
+        return [history(self.order.batches, epoch, start, w, workers, self.opts.partner_buffer) for w in range(workers)]
+
+    def _advance(self, ep: _Epoch) -> None:
+        """Record that batch ep.submitted of ep was handed to a worker."""
+        k = ep.submitted + 1
+        self._pos = (ep.epoch, k) if k < len(ep.batches) else (ep.epoch + 1, 0)
+
+    def __iter__(self) -> Iterator:
+        if self.cfg.workers == 0:
+            return self._iter_local()
+        return self._iter_pool()
+
+    def _iter_local(self) -> Iterator:
+        if self._local is None:
+            slot = torch.empty(self.slot_shape, dtype=torch.uint8)
+            self._local = (self.make_builder(), slot.pin_memory() if self.pin else slot)
+        builder, slot = self._local
+        ep = self._plan(self.epoch, self.start)
+        if self._pos != (ep.epoch, ep.start):
+            builder.warm(self._history(ep.epoch, ep.start, 1)[0], reset=True)
+        for k in range(ep.start, len(ep.batches)):
+            indices = ep.batches[k]
+            self._pos = None   # if building fails half-way, the partner buffer is unknown
+            result, times = builder.build(indices, ep.epoch, k, ep.mosaic, slot.numpy())
+            ep.submitted = k
+            self._advance(ep)
+            self._times.add(times, len(indices))
+            yield self.make_batch(slot, len(indices), result, torch.from_numpy(indices))
+
+    def _start_pool(self) -> WorkerPool:
+        if self._pool is None:
+            c = self.cfg
+            self._pool = WorkerPool(c.workers, self.make_builder, self.slot_shape, c.prefetch, c.timeout, pin=self.pin)
+            self._finalizer = weakref.finalize(self, WorkerPool.close, self._pool)
+        return self._pool
+
+    def _begin(self, pool: WorkerPool) -> _Epoch:
+        """The epoch to iterate now: the one already queued when it is the one asked for, else a fresh plan
+        (what an abandoned epoch left in flight is discarded, the partner buffers replayed when needed)."""
+        cur, self._ahead = self._ahead, None
+        if cur is None or cur.epoch != self.epoch or self.start or self._active:
+            if pool.outstanding:    # abandoned epoch, or a set_epoch() other than the one queued: the
+                pool.new_generation()   # workers still build what was queued (their history stays `_pos`)
+            cur = self._plan(self.epoch, self.start)
+            if self._pos != (cur.epoch, cur.start):
+                for w, records in enumerate(self._history(cur.epoch, cur.start, pool.n)):
+                    pool.warm(w, cur.epoch, records)
+                self._pos = (cur.epoch, cur.start)
+        return cur
+
+    def _submit(self, pool: WorkerPool, cur: _Epoch, nxt: _Epoch | None) -> _Epoch | None:
+        """Queue batches while slots are free: the rest of `cur`, then the next epoch (returned, planned on
+        first need)."""
+        while True:
+            if not cur.queued:
+                ep = cur
+            else:
+                nxt = nxt or self._plan(cur.epoch + 1)
+                ep = nxt
+            if ep.queued or not pool.submit(ep.epoch, ep.submitted, ep.batches[ep.submitted], ep.mosaic):
+                return nxt
+            self._advance(ep)
+            ep.submitted += 1
+
+    def _iter_pool(self) -> Iterator:
+        pool = self._start_pool()
+        cur = self._begin(pool)
+        self._active = True
+        nxt = None  # once this epoch is all queued, the workers go on with the next one
+        held = None
+        try:
+            for k in range(cur.start, len(cur.batches)):
+                if held is not None:      # the consumer asked for batch k: batch k-1's slot is free again
+                    pool.release(held)
+                    held = None
+                nxt = self._submit(pool, cur, nxt)
+                while k not in cur.done:
+                    (epoch, j), slot, result, times, count = pool.next_result()
+                    (cur if epoch == cur.epoch else nxt).done[j] = (slot, result, count)
+                    self._times.add(times, count)
+                slot, result, count = cur.done.pop(k)
+                held = slot
+                yield self.make_batch(pool.slots[slot], count, result, torch.from_numpy(cur.batches[k]))
+            if held is not None:
+                pool.release(held)
+            self._active = False
+            self._ahead = nxt
+        except GeneratorExit:
+            raise          # abandoned mid-epoch: the next iteration drains what is still in flight
+        except BaseException:
+            self.close()   # a failed pool is not reused: the error reaches the consumer, nothing hangs
+            raise
+
+    def close(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer()
+            self._finalizer = None
+        self._pool = None
+        self._local = None
+        self._ahead = None
+        self._pos = (0, 0)   # a new pool starts with empty partner buffers
