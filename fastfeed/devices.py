@@ -81,6 +81,72 @@ def resolve_device(name="auto", local_rank: int | None = None) -> torch.device:
     return torch.device(kind, index)
 
 
+def has_cuda() -> bool:
+    """torch sees an NVIDIA GPU (without initialising anything beyond what torch.cuda.is_available does)."""
+    return torch.cuda.is_available()
+
+
+def device_count(device) -> int:
+    """How many devices of `device`'s kind this process sees (1 for the CPU)."""
+    mod = accelerator_module(device)
+    return 1 if mod is None else int(mod.device_count())
+
+
+def set_device(device: torch.device) -> None:
+    """Make `device` the current accelerator of this process (a DDP rank's own); nothing on the CPU."""
+    mod = accelerator_module(device)
+    if mod is not None:
+        mod.set_device(device)
+
+
+def device_name(device) -> str | None:
+    """The accelerator's marketing name (None for the CPU)."""
+    mod = accelerator_module(device)
+    if mod is None:
+        return None
+    get = getattr(mod, "get_device_name", None)
+    return str(get(torch.device(device).index or 0)) if get is not None else parse_device(device)[0]
+
+
+def rng_state(device: torch.device) -> dict:
+    """The torch generators' states: the CPU's, and the accelerator's when `device` is one (checkpoints)."""
+    state = {"torch": torch.get_rng_state()}
+    mod = accelerator_module(device)
+    if mod is not None:
+        state[device.type] = mod.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict, device: torch.device) -> None:
+    torch.set_rng_state(state["torch"])
+    if device.type in state:
+        accelerator_module(device).set_rng_state(state[device.type], device)
+
+
+def copy_fence(device):
+    """An event recorded on `device`'s current stream (after queueing copies out of a host buffer): `.synchronize()`
+    waits until they are done, so the buffer can be reused. None on the CPU (copies there are synchronous)."""
+    mod = accelerator_module(device)
+    if mod is None:
+        return None
+    event = mod.Event()
+    event.record()
+    return event
+
+
+def pin_in_place(t: torch.Tensor) -> bool:
+    """Page-lock an existing (shared) host tensor in place so copies to a CUDA GPU can be asynchronous. False
+    when there is no CUDA GPU or the driver refuses (the copies are then synchronous)."""
+    if not torch.cuda.is_available():
+        return False
+    return int(torch.cuda.cudart().cudaHostRegister(t.data_ptr(), t.numel() * t.element_size(), 0)) == 0
+
+
+def unpin(t: torch.Tensor) -> None:
+    """Undo `pin_in_place`."""
+    torch.cuda.cudart().cudaHostUnregister(t.data_ptr())
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work. Kernels run asynchronously: without this a timer around a
     step measures only how long the host took to *queue* it."""

@@ -37,4 +37,7 @@ def test_one_device_module():
             continue
         text = p.read_text()
         assert "import torch_npu" not in text, f"{rel} imports torch_npu itself (fastfeed.devices does)"
+        code = "\n".join(line.split("#")[0] for line in text.splitlines())   # what runs, not what comments say
+        assert not re.search(r"torch\.cuda\.", code), f"{rel} calls torch.cuda itself (fastfeed.devices does)"
+        assert not re.search(r"getattr\(torch,", code), f"{rel} looks up the accelerator module itself (fastfeed.devices does)"
         assert "sched_getaffinity" not in text or rel.name == "procs.py", f"{rel} counts cores itself"

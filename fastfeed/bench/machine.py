@@ -7,6 +7,7 @@ from importlib import metadata
 
 import psutil
 
+from ..devices import DeviceError, device_name, parse_device
 from ..procs import usable_cores
 
 
@@ -64,10 +65,12 @@ def machine_info(device: str = "cpu") -> dict:
         },
         "accelerator": None,
     }
-    if device.startswith("cuda") and torch.cuda.is_available():
-        idx = torch.device(device).index or 0
-        info["accelerator"] = {"kind": "cuda", "name": torch.cuda.get_device_name(idx),
-                               "cuda": torch.version.cuda}
-    elif device.startswith("npu") and hasattr(torch, "npu"):
-        info["accelerator"] = {"kind": "npu", "name": str(getattr(torch.npu, "get_device_name", lambda *_: "npu")(0))}
+    kind = parse_device(device)[0]
+    if kind in ("cuda", "npu"):
+        try:
+            name = device_name(device)
+        except (DeviceError, ImportError):   # not on this machine: the bench says so elsewhere
+            name = None
+        if name is not None:
+            info["accelerator"] = {"kind": kind, "name": name} | ({"cuda": torch.version.cuda} if kind == "cuda" else {})
     return info

@@ -115,7 +115,7 @@ def build(store: Store, imgsz: int, segment: Path, *, partial: bool = False, wor
     """
     # A Store of our own, closed afterwards: reading every record maps the whole store into this
     # process, and those maps would stay with the rank that happened to build.
-    own = Store(store.path, check_crc=store.check_crc)
+    own = store.reopen()
     if own.fingerprint != store.fingerprint:
         raise FormatError(f"the store at {store.path} changed on disk since it was opened (fingerprint "
                               f"{own.fingerprint}, was {store.fingerprint}); open it again")

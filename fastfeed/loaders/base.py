@@ -10,7 +10,7 @@ import torch
 
 from ..augment.hyp import AugmentHyp
 from ..batch import Batch
-from ..devices import parse_device, resolve_device
+from ..devices import has_cuda, parse_device, resolve_device
 from ..procs import usable_cores
 from .sampler import EpochOrder, batches_per_epoch, default_order
 
@@ -106,7 +106,7 @@ class LoaderConfig:
         """Page-lock the host batches: asked for, or by default when they are for a CUDA GPU."""
         if self.pin_memory is not None:
             return self.pin_memory
-        return parse_device(self.device)[0] in ("auto", "cuda") and torch.cuda.is_available()
+        return parse_device(self.device)[0] in ("auto", "cuda") and has_cuda()
 
     def closed(self, epoch: int) -> bool:
         """One of the last `close_mosaic` epochs: plain samples, no mosaic and no mixup (as Ultralytics)."""

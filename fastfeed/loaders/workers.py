@@ -19,6 +19,7 @@ from time import monotonic
 import numpy as np
 import torch
 
+from ..devices import has_cuda, pin_in_place, unpin
 from ..procs import worker_context
 
 log = logging.getLogger(__name__)
@@ -167,20 +168,15 @@ class WorkerPool:
         self.results.close()
         self.results.join_thread()
         if self.pinned:
-            _unpin(self.slots)
+            unpin(self.slots)
         self.procs = []
 
 
 def _pin(t: torch.Tensor) -> bool:
     """Page-lock shared memory in place so device copies can be asynchronous (CUDA only)."""
-    if not torch.cuda.is_available():
+    if not has_cuda():
         return False
-    err = torch.cuda.cudart().cudaHostRegister(t.data_ptr(), t.numel() * t.element_size(), 0)
-    if int(err) != 0:
-        log.warning("could not pin the loader's shared buffers (cudaHostRegister error %s); copies will be synchronous", err)
+    if not pin_in_place(t):
+        log.warning("could not pin the loader's shared buffers (cudaHostRegister failed); copies will be synchronous")
         return False
     return True
-
-
-def _unpin(t: torch.Tensor) -> None:
-    torch.cuda.cudart().cudaHostUnregister(t.data_ptr())

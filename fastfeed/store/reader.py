@@ -103,7 +103,8 @@ class Sample:
 
 
 class Store:
-    """Read a fastfeed store. `len(store)`, `store[i] -> Sample`, `store.record(i) -> Record`.
+    """Read a fastfeed store. `len(store)`, `store[i] -> Sample`, `store.record(i) -> Record`: the
+    `source.RecordSource` protocol every loader reads through.
 
     LMDB environments open lazily in each process (read-only, no lock file), so a `Store` pickles
     cheaply into worker processes and is safe after fork. Every read checks the record's CRC32
@@ -224,9 +225,17 @@ class Store:
             raise IndexError(f"record {index} out of range: the store holds {self._len} records")
         return bisect.bisect_right(self._starts, index) - 1
 
+    def shard_of(self, index: int) -> int:
+        """The number (index into `shards`) of the shard holding record `index`."""
+        return self._locate(int(index))
+
     def shard_name(self, index: int) -> str:
         """File name of the shard holding record `index`."""
         return self.shards[self._locate(index)].file
+
+    def reopen(self) -> Store:
+        """A new Store over the same folder as it is now (after a re-pack: the new pack), same settings."""
+        return Store(self.path, check_crc=self.check_crc)
 
     # --- reads ------------------------------------------------------------------------------------
     def record(self, index: int, check_crc: bool | None = None) -> Record:

@@ -52,16 +52,3 @@ def load_checkpoint(path, map_location="cpu") -> dict:
                               f"{VERSION}")
     return ckpt
 
-
-def rng_state(device: torch.device) -> dict:
-    state = {"torch": torch.get_rng_state()}
-    mod = getattr(torch, device.type, None) if device.type != "cpu" else None
-    if mod is not None:
-        state[device.type] = mod.get_rng_state(device)
-    return state
-
-
-def set_rng_state(state: dict, device: torch.device) -> None:
-    torch.set_rng_state(state["torch"])
-    if device.type in state:
-        getattr(torch, device.type).set_rng_state(state[device.type], device)

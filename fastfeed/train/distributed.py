@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ..devices import set_device
+
 BACKENDS = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
 
 
@@ -42,8 +44,7 @@ def setup(device: torch.device) -> Dist:
     world = int(os.environ.get("WORLD_SIZE", 1))
     if world <= 1:
         return Dist()
-    if device.type != "cpu":
-        getattr(torch, device.type).set_device(device)
+    set_device(device)
     dist.init_process_group(BACKENDS[device.type])
     return Dist(dist.get_rank(), dist.get_world_size(), local_rank(), owned=True)
 

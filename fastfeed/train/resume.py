@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from .checkpoint import CheckpointError, load_checkpoint, rng_state, set_rng_state
+from ..devices import rng_state, set_rng_state
+from .checkpoint import CheckpointError, load_checkpoint
 from .optim import ModelEMA
 
 log = logging.getLogger(__name__)

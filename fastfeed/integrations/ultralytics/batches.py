@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ...augment.boxes import xyxy_to_cxcywh
+
 
 @dataclass
 class RecordInfo:
@@ -29,10 +31,7 @@ def read_records(store, image_dir: Path | None) -> RecordInfo:
     files, shapes, boxes, classes = [], np.zeros((len(store), 2), np.int64), [], []
     for i in range(len(store)):
         r = store.record(i, check_crc=False)   # labels and sizes only: no payload is read or decoded
-        xyxy = r.boxes                         # the training boxes (iscrowd regions are kept apart)
-        cxcywh = np.empty_like(xyxy)
-        cxcywh[:, :2] = (xyxy[:, :2] + xyxy[:, 2:]) / 2
-        cxcywh[:, 2:] = xyxy[:, 2:] - xyxy[:, :2]
+        cxcywh = xyxy_to_cxcywh(r.boxes)       # the training boxes (iscrowd regions are kept apart), normalised
         files.append(str(image_dir / r.file_name) if image_dir is not None else r.file_name)
         shapes[i] = r.orig_size
         boxes.append(cxcywh)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
+from ...devices import copy_fence
 from ...loaders import LoaderConfig, create_loader
-from ...loaders.sampler import epoch_batches
 from .args import log
 from .batches import ClassFilter, collate, labels, read_records
 
@@ -54,7 +54,7 @@ class EpochSampler:
         self._feed = feed
 
     def __len__(self) -> int:
-        return sum(len(b) for b in self._feed.plan(0))
+        return self._feed.loader.order.samples()
 
     def set_epoch(self, epoch: int) -> None:
         self._feed.epoch = int(epoch)
@@ -89,12 +89,6 @@ class FastfeedTrainLoader:
     def __len__(self) -> int:
         return len(self.loader)
 
-    def plan(self, epoch: int) -> list:
-        """This rank's record indices per batch of `epoch`: the order every fastfeed loader uses."""
-        c = self.cfg
-        return epoch_batches(len(self.store), c.batch_size, epoch=epoch, seed=c.seed, rank=self.rank,
-                             world_size=self.world_size, shuffle=c.shuffle, drop_last=c.drop_last)
-
     def __iter__(self):
         return self._batches()   # a generator: nothing runs until the first batch is asked for
 
@@ -102,22 +96,19 @@ class FastfeedTrainLoader:
         epoch = self.epoch = int(self._epoch_of()) if self._epoch_of is not None else self.epoch
         loader = self.loader
         loader.set_epoch(epoch)
-        for indices, (images, targets) in zip(self.plan(epoch), loader, strict=True):
-            if len(indices) != len(images):
-                raise RuntimeError(f"fastfeed {self.name} loader gave {len(images)} images for a batch of "
-                                   f"{len(indices)} records: its order is not epoch_batches'")
-            yield collate(images, targets, indices, self.info, self.class_filter)
+        for batch in loader:   # im_file, ori_shape...: of the records the batch says it holds, in its order
+            images, targets, indices = batch.images, batch.targets, getattr(batch, "indices", None)
+            if indices is None or len(indices) != len(images):
+                raise RuntimeError(f"fastfeed {self.name} loader gave a batch of {len(images)} images without the "
+                                   f"record index of each (Batch.indices: {indices!r}); FastfeedTrainer needs them "
+                                   "to name the images")
+            yield collate(images, targets, indices.tolist(), self.info, self.class_filter)
             self._wait_copy()    # the next request lets the loader reuse this batch's buffer
 
     def copy_issued(self, device: torch.device) -> None:
         """The trainer has queued this batch's copy to `device`; wait for it before the buffer is reused."""
-        if device.type == "cuda":
-            self._copy_event = torch.cuda.Event()
-            self._copy_event.record()
-        elif device.type not in ("cpu", "mps"):
-            backend = getattr(torch, device.type, None)
-            if backend is not None and hasattr(backend, "synchronize"):
-                backend.synchronize()
+        if device.type in ("cuda", "npu"):
+            self._copy_event = copy_fence(device)
 
     def _wait_copy(self) -> None:
         if self._copy_event is not None:

@@ -15,11 +15,11 @@ import os
 import weakref
 from pathlib import Path
 
-import torch
 from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.utils import RANK
 from ultralytics.utils.torch_utils import torch_distributed_zero_first
 
+from ...devices import device_count
 from ...loaders import LoaderConfig
 from .args import augment_hyp, describe, loader_name, log, warn_unsupported
 from .batches import ClassFilter, read_records
@@ -31,9 +31,7 @@ def _workers(requested: int, device) -> int:
     """Ultralytics' cap, honoured as its loader does: at most the cores per local device."""
     if device.type in ("cpu", "mps"):
         return requested     # the trainer has already set 0 on CPU: the model step dominates there
-    backend = getattr(torch, device.type, None)
-    devices = backend.device_count() if backend is not None and hasattr(backend, "device_count") else 1
-    return max(0, min(requested, (os.cpu_count() or 1) // max(devices, 1)))
+    return max(0, min(requested, (os.cpu_count() or 1) // max(device_count(device), 1)))
 
 
 class FastfeedTrainer(DetectionTrainer):

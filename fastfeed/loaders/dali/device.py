@@ -11,9 +11,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
-import torch
-
-from ...devices import parse_device, resolve_device
+from ...devices import has_cuda, parse_device, resolve_device
 
 
 @dataclass(frozen=True)
@@ -59,7 +57,7 @@ def dali_device(device: str) -> DaliDevice:
     """The DALI device for a `LoaderConfig.device` value."""
     kind, _ = parse_device(device)
     if kind == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = "cuda" if has_cuda() else "cpu"
     elif kind == "npu":
         raise ValueError(f"the dali loader runs on NVIDIA GPUs or the CPU, not on {device!r}; "
                          "use device='cpu' or another loader")
