@@ -10,6 +10,7 @@ from time import perf_counter
 
 import torch
 
+from ...augment import make_targets
 from ...codec import DecodeError
 from ...store import FormatError
 from ...store.reader import Store
@@ -71,8 +72,8 @@ class DaliLoader(Loader):
         # Fork is quick, but DALI refuses to fork once CUDA is initialised here (a trainer that made
         # CUDA tensors first): then the workers are spawned, which re-imports the caller's main module.
         fork = "fork" in mp.get_all_start_methods() and not backend.IsDriverInitialized()
-        self._source = DaliSource(self.store, c, self.rank, self.world_size, self.mode, self.raw, epoch, start,
-                                  self.oriented)
+        self._source = DaliSource(self.store, c, self.order, self.opts.partner_buffer, self.mode, self.raw, epoch,
+                                  start, self.oriented)
         self._pipe = build_pipeline(self._source, self.device, batch_size=c.batch_size, num_threads=max(1, c.workers),
                                     py_workers=self.py_workers, start_method="fork" if fork else "spawn",
                                     prefetch=c.prefetch)
@@ -100,7 +101,7 @@ class DaliLoader(Loader):
                     out = next(self._it)
                 except StopIteration:
                     raise WorkerError(f"dali loader: the pipeline ended after {k} of {n} batches") from None
-                yield self._to_batch(out[0])
+                yield self._to_batch(out[0], self.order.batches(self.epoch)[self.start + k])
             k = n
             try:   # the end of DALI's epoch: resets the pipeline, which starts on the next epoch
                 next(self._it)
@@ -119,22 +120,15 @@ class DaliLoader(Loader):
             self.close()
             raise err from e
 
-    def _to_batch(self, d: dict) -> Batch:
+    def _to_batch(self, d: dict, indices) -> Batch:
         t0 = perf_counter()
         boxes, classes = d["boxes"], d["classes"]
-        j, n = (classes >= 0).nonzero(as_tuple=True)
-        b = boxes[j, n].clamp_(0.0, 1.0)
-        targets = torch.empty((len(j), 6), dtype=torch.float32)
-        targets[:, 0] = j
-        targets[:, 1] = classes[j, n]
-        targets[:, 2] = (b[:, 0] + b[:, 2]) * 0.5
-        targets[:, 3] = (b[:, 1] + b[:, 3]) * 0.5
-        targets[:, 4] = b[:, 2] - b[:, 0]
-        targets[:, 5] = b[:, 3] - b[:, 1]
+        j, n = (classes >= 0).nonzero(as_tuple=True)   # DALI pads each sample's boxes; padding has class -1
+        targets = make_targets(j, classes[j, n], boxes[j, n].clamp_(0.0, 1.0), 1.0)
         read, plan = d["times"].sum(0).tolist()
         images = d["images"]
         self._times.add({"read": read, "plan": plan, "collate": perf_counter() - t0}, int(images.shape[0]))
-        return Batch(images, targets)
+        return Batch(images, targets, torch.from_numpy(indices))
 
     # --- failures ----------------------------------------------------------------------------------
     def _explain(self, e: Exception, k: int) -> WorkerError:

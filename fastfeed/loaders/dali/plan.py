@@ -1,41 +1,37 @@
-"""Per-sample geometry for the DALI graph: fastfeed draws, DALI draws the pixels.
+"""Per-sample geometry for the DALI graph: fastfeed plans, DALI draws the pixels.
 
-Every random choice (mosaic or not, partners, mosaic centre, zoom, shift, rotation/shear, flips,
-HSV gains) is drawn here with numpy from (seed, rank, epoch, batch), and handed to DALI as
-per-sample arguments. The same numbers move the boxes (in numpy, before DALI sees them) and the
-pixels (in DALI), so boxes follow pixels by construction, and batches are the same for a seed
-whatever the thread or worker counts.
+Every random choice is the sample's `augment.DaliSample` (drawn by the source with `PartnerBuffer`'s rule:
+the cpu loader's plans for the same seed); this module turns a plan's geometry into per-sample arguments
+for DALI, and moves the boxes in numpy before DALI sees them. The same numbers move the boxes (here) and
+the pixels (in DALI), so boxes follow pixels by construction.
 
 Pixels take this path (graph.py): each tile is decoded, `fn.resize`d with a region of interest so
 that exactly its visible part comes out at its final scale, and `fn.multi_paste`d at its place in
-the S x S output over a grey fill. That is the composition `augment.mosaic`/`random_affine` use
-(tile placement, zoom and shift in one map: about S*S pixels are produced per sample, not a 2S x 2S
+the S x S output over a grey fill. That is the composition `augment.render_geometry` uses (layout by
+`augment.sample_layout`, zoom and shift in one map: about S*S pixels are produced per sample, not a 2S x 2S
 canvas). Rotation and shear (hyp.degrees/shear, 0 by default) follow as one `fn.warp_affine` of the
 S x S result about the shifted centre; the cpu loader warps the tiles themselves, so here the
 corners that a rotation brings in from outside the S x S frame are grey fill. Flips are left to
-`fn.flip` + `fn.bb_flip` after `fn.hsv`.
+`fn.flip` + `fn.bb_flip`.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...augment import (
     AugmentHyp,
+    Geometry,
     box_candidates,
     clip_boxes,
-    draw_affine,
-    draw_hsv,
-    draw_mosaic_centre,
     letterbox_boxes,
     letterbox_geometry,
-    mosaic_layout,
+    sample_layout,
     transform_boxes,
 )
-from ...augment.paste import paste_boxes, region_crop
+from ...augment.paste import paste_boxes, pixel_span, region_crop
 
 # geom row of one tile: roi y0, x0, y1, x1 (source pixels), resized h, w. A slot that shows nothing
 # resizes one source pixel to one pixel and pastes an empty region.
@@ -43,7 +39,7 @@ UNUSED = (0.0, 0.0, 1.0, 1.0, 1.0, 1.0)
 
 
 @dataclass
-class SamplePlan:
+class DaliSample:
     geom: np.ndarray      # float32 [K,6] per tile: roi_start(y,x), roi_end(y,x), size(h,w)
     paste: np.ndarray     # int32 [2,K+1,2]: region shapes (h,w) and out anchors (y,x); entry 0 is the fill
     boxes: np.ndarray     # float32 [M,4] x1,y1,x2,y2 normalised to the output, before the flips
@@ -53,16 +49,11 @@ class SamplePlan:
     warp: np.ndarray      # float32 [2,3]: forward map for fn.warp_affine (identity when unused)
 
 
-def _span(lo: float, hi: float, size: int) -> tuple[int, int]:
-    """Output pixels whose centres fall in [lo, hi), clipped to [0, size)."""
-    return min(max(math.ceil(lo - 0.5), 0), size), min(max(math.ceil(hi - 0.5), 0), size)
-
-
 def _axis(m: float, b: float, r: float, o: float, lo: float, hi: float, n_src: int, size: int):
     """One axis of one tile. The mid frame (canvas) maps to the output by x -> m*x + b, the tile into
     the mid frame by u -> r*u + o, and [lo, hi) is the tile's region in the mid frame. Returns output
     span [o0, o1), source span [u0, u1) and the realised tile->output scale and shift, or None."""
-    o0, o1 = _span(m * lo + b, m * hi + b, size)
+    o0, o1 = pixel_span(m * lo + b, m * hi + b, size)
     a, c = m * r, m * o + b
     u0, u1 = max((o0 - c) / a, 0.0), min((o1 - c) / a, float(n_src))
     if o1 <= o0 or u1 - u0 <= 1e-6:
@@ -85,16 +76,16 @@ def tile_op(zoom: float, shift: tuple[float, float], place, region, hw: tuple[in
     return (v0, u0, v1, u1, i1 - i0, j1 - j0), ((i1 - i0, j1 - j0), (i0, j0)), realised, (u0, v0, u1, v1)
 
 
-def _assemble(rows, pastes, size, boxes, classes, flip=(0, 0), hsv=(0.0, 1.0, 1.0), warp=None) -> SamplePlan:
+def _assemble(rows, pastes, size, boxes, classes, flip=(0, 0), hsv=(0.0, 1.0, 1.0), warp=None) -> DaliSample:
     shapes = [(size, size)] + [p[0] for p in pastes]
     anchors = [(0, 0)] + [p[1] for p in pastes]
     b = np.clip(np.asarray(boxes, np.float32).reshape(-1, 4) / size, 0.0, 1.0)
-    return SamplePlan(np.asarray(rows, np.float32), np.array([shapes, anchors], np.int32), b,
+    return DaliSample(np.asarray(rows, np.float32), np.array([shapes, anchors], np.int32), b,
                       np.asarray(classes, np.int32), np.asarray(flip, np.int32), np.asarray(hsv, np.float32),
                       np.asarray(warp if warp is not None else [[1, 0, 0], [0, 1, 0]], np.float32))
 
 
-def plan_eval(hw: tuple[int, int], boxes: np.ndarray, classes: np.ndarray, size: int) -> SamplePlan:
+def plan_eval(hw: tuple[int, int], boxes: np.ndarray, classes: np.ndarray, size: int) -> DaliSample:
     """Letterbox: long side to `size`, centred on the fill; what `augment.letterbox` computes."""
     h, w = hw
     nw, nh, left, top, _, _, _ = letterbox_geometry(h, w, size)
@@ -102,21 +93,13 @@ def plan_eval(hw: tuple[int, int], boxes: np.ndarray, classes: np.ndarray, size:
     return _assemble(rows, pastes, size, letterbox_boxes(boxes, (nw / w, nh / h), (left, top)), classes)
 
 
-def plan_train(rng: np.random.Generator, tiles: list, size: int, hyp: AugmentHyp) -> SamplePlan:
-    """Mosaic (4 tiles) or single-image random affine (1 tile), then flips and HSV gains.
+def plan_train(geometry: Geometry, tiles: list, size: int, hyp: AugmentHyp, hsv=None) -> DaliSample:
+    """A plan's geometry (mosaic: 4 tiles, else 1) as DALI arguments, with its boxes moved and filtered.
 
-    tiles: [(hw, boxes in tile pixels x1y1x2y2, classes)], 1 or 4 of them (own image first).
+    tiles: [(hw, boxes in tile pixels x1y1x2y2, classes)], own image first. hsv: the plan's jitter (None: none).
     """
-    if len(tiles) == 4:
-        centre = draw_mosaic_centre(rng, size)
-        layout = mosaic_layout([t[0] for t in tiles], size, centre)
-        c = (float(size), float(size))
-    else:
-        (h, w), _, _ = tiles[0]
-        r = size / max(h, w)
-        layout = [((r, 0.0, 0.0), (0.0, 0.0, w * r, h * r))]
-        c = (w * r / 2, h * r / 2)
-    d = draw_affine(rng, hyp, size)   # the workers' draws, in their order (flips included)
+    layout, c, _ = sample_layout(geometry, [t[0] for t in tiles], size, hyp)
+    d = geometry.affine   # flips and any rotation are DALI ops after the paste; zoom and shift are the resize
     zoom, t = d.zoom, np.array([d.tx, d.ty])
     shift = (t[0] - zoom * c[0], t[1] - zoom * c[1])
 
@@ -141,26 +124,43 @@ def plan_train(rng: np.random.Generator, tiles: list, size: int, hyp: AugmentHyp
         boxes, classes = after[keep], classes[keep]
 
     flip = (int(d.flip_lr), int(d.flip_ud))
-    jitter = draw_hsv(rng, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v)
-    hsv = (0.0, 1.0, 1.0) if jitter is None else (jitter[0] * 360.0, jitter[1], jitter[2])
-    return _assemble(rows, pastes, size, boxes, classes, flip, hsv, warp)
+    jitter = (0.0, 1.0, 1.0) if hsv is None else (hsv[0] * 360.0, hsv[1], hsv[2])
+    return _assemble(rows, pastes, size, boxes, classes, flip, jitter, warp)
 
 
-MOSAIC_BRANCHES = 7   # own image, then for each of the 3 partners: (from the batch, from the pool)
+MOSAIC_BRANCHES = 7   # own image, then for each of the 3 partners: (from the batch, read from the store)
 
 
-def route_partners(plan: SamplePlan, from_pool: list[bool]) -> SamplePlan:
+def route_partners(plan: DaliSample, from_store: list[bool]) -> DaliSample:
     """Spread a plan's tiles (own image + 0 or 3 partners) over the mosaic graph's 7 resize+paste
     branches; the branch a partner does not take shows nothing."""
     rows, shapes, anchors = [plan.geom[0]], [plan.paste[0, 0], plan.paste[0, 1]], [plan.paste[1, 0], plan.paste[1, 1]]
     empty = np.zeros(2, np.int32)
     for s in range(3):
-        real = s < len(from_pool)
-        for branch_is_pool in (False, True):
-            take = real and from_pool[s] == branch_is_pool
+        real = s < len(from_store)
+        for branch_reads in (False, True):
+            take = real and from_store[s] == branch_reads
             rows.append(plan.geom[s + 1] if take else np.asarray(UNUSED, np.float32))
             shapes.append(plan.paste[0, s + 2] if take else empty)
             anchors.append(plan.paste[1, s + 2] if take else empty)
     plan.geom = np.stack(rows)
     plan.paste = np.array([shapes, anchors], np.int32)
+    return plan
+
+
+def empty_plan(k: int, size: int) -> DaliSample:
+    """`k` tiles that show nothing, no boxes, no flips, no warp: a mixup branch's arguments for a sample that is
+    not mixed (its weight 1 leaves the sample as it is)."""
+    none = np.zeros((0, 4), np.float32)
+    return _assemble([UNUSED] * k, [((0, 0), (0, 0))] * k, size, none, np.zeros(0, np.int32))
+
+
+def pad_tiles(plan: DaliSample, k: int) -> DaliSample:
+    """A plan with fewer than `k` tiles (a non-mosaic mixup sample in a mosaic graph) padded with tiles that
+    show nothing."""
+    n = len(plan.geom)
+    if n < k:
+        empty = np.zeros((2, k - n, 2), np.int32)
+        plan.geom = np.concatenate([plan.geom, np.tile(np.asarray(UNUSED, np.float32), (k - n, 1))])
+        plan.paste = np.concatenate([plan.paste, empty], axis=1)
     return plan

@@ -1,23 +1,24 @@
-"""The DALI external source: one call per batch, reading records from the `Store`.
+"""The DALI external source: one call per batch, reading records from the store.
 
 Runs in DALI's Python worker processes (parallel external source; forked, or spawned when CUDA is
 already initialised) or in the main thread with workers=0. It imports no DALI: a call gets DALI's
 BatchInfo (iteration, epoch_idx) and returns one list per output, so it is plain, picklable
-Python over a `Store` (which pickles cheaply and reopens its LMDB maps in each process).
+Python over a store (which pickles cheaply and reopens its LMDB maps in each process).
 
-Per batch it takes this rank's indices from `epoch_batches` (the order every loader uses), reads
-each record once, checks its CRC (a damaged record raises `RecordCorrupt` naming it and its shard),
-draws the batch's randomness from (seed, rank, epoch, batch) and plans the geometry (plan.py).
+Per batch it takes this rank's indices from the loader's `EpochOrder`, reads each record once, checks its
+CRC (a damaged record raises `RecordCorrupt` naming it and its shard), and takes the batch's plans from
+the one rule every loader follows (`partners.PartnerBuffer`'s): the candidates are the records the cpu
+loader's worker k % W would hold in its partner buffer after loading this batch (`partners.history`,
+W = the workers setting, the buffer `partner_buffer`), the plans `augment.draw_batch`'s. So for a seed,
+world size and worker count the dali loader draws the cpu loader's samples: the same mosaics, partners,
+affines, flips, HSV gains and mixups (the pixels differ by interpolation; rotation fills differ, plan.py).
 
-Mosaic partners: a mosaic batch of B also reads a *partner pool* of B records drawn uniformly from
-the whole store (any rank's share, seeded per batch). Each mosaic sample takes its 3 partners from
-the 2B - 1 candidates "the batch's other images + the pool" (distinct when B >= 2), so partners
-are not only the batch's own images, yet a candidate is used about 1.5 times per batch (Ultralytics'
-64-image buffer: about the same). DALI decodes each candidate once and `fn.permute_batch` hands
-every partner slot its image. Cost: pool entries that some sample picks are decoded, about 0.8 of
-the pool at B=16, so ~1.8 decodes per output sample (the cpu loader: 1, reusing decoded images
-from its buffer; 3 fresh partners per sample would cost 4). Unpicked pool entries, and the whole
-pool in epochs without mosaic, are a tiny placeholder image that costs nothing to decode.
+Partners: a partner that is one of the batch's own images comes from the batch (`fn.permute_batch` of the
+decoded batch); any other is read here and handed to DALI as that sample's own input of that partner slot
+(`p1`..`p3`), so DALI decodes it: about 1 + 3 (1 - B/buffer) decodes per mosaic sample (the cpu loader: 1,
+reusing the decoded images of its buffer). Slots that take nothing hold a tiny placeholder that costs
+nothing to decode. A mixup sample's second geometry (its own image and partners) is read the same way
+(`m0`..`m3`) and rendered beside the first.
 """
 
 from __future__ import annotations
@@ -27,16 +28,16 @@ from time import perf_counter
 import numpy as np
 
 from ... import codec
-from ...augment import draw_mixup_weight
+from ...augment import batch_rng, draw_batch
 from ...exif import orientation_steps
 from ...store import FormatError
-from ...store.reader import Store
 from ..base import LoaderConfig
-from ..sampler import epoch_batches
-from .plan import plan_eval, plan_train, route_partners
+from ..partners import history
+from ..sampler import EpochOrder
+from .plan import empty_plan, pad_tiles, plan_eval, plan_train, route_partners
 
 _UPRIGHT = np.zeros(2, np.float32)   # the turn of orientation 1
-POOL_OUTPUTS = ("pool", "b1", "p1", "b2", "p2", "b3", "p3")   # partner pool; per slot: batch / pool index
+PARTNER_OUTPUTS = ("b1", "p1", "b2", "p2", "b3", "p3")   # per partner slot: batch index / the image read here
 
 
 def outputs_for(mode: str, hyp, oriented: bool = False) -> tuple[str, ...]:
@@ -50,34 +51,31 @@ def outputs_for(mode: str, hyp, oriented: bool = False) -> tuple[str, ...]:
             names.append("hsv")
         if not hyp.axis_aligned:
             names.append("warp")
-        if hyp.mixup:      # per sample: [weight of its own image, partner index in the batch, 1 if mixed]
-            names.append("mix")
     if mode == "mosaic":
-        names += POOL_OUTPUTS + (("pturn",) if oriented else ())
+        names += PARTNER_OUTPUTS + (("t1", "t2", "t3") if oriented else ())
+    if mode != "eval" and hyp.mixup:   # the second sample of a mixup: its tiles, geometry and boxes
+        tiles = 4 if mode == "mosaic" else 1
+        names += ["mix", "mgeom", "mpaste", "mboxes", "mclasses"] + [f"m{t}" for t in range(tiles)]
+        names += [f"mt{t}" for t in range(tiles)] if oriented else []
+        names += [n for n, on in (("mflip", "flip" in names), ("mwarp", "warp" in names)) if on]
     return tuple(names)
 
 
 class DaliSource:
     """callable(batch_info) -> tuple of per-sample lists, named by `self.outputs`."""
 
-    def __init__(self, store: Store, cfg: LoaderConfig, rank: int, world_size: int, mode: str, raw: bool,
+    def __init__(self, store, cfg: LoaderConfig, order: EpochOrder, partner_buffer: int, mode: str, raw: bool,
                  epoch0: int = 0, start: int = 0, oriented: bool = False):
-        self.store, self.cfg, self.rank, self.world_size = store, cfg, rank, world_size
+        self.store, self.cfg, self.order, self.rank = store, cfg, order, order.rank
+        self.partner_buffer = partner_buffer
         self.mode, self.raw, self.epoch0, self.start = mode, raw, epoch0, start
         self.size, self.hyp = cfg.imgsz, cfg.worker_hyp()
         self.outputs = outputs_for(mode, self.hyp, oriented)
-        self._epoch = None
-        self._batches: list = []
         self._placeholder = None
         self._read_s = 0.0
 
     def batches(self, epoch: int) -> list[np.ndarray]:
-        if epoch != self._epoch:
-            c = self.cfg
-            self._batches = epoch_batches(len(self.store), c.batch_size, epoch=epoch, seed=c.seed, rank=self.rank,
-                                          world_size=self.world_size, shuffle=c.shuffle, drop_last=c.drop_last)
-            self._epoch = epoch
-        return self._batches
+        return self.order.batches(epoch)
 
     def __call__(self, info):
         epoch = self.epoch0 + int(info.epoch_idx)
@@ -88,66 +86,96 @@ class DaliSource:
         return self.build(epoch, k, batches[k])
 
     # --- one batch ---------------------------------------------------------------------------------
+    def plans(self, epoch: int, k: int, n: int):
+        """(candidate records, plans) of batch k of `epoch`: the cpu loader's, for worker k % W's buffer."""
+        c, w = self.cfg, max(self.cfg.workers, 1)
+        cands = history(self.batches, epoch, k + 1, k % w, w, self.partner_buffer)
+        mosaic_on = self.mode == "mosaic" and c.mosaic_on(epoch)
+        plans = draw_batch(batch_rng(c.seed, self.rank, epoch, k), n, self.hyp, self.size, mosaic_on=mosaic_on,
+                           mixup_on=c.mixup_on(epoch), candidates=len(cands))
+        return cands, plans
+
     def build(self, epoch: int, k: int, indices) -> tuple[list, ...]:
         t0 = perf_counter()
         self._read_s = 0.0
         records = [self.read(int(i)) for i in indices]
         b, S, hyp = len(records), self.size, self.hyp
-        rng = np.random.default_rng([self.cfg.seed, self.rank, epoch, k])
         out = {name: [] for name in self.outputs}
-        mosaic = self.mode == "mosaic" and self.cfg.mosaic_on(epoch)
-        pool = rng.integers(len(self.store), size=b) if mosaic else None
-        pooled: dict[int, tuple] = {}     # pool position -> record, read once however often picked
-
-        def candidate(c: int):            # 0..b-1: the batch's own images, b..2b-1: the pool
-            if c < b:
-                return records[c]
-            if c - b not in pooled:
-                pooled[c - b] = self.read(int(pool[c - b]))
-            return pooled[c - b]
-
-        picks = []
-        mixup = "mix" in out and self.cfg.mixup_on(epoch)
+        cands, plans = self.plans(epoch, k, b) if self.mode != "eval" else (None, None)
         for j, (data, tile, turn) in enumerate(records):
             out["data"].append(data)
             if "turn" in out:
                 out["turn"].append(turn)
-            pick = []
-            if self.mode == "eval":
-                plan = plan_eval(*tile, S)
-            else:
-                if mosaic and rng.random() < hyp.mosaic:
-                    others = np.delete(np.arange(2 * b), j)   # any candidate but the sample itself
-                    pick = [int(c) for c in rng.choice(others, 3, replace=len(others) < 3)]
-                plan = plan_train(rng, [tile] + [candidate(c)[1] for c in pick], S, hyp)
-                if self.mode == "mosaic":
-                    plan = route_partners(plan, [c >= b for c in pick])
-            picks.append(pick)
-            for name in ("geom", "paste", "boxes", "classes", "flip", "hsv", "warp"):
-                if name in out:
-                    out[name].append(getattr(plan, name))
-            if "mix" in out:   # mixup: blend with another augmented sample of this batch (Beta(32, 32))
-                mixed = mixup and b > 1 and rng.random() < hyp.mixup
-                other = int(rng.choice(np.delete(np.arange(b), j))) if mixed else j
-                out["mix"].append(np.array([draw_mixup_weight(rng) if mixed else 1.0, other, int(mixed)], np.float32))
-        if self.mode == "mosaic":
-            out["pool"] = [pooled[p][0] if p in pooled else self.placeholder() for p in range(b)]
-            if "pturn" in out:
-                out["pturn"] = [pooled[p][2] if p in pooled else _UPRIGHT for p in range(b)]
-            for s in range(3):   # which image each branch shows (ignored where the branch shows nothing)
-                out[f"b{s + 1}"] = [np.array(p[s] if p and p[s] < b else 0, np.int32) for p in picks]
-                out[f"p{s + 1}"] = [np.array(p[s] - b if p and p[s] >= b else 0, np.int32) for p in picks]
+            if plans is None:
+                self._emit(out, "", plan_eval(*tile, S))
+                continue
+            plan = plans[j]
+            partners = [int(cands[p]) for p in plan.geometry.partners or ()]   # only in mosaic mode
+            # a partner among the batch's own images comes from the batch; any other is read here
+            at = [int(p) - len(cands) + b for p in plan.geometry.partners or ()]
+            from_batch = [0 <= q < b and int(indices[q]) == r for q, r in zip(at, partners)]
+            tiles = [tile]
+            if self.mode == "mosaic":
+                for s in range(3):
+                    real = s < len(partners)
+                    read = self._partner(out, s, partners[s] if real and not from_batch[s] else None)
+                    if real:
+                        tiles.append(records[at[s]][1] if from_batch[s] else read)
+                    out[f"b{s + 1}"].append(np.array(at[s] if real and from_batch[s] else 0, np.int32))
+            dp = plan_train(plan.geometry, tiles, S, hyp, plan.hsv)
+            if self.mode == "mosaic":
+                dp = route_partners(dp, [not m for m in from_batch])
+            self._emit(out, "", dp)
+            if "mix" in out:
+                self._mix(out, plan, cands)
         t_plan = perf_counter() - t0 - self._read_s
         out["times"] = [np.array([self._read_s / b, t_plan / b], np.float32)] * b
         return tuple(out[name] for name in self.outputs)
 
+    def _emit(self, out: dict, prefix: str, dp) -> None:
+        for name in ("geom", "paste", "boxes", "classes", "flip", "hsv", "warp"):
+            if prefix + name in out:
+                out[prefix + name].append(getattr(dp, name))
+
+    def _partner(self, out: dict, s: int, record: int | None):
+        """Read partner `record` for slot s of this sample into its own input (None: a placeholder); its tile."""
+        if record is None:
+            out[f"p{s + 1}"].append(self.placeholder())
+            if f"t{s + 1}" in out:
+                out[f"t{s + 1}"].append(_UPRIGHT)
+            return None
+        data, tile, turn = self.read(record)
+        out[f"p{s + 1}"].append(data)
+        if f"t{s + 1}" in out:
+            out[f"t{s + 1}"].append(turn)
+        return tile
+
+    def _mix(self, out: dict, plan, cands) -> None:
+        """The second sample of a mixup (or placeholders): its tiles read here, its geometry and boxes, the weight."""
+        n = sum(1 for name in out if name[0] == "m" and name[1:].isdigit())
+        mix = plan.mix
+        records = [] if mix is None else [int(cands[mix.other])] + [int(cands[p]) for p in mix.geometry.partners or ()]
+        tiles = []
+        for t in range(n):
+            if t < len(records):
+                data, tile, turn = self.read(records[t])
+                tiles.append(tile)
+            else:
+                data, turn = self.placeholder(), _UPRIGHT
+            out[f"m{t}"].append(data)
+            if f"mt{t}" in out:
+                out[f"mt{t}"].append(turn)
+        dp = empty_plan(n, self.size) if mix is None else pad_tiles(plan_train(mix.geometry, tiles, self.size, self.hyp), n)
+        self._emit(out, "m", dp)
+        out["mix"].append(np.array([mix.weight if mix else 1.0, float(mix is not None)], np.float32))
+
     def records_of(self, epoch: int, k: int, indices) -> list[int]:
-        """Every record batch k reads: its own, then its whole partner pool (used or not)."""
+        """Every record batch k reads: its own, then every partner and mixup record its plans pick."""
         recs = [int(i) for i in indices]
-        if self.mode == "mosaic" and self.cfg.mosaic_on(epoch):
-            rng = np.random.default_rng([self.cfg.seed, self.rank, epoch, k])
-            recs += [int(i) for i in rng.integers(len(self.store), size=len(recs))]
-        return recs
+        if self.mode == "eval":
+            return recs
+        cands, plans = self.plans(epoch, k, len(recs))
+        return recs + [int(r) for j, p in enumerate(plans) for r in p.records(recs[j], cands)[1:]]
 
     def read(self, index: int):
         """(payload array for DALI, (hw, boxes in pixels, classes), turn) of record `index`, CRC-checked.
