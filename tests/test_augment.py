@@ -10,10 +10,8 @@ import math
 import re
 from pathlib import Path
 
-import cv2
 import numpy as np
 import pytest
-from hsv_reference import hsv_jitter, hsv_lut  # the textbook HSV jitter the package's RGB one is checked against
 
 import fastfeed.augment as aug
 from fastfeed.augment import (
@@ -159,64 +157,47 @@ def test_letterbox_noncontiguous_and_bad_images():
         letterbox(big[:, ::-1], 128)
 
 
-# --- HSV -------------------------------------------------------------------------------------------
+# --- HSV (fastfeed.augment.hsv; its agreement with the textbook HSV round trip: test_augment_hsv_planes.py) --------
 
-def test_hsv_zero_gains_is_identity_and_draws_nothing():
-    img = noisy(40, 50, lo=0, hi=255)
-    before = img.copy()
+def _planes(img, draw):
+    planes = [np.empty(img.shape[:2], np.uint8) for _ in range(3)]
+    aug.hsv_to_planes(img.copy(), planes, draw, np.empty(img.shape[:2], np.uint8))
+    return np.dstack(planes).astype(int)
+
+
+def test_draw_hsv_zero_gains_draw_nothing_and_gains_bound_the_draws():
     rng = np.random.default_rng(3)
     state = rng.bit_generator.state
-    assert hsv_jitter(img, rng, 0, 0, 0) is img
-    assert (img == before).all() and rng.bit_generator.state == state
+    assert aug.draw_hsv(rng, 0, 0, 0) is None and rng.bit_generator.state == state
+    draws = np.array([aug.draw_hsv(np.random.default_rng(s), 0.1, 0.5, 0.25) for s in range(400)])
+    assert (np.abs(draws[:, 0]) <= 0.1).all() and draws[:, 0].min() < -0.08 and draws[:, 0].max() > 0.08
+    assert ((draws[:, 1] >= 0.5) & (draws[:, 1] <= 1.5)).all() and ((draws[:, 2] >= 0.75) & (draws[:, 2] <= 1.25)).all()
+    assert aug.draw_hsv(np.random.default_rng(7), 0.1, 0.5, 0.25) == aug.draw_hsv(np.random.default_rng(7), 0.1, 0.5, 0.25)
+    with pytest.raises(ValueError, match="hsv_h"):
+        AugmentHyp(hsv_h=0.7)
 
 
-def test_hsv_lut_wraps_hue_and_clips():
-    lut = hsv_lut(5, 2.0, 0.5)
-    assert lut.shape == (3, 256) and lut.dtype == np.uint8
-    assert lut[0, 178] == 3 and lut[0, 0] == 5
-    assert hsv_lut(-5, 1, 1)[0, 2] == 177
-    assert lut[1, 100] == 200 and lut[1, 200] == 255 and lut[2, 255] == 128
+def test_hsv_value_saturation_and_hue_act_as_their_names_say():
+    img = noisy(16, 20, lo=20, hi=230)
+    assert (_planes(img, None) == img).all()                                # no jitter: the planes are the image
+    v = _planes(img, (0.0, 1.0, 0.5))                                         # value x 0.5: every channel halves
+    assert np.abs(v - img * 0.5).max() <= 1
+    grey = _planes(img, (0.0, 0.0, 1.0))                                      # saturation 0: grey at V (the max)
+    assert np.abs(grey - img.max(-1, keepdims=True)).max() <= 1
+    red = np.zeros((4, 4, 3), np.uint8)
+    red[..., 0] = 200
+    turned = _planes(red, (1 / 3, 1.0, 1.0))                                  # a third of the circle: red -> green
+    assert turned[..., 1].min() >= 195 and turned[..., [0, 2]].max() <= 5
+    assert (_planes(red, (1 / 3 + 1, 1.0, 1.0)) == turned).all()               # hue wraps: one more turn, the same
 
 
-def test_hsv_jitter_matches_reference_and_stays_in_range():
-    img = noisy(64, 80, lo=0, hi=255)
-    for seed in range(5):
-        work = img.copy()
-        out = hsv_jitter(work, np.random.default_rng(seed), 0.5, 1.0, 1.0)
-        assert out is work and out.dtype == np.uint8 and out.shape == img.shape
-        dh, fs, fv = np.random.default_rng(seed).uniform(-1, 1, 3) * (0.5, 1.0, 1.0)
-        hsv = cv2.cvtColor(img, cv2.COLOR_RGB2HSV).astype(np.int32)
-        hsv[..., 0] = (hsv[..., 0] + int(round(dh * 180))) % 180
-        hsv[..., 1] = np.clip(np.rint(hsv[..., 1] * (1 + fs)), 0, 255)
-        hsv[..., 2] = np.clip(np.rint(hsv[..., 2] * (1 + fv)), 0, 255)
-        ref = cv2.cvtColor(hsv.astype(np.uint8), cv2.COLOR_HSV2RGB)
-        assert (out == ref).all()
-    assert not (out == img).all()
-
-
-def test_hsv_hue_wraps_end_to_end():
-    # pure hue 175 (a red-magenta): a +10 shift must land on hue 5 (orange-red), not clip at 179.
-    hsv = np.full((8, 8, 3), (175, 255, 255), np.uint8)
-    img = cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB)
-    seed = next(s for s in range(1000) if round(np.random.default_rng(s).uniform(-1, 1) * 0.1 * 180) == 10)
-    hsv_jitter(img, np.random.default_rng(seed), 0.1, 0.0, 0.0)
-    assert abs(int(cv2.cvtColor(img, cv2.COLOR_RGB2HSV)[0, 0, 0]) - 5) <= 1
-
-
-def test_hsv_writes_back_into_views_and_validates():
-    rgba = np.random.default_rng(0).integers(0, 256, (30, 40, 4), dtype=np.uint8)
-    view = rgba[..., :3]  # pixel stride 4: OpenCV cannot write it in place
-    ref = np.ascontiguousarray(view)
-    hsv_jitter(ref, np.random.default_rng(1), 0.2, 0.5, 0.5)
-    alpha = rgba[..., 3].copy()
-    hsv_jitter(view, np.random.default_rng(1), 0.2, 0.5, 0.5)
-    assert (view == ref).all() and (rgba[..., 3] == alpha).all()
-    with pytest.raises(ValueError, match="hgain"):
-        hsv_jitter(ref, np.random.default_rng(0), 0.7, 0.5, 0.5)
-    with pytest.raises(ValueError, match="vgain"):
-        hsv_jitter(ref, np.random.default_rng(0), 0.1, 0.5, -1)
-    with pytest.raises(ValueError, match="rng"):
-        hsv_jitter(ref, 0, 0.1, 0.5, 0.5)
+def test_hsv_jitter_writes_into_a_chw_slot_and_follows_its_draw():
+    img = noisy(30, 40, lo=0, hi=255)
+    slot = np.zeros((3, 30, 40), np.uint8)
+    aug.hsv_jitter_to_planes(img.copy(), [slot[0], slot[1], slot[2]], np.random.default_rng(5), 0.2, 0.5, 0.5,
+                             np.empty((30, 40), np.uint8))
+    draw = aug.draw_hsv(np.random.default_rng(5), 0.2, 0.5, 0.5)
+    assert (np.moveaxis(slot, 0, -1) == _planes(img, draw)).all() and not (np.moveaxis(slot, 0, -1) == img).all()
 
 
 # --- mixup -----------------------------------------------------------------------------------------

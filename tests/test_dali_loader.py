@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import builtins
 import shutil
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -111,16 +110,30 @@ def test_rotation_and_shear_keep_objects_inside_their_boxes(raw_store):
     assert uncovered <= 0.04 * total
 
 
-def test_mosaic_partners_come_from_the_whole_store(raw_store):
-    """Batch 2, mosaic on every sample: 3 partners out of the other image and a 2-image pool, so both
-    pool images are used; over an epoch the pools draw from across the store, not from the batch."""
+def test_mosaic_partners_come_from_the_batch_or_are_read_for_their_slot(raw_store):
+    """Batch 4, mosaic on every sample: each partner the plan picks (a record of the cpu loader's partner buffer)
+    reaches DALI either as a batch mate (b1..b3 index it) or read for that sample's slot (p1..p3 hold its pixels);
+    slots that take nothing hold a 1-pixel placeholder."""
     from fastfeed.loaders.dali.source import DaliSource
 
-    src = DaliSource(raw_store, _cfg(imgsz=128, batch_size=2, hyp=NO_COLOUR), 0, 1, "mosaic", raw=True)
-    out = dict(zip(src.outputs, src(SimpleNamespace(iteration=0, epoch_idx=0))))
-    assert [p.shape for p in out["pool"]] == [raw_store[i].image.shape for i in src.records_of(0, 0, src.batches(0)[0])[2:]]
-    pools = {i for k, idx in enumerate(src.batches(0)) for i in src.records_of(0, k, idx)[len(idx):]}
-    assert len(pools) > N // 2
+    cfg = _cfg(imgsz=128, batch_size=4, hyp=AugmentHyp(mosaic=1.0, hsv_h=0, hsv_s=0, hsv_v=0))
+    loader = _dali(raw_store, **{k: getattr(cfg, k) for k in ("imgsz", "batch_size", "hyp")})
+    src = DaliSource(raw_store, cfg, loader.order, 32, "mosaic", raw=True)
+    loader.close()
+    read = 0
+    for k in (0, 3):   # the buffer holds only the batch, then earlier batches too
+        idx = src.batches(0)[k]
+        out = dict(zip(src.outputs, src.build(0, k, idx)))
+        cands, plans = src.plans(0, k, len(idx))
+        for j, plan in enumerate(plans):
+            for s, pick in enumerate(plan.geometry.partners):
+                rec = int(cands[pick])
+                if out[f"p{s + 1}"][j].shape == (1, 1, 3):            # from the batch
+                    assert int(idx[int(out[f"b{s + 1}"][j])]) == rec
+                else:
+                    assert np.array_equal(out[f"p{s + 1}"][j], raw_store.record(rec).decode())
+                    read += 1
+    assert read > 0
 
 
 def test_eval_batches_are_letterboxed_store_images(raw_store, jpeg_store):
@@ -146,14 +159,18 @@ def test_eval_batches_are_letterboxed_store_images(raw_store, jpeg_store):
 
 # --- sampling ------------------------------------------------------------------------------------
 
-def test_same_seed_same_batches_whatever_the_workers_other_seed_other_batches(jpeg_store):
-    def run(seed, workers):
-        with _dali(jpeg_store, imgsz=96, batch_size=4, workers=workers, seed=seed) as loader:
+def test_same_seed_same_batches_other_seed_other_batches_and_the_cpu_loaders_for_a_worker_count(jpeg_store):
+    def run(name, seed, workers):
+        with create_loader(name, jpeg_store, _cfg(imgsz=96, batch_size=4, workers=workers, seed=seed, hyp=NO_COLOUR)) as loader:
             return _collect(loader) + _collect(loader, 1)
 
-    a, b, c = run(1, 2), run(1, 0), run(2, 2)
+    a, b, c = run("dali", 1, 2), run("dali", 1, 2), run("dali", 2, 2)
     assert all(torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]) for x, y in zip(a, b))
     assert not all(torch.equal(x[0], y[0]) for x, y in zip(a, c))
+    for workers in (0, 2):   # partners follow the worker count, as the cpu loader's buffers do
+        dali, cpu = run("dali", 1, workers), run("cpu", 1, workers)
+        same = sum(len(x[1]) == len(y[1]) and bool(torch.allclose(x[1], y[1], atol=0.02)) for x, y in zip(dali, cpu))
+        assert same >= len(cpu) - 1
 
 
 def _keys(batches):
@@ -266,8 +283,8 @@ def test_early_stop_then_next_epoch_and_a_store_smaller_than_a_batch(raw_store):
 
 
 def test_mixup_blends_two_augmented_samples_and_keeps_both_boxes(raw_store):
-    """hyp.mixup=1: each sample is a Beta(32,32) blend with another augmented sample of its batch, with the
-    boxes of both (each frames half-strength paint); deterministic; off in the close_mosaic epochs."""
+    """hyp.mixup=1: each sample is a Beta(32,32) blend with a second sample made from a partner-buffer image (as the
+    cpu loader's), with the boxes of both (each frames half-strength paint); deterministic; off when closed."""
     hyp = AugmentHyp(hsv_h=0, hsv_s=0, hsv_v=0, mosaic=0.0, mixup=1.0, translate=0.0, scale=0.0)
     with _dali(raw_store, imgsz=128, batch_size=4, workers=0, hyp=hyp, seed=1, epochs=3, close_mosaic=1) as loader:
         mixed, again, closed = _collect(loader, 0), _collect(loader, 0), _collect(loader, 2)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from time import perf_counter
 
 import numpy as np
@@ -75,6 +76,22 @@ def _failed(res: LoaderResult, e: BaseException) -> LoaderResult:
     return res
 
 
+@dataclass
+class _Window:
+    """What the timed window saw: batch end times and sizes, the time spent waiting / copying / stepping, the
+    loader's stage counters and the CPU seconds of its workers and of this process, at both ends."""
+
+    t0: float
+    t1: float = 0.0
+    ends: list = field(default_factory=list)
+    counts: list = field(default_factory=list)
+    wait: float = 0.0
+    copy_s: float = 0.0
+    step_s: float = 0.0
+    stages: tuple = ()
+    cpu: tuple = ()
+
+
 def measure(name: str, store, lcfg: LoaderConfig, *, seconds: float, batches: int | None, warmup: int,
             copy: Copy | None = None, step: Step | None = None, step_ms: float | None = None,
             interval: float = 0.2, progress: bool = True, label: str | None = None) -> LoaderResult:
@@ -82,112 +99,114 @@ def measure(name: str, store, lcfg: LoaderConfig, *, seconds: float, batches: in
     a missing optional dependency (ImportError) gives status 'unavailable', anything else 'failed'."""
     res = LoaderResult(name=name, workers=lcfg.workers, loader_config=lcfg.to_dict(),
                        copy_applicable=copy is not None)
-    label = label or name
     mon = ResourceMonitor(interval).start()
-    loader = gen = bar = None
+    loader = gen = None
     try:
-        # --- start: time to the first batch, loader creation and worker start included ----------
-        t_create = perf_counter()
-        try:
+        try:   # time to the first batch (loader creation and worker start included), then the warm-up
+            t_create = perf_counter()
             loader = create_loader(name, store, lcfg)
-            ready = None
-            if loader.on_device:   # its batches come out on the device: no copy to time; waiting for the
-                copy, res.copy_applicable = None, False   # device to finish a batch is waiting for data
-                res.notes.append("batches come out on the device: no host->device copy; the wait for each batch "
-                                 "includes the device finishing it")
-
-                def ready(b):
-                    synchronize(b.images.device)
+            copy, ready = _device_side(loader, res, copy)
             res.batches_per_epoch = len(loader)
-            if res.batches_per_epoch == 0:
-                raise ValueError(f"no full batch: the store's {len(store)} images make 0 batches of {lcfg.batch_size}")
+            order = getattr(loader, "order", None)   # a fastfeed Loader's EpochOrder (a bare iterable has none)
+            res.order = order.describe() if order is not None else None
             gen = _forever(loader)
             first = next(gen)
             res.first_batch_s = perf_counter() - t_create
-            pids = loader.memory_pids()
-            mon.set_pids(pids)
-            # --- warm-up: untimed batches through the same copy/step path (the first one counts) -
-            res.warmup_batches = max(warmup, 1)
-            batch = first
+            mon.set_pids(loader.memory_pids())
+            res.warmup_batches = max(warmup, 1)   # untimed batches through the same copy/step path (the first counts)
             for k in range(res.warmup_batches):
-                if k:
-                    batch = next(gen)
-                dev = copy(batch) if copy else batch
+                dev = copy(first if k == 0 else next(gen)) if copy else (first if k == 0 else next(gen))
                 if step:
                     step(*dev)
+            win = _timed(loader, gen, mon, copy, step, ready, seconds=seconds, batches=batches,
+                         label=label or name, progress=progress)
         except Exception as e:  # ImportError included: reported as "unavailable"
             return _failed(res, e)
-
-        # --- the timed window ------------------------------------------------------------------
-        timed_total = float(batches) if batches else float(seconds)
-        bar = tqdm(total=timed_total, desc=label, unit="batch" if batches else "s", leave=False, disable=not progress,
-                   bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} {unit}{postfix}" if batches
-                   else "{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} s{postfix}")
-        pids = loader.memory_pids()
-        mon.set_pids(pids)
-        st0 = _stage_snapshot(loader)
-        main_pid = psutil.Process().pid
-        cpu_w0, cpu_m0 = _cpu_seconds(pids), _cpu_seconds([main_pid])
-        wait = copy_s = step_s = 0.0
-        ends: list[float] = []
-        counts: list[int] = []
-        done = 0
-        t0 = mon.mark()
-        now = t0
-        try:
-            while True:
-                t_req = perf_counter()
-                batch = next(gen)
-                if ready is not None:
-                    ready(batch)
-                t_got = perf_counter()
-                dev = copy(batch) if copy else batch
-                t_copied = perf_counter()
-                if step:
-                    step(*dev)
-                now = perf_counter()
-                wait += t_got - t_req
-                copy_s += t_copied - t_got
-                step_s += now - t_copied
-                ends.append(now)
-                counts.append(int(batch.images.shape[0]))
-                done += counts[-1]
-                if batches:
-                    bar.update(1)
-                    if len(ends) >= batches:
-                        break
-                else:
-                    bar.update(min(now - t0, seconds) - bar.n)
-                    if now - t0 >= seconds:
-                        break
-                if len(ends) % 8 == 0:
-                    bar.set_postfix_str(f"{done / (now - t0):.0f} img/s", refresh=False)
-        except Exception as e:
-            return _failed(res, e)
-        t1 = mon.mark()
-        st1 = _stage_snapshot(loader)
-        pids_end = loader.memory_pids()
-        cpu_w1, cpu_m1 = _cpu_seconds(pids_end), _cpu_seconds([main_pid])
         res.shared_bytes = int(loader.shared_bytes())
     finally:
-        if bar is not None:
-            bar.close()
         if gen is not None:
             gen.close()
         if loader is not None:
             loader.close()
         mon.stop()
+    _figures(res, win, lcfg, mon, copy, step_ms)
+    return res
 
-    # --- figures ---------------------------------------------------------------------------------
-    wall = t1 - t0
+
+def _device_side(loader, res: LoaderResult, copy: Copy | None):
+    """(copy, ready): a loader whose batches come out on the device has no copy to time, and waiting for the
+    device to finish a batch is waiting for data (ready synchronises)."""
+    if not loader.on_device:
+        return copy, None
+    res.copy_applicable = False
+    res.notes.append("batches come out on the device: no host->device copy; the wait for each batch "
+                     "includes the device finishing it")
+    return None, lambda b: synchronize(b.images.device)
+
+
+def _timed(loader, gen, mon: ResourceMonitor, copy, step, ready, *, seconds: float, batches: int | None, label: str,
+           progress: bool) -> _Window:
+    """Consume batches as a training loop would (wait, copy, step) for `batches` batches or `seconds`."""
+    timed_total = float(batches) if batches else float(seconds)
+    bar = tqdm(total=timed_total, desc=label, unit="batch" if batches else "s", leave=False, disable=not progress,
+               bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} {unit}{postfix}" if batches
+               else "{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} s{postfix}")
+    try:
+        pids = loader.memory_pids()
+        mon.set_pids(pids)
+        main_pid = psutil.Process().pid
+        stages0, cpu0 = _stage_snapshot(loader), (_cpu_seconds(pids), _cpu_seconds([main_pid]))
+        win = _Window(mon.mark())
+        done = 0
+        while True:
+            t_req = perf_counter()
+            batch = next(gen)
+            if ready is not None:
+                ready(batch)
+            t_got = perf_counter()
+            dev = copy(batch) if copy else batch
+            t_copied = perf_counter()
+            if step:
+                step(*dev)
+            now = perf_counter()
+            win.wait += t_got - t_req
+            win.copy_s += t_copied - t_got
+            win.step_s += now - t_copied
+            win.ends.append(now)
+            win.counts.append(int(batch.images.shape[0]))
+            done += win.counts[-1]
+            if batches:
+                bar.update(1)
+                if len(win.ends) >= batches:
+                    break
+            else:
+                bar.update(min(now - win.t0, seconds) - bar.n)
+                if now - win.t0 >= seconds:
+                    break
+            if len(win.ends) % 8 == 0:
+                bar.set_postfix_str(f"{done / (now - win.t0):.0f} img/s", refresh=False)
+        win.t1 = mon.mark()
+        stages1 = _stage_snapshot(loader)
+        cpu1 = (_cpu_seconds(loader.memory_pids()), _cpu_seconds([main_pid]))
+        win.stages = (stages0, stages1)
+        win.cpu = (max(cpu1[0] - cpu0[0], 0.0), max(cpu1[1] - cpu0[1], 0.0))
+        return win
+    finally:
+        bar.close()
+
+
+def _figures(res: LoaderResult, win: _Window, lcfg: LoaderConfig, mon: ResourceMonitor, copy, step_ms) -> None:
+    wall = win.t1 - win.t0
+    ends, counts = win.ends, win.counts
     images = sum(counts)
     res.timed_batches, res.timed_images, res.wall_s = len(ends), images, wall
-    res.images_per_s = rate_stats(t0, ends, counts, wall)
-    res.batches_per_s = rate_stats(t0, ends, [1] * len(ends), wall)
+    res.images_per_s = rate_stats(win.t0, ends, counts, wall)
+    res.batches_per_s = rate_stats(win.t0, ends, [1] * len(ends), wall)
 
     # Stage times: the loader's cumulative counters, differenced over the window. They are added when
     # a batch reaches this process, so a batch built partly before the window counts inside it; over
     # many batches this edge effect is small (at most workers x prefetch batches).
+    st0, st1 = win.stages
     secs = {k: st1[0].get(k, 0.0) - st0[0].get(k, 0.0) for k in st1[0]}
     n_stage = st1[1] - st0[1]
     res.stage_samples = n_stage
@@ -198,23 +217,21 @@ def measure(name: str, store, lcfg: LoaderConfig, *, seconds: float, batches: in
     else:
         res.stage_ms_per_sample = {}
         res.notes.append("the loader reports no stage times (stage_times() stayed empty)")
-    res.stage_ms_per_sample["copy"] = 1e3 * copy_s / images if copy is not None and images else 0.0
+    res.stage_ms_per_sample["copy"] = 1e3 * win.copy_s / images if copy is not None and images else 0.0
 
+    w, m = win.cpu
     if images:
-        w, m = max(cpu_w1 - cpu_w0, 0.0), max(cpu_m1 - cpu_m0, 0.0)
-        res.cpu_ms_per_sample = {"workers": 1e3 * w / images, "main": 1e3 * m / images,
-                                 "total": 1e3 * (w + m) / images}
-    res.cpu = mon.cpu_between(t0, t1)
+        res.cpu_ms_per_sample = {"workers": 1e3 * w / images, "main": 1e3 * m / images, "total": 1e3 * (w + m) / images}
+    res.cpu = mon.cpu_between(win.t0, win.t1)
     if wall > 0:   # what this bench's own processes used (the machine-wide figure includes other users)
-        res.cpu["process_cores"] = {"workers": max(cpu_w1 - cpu_w0, 0.0) / wall, "main": max(cpu_m1 - cpu_m0, 0.0) / wall}
+        res.cpu["process_cores"] = {"workers": w / wall, "main": m / wall}
     res.memory = mon.memory()
 
     step_only = 1e3 / step_ms if step_ms else None
     sps = len(ends) / wall if wall > 0 else 0.0
-    res.stall = Stall(step_ms=step_ms, stall_fraction=min(max(wait / wall, 0.0), 1.0) if wall > 0 else 0.0,
-                      wait_s=wait, copy_s=copy_s, step_s=step_s, steps_per_s=sps, step_only_per_s=step_only,
+    res.stall = Stall(step_ms=step_ms, stall_fraction=min(max(win.wait / wall, 0.0), 1.0) if wall > 0 else 0.0,
+                      wait_s=win.wait, copy_s=win.copy_s, step_s=win.step_s, steps_per_s=sps, step_only_per_s=step_only,
                       efficiency=sps / step_only if step_only else None)
 
     if len(ends) < 5:
         res.notes.append(f"only {len(ends)} timed batch(es): the spread is not meaningful; run longer")
-    return res

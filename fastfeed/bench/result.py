@@ -63,6 +63,7 @@ class LoaderResult:
     workers: int | None = None
     loader_config: dict | None = None
     batches_per_epoch: int | None = None
+    order: dict | None = None               # the loader's EpochOrder.describe(): which batch order it follows
     first_batch_s: float | None = None      # create_loader() to the first batch in hand (includes worker start)
     warmup_batches: int = 0
     timed_batches: int = 0
