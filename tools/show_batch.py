@@ -15,7 +15,9 @@ import cv2
 import numpy as np
 
 from fastfeed import Store
+from fastfeed.imgsz import imgsz_error
 from fastfeed.loaders import LoaderConfig, create_loader, list_loaders
+from fastfeed.store.format import FormatError
 
 _PALETTE = [(255, 56, 56), (255, 157, 151), (255, 112, 31), (255, 178, 29), (207, 210, 49), (72, 249, 10),
             (146, 204, 23), (61, 219, 134), (26, 147, 52), (0, 212, 187), (44, 153, 168), (0, 194, 255),
@@ -50,20 +52,26 @@ def main(argv=None) -> int:
     ap.add_argument("--data", type=Path, required=True, help="a store made by `fastfeed pack`")
     ap.add_argument("-o", "--out", type=Path, required=True, help="PNG to write")
     ap.add_argument("--loader", default="cpu", help=f"one of {', '.join(list_loaders())}")
-    ap.add_argument("--imgsz", type=int, default=640)
+    ap.add_argument("--imgsz", type=int, default=640, help="output side, a multiple of 32 (default 640)")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--epoch", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--no-augment", action="store_true", help="letterboxed evaluation batch instead")
     args = ap.parse_args(argv)
-    store = Store(args.data)
-    cfg = LoaderConfig(imgsz=args.imgsz, batch_size=args.batch, workers=args.workers, seed=args.seed,
-                       augment=not args.no_augment, drop_last=False)
-    with create_loader(args.loader, store, cfg) as loader:
-        loader.set_epoch(args.epoch)
-        images, targets = next(iter(loader))
-        grid = draw_batch(images.numpy(), targets.numpy(), store.class_names)
+    if (msg := imgsz_error(args.imgsz)) is not None:   # the rule every fastfeed command applies
+        ap.error(msg)
+    try:
+        store = Store(args.data)
+        cfg = LoaderConfig(imgsz=args.imgsz, batch_size=args.batch, workers=args.workers, seed=args.seed,
+                           augment=not args.no_augment, drop_last=False)
+        with create_loader(args.loader, store, cfg) as loader:
+            loader.set_epoch(args.epoch)
+            images, targets = next(iter(loader))
+            grid = draw_batch(images.numpy(), targets.numpy(), store.class_names)
+    except (ValueError, FormatError) as e:
+        print(f"show_batch: error: {e}", file=sys.stderr)
+        return 1
     cv2.imwrite(str(args.out), cv2.cvtColor(grid, cv2.COLOR_RGB2BGR))
     print(f"wrote {args.out}: {len(images)} images, {len(targets)} boxes")
     return 0

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..devices import DEVICES
+from ..imgsz import check_imgsz
 from ..train.config import MODELS
 
 
@@ -46,8 +47,7 @@ class BenchConfig:
                 raise ValueError(f"{flag} {rule}, got {value!r}")
 
         need(len(self.loaders) > 0, "--loader", "needs at least one loader name (or 'all')", self.loaders)
-        need(_is_int(self.imgsz) and self.imgsz >= 32 and self.imgsz % 32 == 0, "--imgsz",
-             "must be a positive multiple of 32", self.imgsz)
+        check_imgsz(self.imgsz)
         need(_is_int(self.batch_size) and self.batch_size >= 1, "--batch", "must be >= 1", self.batch_size)
         need(self.workers is None or self.workers == "auto" or (_is_int(self.workers) and self.workers >= 0),
              "--workers", "must be an integer >= 0 (0: in the main process) or 'auto'", self.workers)

@@ -110,11 +110,12 @@ def cmd_clear(args) -> int:
 
 def cmd_build(args) -> int:
     from ..cache import CacheError, acquire
+    from ..imgsz import imgsz_error
     from ..store import Store
     from ..store.format import FormatError
 
-    if args.imgsz < 32 or args.imgsz % 32:
-        return fail(f"--imgsz must be a positive multiple of 32, got {args.imgsz}", EXIT_USAGE)
+    if (msg := imgsz_error(args.imgsz)) is not None:
+        return fail(msg, EXIT_USAGE)
     try:
         store = Store(args.store)
         lease = acquire(store, args.imgsz, args.dir, partial=args.partial, keep=True, workers=args.workers,

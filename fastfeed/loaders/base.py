@@ -11,6 +11,7 @@ import torch
 from ..augment.hyp import AugmentHyp
 from ..batch import Batch
 from ..devices import has_cuda, parse_device, resolve_device
+from ..imgsz import check_imgsz
 from ..procs import usable_cores
 from .sampler import EpochOrder, batches_per_epoch, default_order
 
@@ -66,8 +67,7 @@ class LoaderConfig:
             if not ok:
                 raise ValueError(f"LoaderConfig.{name} {rule}, got {getattr(self, name)!r}")
 
-        need(isinstance(self.imgsz, int) and self.imgsz >= 32 and self.imgsz % 32 == 0, "imgsz",
-             "must be a positive multiple of 32")
+        check_imgsz(self.imgsz, "LoaderConfig.imgsz")
         need(isinstance(self.batch_size, int) and self.batch_size >= 1, "batch_size", "must be >= 1")
         need(isinstance(self.workers, int) and self.workers >= 0, "workers", "must be >= 0 (0: in the main process)")
         need(isinstance(self.prefetch, int) and self.prefetch >= 1, "prefetch", "must be >= 1")

@@ -10,6 +10,8 @@ import numbers
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from ..imgsz import check_imgsz
+
 MODELS = ("yolov3", "yolov3-tiny")   # the networks model.build_model builds
 OPTIMIZERS = ("sgd", "adamw")
 SCHEDULES = ("cosine", "linear")
@@ -116,8 +118,7 @@ class TrainConfig:
         need(not self.eval_only or (self.weights is not None and self.val is not None), "eval-only",
              "needs --weights CKPT and --val STORE", (self.weights, self.val))
         need(self.model in MODELS, "model", f"must be one of {', '.join(MODELS)}", self.model)
-        need(is_int(self.imgsz) and self.imgsz >= 32 and self.imgsz % 32 == 0, "imgsz",
-             "must be a positive multiple of 32 (the largest stride)", self.imgsz)
+        check_imgsz(self.imgsz)
         need(self.batch == "auto" or (is_int(self.batch) and self.batch >= 1), "batch", "must be >= 1 or 'auto'",
              self.batch)
         need(self.micro_batch is None or (is_int(self.micro_batch) and self.micro_batch >= 1), "micro-batch",
