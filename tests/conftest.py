@@ -106,6 +106,24 @@ class YoloBuilder:
         return self
 
 
+def roboflow_export(root: Path, names=("cat", "dog"), splits=(("train", 4), ("valid", 2)), yaml: bool = True) -> Path:
+    """A YOLO export laid out as Roboflow writes it: <split>/images/ + <split>/labels/ per split, and a data.yaml at
+    the top whose splits say `../<split>/images` (resolved inside the export, as Ultralytics does). Image k of a
+    split has one box of class k % len(names)."""
+    for split, n in splits:
+        for k in range(n):
+            (root / split / "images").mkdir(parents=True, exist_ok=True)
+            (root / split / "labels").mkdir(parents=True, exist_ok=True)
+            (root / split / "images" / f"{split}_{k}.jpg").write_bytes(jpeg_bytes(paint_image(80, 100, seed=k)))
+            (root / split / "labels" / f"{split}_{k}.txt").write_text(f"{k % len(names)} 0.5 0.5 0.3 0.4\n")
+    if yaml:
+        keys = {"train": "train", "valid": "val", "test": "test"}
+        (root / "data.yaml").write_text("".join(f"{keys.get(s, s)}: ../{s}/images\n" for s, _ in splits)
+                                        + f"nc: {len(names)}\nnames: {list(names)}\n"
+                                        + "roboflow:\n  workspace: w\n  project: p\n  version: 1\n")
+    return root
+
+
 @pytest.fixture
 def coco_builder(tmp_path):
     return CocoBuilder(tmp_path / "coco")

@@ -175,7 +175,7 @@ def test_nothing_usable_is_an_error_and_the_reasons_are_still_listed(coco_builde
     coco_builder.add_image("bad.jpg", data=b"nope")
     src = coco_builder.write()
     with pytest.raises(PackError, match="nothing usable") as e:
-        run_pack(src, tmp_path / "out")
+        run_pack(src, tmp_path / "out", allow_background_only=True)
     assert e.value.report.counts["corrupt_image"] == 1
     assert e.value.rejects == tmp_path / "out" / "rejects.jsonl" and str(e.value.rejects) in str(e.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["coco", "out"]          # no lock, no temporary folder
@@ -183,17 +183,17 @@ def test_nothing_usable_is_an_error_and_the_reasons_are_still_listed(coco_builde
     with pytest.raises(FormatError, match="not a fastfeed store"):
         Store(tmp_path / "out")
     (coco_builder.images_dir / "bad.jpg").write_bytes(jpeg_bytes(paint_image(120, 160)))   # fixed: packs, no --force
-    run_pack(src, tmp_path / "out")
+    run_pack(src, tmp_path / "out", allow_background_only=True)
     assert len(Store(tmp_path / "out")) == 1 and rejects(tmp_path / "out") == []
 
 
 def test_nothing_usable_with_force_keeps_the_existing_store(coco_builder, tmp_path):
     coco_builder.add_image("a.jpg")
     src = coco_builder.write()
-    run_pack(src, tmp_path / "out")
+    run_pack(src, tmp_path / "out", allow_background_only=True)
     (coco_builder.images_dir / "a.jpg").write_bytes(b"")
     with pytest.raises(PackError, match="out is unchanged") as e:
-        run_pack(src, tmp_path / "out", overwrite=True)
+        run_pack(src, tmp_path / "out", overwrite=True, allow_background_only=True)
     assert e.value.rejects == tmp_path / "out.rejects.jsonl" and e.value.rejects.is_file()
     assert len(Store(tmp_path / "out")) == 1
 
@@ -214,7 +214,7 @@ def test_interrupted_pack_leaves_no_store(coco_builder, tmp_path, monkeypatch):
 
     monkeypatch.setattr(writer.ShardWriter, "append", boom)
     with pytest.raises(KeyboardInterrupt):
-        run_pack(coco_builder.write(), tmp_path / "out")
+        run_pack(coco_builder.write(), tmp_path / "out", allow_background_only=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["coco"]
 
 
@@ -276,7 +276,7 @@ def test_resized_modes_keep_boxes_on_the_objects(coco_builder, tmp_path, mode):
 def test_raw_mode_pixels_equal_the_resized_decode(coco_builder, tmp_path):
     data = jpeg_bytes(paint_image(200, 100, seed=5))
     coco_builder.add_image("a.jpg", 200, 100, data=data)
-    run_pack(coco_builder.write(), tmp_path / "out", store="raw", max_side=64)
+    run_pack(coco_builder.write(), tmp_path / "out", store="raw", max_side=64, allow_background_only=True)
     s = Store(tmp_path / "out")[0]
     expect, _, _ = codec.decode_fit(data, 64)
     assert s.image.shape == (64, 32, 3) and np.array_equal(s.image, expect)
@@ -285,5 +285,5 @@ def test_raw_mode_pixels_equal_the_resized_decode(coco_builder, tmp_path):
 
 def test_small_images_are_not_enlarged(coco_builder, tmp_path):
     coco_builder.add_image("a.jpg", 40, 30)
-    run_pack(coco_builder.write(), tmp_path / "out", store="jpeg", max_side=640)
+    run_pack(coco_builder.write(), tmp_path / "out", store="jpeg", max_side=640, allow_background_only=True)
     assert Store(tmp_path / "out")[0].size == (40, 30)

@@ -140,7 +140,7 @@ def test_float_tiff_and_hdr_pfm_are_unsupported_with_what_to_do(coco_builder, tm
     coco_builder.add_image("f.tif", 8, 8, data=cv2.imencode(".tiff", np.zeros((8, 8, 3), np.float32))[1].tobytes())
     coco_builder.add_image("hdr.pfm", 8, 8, data=cv2.imencode(".pfm", np.full((8, 8, 3), 3.0, np.float32))[1].tobytes())
     coco_builder.add_image("ok.jpg")
-    run_pack(coco_builder.write(), tmp_path / "out")
+    run_pack(coco_builder.write(), tmp_path / "out", allow_background_only=True)
     got = {r["file"]: (r["reason"], r["detail"]) for r in rejects(tmp_path / "out")}
     assert got["f.tif"][0] == got["hdr.pfm"][0] == "unsupported_format"
     assert "32-bit float TIFF" in got["f.tif"][1] and "convert it to an 8- or 16-bit PNG" in got["hdr.pfm"][1]

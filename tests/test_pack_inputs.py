@@ -119,7 +119,7 @@ def test_a_bug_outside_the_image_check_still_surfaces(coco_builder, tmp_path, mo
 def test_decoded_pixels_of_a_good_jpeg_are_unchanged_by_the_check(coco_builder, tmp_path):
     data = jpeg_bytes(paint_image(64, 64, seed=9))
     coco_builder.add_image("a.jpg", 64, 64, data=data)
-    run_pack(coco_builder.write(), tmp_path / "out")
+    run_pack(coco_builder.write(), tmp_path / "out", allow_background_only=True)
     assert Store(tmp_path / "out").get(0, decode=False).data == data
 
 
@@ -237,7 +237,7 @@ def test_the_lock_goes_with_the_pack_and_a_stale_one_is_no_obstacle(coco_builder
     src = coco_builder.write()
     (tmp_path / ".out.lock").write_text("99999999\n")                 # left by a killed pack: nobody holds it
     (tmp_path / ".out.incomplete-99999999").mkdir()                   # that pack's half-written store
-    run_pack(src, tmp_path / "out")
+    run_pack(src, tmp_path / "out", allow_background_only=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["coco", "out"]
 
 
@@ -249,10 +249,10 @@ def test_the_cli_points_at_rejects_jsonl_only_where_it_exists(coco_builder, tmp_
 
     coco_builder.add_image("bad.jpg", data=b"")
     src = coco_builder.write()
-    assert main(["pack", str(src), "-o", str(tmp_path / "out"), "--quiet", "--on-error", "fail"]) == 1
+    assert main(["pack", "--allow-background-only", str(src), "-o", str(tmp_path / "out"), "--quiet", "--on-error", "fail"]) == 1
     out, err = capsys.readouterr()
     assert "rejects.jsonl" not in out + err and not (tmp_path / "out").exists()
-    assert main(["pack", str(src), "-o", str(tmp_path / "out"), "--quiet"]) == 1
+    assert main(["pack", "--allow-background-only", str(src), "-o", str(tmp_path / "out"), "--quiet"]) == 1
     out, err = capsys.readouterr()
     listed = tmp_path / "out" / "rejects.jsonl"
     assert f"errors are listed in {listed}" in out and f"the reasons are listed in {listed}" in err
@@ -264,7 +264,7 @@ def test_verify_names_the_missing_shard(coco_builder, tmp_path, capsys):
 
     for k in range(4):
         coco_builder.add_image(f"{k}.jpg", seed=k)
-    run_pack(coco_builder.write(), tmp_path / "out", shards=2)
+    run_pack(coco_builder.write(), tmp_path / "out", shards=2, allow_background_only=True)
     (tmp_path / "out" / "shard-00001.mdb").unlink()
     assert main(["verify", str(tmp_path / "out"), "--quiet"]) == 1
     assert "shard file shard-00001.mdb is missing (records 2..3)" in capsys.readouterr().out

@@ -25,18 +25,27 @@ def add_parser(sub) -> None:
                     "when complete. The source is never modified. Every image format Ultralytics reads is packed;\n"
                     "those DALI cannot decode (AVIF, HEIC, DNG, PFM) are stored as PNG. See docs/inputs.md.",
         epilog="layouts (auto-detected):\n"
-               "  COCO  SRC/annotations/instances_<split>.json + SRC/images/<split>/\n"
-               "  YOLO  SRC/images/<split>/ + SRC/labels/<split>/*.txt (+ SRC/data.yaml names),\n"
-               "        or SRC/images/ + SRC/labels/\n"
+               "  COCO   SRC/annotations/instances_<split>.json + SRC/images/<split>/\n"
+               "         SRC/annotations.json (any one *.json) + SRC/images/, or --ann FILE.json --images DIR\n"
+               "  YOLO   SRC/images/<split>/ + SRC/labels/<split>/*.txt (+ SRC/data.yaml names),\n"
+               "         or SRC/images/ + SRC/labels/\n"
+               "  split  SRC/<split>/images/ + SRC/<split>/labels/ + SRC/data.yaml (Roboflow's YOLO export;\n"
+               "  folders  --split valid or --split val), SRC/<split>/<file>.json + images (its COCO export)\n"
+               "  data.yaml  the file Ultralytics trains from: its train:/val:/test: folders and names\n"
+               "A pack in which no image (or under 1%) has a label stops and says where labels were looked\n"
+               "for: that is a layout mistake; --allow-background-only packs a set that is all background.\n"
                "examples:\n"
                "  fastfeed pack -o sample.ff                        # the bundled 16-image sample\n"
                "  fastfeed pack datasets/coco -o coco.ff --split val2017\n"
+               "  fastfeed pack my_export/data.yaml -o train.ff      # Roboflow / Ultralytics (--split val)\n"
+               "  fastfeed pack --ann export/annotations.json --images export/images -o x.ff\n"
                "  fastfeed pack datasets/yolo -o small.ff --store jpeg --max-side 640 --quality 90")
     p.add_argument("src", nargs="?", type=Path,
-                   help="dataset folder (default: the sample bundled with fastfeed)")
+                   help="dataset folder, or an Ultralytics data.yaml (default: the sample bundled with fastfeed)")
     p.add_argument("-o", "--out", type=Path, required=True, help="store folder to create")
     p.add_argument("--format", choices=("coco", "yolo"), help="force the layout instead of detecting it")
-    p.add_argument("--split", help="split to pack (default: the only one, else train2017/train)")
+    p.add_argument("--split", help="split to pack: a folder name, or data.yaml's key (train, val, test); default: "
+                                   "the only one, else train2017/train")
     p.add_argument("--ann", type=Path, help="COCO JSON file (with --images, instead of SRC)")
     p.add_argument("--images", type=Path, help="images folder for --ann")
     p.add_argument("--store", choices=STORE_MODES, default=d("store"),
@@ -62,6 +71,8 @@ def add_parser(sub) -> None:
                    help="refuse images of more than N pixels, read from the header before anything is decoded "
                         f"(image_too_large; default {d('max_pixels'):,}, Pillow's decompression-bomb limit); raise it for "
                         "genuinely huge images")
+    p.add_argument("--allow-background-only", action="store_true",
+                   help="pack even when no image (or under 1%%) has a label: a set that really is all background")
     p.add_argument("--force", action="store_true", help="replace OUT if it is an existing store")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -88,6 +99,7 @@ def run(args) -> int:
                          images=args.images, store=args.store, max_side=args.max_side, quality=args.quality,
                          shards=args.shards, shard_mb=args.shard_mb, workers=args.workers,
                          on_error=args.on_error, check=args.check, exif=args.exif, overwrite=args.force, progress=not args.quiet,
+                         allow_background_only=args.allow_background_only,
                          **({} if args.max_pixels is None else {"max_pixels": args.max_pixels}))
         res = pack(cfg)
     except ValueError as e:

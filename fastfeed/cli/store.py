@@ -41,6 +41,10 @@ def cmd_inspect(args) -> int:
     print(f"  classes with boxes ({len(used)} of {len(s['classes'])}):")
     for c in used:
         print(f"    {c['id']:4d} {c['name']:<20} (source id {c['source_id']}) {c['boxes']:7d}")
+    empty = [c for c in s["classes"] if not c["boxes"]]
+    if empty:   # a model trained on this store never sees them: often a names list that does not fit the labels
+        print(f"  classes without boxes ({len(empty)} of {len(s['classes'])}): "
+              + ", ".join(f"{c['id']} {c['name']}" for c in empty[:40]) + (" ..." if len(empty) > 40 else ""))
     for kind in ("errors", "notes"):
         if s["report"][kind]:
             print(f"  pack {kind}: " + ", ".join(f"{k} {v}" for k, v in s["report"][kind].items()))

@@ -1,15 +1,34 @@
-"""Tell COCO from YOLO layouts and pick the split, with errors that say what was expected."""
+"""Tell the dataset layouts apart and pick the split, with errors that say what was expected.
+
+The layouts, as people download them:
+
+    COCO   SRC/annotations/instances_<split>.json + SRC/images/<split>/
+           SRC/<one>.json + SRC/images/ (a flat export, e.g. annotations.json), or --ann FILE --images DIR
+    YOLO   SRC/images/<split>/ + SRC/labels/<split>/, or SRC/images/ + SRC/labels/ (names from SRC/data.yaml)
+    split  SRC/<split>/images/ + SRC/<split>/labels/ (+ SRC/data.yaml): Roboflow's YOLO export;
+    folders  SRC/<split>/<one>.json + its images: Roboflow's COCO export
+    data.yaml  `fastfeed pack data.yaml [--split val]`: the folders its train:/val:/test: name
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from .coco import read_coco
+from .datayaml import data_yaml_in, labels_dir_for, read_data_yaml
 from .source import IMAGE_SUFFIXES, PackError, Source
 from .yolo import read_yolo
 
-COCO_HINT = "COCO: SRC/annotations/instances_<split>.json + SRC/images/<split>/ (or --ann FILE --images DIR)"
+COCO_HINT = ("COCO: SRC/annotations/instances_<split>.json + SRC/images/<split>/, or SRC/annotations.json + "
+             "SRC/images/, or --ann FILE.json --images DIR")
 YOLO_HINT = "YOLO: SRC/images/<split>/ + SRC/labels/<split>/*.txt, or SRC/images/ + SRC/labels/"
+SPLITS_HINT = ("split folders (Roboflow's exports): SRC/<split>/images/ + SRC/<split>/labels/ (+ SRC/data.yaml), "
+               "or SRC/<split>/<file>.json + its images; or a data.yaml file: fastfeed pack data.yaml [--split val]")
+
+
+def layouts() -> str:
+    """The layouts fastfeed reads, one per line, for error messages."""
+    return f"  {COCO_HINT}\n  {YOLO_HINT}\n  {SPLITS_HINT}"
 
 
 def _pick(splits: list[str], wanted: str | None, what: str) -> str:
@@ -25,66 +44,220 @@ def _pick(splits: list[str], wanted: str | None, what: str) -> str:
     raise PackError(f"{what} has several splits ({', '.join(splits)}); choose one with --split")
 
 
+def _has_images(folder: Path) -> bool:
+    return any(p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".") for p in folder.iterdir() if p.is_file())
+
+
+def _jsons(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.glob("*.json") if not p.name.startswith("."))
+
+
+def _flat_coco(folder: Path) -> tuple[Path, Path] | None:
+    """(the JSON, the images folder) of a flat COCO folder: one *.json beside images/ (or beside the images)."""
+    jsons = _jsons(folder)
+    if len(jsons) != 1:
+        return None
+    if (folder / "images").is_dir():
+        return jsons[0], folder / "images"
+    return (jsons[0], folder) if _has_images(folder) else None
+
+
+def _yolo_split_folders(src: Path) -> dict[str, Path]:
+    """Split name -> images folder: data.yaml's train:/val:/test: entries, then the folders SRC/<name>/images/
+    by their names (so `--split val` and `--split valid` both find Roboflow's valid/)."""
+    found = {}
+    file = data_yaml_in(src)
+    if file is not None:
+        dy = read_data_yaml(file)
+        found = {key: dy.folder(key) for key in dy.entries}
+    for d in sorted(p for p in src.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if (d / "images").is_dir() and d.name not in found:
+            found[d.name] = (d / "images").resolve()
+    return found
+
+
 def detect_format(src: Path) -> str:
     ann = src / "annotations"
     if ann.is_dir() and any(ann.glob("instances_*.json")):
         return "coco"
     if (src / "labels").is_dir():
         return "yolo"
-    raise PackError(f"cannot tell the layout of {src}: expected\n  {COCO_HINT}\n  {YOLO_HINT}\n"
-                    "or pass --format coco|yolo")
+    if _flat_coco(src) is not None:
+        return "coco"
+    subdirs = [p for p in src.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    if any((d / "images").is_dir() for d in subdirs) or (src / "images").is_dir():
+        return "yolo"
+    if any(_flat_coco(d) is not None for d in subdirs):
+        return "coco"
+    if data_yaml_in(src) is not None and read_data_yaml(data_yaml_in(src)).entries:
+        return "yolo"
+    raise PackError(f"cannot tell the layout of {src}: expected\n{layouts()}\nor pass --format coco|yolo")
 
 
 def _coco(src: Path, split: str | None) -> Source:
     files = sorted((src / "annotations").glob("instances_*.json"))
-    splits = [f.stem[len("instances_"):] for f in files]
-    if not splits:
-        raise PackError(f"no annotations/instances_<split>.json in {src}; expected {COCO_HINT}")
-    split = _pick(splits, split, f"{src / 'annotations'}")
-    images = src / "images" / split
+    if files:
+        splits = [f.stem[len("instances_"):] for f in files]
+        split = _pick(splits, split, f"{src / 'annotations'}")
+        images = src / "images" / split
+        if not images.is_dir():
+            images = src / split if (src / split).is_dir() else images
+        if not images.is_dir():
+            raise PackError(f"images folder for split {split!r} not found: expected {src / 'images' / split}")
+        return read_coco(src / "annotations" / f"instances_{split}.json", images, split, src)
+    flat = _flat_coco(src)
+    if flat is not None and split is None:
+        return read_coco(flat[0], flat[1], None, src)
+    folders = {d.name: f for d in sorted(src.iterdir()) if d.is_dir() and (f := _flat_coco(d)) is not None}
+    if folders:
+        split = _pick(sorted(folders), split, f"{src} (split folders)")
+        return read_coco(*folders[split], split, src)
+    raise PackError(f"no COCO annotations in {src}: expected {COCO_HINT}{_ann_suggestion(src)}")
+
+
+def _ann_suggestion(src: Path) -> str:
+    """`; try --ann X --images Y` for the JSON files near SRC, so a layout fastfeed does not guess still packs."""
+    jsons = _jsons(src) + [j for d in sorted(src.iterdir()) if d.is_dir() for j in _jsons(d)]
+    if not jsons:
+        return ""
+    images = next((d for d in (src / "images", jsons[0].parent / "images", jsons[0].parent) if d.is_dir()), src)
+    return f"; for {jsons[0]}, try: fastfeed pack --ann {jsons[0]} --images {images} -o OUT"
+
+
+def _yolo(src: Path, split: str | None, names: list[str] | None) -> Source:
+    images = src / "images"
+    if images.is_dir():
+        subdirs = sorted(p.name for p in images.iterdir() if p.is_dir())
+        if split is None and _has_images(images):
+            return read_yolo(images, src / "labels", src, names=names)
+        if not subdirs:
+            raise PackError(f"{images} holds no images and no split folders; expected {YOLO_HINT}")
+        split = _pick(subdirs, split, str(images))
+        return read_yolo(images / split, src / "labels" / split, src, split, names)
+    if _has_images(src) and split is None:   # SRC is the images folder itself (e.g. data.yaml's train:)
+        return _images_folder(src, src.parent, None, names)
+    folders = _yolo_split_folders(src)
+    if folders:
+        split = _pick(list(folders), split, f"{src} (split folders and data.yaml)")
+        file = data_yaml_in(src)
+        if names is None and file is not None:
+            names = read_data_yaml(file).names
+        return _images_folder(folders[split], src, split, names)
+    raise PackError(f"no images/ folder in {src}, and no split folders; expected\n{layouts()}")
+
+
+def _images_folder(images: Path, root: Path, split: str | None, names: list[str] | None) -> Source:
+    labels = labels_dir_for(images)
+    if labels is None:
+        raise PackError(f"{images} is not inside a folder named 'images', so its labels cannot be found: YOLO label "
+                        "files sit where the image's path has 'labels' for its last 'images' folder "
+                        "(images/train/x.jpg -> labels/train/x.txt)")
+    return read_yolo(images, labels, root, split, names)
+
+
+def _from_data_yaml(file: Path, format: str | None, split: str | None, names: list[str] | None) -> Source:
+    if format not in (None, "yolo"):
+        raise PackError(f"{file} is Ultralytics' data.yaml, a YOLO dataset; drop --format {format}")
+    dy = read_data_yaml(file)
+    if not dy.entries:
+        raise PackError(f"{file} names no split (train:, val: or test:); give the dataset folder instead")
+    key = _pick(list(dy.entries), split, str(file))
+    return _images_folder(dy.folder(key), dy.root, key, names if names is not None else dy.names)
+
+
+def _explicit_coco(ann: Path | None, images: Path | None, format: str | None, split: str | None) -> Source:
+    if ann is None or images is None:
+        raise PackError("--ann and --images go together: give the COCO JSON file and its images folder")
+    if format not in (None, "coco"):
+        raise PackError("--ann/--images describe a COCO dataset; drop --format yolo")
+    ann, images = Path(ann), Path(images)
+    if ann.is_dir():
+        raise PackError(f"--ann {ann} is a folder; --ann takes the COCO JSON file (e.g. {ann}/annotations.json) and "
+                        "--images the folder of images")
+    if not ann.exists():
+        raise PackError(f"--ann {ann}: annotation file not found")
+    if images.is_file():
+        raise PackError(f"--images {images} is a file; --images takes the folder that holds the images "
+                        "(--ann takes the JSON file)")
     if not images.is_dir():
-        images = src / split if (src / split).is_dir() else images
-    if not images.is_dir():
-        raise PackError(f"images folder for split {split!r} not found: expected {src / 'images' / split}")
-    return read_coco(src / "annotations" / f"instances_{split}.json", images, split, src)
-
-
-def _has_images(folder: Path) -> bool:
-    return any(p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".") for p in folder.iterdir() if p.is_file())
-
-
-def _yolo(src: Path, split: str | None) -> Source:
-    images, labels = src / "images", src / "labels"
-    if not images.is_dir():
-        raise PackError(f"no images/ folder in {src}; expected {YOLO_HINT}")
-    subdirs = sorted(p.name for p in images.iterdir() if p.is_dir())
-    if split is None and _has_images(images):
-        return read_yolo(images, labels, src)
-    if not subdirs:
-        raise PackError(f"{images} holds no images and no split folders; expected {YOLO_HINT}")
-    split = _pick(subdirs, split, str(images))
-    return read_yolo(images / split, labels / split, src, split)
+        raise PackError(f"--images {images}: images folder not found")
+    return read_coco(ann, images, split)
 
 
 def open_source(src: Path | None, format: str | None = None, split: str | None = None,
-                ann: Path | None = None, images: Path | None = None) -> Source:
-    """Read the dataset at `src` (or the explicit `ann` + `images` pair) into a `Source`."""
+                ann: Path | None = None, images: Path | None = None, names: list[str] | None = None) -> Source:
+    """Read the dataset at `src` (a folder or a data.yaml; or the explicit `ann` + `images` pair) into a
+    `Source`. `names`: class names for a YOLO source (data.yaml's), instead of reading them from the folder."""
     if ann is not None or images is not None:
-        if ann is None or images is None:
-            raise PackError("--ann and --images go together: give the COCO JSON file and its images folder")
-        if format not in (None, "coco"):
-            raise PackError("--ann/--images describe a COCO dataset; drop --format yolo")
-        if not Path(images).is_dir():
-            raise PackError(f"images folder {images} not found")
-        return read_coco(Path(ann), Path(images), split)
+        if src is not None:
+            raise PackError(f"give SRC ({src}) or --ann/--images, not both")
+        return _explicit_coco(ann, images, format, split)
     if src is None:
-        raise PackError("no dataset given: pass SRC (a COCO or YOLO folder) or --ann FILE --images DIR")
+        raise PackError("no dataset given: pass SRC (a COCO or YOLO folder, or a data.yaml) or --ann FILE --images DIR")
     src = Path(src)
+    if src.is_file() and src.suffix.lower() in (".yaml", ".yml"):
+        return _from_data_yaml(src, format, split, names)
+    if src.is_file() and src.suffix.lower() == ".json":
+        raise PackError(f"{src} is a JSON file: for a COCO file, give it with its images folder: "
+                        f"fastfeed pack --ann {src} --images DIR -o OUT")
     if not src.is_dir():
-        raise PackError(f"{src} is not a directory; expected a dataset folder ({COCO_HINT}; {YOLO_HINT})")
+        what = "is a file" if src.exists() else "does not exist"
+        raise PackError(f"{src} is not a directory ({what}); expected a dataset folder or a data.yaml:\n{layouts()}")
     format = format or detect_format(src)
     if format == "coco":
         return _coco(src, split)
     if format == "yolo":
-        return _yolo(src, split)
+        return _yolo(src, split, names)
     raise PackError(f"unknown --format {format!r}; valid: coco, yolo")
+
+
+LABELLED_MIN = 0.01   # a pack in which fewer images than this share have labels stops (unless all-background is meant)
+
+
+def check_labelled(source: Source) -> None:
+    """Stop a pack in which no image, or almost none (< 1%), has a label: that is a layout mistake (labels in
+    another folder, a COCO set read as YOLO), not a dataset, and would train with a box loss of 0. The error
+    names where the labels were looked for and the layouts fastfeed reads; `--allow-background-only` packs
+    a set that really is all background."""
+    n = len(source.items)
+    if not n:
+        return
+    if source.format == "yolo":
+        labelled = sum(it.label_path is not None for it in source.items)
+    else:
+        labelled = sum(len(it.coco_xywh) > 0 or len(it.coco_classes) > 0 for it in source.items)
+    if labelled >= LABELLED_MIN * n:
+        return
+    share = "none" if not labelled else f"only {labelled}"
+    under = f" (under {LABELLED_MIN:.0%})" if labelled else ""
+    if source.format == "yolo":
+        msg = _yolo_unlabelled(source, share, under)
+    else:
+        ann = source.annotation_files[0] if source.annotation_files else "the annotation file"
+        msg = (f"{share} of the {n} images listed in {ann} has a box{under}: the file holds no usable annotation "
+               "for the others (the problems above list annotations that were dropped)")
+    raise PackError(f"no labels: {msg}.\nLayouts fastfeed reads:\n{layouts()}\n"
+                    "If this set really is all background (no boxes at all), pass --allow-background-only.")
+
+
+def _yolo_unlabelled(source: Source, share: str, under: str) -> str:
+    first, labels = source.items[0], source.labels_dir
+    images_dir = first.path.parents[len(Path(first.name).parts) - 1]   # item names are relative to it
+    msg = f"{share} of the {len(source.items)} images in {images_dir} has a label file{under}"
+    if labels is None:
+        return msg
+    example = (labels / first.name).with_suffix(".txt")
+    msg += f"; fastfeed looked for {labels}/<image name>.txt (e.g. {example})"
+    if not labels.is_dir():
+        msg += f", and {labels} does not exist"
+    else:
+        unmatched = sum(1 for p in source.problems if p.reason == "label_without_image")
+        if unmatched:
+            msg += f"; the {unmatched} label file(s) there match no image's name"
+    root = Path(source.root)
+    ann = root / "annotations"
+    coco = sorted(ann.glob("instances_*.json")) if ann.is_dir() else []
+    coco = coco or _jsons(root)
+    if coco:
+        msg += f"; {coco[0]} suggests a COCO dataset: drop --format yolo (or pass --format coco)"
+    return msg

@@ -20,7 +20,7 @@ from ..procs import usable_cores, worker_context
 from ..store import format as fmt
 from . import segment
 from .check import DEFAULT_MAX_PIXELS
-from .layout import open_source
+from .layout import check_labelled, open_source
 from .process import EXIF_MODES, STORE_MODES, PayloadConfig
 from .report import PackReport
 from .source import PackError
@@ -51,6 +51,8 @@ class PackConfig:
     exif: str = "apply"                # 'apply' the EXIF orientation (boxes in the upright frame) or 'ignore' it
     overwrite: bool = False
     progress: bool = True
+    allow_background_only: bool = False   # pack a set in which (almost) no image has a label (layout.check_labelled)
+    names: list[str] | None = None     # YOLO: the class names (data.yaml's) instead of those found beside the source
 
     def __post_init__(self):
         self.out = Path(self.out)
@@ -143,11 +145,16 @@ def pack(cfg: PackConfig) -> PackResult:
         raise PackError(f"cannot write {cfg.out}: its parent folder {cfg.out.parent} does not exist")
     with pack_lock(cfg.out):  # before any work: a second pack into OUT stops here
         replace = _check_out(cfg)
-        source = open_source(cfg.src, cfg.format, cfg.split, cfg.ann, cfg.images)
+        source = open_source(cfg.src, cfg.format, cfg.split, cfg.ann, cfg.images, cfg.names)
         report = PackReport()
         report.extend(source.problems)
         if not source.items and not report.errors:
             raise PackError(f"no images found: {source.describe()}")
+        if not cfg.allow_background_only:
+            try:
+                check_labelled(source)
+            except PackError as e:
+                raise PackError(str(e), report) from None
         if cfg.on_error == "fail" and report.errors:
             raise PackError(f"--on-error fail: {report.errors[0].describe()}")
         log.info("packing %s", source.describe())

@@ -34,13 +34,14 @@ def _stat(path: Path | None, root: Path) -> str:
 
 
 def source_signature(src: Path | None, format: str | None = None, split: str | None = None,
-                     ann: Path | None = None, images: Path | None = None, store: str = "original") -> str:
+                     ann: Path | None = None, images: Path | None = None, store: str = "original",
+                     names: list[str] | None = None) -> str:
     """A 32-hex-digit signature of the dataset `pack()` would read with the same arguments.
 
     `store` (the payload mode) is part of it, so a store packed another way is not mistaken for
     this one. Raises PackError (from the layout reader) when the source cannot be read.
     """
-    source = open_source(src, format, split, ann, images)
+    source = open_source(src, format, split, ann, images, names)
     h = hashlib.sha256()
     h.update(f"{fmt.FORMAT_VERSION}\0{source.format}\0{source.split}\0{store}\0{source.class_names}\n".encode())
     root = Path(source.root)

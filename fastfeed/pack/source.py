@@ -61,6 +61,7 @@ class Source:
                                     # (YOLO without class names: both empty, filled from the labels)
     problems: list[Problem]         # layout-level (orphan labels, orphan annotations, ...)
     annotation_files: list[Path]    # hashed into the source fingerprint
+    labels_dir: Path | None = None  # YOLO: where each image's label file was looked for
 
     def describe(self) -> str:
         split = f" split {self.split}" if self.split else ""

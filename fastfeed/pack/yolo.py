@@ -1,4 +1,5 @@
-"""Read an Ultralytics/YOLO dataset: `images/<split>/` + `labels/<split>/*.txt` (+ data.yaml names)."""
+"""Read an Ultralytics/YOLO dataset: an images folder and its labels folder (`images/<split>/` +
+`labels/<split>/*.txt`, `<split>/images/` + `<split>/labels/`, ...), class names from data.yaml."""
 
 from __future__ import annotations
 
@@ -7,35 +8,14 @@ from pathlib import Path
 
 import numpy as np
 
+from .datayaml import read_names
 from .report import Problem
-from .source import IMAGE_SUFFIXES, Item, PackError, Source, list_folder
+from .source import IMAGE_SUFFIXES, Item, Source, list_folder
 
 
-def read_names(root: Path) -> list[str] | None:
-    """Class names from `data.yaml` (or the only *.yaml in root); None when there is none."""
-    candidates = [root / "data.yaml"] if (root / "data.yaml").is_file() else sorted(root.glob("*.yaml"))
-    if len(candidates) != 1:
-        return None
-    import yaml
-
-    try:
-        cfg = yaml.safe_load(candidates[0].read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise PackError(f"{candidates[0]} is not valid YAML: {e}") from None
-    names = cfg.get("names") if isinstance(cfg, dict) else None
-    if names is None:
-        return None
-    if isinstance(names, dict):
-        keys = sorted(names)
-        if keys != list(range(len(keys))):
-            raise PackError(f"{candidates[0]}: 'names' keys must be 0..N-1, got {keys[:10]}")
-        return [str(names[k]) for k in keys]
-    if isinstance(names, list):
-        return [str(n) for n in names]
-    raise PackError(f"{candidates[0]}: 'names' must be a list or a {{id: name}} mapping")
-
-
-def read_yolo(images_dir: Path, labels_dir: Path, root: Path, split: str | None = None) -> Source:
+def read_yolo(images_dir: Path, labels_dir: Path, root: Path, split: str | None = None,
+              names: list[str] | None = None) -> Source:
+    """`names`: the class names (data.yaml's); None: read from a data.yaml in `root`, else the label ids."""
     listing = list_folder(images_dir)
     items, problems = [], list(listing.repeats)
     seen_labels = set()
@@ -63,8 +43,8 @@ def read_yolo(images_dir: Path, labels_dir: Path, root: Path, split: str | None 
                 problems.append(Problem("unsupported_format", str(image), (
                     f"{image.suffix or 'no extension'} is not an image extension fastfeed lists "
                     f"({' '.join(sorted(IMAGE_SUFFIXES))}); its label {r} is unused: convert the image to PNG or JPEG")))
-    names = read_names(root) or []
-    return Source("yolo", root, split, items, names, list(range(len(names))), problems, [])
+    names = list(names) if names is not None else (read_names(root) or [])
+    return Source("yolo", root, split, items, names, list(range(len(names))), problems, [], labels_dir)
 
 
 def parse_label(path: Path, name: str, nc: int | None):

@@ -1,0 +1,126 @@
+"""Ultralytics' `data.yaml`: the class names, and the split folders (`train:`, `val:`, `test:`) resolved as
+Ultralytics resolves them, so `fastfeed pack data.yaml` packs the folder Ultralytics would train on.
+
+    path: ../datasets/coco128      # the root the splits are relative to (default: the yaml's folder)
+    train: images/train2017        # or, in a Roboflow export, `../train/images` (beside the yaml)
+    val: images/val2017
+    names: {0: person, 1: bicycle} # or a list; `nc`, when given, must be its length
+
+A label file's path is its image's with the last `images` folder of the path replaced by `labels`
+(`labels_dir_for`), Ultralytics' rule: `images/train2017/x.jpg` -> `labels/train2017/x.txt`,
+`train/images/x.jpg` -> `train/labels/x.txt`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .source import PackError
+
+SPLIT_KEYS = ("train", "val", "test")
+
+
+def load_yaml(file: Path) -> dict:
+    import yaml
+
+    try:
+        cfg = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise PackError(f"{file} is not valid YAML: {e}") from None
+    except OSError as e:
+        raise PackError(f"cannot read {file}: {e.strerror or e}") from None
+    if cfg is None:
+        return {}
+    if not isinstance(cfg, dict):
+        raise PackError(f"{file}: expected a mapping (names:, train:, val:), got {type(cfg).__name__}")
+    return cfg
+
+
+def names_of(cfg: dict, file: Path) -> list[str] | None:
+    """Class names of a data.yaml mapping ('names' as a list or an {id: name} mapping); None when absent."""
+    names = cfg.get("names")
+    if names is None:
+        return None
+    if isinstance(names, dict):
+        keys = sorted(names)
+        if keys != list(range(len(keys))):
+            raise PackError(f"{file}: 'names' keys must be 0..N-1, got {keys[:10]}")
+        names = [names[k] for k in keys]
+    elif not isinstance(names, list):
+        raise PackError(f"{file}: 'names' must be a list or a {{id: name}} mapping")
+    nc = cfg.get("nc")
+    if nc is not None and nc != len(names):
+        raise PackError(f"{file}: nc is {nc} but 'names' lists {len(names)} classes; make them agree")
+    return [str(n) for n in names]
+
+
+def data_yaml_in(root: Path) -> Path | None:
+    """`root/data.yaml`, else the only *.yaml in root; None when there is none (or several)."""
+    if (root / "data.yaml").is_file():
+        return root / "data.yaml"
+    candidates = sorted(root.glob("*.yaml"))
+    return candidates[0] if len(candidates) == 1 else None
+
+
+def read_names(root: Path) -> list[str] | None:
+    """Class names from `data.yaml` (or the only *.yaml) in root; None when there is none."""
+    file = data_yaml_in(root)
+    return None if file is None else names_of(load_yaml(file), file)
+
+
+def labels_dir_for(images_dir: Path) -> Path | None:
+    """Where the label files of `images_dir` are, by Ultralytics' rule (its last `images` folder becomes
+    `labels`); None when no folder of the path is named `images`."""
+    parts = images_dir.parts
+    for k in range(len(parts) - 1, -1, -1):
+        if parts[k] == "images":
+            return Path(*parts[:k], "labels", *parts[k + 1:])
+    return None
+
+
+@dataclass
+class DataYaml:
+    file: Path
+    root: Path                      # what the split paths are relative to
+    names: list[str] | None
+    entries: dict[str, object]      # split key -> its value in the file (a path, a list, ...)
+
+    def folder(self, key: str) -> Path:
+        """The images folder of split `key`, resolved as Ultralytics does (a `../x` that does not exist
+        beside the root is taken inside it: Roboflow's exports say `../train/images`)."""
+        value = self.entries[key]
+        if isinstance(value, (list, tuple)):
+            if len(value) != 1:
+                raise PackError(f"{self.file}: '{key}' lists {len(value)} folders; pack each one (fastfeed pack "
+                                f"FOLDER) or merge them: a store holds one split")
+            value = value[0]
+        value = str(value)
+        path = Path(value) if Path(value).is_absolute() else self.root / value
+        if not path.exists() and value.startswith("../"):
+            path = self.root / value[3:]
+        if not path.exists():
+            raise PackError(f"{self.file}: '{key}: {value}' does not exist (looked for {path.resolve()}); fix the "
+                            f"'{key}:' entry (relative to {self.root.resolve()})")
+        if path.is_file():
+            raise PackError(f"{self.file}: '{key}: {value}' is a file (a list of images); fastfeed packs a folder "
+                            "of images: give the folder, or pack the images' folder with `fastfeed pack FOLDER`")
+        return path.resolve()
+
+
+def read_data_yaml(file: Path) -> DataYaml:
+    cfg = load_yaml(file)
+    names = names_of(cfg, file)
+    base = file.parent
+    root = base
+    if cfg.get("path"):
+        p = Path(str(cfg["path"]))
+        tried = [p] if p.is_absolute() else [base / p, Path.cwd() / p]
+        found = [t for t in tried if t.is_dir()]
+        if not found:
+            raise PackError(f"{file}: 'path: {cfg['path']}' is not a folder (looked in "
+                            f"{', '.join(str(t.resolve()) for t in tried)}); fix it or remove it (the splits are then "
+                            f"relative to {base.resolve()})")
+        root = found[0]
+    entries = {k: cfg[k] for k in SPLIT_KEYS if cfg.get(k)}
+    return DataYaml(file, root, names, entries)
