@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sys
 from dataclasses import MISSING, fields
 
@@ -23,3 +25,43 @@ def default(cls, name: str):
                 return f.default_factory()
             raise ValueError(f"{cls.__name__}.{name} has no default")
     raise ValueError(f"{cls.__name__} has no field {name!r}")
+
+
+class _LineFormat(logging.Formatter):
+    """INFO records are the command's own progress lines, printed as they are; others say what they are."""
+
+    def format(self, record):
+        msg = super().format(record)
+        return msg if record.levelno == logging.INFO else f"fastfeed: {record.levelname.lower()}: {msg}"
+
+
+class _Lines(logging.Handler):
+    """Each record as a line on stderr, written through tqdm so that it lands above a progress bar on a terminal
+    (and as a plain line in a log file, where tqdm draws no bar)."""
+
+    def emit(self, record):
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(self.format(record), file=sys.stderr)
+        except Exception:   # never let a log line stop the command
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def progress_lines(verbose: bool = False, name: str = "fastfeed"):
+    """Show logger `name`'s INFO lines (a long command's progress: `fastfeed train`'s log lines) by default,
+    and its DEBUG ones too with `verbose` (`fastfeed -v`). Restored afterwards."""
+    logger = logging.getLogger(name)
+    old = logger.level, logger.propagate
+    handler = _Lines()
+    handler.setFormatter(_LineFormat())
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbose else min(logger.getEffectiveLevel(), logging.INFO))
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old[0])
+        logger.propagate = old[1]

@@ -9,7 +9,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from ..train.config import AMPS, DEFAULT_LR, MODELS, OPTIMIZERS, SCHEDULES, TrainConfig
-from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, fail
+from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, fail, progress_lines
 
 D = {f.name: f.default for f in fields(TrainConfig)}   # the library's defaults are the command's
 
@@ -137,7 +137,8 @@ def add_parser(sub) -> None:
                    help="evaluation NMS IoU threshold (default %(default)s)")
     o.add_argument("--log-every", type=int, default=D["log_every"], help="optimizer steps between log lines (default %(default)s)")
     o.add_argument("--json", action="store_true", help="print the final summary as JSON (with `bottleneck` and its figures)")
-    o.add_argument("--quiet", dest="progress", action="store_false", help="no progress bar")
+    o.add_argument("--quiet", dest="progress", action="store_false",
+                   help="no progress bar (there is none when stderr is not a terminal: the log lines are plain there)")
     p.set_defaults(func=run)
 
 
@@ -147,7 +148,8 @@ def _format(s: dict) -> str:
                 f"mAP@0.5:0.95 {s['map']:.4f} ({s['images']} images, {s['detections']} detections)\n")
     micro = "" if s["micro_batch"] == s["batch"] else f" in micro-batches of {s['micro_batch']}"
     lines = [f"{s['model']} ({s['params'] / 1e6:.1f} M parameters, {s['gflops']:.1f} GFLOPs at {s['imgsz']}) on "
-             f"{s['device']} x {s['world_size']}: {s['step']} steps of {s['images_per_step']} images{micro}, "
+             f"{s['device']} x {s['world_size']}: {s['step']} steps of {s['images_per_step']} images{micro} "
+             f"({s['images']} images trained), "
              f"epoch {s['epoch']}, {s['wall_s']:.1f} s",
              f"  {s['images_per_s']:.1f} images/s; per batch {s['data_ms']:.1f} ms waiting for data, {s['h2d_ms']:.1f} ms "
              f"for copies, {s['compute_ms']:.1f} ms computing, {s['comm_ms']:.1f} ms in all-reduce "
@@ -176,7 +178,8 @@ def run(args) -> int:
         for flag, path in (("--data", cfg.data), ("--val", cfg.val)):
             if path is not None and not path.exists():
                 return fail(f"{flag} {path} does not exist (make a store with `fastfeed pack SRC -o OUT`)")
-        res = train(cfg)
+        with progress_lines(getattr(args, "verbose", False)):   # the log lines, mAP lines and warnings; pycocotools' tables only with -v
+            res = train(cfg)
     except TrainingDiverged as e:
         return fail(str(e))
     except (FormatError, CheckpointError) as e:   # ValueErrors too, but not usage errors

@@ -131,7 +131,8 @@ def evaluate(model, store, *, imgsz: int, batch_size: int, device: torch.device,
     feed = device_batches(ld, device, torch.float32, channels_last=channels_last)
     try:
         feed.set_epoch(0)
-        for images, _ in tqdm(feed, total=len(ld), desc="eval", unit="batch", leave=False, disable=not progress):
+        for images, _ in tqdm(feed, total=len(ld), desc="eval", unit="batch", leave=False,
+                              disable=None if progress else True):   # a bar on a terminal only
             with autocast(device, amp):
                 pred = model.predict(images)
             for dets in postprocess(pred.float(), conf_thres, iou_thres):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 
 from tqdm import tqdm
@@ -28,8 +29,9 @@ class Reporter:
         main = run.dd.main
         self.file = stack.enter_context(open(run.out / "metrics.jsonl", "a")) if main else None
         limit = run.cfg.max_steps or run.total_steps
+        # A bar on a terminal only (disable=None): in a log file the log lines say it, without carriage returns.
         self.bar = stack.enter_context(tqdm(total=min(run.total_steps, limit), initial=run.step, unit="step",
-                                            desc="train", disable=not (run.cfg.progress and main)))
+                                            desc="train", disable=None if run.cfg.progress and main else True))
         self.t_start = time.perf_counter()
 
     def record(self, row: dict) -> None:
@@ -43,10 +45,19 @@ class Reporter:
 
     def started(self) -> None:
         r = self.run
+        p = plan(r)
         self.record({"event": "resume" if r.cfg.resume else "start", "config": run_config(r), "params": r.params,
                      "gflops": r.gflops, "world_size": r.dd.world_size, "epoch": r.epoch, "step": r.step,
                      "steps_per_epoch": r.steps_per_epoch, "images_per_step": r.images_per_step,
-                     "micro_batch": r.micro.size, "batch_auto": r.batch_auto})
+                     "micro_batch": r.micro.size, "batch_auto": r.batch_auto, "plan": p})
+        r.say("%s", plan_text(p))
+        if p["left_out"] >= 0.1 * p["images"] and r.dd.main:   # the start row's plan keeps both figures
+            log.warning("%d of the store's %d images are left out of every epoch (an epoch is whole batches of %d x %d "
+                        "process(es)); a --batch that divides %d leaves none out", p["left_out"], p["images"],
+                        p["batch"], p["world_size"], p["images"] // p["world_size"])
+        if p["mosaic"] and p["mosaic_epochs"] == 0 and r.dd.main:
+            log.warning("mosaic is never used: --close-mosaic %d covers all %d epochs; give a smaller --close-mosaic "
+                        "to train with mosaic", r.cfg.close_mosaic, r.cfg.epochs)
 
     # --- what the step adds ---------------------------------------------------------------------------------
 
@@ -78,17 +89,18 @@ class Reporter:
         extra = "" if row["util_pct"] is None else f", busy {row['util_pct']:.0f}%"
         if "mem_frac" in row:
             extra += f", memory {row['mem_frac']:.0%} of {row['mem_total_mb'] / 1024:.0f} GiB"
-        r.say("epoch %d step %d loss %.4f (box %.4f obj %.4f cls %.4f) lr %.2e %.0f img/s; per batch: data %.1f ms, "
-              "copy %.1f ms, compute %.1f ms, comm %.1f ms%s", r.epoch, r.step, row["loss"], row["box"], row["obj"],
-              row["cls"], lr, row["images_per_s"], row["data_ms"], row["h2d_ms"], row["compute_ms"], row["comm_ms"],
-              extra)
+        r.say("epoch %d/%d step %d loss %.4f (box %.4f obj %.4f cls %.4f) lr %.2e %.0f img/s; per batch: data %.1f ms, "
+              "copy %.1f ms, compute %.1f ms, comm %.1f ms%s", r.epoch + 1, r.cfg.epochs, r.step, row["loss"], row["box"],
+              row["obj"], row["cls"], lr, row["images_per_s"], row["data_ms"], row["h2d_ms"], row["compute_ms"],
+              row["comm_ms"], extra)
         self.window.reset()
 
     def eval_done(self, res: dict) -> None:
         r = self.run
         self.evals.append({"epoch": r.epoch, "step": r.step, **{k: res[k] for k in ("map50", "map")}})
         self.record({"event": "eval", **self.evals[-1]})
-        log.info("epoch %d: mAP@0.5 %.4f, mAP@0.5:0.95 %.4f", r.epoch, res["map50"], res["map"])
+        epoch = math.ceil(r.step / max(r.steps_per_epoch, 1))   # the epoch of the last step (1-based, as the log line)
+        r.say("epoch %d/%d: mAP@0.5 %.4f, mAP@0.5:0.95 %.4f", epoch, r.cfg.epochs, res["map50"], res["map"])
 
     # --- the summary --------------------------------------------------------------------------------------
 
@@ -117,5 +129,41 @@ class Reporter:
         if self.evals:
             s.update(map50=self.evals[-1]["map50"], map=self.evals[-1]["map"])
         self.record({"event": "summary", **s})
-        r.say("%s", judged["text"])
+        log.debug("%s", judged["text"])   # the summary that carries it is what the CLI prints
         return s
+
+
+def plan(run) -> dict:
+    """What the run will really do, from what set_up built: batches per epoch and the images drop_last leaves
+    out of each, optimizer steps and their images, the epochs with mosaic."""
+    cfg, lcfg, world = run.cfg, run.loader.cfg, run.dd.world_size
+    n, batch = len(run.store), run.micro.batch
+    tail = run.nb % run.accum
+    mosaic = lcfg.augment and lcfg.hyp.mosaic > 0
+    mosaic_epochs = sum(lcfg.mosaic_on(e) for e in range(cfg.epochs)) if mosaic else 0
+    return {"images": n, "batch": batch, "world_size": world, "batches_per_epoch": run.nb,
+            "left_out": n - run.nb * batch * world if lcfg.drop_last else 0,
+            "accum": run.accum, "steps_per_epoch": run.steps_per_epoch, "images_per_step": run.images_per_step,
+            "last_step_images": tail * batch * world if tail else run.images_per_step,
+            "epochs": cfg.epochs, "augment": lcfg.augment, "mosaic": mosaic, "mosaic_epochs": mosaic_epochs,
+            "close_mosaic": lcfg.close_mosaic}
+
+
+def plan_text(p: dict) -> str:
+    procs = f" x {p['world_size']} processes" if p["world_size"] > 1 else ""
+    text = (f"plan: {p['images']} images; per epoch {p['batches_per_epoch']} batches of {p['batch']}{procs}"
+            + (f", {p['left_out']} images left out (whole batches only; other ones each epoch)" if p["left_out"] else "")
+            + f"; {p['steps_per_epoch']} optimizer step(s) per epoch of {p['images_per_step']} images "
+              f"({p['accum']} batch(es) each")
+    if p["last_step_images"] != p["images_per_step"]:
+        text += f", the epoch's last {p['last_step_images']}"
+    text += f"); {p['epochs']} epochs, "
+    if not p["augment"]:
+        return text + "no augmentation (--no-augment)"
+    if not p["mosaic"]:
+        return text + "mosaic off (its gain is 0)"
+    closed = p["epochs"] - p["mosaic_epochs"]
+    if p["mosaic_epochs"] == 0:
+        return text + f"none with mosaic (--close-mosaic {p['close_mosaic']} covers them all)"
+    return text + (f"mosaic in epochs 1-{p['mosaic_epochs']}" + (f", without it in the last {closed} (--close-mosaic)"
+                                                                  if closed else ""))

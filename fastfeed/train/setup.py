@@ -139,13 +139,18 @@ def set_up(cfg: TrainConfig, stack) -> Run:
                          f"{len(run.store)} images; use a smaller --batch")
 
     # --- the loader and its feed onto the device ----------------------------------------------------------
-    run.accum = cfg.resolved_accum(dd.world_size, batch)
     run.loader = create_loader(cfg.loader, run.store, LoaderConfig(
         imgsz=cfg.imgsz, batch_size=batch, augment=cfg.augment, seed=cfg.seed, epochs=cfg.epochs,
         close_mosaic=cfg.close_mosaic, device_augment=cfg.device_augment, device=str(device),
         **({} if cfg.workers is None else {"workers": cfg.workers}), **({} if cfg.hyp is None else {"hyp": cfg.hyp})))
     stack.callback(run.loader.close)
     run.nb = len(run.loader)                                  # loader batches per epoch on this rank
+    # A step never spans two epochs: with fewer batches in an epoch than --accum asks for (a small store), a
+    # step takes the epoch's batches, and that is what images_per_step (and the weight decay) count.
+    run.accum = min(cfg.resolved_accum(dd.world_size, batch), run.nb)
+    if cfg.accum is not None and cfg.accum > run.nb:
+        log.warning("--accum %d, but an epoch has only %d batches of %d per process: each step takes the epoch's %d",
+                    cfg.accum, run.nb, batch, run.nb)
     run.steps_per_epoch = math.ceil(run.nb / run.accum)      # an epoch's tail makes a short last step
     run.total_steps = cfg.epochs * run.steps_per_epoch
     run.warmup = round(cfg.warmup_epochs * run.steps_per_epoch)

@@ -25,8 +25,8 @@ WHAT = {"data": "waiting for data", "h2d": "waiting for host->device copies", "c
 
 
 def advice(part: str, ctx: dict) -> list[str]:
-    """What to try for `part`, leaving out what the run already does. ctx: loader, workers, cores, device,
-    amp, channels_last, device_augment, batch_auto."""
+    """What to try for `part`, leaving out what the run already does and what cannot run on its device.
+    ctx: loader, workers, cores, device, amp, channels_last, device_augment, batch_auto."""
     accel = ctx.get("device", "cpu") != "cpu"
     if part == "data":
         tips = [] if ctx.get("loader") == "shm" else ["--loader shm (every image decoded once, shared by all workers)"]
@@ -42,9 +42,11 @@ def advice(part: str, ctx: dict) -> list[str]:
         return ["more images per all-reduce: a larger --batch or --accum (gradients are reduced once per step)",
                 "check the interconnect (NVLink / HCCS) and that every rank has its own device"]
     tips = []
-    if accel and not ctx.get("amp"):
+    if not accel:   # --amp, --channels-last and --batch auto are for accelerators (--batch auto is an error here)
+        return ["an accelerator (--device cuda or npu)", "a smaller --imgsz or --model yolov3-tiny"]
+    if not ctx.get("amp"):
         tips.append("--amp (bf16)")
-    if accel and not ctx.get("channels_last"):
+    if not ctx.get("channels_last"):
         tips.append("--channels-last (what Tensor Cores want under AMP)")
     if not ctx.get("batch_auto"):
         tips.append("a larger batch (--batch auto: the most that fits)")
@@ -78,6 +80,10 @@ def verdict(row: dict, images_per_batch: int, ctx: dict) -> dict:
         text += f", {per_image:.1f} ms per image"
     if row.get("util_pct") is not None:
         text += f"; accelerator busy {row['util_pct']:.0f}% by NVML"
-    text += "); try: " + "; ".join(tips)
+    text += ")"
+    if part == "compute":   # the feed keeps up: nothing in the data path to fix
+        text += ": the healthy state, the feed keeps up; to go faster: " + "; ".join(tips)
+    else:
+        text += "; try: " + "; ".join(tips)
     return {"bottleneck": part, "step_ms": step, "shares": shares, "ms": ms, "data_ms_per_image": per_image,
             "util_pct": row.get("util_pct"), "mem_frac": mem, "health": health, "advice": tips, "text": text}
