@@ -91,6 +91,8 @@ def detect_format(src: Path) -> str:
         return "coco"
     if data_yaml_in(src) is not None and read_data_yaml(data_yaml_in(src)).entries:
         return "yolo"
+    if (labels := labels_dir_for(src)) is not None and labels.is_dir():   # SRC is e.g. data/images/train2017
+        return "yolo"
     raise PackError(f"cannot tell the layout of {src}: expected\n{layouts()}\nor pass --format coco|yolo")
 
 
@@ -134,8 +136,8 @@ def _yolo(src: Path, split: str | None, names: list[str] | None) -> Source:
             raise PackError(f"{images} holds no images and no split folders; expected {YOLO_HINT}")
         split = _pick(subdirs, split, str(images))
         return read_yolo(images / split, src / "labels" / split, src, split, names)
-    if _has_images(src) and split is None:   # SRC is the images folder itself (e.g. data.yaml's train:)
-        return _images_folder(src, src.parent, None, names)
+    if split is None and _is_images_folder(src):   # SRC is the images folder itself (e.g. data.yaml's train:)
+        return _images_folder(src, None, None, names)
     folders = _yolo_split_folders(src)
     if folders:
         split = _pick(list(folders), split, f"{src} (split folders and data.yaml)")
@@ -146,12 +148,24 @@ def _yolo(src: Path, split: str | None, names: list[str] | None) -> Source:
     raise PackError(f"no images/ folder in {src}, and no split folders; expected\n{layouts()}")
 
 
-def _images_folder(images: Path, root: Path, split: str | None, names: list[str] | None) -> Source:
+def _is_images_folder(src: Path) -> bool:
+    """SRC holds the images itself: images directly in it, or it is named by Ultralytics' rule (a folder on
+    its path is `images`) and its labels folder exists."""
+    labels = labels_dir_for(src)
+    return _has_images(src) or (labels is not None and labels.is_dir())
+
+
+def _images_folder(images: Path, root: Path | None, split: str | None, names: list[str] | None) -> Source:
+    """The YOLO source of an images folder; `root` None: the folder holding its `images` folder (the split is
+    the path below it: coco128/images/train2017 -> root coco128, split train2017)."""
     labels = labels_dir_for(images)
+    if labels is not None and root is None:
+        k = len(images.parts) - 1 - images.parts[::-1].index("images")
+        root, split = Path(*images.parts[:k]), "/".join(images.parts[k + 1:]) or None
     if labels is None:
         raise PackError(f"{images} is not inside a folder named 'images', so its labels cannot be found: YOLO label "
                         "files sit where the image's path has 'labels' for its last 'images' folder "
-                        "(images/train/x.jpg -> labels/train/x.txt)")
+                        f"(images/train/x.jpg -> labels/train/x.txt). Layouts fastfeed reads:\n{layouts()}")
     return read_yolo(images, labels, root, split, names)
 
 

@@ -79,9 +79,10 @@ def publish(tmp: Path, out: Path, overwrite: bool) -> None:
 
 
 @contextlib.contextmanager
-def pack_lock(out: Path):
+def pack_lock(out: Path, wait: bool = False):
     """Hold OUT's pack lock (`fmt.pack_lock_path`) for the whole pack, or raise PackError at once
-    when another pack holds it: two packs into one OUT learn it before either does any work."""
+    when another pack holds it: two packs into one OUT learn it before either does any work. With
+    `wait`, wait for the other holder instead (FastfeedTrainer's processes waiting for one pack)."""
     path = fmt.pack_lock_path(out)
     while True:
         try:
@@ -89,7 +90,7 @@ def pack_lock(out: Path):
         except OSError as e:
             raise PackError(f"cannot write beside {out}: {e}") from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
             os.close(fd)

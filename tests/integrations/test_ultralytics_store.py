@@ -32,7 +32,7 @@ def _labels_of(store: Store, name: str):
 
 def test_packed_beside_the_dataset_then_reused_then_repacked_when_a_label_changes(sample_yolo):  # noqa: F811
     train = sample_yolo / "images" / "train2017"
-    assert train_source(str(train)) == (sample_yolo, "train2017")
+    assert train_source(str(train)) == (train, sample_yolo, "train2017")
     store = prepare_store(str(train), progress=False)
     assert store.path.parent == sample_yolo and re.fullmatch(r"train2017-[0-9a-f]{10}\.ff", store.path.name)
     first = os.stat(store.path).st_ino
@@ -74,7 +74,7 @@ def test_fastfeed_store_env_uses_that_store_and_checks_its_classes(sample_yolo, 
         check_classes(store, {**names, 0: "car"}, len(names))
 
 
-@pytest.mark.parametrize("train, why", [("{root}/images/train2017/../../data.yaml", "not a folder"),
+@pytest.mark.parametrize("train, why", [("{root}/images/train2017/../../data.yaml", "is a file"),
                                         ("{root}/labels", "not under an 'images' folder"),
                                         (["{root}/images/train2017", "{root}/images/train2017"], "lists 2")])
 def test_layouts_we_cannot_pack_say_what_to_do(sample_yolo, train, why):  # noqa: F811

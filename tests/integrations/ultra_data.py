@@ -8,6 +8,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -19,9 +20,8 @@ if "YOLO_CONFIG_DIR" not in os.environ:                  # Ultralytics' settings
     os.environ["YOLO_CONFIG_DIR"] = tempfile.mkdtemp(prefix="ff-yolo-cfg-")
     atexit.register(shutil.rmtree, os.environ["YOLO_CONFIG_DIR"], True)
 
-import fastfeed  # noqa: E402
-from fastfeed import Store  # noqa: E402
-from fastfeed.pack import PackConfig, pack  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+from sample_export import export, yolo_line  # noqa: E402  (tools/: the sample written as a downloaded dataset)
 
 RED = (230, 20, 20)
 
@@ -32,29 +32,20 @@ def write_data_yaml(root: Path, names: list[str], split: str = "train2017") -> P
     return root / "data.yaml"
 
 
-def yolo_line(cls: int, xyxy) -> str:
-    x1, y1, x2, y2 = (float(v) for v in xyxy)
-    return f"{cls} {(x1 + x2) / 2:.6f} {(y1 + y2) / 2:.6f} {x2 - x1:.6f} {y2 - y1:.6f}"
-
-
 @pytest.fixture(scope="session")
 def sample_yolo_master(tmp_path_factory) -> Path:
     """The bundled 16-image COCO sample in Ultralytics' YOLO layout (labels from the packed store's boxes)."""
-    src, root = fastfeed.sample_path(), tmp_path_factory.mktemp("sample-yolo") / "coco16"
-    tmp = root.parent / "coco.ff"
-    pack(PackConfig(src=src, out=tmp, progress=False, workers=1))
-    store = Store(tmp)
-    images, labels = root / "images" / "train2017", root / "labels" / "train2017"
-    images.mkdir(parents=True)
-    labels.mkdir(parents=True)
-    for i in range(len(store)):
-        s = store.get(i, decode=False)
-        shutil.copy(src / "images" / "train2017" / s.file_name, images / s.file_name)
-        (labels / (Path(s.file_name).stem + ".txt")).write_text(
-            "".join(yolo_line(c, b) + "\n" for b, c in zip(s.boxes, s.classes)))
-    write_data_yaml(root, store.class_names)
-    store.close()
-    shutil.rmtree(tmp)
+    root = tmp_path_factory.mktemp("sample-yolo") / "coco16"
+    export(root, "ultralytics")
+    write_data_yaml(root, _names(root))
+    return root
+
+
+@pytest.fixture(scope="session")
+def sample_roboflow(tmp_path_factory) -> Path:
+    """The bundled sample as Roboflow exports a YOLO set: train/ and valid/ (images/, labels/), data.yaml at the top."""
+    root = tmp_path_factory.mktemp("sample-roboflow") / "export"
+    export(root, "roboflow")
     return root
 
 
@@ -71,7 +62,7 @@ def _names(root: Path) -> list[str]:
     import yaml
 
     names = yaml.safe_load((root / "data.yaml").read_text())["names"]
-    return [names[k] for k in sorted(names)]
+    return [names[k] for k in sorted(names)] if isinstance(names, dict) else list(names)
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
+from time import perf_counter
 
 import torch
 
@@ -19,6 +20,7 @@ from ...devices import copy_fence
 from ...loaders import LoaderConfig, create_loader
 from .args import log
 from .batches import ClassFilter, collate, labels, read_records
+from .report import FeedClock, cache_line
 
 
 class StoreDataset:
@@ -78,7 +80,10 @@ class FastfeedTrainLoader:
         self.mosaic_closed = False
         self._epoch_of = epoch_of
         self._copy_event = None
+        t0 = perf_counter()
         self.loader = create_loader(name, store, cfg)   # the fastfeed Loader itself (stage_times(), ...)
+        self.cache_line = cache_line(self.loader, perf_counter() - t0)   # the shm cache's size and build time
+        self.clock = FeedClock.started()                # the current (or last) epoch's feed figures
         self.dataset = StoreDataset(self)
         self.sampler = EpochSampler(self)
 
@@ -95,6 +100,8 @@ class FastfeedTrainLoader:
     def _batches(self):
         epoch = self.epoch = int(self._epoch_of()) if self._epoch_of is not None else self.epoch
         loader = self.loader
+        clock = self.clock = FeedClock.started()
+        asked = clock.start
         loader.set_epoch(epoch)
         for batch in loader:   # im_file, ori_shape...: of the records the batch says it holds, in its order
             images, targets, indices = batch.images, batch.targets, getattr(batch, "indices", None)
@@ -102,7 +109,10 @@ class FastfeedTrainLoader:
                 raise RuntimeError(f"fastfeed {self.name} loader gave a batch of {len(images)} images without the "
                                    f"record index of each (Batch.indices: {indices!r}); FastfeedTrainer needs them "
                                    "to name the images")
-            yield collate(images, targets, indices.tolist(), self.info, self.class_filter)
+            out = collate(images, targets, indices.tolist(), self.info, self.class_filter)
+            clock.batch(perf_counter() - asked, len(images))
+            yield out
+            asked = clock.resumed()
             self._wait_copy()    # the next request lets the loader reuse this batch's buffer
 
     def copy_issued(self, device: torch.device) -> None:

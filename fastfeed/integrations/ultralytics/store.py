@@ -12,44 +12,51 @@ job) wait for one pack instead of packing twice.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import shutil
-from contextlib import contextmanager
 from pathlib import Path
 
-from ...pack import PackConfig, pack
+from ...pack import PackConfig, PackError, pack
+from ...pack.datayaml import labels_dir_for
 from ...pack.signature import source_signature
+from ...pack.writer import pack_lock
 from ...store import Store
+from ...store.format import FormatError
 from .args import log
 
 STORE_ENV = "FASTFEED_STORE"
 STORE_DIR_ENV = "FASTFEED_STORE_DIR"
 SIGNATURE_FILE = "ultralytics.json"
 _SIG_CHARS = 10    # of the signature, in the store's name
-_LAYOUT = ("fastfeed packs a train split given as a folder <root>/images[/<split>] whose labels are in "
-           "<root>/labels[/<split>] (Ultralytics' YOLO layout)")
+_LAYOUT = ("fastfeed packs a train split given as a folder of images whose labels are where Ultralytics finds "
+           "them, its path with 'labels' for the last 'images' (<root>/images/<split> + <root>/labels/<split>, or "
+           "Roboflow's <split>/images + <split>/labels)")
 
 
-def train_source(train) -> tuple[Path, str | None]:
-    """(dataset root, split) of data.yaml's `train` entry, e.g. coco128/images/train2017 -> (coco128, train2017)."""
+def train_source(train) -> tuple[Path, Path, str]:
+    """(images folder, where its stores go, their name) of data.yaml's `train` entry (as Ultralytics resolved
+    it): coco128/images/train2017 -> (that, coco128, train2017); a Roboflow export's export/train/images ->
+    (that, export/train, train); coco128/images -> (that, coco128, train)."""
     if isinstance(train, (list, tuple)):
         if len(train) != 1:
             raise ValueError(f"data.yaml lists {len(train)} train folders; {_LAYOUT}. Pack them into one store "
                              f"yourself (`fastfeed pack`) and set {STORE_ENV}=PATH")
         train = train[0]
     path = Path(train)
+    if not path.exists():
+        raise ValueError(f"data.yaml's train split {path} does not exist: check its 'train:' entry (Ultralytics "
+                         "takes it relative to the data.yaml's 'path:')")
     if not path.is_dir():
-        raise ValueError(f"train split {path} is not a folder; {_LAYOUT}. For a list of image files, pack them "
-                         f"yourself (`fastfeed pack`) and set {STORE_ENV}=PATH")
+        raise ValueError(f"data.yaml's train split {path} is a file (a list of images), not a folder; {_LAYOUT}. "
+                         f"Pack the images yourself (`fastfeed pack`) and set {STORE_ENV}=PATH")
+    if labels_dir_for(path) is None:
+        raise ValueError(f"train split {path} is not under an 'images' folder, so its labels cannot be found; "
+                         f"{_LAYOUT}. Pack it yourself (`fastfeed pack`) and set {STORE_ENV}=PATH")
     if path.name == "images":
-        return path.parent, None
-    if path.parent.name == "images":
-        return path.parent.parent, path.name
-    raise ValueError(f"train split {path} is not under an 'images' folder; {_LAYOUT}. Pack it yourself "
-                     f"(`fastfeed pack`) and set {STORE_ENV}=PATH")
+        return path, path.parent, "train"
+    return path, path.parent.parent if path.parent.name == "images" else path.parent, path.name
 
 
 def _writable(folder: Path) -> bool:
@@ -62,10 +69,9 @@ def _writable(folder: Path) -> bool:
         return False
 
 
-def store_stem(root: Path, split: str | None) -> Path:
+def store_stem(root: Path, name: str) -> Path:
     """Where the stores of this split go, without the version: `<folder>/<stem>-<signature>.ff`. Beside the
     dataset when writable, else in the cache folder (there named after the dataset's path too)."""
-    name = split or "train"
     if os.environ.get(STORE_DIR_ENV):
         folder = Path(os.environ[STORE_DIR_ENV])
     elif _writable(root):
@@ -82,16 +88,6 @@ def _versions(stem: Path) -> list[Path]:
     return [p for p in stem.parent.glob(f"{stem.name}-{'[0-9a-f]' * _SIG_CHARS}.ff") if (p / SIGNATURE_FILE).is_file()]
 
 
-@contextmanager
-def _locked(stem: Path):
-    with open(stem.parent / f".{stem.name}.ff.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def _recorded_signature(out: Path) -> str | None:
     try:
         return json.loads((out / SIGNATURE_FILE).read_text(encoding="utf-8")).get("signature")
@@ -99,45 +95,92 @@ def _recorded_signature(out: Path) -> str | None:
         return None
 
 
-def prepare_store(train, progress: bool = True) -> Store:
-    """The store for data.yaml's `train` entry: $FASTFEED_STORE, or packed/reused as described above."""
-    if os.environ.get(STORE_ENV):
-        store = Store(os.environ[STORE_ENV])
-        log.info(f"fastfeed: training from {store.path} ({len(store)} images; {STORE_ENV})")
+def open_env_store() -> Store | None:
+    """The store $FASTFEED_STORE names, or None when it is not set; errors name the variable."""
+    path = os.environ.get(STORE_ENV)
+    if not path:
+        return None
+    if not Path(path).exists():
+        raise ValueError(f"{STORE_ENV}={path}: no such store (the path does not exist); pack one there "
+                         f"(`fastfeed pack data.yaml -o {path}`) or unset {STORE_ENV} to pack data.yaml's train split")
+    try:
+        store = Store(path)
+    except FormatError as e:
+        raise ValueError(f"{STORE_ENV}={path}: {e}") from None
+    log.info(f"fastfeed: training from {store.path} ({len(store)} images; {STORE_ENV})")
+    return store
+
+
+def _names(names) -> list[str] | None:
+    if names is None:
+        return None
+    return [str(names[k]) for k in sorted(names)] if isinstance(names, dict) else [str(n) for n in names]
+
+
+def prepare_store(train, progress: bool = True, names=None) -> Store:
+    """The store for data.yaml's `train` entry: $FASTFEED_STORE, or packed/reused as described above.
+    `names`: data.yaml's class names (a list or {id: name}), the store's classes."""
+    store = open_env_store()
+    if store is not None:
         return store
-    root, split = train_source(train)
-    stem = store_stem(root, split)
-    with _locked(stem):
-        signature = source_signature(root, "yolo", split)
-        out = stem.with_name(f"{stem.name}-{signature[:_SIG_CHARS]}.ff")
-        if out.is_dir() and _recorded_signature(out) == signature:
-            store = Store(out)
-            log.info(f"fastfeed: reusing {out} ({len(store)} images; the source is unchanged)")
-            return store
-        old = [p for p in _versions(stem) if p != out]
-        why = "the source changed since it was packed" if old else "first use"
-        log.info(f"fastfeed: packing {root / 'images' / (split or '')} into {out} ({why})")
-        res = pack(PackConfig(src=root, out=out, format="yolo", split=split, overwrite=True, progress=progress))
-        m = res.manifest
-        log.info(f"fastfeed: packed {m.num_images} images, {m.num_boxes} boxes in {res.seconds:.1f} s"
-                 + (f"; {res.report.images_rejected} image(s) skipped, see {out / 'rejects.jsonl'}"
-                    if res.report.images_rejected else ""))
-        for line in res.report.summary_lines():
-            log.info(f"fastfeed:   {line}")
-        (out / SIGNATURE_FILE).write_text(json.dumps({"signature": signature, "root": str(root), "split": split}),
-                                          encoding="utf-8")
-        for p in old:
-            log.info(f"fastfeed: removing {p} (packed from an earlier version of the source)")
-            shutil.rmtree(p, ignore_errors=True)
-        return Store(out)
+    images, root, name = train_source(train)
+    names = _names(names)
+    stem = store_stem(root, name)
+    try:
+        # One pack for every process that asks (other nodes, a second job); the lock file goes with the pack.
+        with pack_lock(stem.with_name(f"{stem.name}.ff"), wait=True):
+            return _packed(images, stem, names, progress)
+    except PackError as e:
+        raise ValueError(f"fastfeed cannot pack the train split {images}: {e}") from None
+
+
+def _packed(images: Path, stem: Path, names: list[str] | None, progress: bool) -> Store:
+    signature = source_signature(images, "yolo", names=names)
+    out = stem.with_name(f"{stem.name}-{signature[:_SIG_CHARS]}.ff")
+    if out.is_dir() and _recorded_signature(out) == signature:
+        store = Store(out)
+        log.info(f"fastfeed: reusing {out} ({len(store)} images; the source is unchanged)")
+        return store
+    old = [p for p in _versions(stem) if p != out]
+    why = "the source changed since it was packed" if old else "first use"
+    log.info(f"fastfeed: packing {images} into {out} ({why})")
+    res = pack(PackConfig(src=images, out=out, format="yolo", names=names, overwrite=True, progress=progress))
+    m = res.manifest
+    log.info(f"fastfeed: packed {m.num_images} images, {m.num_boxes} boxes in {res.seconds:.1f} s"
+             + (f"; {res.report.images_rejected} image(s) skipped, see {out / 'rejects.jsonl'}"
+                if res.report.images_rejected else ""))
+    for line in res.report.summary_lines():
+        log.info(f"fastfeed:   {line}")
+    (out / SIGNATURE_FILE).write_text(json.dumps({"signature": signature, "images": str(images)}), encoding="utf-8")
+    for p in old:
+        log.info(f"fastfeed: removing {p} (packed from an earlier version of the source)")
+        shutil.rmtree(p, ignore_errors=True)
+    return Store(out)
+
+
+def check_boxes(store: Store) -> None:
+    """A store without a single box would train with a box loss of 0: refuse it."""
+    if store.manifest.num_boxes == 0:
+        raise ValueError(f"{store.path} holds {len(store)} images and not one box: there is nothing to train on. "
+                         "Check that the labels are where data.yaml's train: images are, with 'labels' for "
+                         f"'images' in the path (or the store {STORE_ENV} names)")
 
 
 def check_classes(store: Store, names: dict, nc: int) -> None:
-    """The store's class ids must be data.yaml's: no more classes, and the same names where the store has names."""
+    """The store's class ids must be data.yaml's: the same names where the store has names, and no boxes of
+    a class data.yaml does not have (extra classes without boxes are only a warning: nothing trains on them)."""
     ours = store.class_names
     if len(ours) > nc:
-        raise ValueError(f"{store.path} has {len(ours)} classes but data.yaml names {nc}: labels use class ids "
-                         f"data.yaml does not define; fix the labels or data.yaml's 'names'")
+        boxes = store.manifest.stats.get("class_boxes", [])
+        used = [(k, ours[k], boxes[k]) for k in range(nc, len(ours)) if k < len(boxes) and boxes[k]]
+        extra = ", ".join(f"{k} {ours[k]!r}" for k in range(nc, min(len(ours), nc + 10)))
+        if used:
+            raise ValueError(f"{store.path} has {len(ours)} classes, data.yaml names {nc}: the store's labels use "
+                             f"class ids data.yaml does not define ({', '.join(f'{k} {n!r}: {b} boxes' for k, n, b in used[:10])}); "
+                             "fix the labels or data.yaml's 'names'")
+        log.warning(f"fastfeed: {store.path} names {len(ours)} classes, data.yaml {nc}; the extra ones ({extra}) have "
+                    "no boxes in the store, so training with data.yaml's classes loses nothing")
+        ours = ours[:nc]
     if all(n.isdigit() for n in ours):   # packed without class names: ids only
         return
     theirs = [str(names[k]) for k in range(len(ours))] if isinstance(names, dict) else [str(n) for n in names]

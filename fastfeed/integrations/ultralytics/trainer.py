@@ -24,7 +24,8 @@ from ...loaders import LoaderConfig
 from .args import augment_hyp, describe, loader_name, log, warn_unsupported
 from .batches import ClassFilter, read_records
 from .feed import FastfeedTrainLoader
-from .store import check_classes, prepare_store
+from .report import FEED_CSV, append_row, epoch_line
+from .store import check_boxes, check_classes, prepare_store
 
 
 def _workers(requested: int, device) -> int:
@@ -34,18 +35,42 @@ def _workers(requested: int, device) -> int:
     return max(0, min(requested, (os.cpu_count() or 1) // max(device_count(device), 1)))
 
 
+def _fresh_feed_file(trainer) -> None:
+    """A new run starts its fastfeed.csv afresh (a resumed one appends), as Ultralytics does its results.csv."""
+    if RANK in (-1, 0) and not trainer.args.resume:
+        (Path(trainer.save_dir) / FEED_CSV).unlink(missing_ok=True)
+
+
+def _feed_epoch_end(trainer) -> None:
+    """The epoch's feed figures: a line after Ultralytics' progress bar, a row of fastfeed.csv beside results.csv."""
+    feed = getattr(trainer, "train_loader", None)
+    if RANK not in (-1, 0) or not isinstance(feed, FastfeedTrainLoader):
+        return
+    row = feed.clock.row(trainer.epoch + 1, feed.name)
+    log.info(epoch_line(row, trainer.epochs))
+    append_row(Path(trainer.save_dir) / FEED_CSV, row)
+
+
 class FastfeedTrainer(DetectionTrainer):
     """A DetectionTrainer whose train loader is fastfeed's: `cache=False|'disk'` -> the `cpu` loader,
     `cache=True|'ram'` -> `shm` (one decoded copy per node), `FASTFEED_LOADER=cpu|shm|dali` overrides.
-    The data.yaml's train split is packed into a store on first use (`FASTFEED_STORE=PATH`: use that one)."""
+    The data.yaml's train split is packed into a store on first use (`FASTFEED_STORE=PATH`: use that one).
+    Each epoch logs the feed's images/s and data-wait share, also written to `<save_dir>/fastfeed.csv`."""
 
     _ff_store = None
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.add_callback("on_train_start", _fresh_feed_file)
+        self.add_callback("on_train_epoch_end", _feed_epoch_end)
+
     def train_store(self, dataset_path, rank: int = -1):
-        """The store for the train split, prepared once per trainer (local rank 0 first under DDP)."""
+        """The store for the train split, prepared once per trainer (local rank 0 first under DDP); never one
+        without boxes."""
         if self._ff_store is None:
             with torch_distributed_zero_first(rank):
-                self._ff_store = prepare_store(dataset_path, progress=RANK in (-1, 0))
+                self._ff_store = prepare_store(dataset_path, progress=RANK in (-1, 0), names=self.data.get("names"))
+            check_boxes(self._ff_store)
             if not self.args.single_cls:
                 check_classes(self._ff_store, self.data["names"], self.data["nc"])
         return self._ff_store
@@ -71,6 +96,8 @@ class FastfeedTrainer(DetectionTrainer):
             log.info(f"fastfeed: {name} loader over {store.path}: {len(store)} images, batch {cfg.batch_size} "
                      f"x {feed.world_size} rank(s), {cfg.workers} worker(s) per rank, imgsz {cfg.imgsz}, "
                      f"close_mosaic {cfg.close_mosaic}; {describe(cfg.hyp)}")
+            if feed.cache_line:
+                log.info(feed.cache_line)
         return feed
 
     def preprocess_batch(self, batch: dict) -> dict:
