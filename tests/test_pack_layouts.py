@@ -197,3 +197,11 @@ def test_inspect_names_the_classes_without_boxes(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "t.ff")]) == 0
     out = capsys.readouterr().out
     assert "classes with boxes (2 of 4)" in out and "classes without boxes (2 of 4): 2 bird, 3 fish" in out
+
+
+def test_split_folders_still_pack_when_data_yaml_names_another_machines_path(tmp_path, caplog):
+    root = roboflow_export(tmp_path / "export")
+    (root / "data.yaml").write_text("path: /datasets/elsewhere\n" + (root / "data.yaml").read_text())
+    assert pack_cli(root, "-o", tmp_path / "t.ff") == 0
+    assert len(Store(tmp_path / "t.ff")) == 4 and "using the split folders found in" in caplog.text
+    assert pack_cli(root / "data.yaml", "-o", tmp_path / "x.ff") == 1   # the file itself: its path is wrong, said so

@@ -79,6 +79,14 @@ def labels_dir_for(images_dir: Path) -> Path | None:
     return None
 
 
+def single(value) -> tuple[object, int]:
+    """A split entry, one folder or a list of them -> (the folder, or None when the list does not hold exactly
+    one; how many were listed)."""
+    if isinstance(value, (list, tuple)):
+        return (value[0] if len(value) == 1 else None), len(value)
+    return value, 1
+
+
 @dataclass
 class DataYaml:
     file: Path
@@ -89,12 +97,10 @@ class DataYaml:
     def folder(self, key: str) -> Path:
         """The images folder of split `key`, resolved as Ultralytics does (a `../x` that does not exist
         beside the root is taken inside it: Roboflow's exports say `../train/images`)."""
-        value = self.entries[key]
-        if isinstance(value, (list, tuple)):
-            if len(value) != 1:
-                raise PackError(f"{self.file}: '{key}' lists {len(value)} folders; pack each one (fastfeed pack "
-                                f"FOLDER) or merge them: a store holds one split")
-            value = value[0]
+        value, n = single(self.entries[key])
+        if value is None:
+            raise PackError(f"{self.file}: '{key}' lists {n} folders; pack each one (fastfeed pack FOLDER) or merge "
+                            "them: a store holds one split")
         value = str(value)
         path = Path(value) if Path(value).is_absolute() else self.root / value
         if not path.exists() and value.startswith("../"):

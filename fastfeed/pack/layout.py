@@ -12,12 +12,15 @@ The layouts, as people download them:
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from .coco import read_coco
-from .datayaml import data_yaml_in, labels_dir_for, read_data_yaml
+from .datayaml import data_yaml_in, labels_dir_for, read_data_yaml, read_names
 from .source import IMAGE_SUFFIXES, PackError, Source
 from .yolo import read_yolo
+
+log = logging.getLogger(__name__)
 
 COCO_HINT = ("COCO: SRC/annotations/instances_<split>.json + SRC/images/<split>/, or SRC/annotations.json + "
              "SRC/images/, or --ann FILE.json --images DIR")
@@ -65,14 +68,21 @@ def _flat_coco(folder: Path) -> tuple[Path, Path] | None:
 def _yolo_split_folders(src: Path) -> dict[str, Path]:
     """Split name -> images folder: data.yaml's train:/val:/test: entries, then the folders SRC/<name>/images/
     by their names (so `--split val` and `--split valid` both find Roboflow's valid/)."""
-    found = {}
+    found, problem = {}, None
     file = data_yaml_in(src)
     if file is not None:
-        dy = read_data_yaml(file)
-        found = {key: dy.folder(key) for key in dy.entries}
+        try:
+            dy = read_data_yaml(file)
+            found = {key: dy.folder(key) for key in dy.entries}
+        except PackError as e:   # e.g. a `path:` of the machine it was made on: the folders may still be here
+            problem = e
     for d in sorted(p for p in src.iterdir() if p.is_dir() and not p.name.startswith(".")):
         if (d / "images").is_dir() and d.name not in found:
             found[d.name] = (d / "images").resolve()
+    if problem is not None and not found:
+        raise problem
+    if problem is not None:
+        log.warning("%s; using the split folders found in %s instead", problem, src)
     return found
 
 
@@ -141,10 +151,7 @@ def _yolo(src: Path, split: str | None, names: list[str] | None) -> Source:
     folders = _yolo_split_folders(src)
     if folders:
         split = _pick(list(folders), split, f"{src} (split folders and data.yaml)")
-        file = data_yaml_in(src)
-        if names is None and file is not None:
-            names = read_data_yaml(file).names
-        return _images_folder(folders[split], src, split, names)
+        return _images_folder(folders[split], src, split, names if names is not None else read_names(src))
     raise PackError(f"no images/ folder in {src}, and no split folders; expected\n{layouts()}")
 
 

@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 
 from ...pack import PackConfig, PackError, pack
-from ...pack.datayaml import labels_dir_for
+from ...pack.datayaml import labels_dir_for, single
 from ...pack.signature import source_signature
 from ...pack.writer import pack_lock
 from ...store import Store
@@ -39,11 +39,10 @@ def train_source(train) -> tuple[Path, Path, str]:
     """(images folder, where its stores go, their name) of data.yaml's `train` entry (as Ultralytics resolved
     it): coco128/images/train2017 -> (that, coco128, train2017); a Roboflow export's export/train/images ->
     (that, export/train, train); coco128/images -> (that, coco128, train)."""
-    if isinstance(train, (list, tuple)):
-        if len(train) != 1:
-            raise ValueError(f"data.yaml lists {len(train)} train folders; {_LAYOUT}. Pack them into one store "
-                             f"yourself (`fastfeed pack`) and set {STORE_ENV}=PATH")
-        train = train[0]
+    train, n = single(train)
+    if train is None:
+        raise ValueError(f"data.yaml lists {n} train folders; {_LAYOUT}. Pack them into one store yourself "
+                         f"(`fastfeed pack`) and set {STORE_ENV}=PATH")
     path = Path(train)
     if not path.exists():
         raise ValueError(f"data.yaml's train split {path} does not exist: check its 'train:' entry (Ultralytics "
