@@ -55,6 +55,7 @@ def test_log_and_map_lines_show_by_default_and_the_tables_with_v(store, tmp_path
     err = capsys.readouterr().err
     assert "epoch 1/1 step 1 loss" in err and "epoch 1/1 step 2 loss" in err and "img/s; per batch: data" in err
     assert "mAP@0.5" in err and "Average Precision" not in err and "INFO" not in err
+    assert "\r" not in err and "step/s" not in err and "s/step" not in err     # a log file: plain lines, no bar
     assert main(["-v", "train", "--data", str(store), "--model", "yolov3-tiny", "--imgsz", "64", "--workers", "0",
                  "--out", str(tmp_path / "b"), *map(str, base)]) == 0
     err = capsys.readouterr().err
@@ -86,3 +87,12 @@ def test_the_verdict_on_a_cpu_never_advises_batch_auto_and_calls_compute_healthy
     assert _train(store, tmp_path, "--batch", "4", "--accum", "1", "--max-steps", "2") == 0
     out = capsys.readouterr().out
     assert "bottleneck:" in out and "--batch auto" not in out
+
+
+def test_on_a_terminal_a_progress_bar_runs_below_the_lines(store, tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    assert _train(store, tmp_path, "--batch", "4", "--accum", "1", "--max-steps", "2", "--log-every", "1") == 0
+    err = capsys.readouterr().err
+    assert "train: " in err and "\r" in err and "epoch 1/300 step 2 loss" in err
