@@ -14,8 +14,7 @@ pytest.importorskip("ultralytics")
 
 from fastfeed.integrations.ultralytics import FastfeedTrainLoader  # noqa: E402
 from fastfeed.integrations.ultralytics.store import prepare_store  # noqa: E402
-from fastfeed.loaders import EpochOrder, LoaderConfig, ShuffledOrder, create_loader  # noqa: E402
-from fastfeed.loaders import register_loader, unregister_loader  # noqa: E402
+from fastfeed.loaders import EpochOrder, LoaderConfig, ShuffledOrder, create_loader, register_loader, unregister_loader  # noqa: E402  # noqa: E402
 
 
 class Reversed(EpochOrder):
