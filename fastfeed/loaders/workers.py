@@ -22,6 +22,7 @@ import torch
 
 from ..devices import has_cuda, pin_in_place, unpin
 from ..procs import worker_context
+from ..store.reader import store_changed_reason
 
 log = logging.getLogger(__name__)
 _POLL = 0.5     # seconds between liveness checks while waiting for a batch
@@ -195,6 +196,8 @@ def exit_reason(code: int | None) -> str:
     name = signal.Signals(sig).name if sig in signal.valid_signals() else f"signal {sig}"
     if sig == signal.SIGKILL:
         return f" ({name}: out of memory, see `dmesg`, or killed by someone)"
+    if sig == signal.SIGBUS:
+        return f" ({name}: {store_changed_reason()})"
     if sig == signal.SIGSEGV:
         return f" ({name}: a crash in native code)"
     return f" (killed by {name})"
