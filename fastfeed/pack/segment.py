@@ -79,6 +79,11 @@ def _estimated_bytes(item, cfg) -> int:
     return size
 
 
+def estimated_bytes(items: list, cfg) -> int:
+    """About what the records of `items` take on disk (see `plan`)."""
+    return sum(_estimated_bytes(it, cfg) for it in items)
+
+
 def plan(items: list, cfg, workers: int) -> list[list]:
     """Contiguous runs of items, one shard each: `--shards N`, or by estimated size (`--shard-mb`),
     split further so every worker has work (at least 4 runs per worker, of >= 64 images)."""
@@ -87,7 +92,7 @@ def plan(items: list, cfg, workers: int) -> list[list]:
         count = min(cfg.shards, n)
     else:
         limit = (cfg.shard_mb or DEFAULT_SHARD_MB) * 2**20
-        total = sum(_estimated_bytes(it, cfg) for it in items)
+        total = estimated_bytes(items, cfg)
         count = max(math.ceil(total / limit), min(4 * max(workers, 1), math.ceil(n / _MIN_SEGMENT)), 1)
     bounds = [round(k * n / count) for k in range(count + 1)]
     return [items[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import bisect
 import ctypes
-import fcntl
 import os
 import signal
 import sys
@@ -17,6 +16,7 @@ import lmdb
 import numpy as np
 
 from . import format as fmt
+from . import publish
 from .format import Record
 
 
@@ -157,22 +157,6 @@ def _watch_for_bus_errors() -> None:
     _BUS_HANDLER = cb
 
 
-def _pack_in_progress(out) -> int | None:
-    """The pid of a `fastfeed pack` writing store `out` right now (it holds the lock), else None."""
-    try:
-        fd = os.open(fmt.pack_lock_path(out), os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        return int(pid) if pid.isdigit() else -1
-    finally:
-        os.close(fd)   # closing drops a lock we got: nobody was packing
-    return None
-
-
 def _identity(path: Path) -> tuple[int, int, int]:
     st = os.stat(path)
     return st.st_dev, st.st_ino, st.st_mtime_ns
@@ -209,7 +193,8 @@ class Store:
 
     def __init__(self, path, check_crc: bool = True):
         self.path = Path(path)
-        if not (self.path / fmt.MANIFEST).is_file() and (pid := _pack_in_progress(self.path)) is not None:
+        publish.tidy(self.path)   # what an interrupted pack left: the old store put back, the rest removed
+        if not (self.path / fmt.MANIFEST).is_file() and (pid := publish.pack_in_progress(self.path)) is not None:
             raise fmt.FormatError(f"{self.path} is being packed right now (fastfeed pack, pid {pid}): wait for the "
                                   "pack to finish, then open it")
         if not self.path.is_dir():
