@@ -22,7 +22,7 @@ from ..store.publish import publish, temp_dir_for
 from . import segment
 from .check import DEFAULT_MAX_PIXELS
 from .layout import open_source
-from .process import EXIF_MODES, STORE_MODES, PayloadConfig
+from .process import EXIF_MODES, STORE_MODES, PayloadConfig, raw_annotation_verdict
 from .report import PackReport
 from .source import PackError
 from .writer import DiskSpace, pack_lock
@@ -187,6 +187,8 @@ def _pack_into(tmp: Path, cfg: PackConfig, source, report: PackReport) -> fmt.Ma
         stats.merge(res.stats)
         if res.shard is not None:
             shards.append(res.shard)
+    if (verdict := raw_annotation_verdict(stats.exif_frames, source.annotation_files)) is not None:
+        report.add(verdict)
     if not shards:
         return None
     start = 0

@@ -32,6 +32,7 @@ class SegmentStats:
     num_crowd: int = 0
     record_bytes: int = 0
     oriented: int = 0                                            # records whose decode is turned (orientation != 1)
+    exif_frames: Counter = field(default_factory=Counter)        # COCO frames of EXIF images (process.Result.exif_frame)
     record_crcs: bytearray = field(default_factory=bytearray)   # 4 bytes per record, in order
     sources: list = field(default_factory=list)                  # (name, source CRC) per image
 
@@ -42,6 +43,7 @@ class SegmentStats:
         self.num_crowd += other.num_crowd
         self.record_bytes += other.record_bytes
         self.oriented += other.oriented
+        self.exif_frames.update(other.exif_frames)
         self.record_crcs += other.record_crcs
         self.sources += other.sources
 
@@ -119,6 +121,8 @@ def run(job: SegmentJob) -> SegmentResult:
             r = process_item(item, job.payload, job.nc)
             res.problems += r.problems
             st.sources.append((r.name, r.source_crc))
+            if r.exif_frame is not None and (r.exif_frame != "either" or r.record is not None):
+                st.exif_frames[r.exif_frame] += 1
             if job.fail_fast and any(p.is_error for p in r.problems):
                 res.failed = next(p for p in r.problems if p.is_error)
                 break
