@@ -22,7 +22,7 @@ import torch
 
 from ..devices import has_cuda, pin_in_place, unpin
 from ..procs import worker_context
-from ..store.reader import store_changed_reason
+from ..store.changed import store_changed_reason
 
 log = logging.getLogger(__name__)
 _POLL = 0.5     # seconds between liveness checks while waiting for a batch

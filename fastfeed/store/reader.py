@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import bisect
-import ctypes
 import os
-import signal
-import sys
-import threading
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
 import lmdb
 import numpy as np
 
+from . import changed, publish
 from . import format as fmt
-from . import publish
 from .format import Record
 
 
@@ -50,7 +45,7 @@ def _acquire(key: tuple[int, int], file: str) -> lmdb.Transaction:
         os.close(h.fd)
         h = None
     if h is None:
-        _watch_for_bus_errors()
+        changed.watch_for_bus_errors()
         fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC)
         try:
             env = lmdb.open(file, subdir=False, readonly=True, lock=False, readahead=False,
@@ -74,87 +69,6 @@ def _release(key: tuple[int, int]) -> None:
         h.env.close()
         os.close(h.fd)
         del _HANDLES[key]
-
-
-# --- a store changed under its readers ------------------------------------------------------------------
-# Every Store of this process (opened here or unpickled into a worker), to name a shard that changed on disk
-# when a read faults (the shard's map shrank: SIGBUS) in this process or in a worker it started.
-_STORES: weakref.WeakSet = weakref.WeakSet()
-
-
-def changed_shards() -> list[str]:
-    """Shards of this process's Stores whose file is not (or no longer) the size their manifest gives."""
-    found, seen = [], set()
-    for store in list(_STORES):
-        for s in store.shards:
-            file = store.path / s.file
-            if file in seen:
-                continue
-            seen.add(file)
-            try:
-                size = os.stat(file).st_size
-            except OSError:
-                found.append(f"shard {file} is gone")
-                continue
-            if size != s.bytes:
-                found.append(f"shard {file} is now {size} bytes, {s.bytes} when packed")
-    return found
-
-
-def store_changed_reason() -> str:
-    """Why a read of memory-mapped data faulted (SIGBUS), naming the shards that changed when any did."""
-    changed = changed_shards()
-    if not changed:
-        return ("a memory-mapped file shrank under it: was a store shard or the shm cache truncated or overwritten "
-                "while in use?")
-    return _changed_under_reader(changed)
-
-
-def _changed_under_reader(changed: list[str]) -> str:
-    return (f"the store changed under the reader: {'; '.join(changed)}. A store must not be modified while it is "
-            "read (truncated, copied over, re-packed in place): restore it, or pack into a new folder, and restart")
-
-
-_BUS_HANDLER = None   # the installed callback (kept alive) and the handler it chains to
-_BUS_PID = None
-
-
-def _watch_for_bus_errors() -> None:
-    """Once per process: on SIGBUS, print which shard changed before dying as before.
-
-    A shard truncated under its map faults the reading thread (SIGBUS, a bus error with no message). Most
-    changes are caught at the next `record()` (StoreChanged); this names the one that lands mid-read. The
-    handler only writes a line, puts the previous handler back (SIG_DFL, or faulthandler's traceback) and
-    raises the signal again, so the process ends the way it would have."""
-    global _BUS_HANDLER, _BUS_PID
-    if _BUS_PID is not None or not sys.platform.startswith("linux"):
-        return
-    _BUS_PID = os.getpid()   # inherited through fork: the handler stays installed in children
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.signal.restype = ctypes.c_void_p
-        libc.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
-    except (OSError, AttributeError):
-        return
-    previous = []
-
-    def on_bus(signum):
-        libc.signal(signal.SIGBUS, previous[0] if previous else None)
-        try:
-            os.write(2, f"fastfeed: bus error in pid {os.getpid()} reading a memory map: "
-                        f"{store_changed_reason()}\n".encode(errors="replace"))
-        except BaseException:  # noqa: BLE001 - nothing may escape a signal handler
-            pass
-        # Pending until this returns (a handled signal is blocked meanwhile), then the previous handler's: so a
-        # SIGBUS sent with kill() ends the process too, not only a fault that repeats.
-        signal.pthread_kill(threading.get_ident(), signal.SIGBUS)
-
-    cb = ctypes.CFUNCTYPE(None, ctypes.c_int)(on_bus)
-    prev = libc.signal(signal.SIGBUS, ctypes.cast(cb, ctypes.c_void_p))
-    if prev == ctypes.c_void_p(-1).value:   # SIG_ERR
-        return
-    previous.append(prev)
-    _BUS_HANDLER = cb
 
 
 def _identity(path: Path) -> tuple[int, int, int]:
@@ -210,7 +124,7 @@ class Store:
         self._pid = None
         self._handles: list = []
         self._keys: list = []
-        _STORES.add(self)
+        changed.register(self)
 
     # --- metadata ---------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -242,7 +156,7 @@ class Store:
         for k, v in state.items():
             setattr(self, k, v)
         self._pid, self._handles, self._keys = None, [], []
-        _STORES.add(self)
+        changed.register(self)
 
     def _repacked(self) -> bool:
         try:
@@ -331,7 +245,7 @@ class Store:
         info, h = self.shards[shard], self._handles[shard]
         name = info.file
         if (size := os.fstat(h.fd).st_size) != info.bytes:   # reading a shrunk map would kill us (SIGBUS)
-            raise fmt.StoreChanged(f"record {index}: " + _changed_under_reader(
+            raise fmt.StoreChanged(f"record {index}: " + changed.under_reader(
                 [f"shard {self.path / name} is now {size} bytes, {info.bytes} when packed"]))
         buf = h.txn.get(fmt.record_key(index - self._starts[shard]))
         if buf is None:
