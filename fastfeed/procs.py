@@ -1,4 +1,4 @@
-"""Starting worker processes safely: fork, with OpenCV's thread pool parked while children start.
+"""Starting worker processes: fork with OpenCV's thread pool parked, and children that die with their parent.
 
 Fork is the fast way to start workers (nothing to re-import, the parent's objects are inherited,
 no `if __name__ == "__main__"` needed), but OpenCV's thread pool does not survive it: a child that
@@ -6,13 +6,33 @@ calls a parallel OpenCV function after the parent used the pool waits forever fo
 were never copied (the well-known OpenCV-in-DataLoader deadlock). Shrinking the pool to one thread
 around the fork leaves the children single-threaded — what a worker per core wants anyway — and
 the parent gets its threads back afterwards. Where fork does not exist, spawn is used.
+
+Every process started through `worker_context()` (loader workers, the pack's pool, the shm cache
+build, the device loader's planners) exits when the process that started it dies, however it dies
+(SIGKILL, SIGTERM, a crash): an orphaned worker would otherwise sit in `queue.get()` forever, holding
+its memory and any lock it inherited. Linux: `prctl(PR_SET_PDEATHSIG, SIGKILL)` in the child, at
+once. Elsewhere, or when the parent started it from a thread other than its main one (the death
+signal follows the thread, not the process), a watchdog thread in the child polls its parent pid.
+File descriptors registered with `parent_only(fd)` (a lock's) are closed in forked children, so a
+lock is released with the process that took it, never kept by its workers.
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
 import os
+import signal
+import sys
+import threading
+import time
 from contextlib import contextmanager
+from dataclasses import dataclass
+
+WATCH_S = 0.5          # how often a watchdog looks for its parent
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_PARENT_ONLY: set[int] = set()
+_PARENT_ONLY_LOCK = threading.Lock()
 
 
 def usable_cores() -> int:
@@ -21,16 +41,101 @@ def usable_cores() -> int:
 
 
 @contextmanager
-def worker_context():
-    """Yield a multiprocessing context; start every process inside the `with` block."""
-    if "fork" not in mp.get_all_start_methods():
-        yield mp.get_context("spawn")
+def parent_only(fd: int):
+    """While inside, children started by `worker_context()` close their inherited copy of `fd` (a lock's)."""
+    with _PARENT_ONLY_LOCK:
+        _PARENT_ONLY.add(fd)
+    try:
+        yield fd
+    finally:
+        with _PARENT_ONLY_LOCK:
+            _PARENT_ONLY.discard(fd)
+
+
+@dataclass(frozen=True)
+class _Guard:
+    """What a child needs to die with its parent (picklable: spawn sends it)."""
+
+    parent: int
+    death_signal: bool      # the starter is its process's main thread: PR_SET_PDEATHSIG follows it
+    close_fds: tuple = ()   # fork only: fds the child must not hold
+
+
+def _guard_child(g: _Guard) -> None:
+    """Run first in every child: drop the parent's locks, then arrange to die with the parent."""
+    for fd in g.close_fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    armed = g.death_signal and _set_death_signal()
+    if os.getppid() != g.parent:   # the parent died before the signal was armed
+        os._exit(1)
+    if not armed:
+        threading.Thread(target=_watch, args=(g.parent,), name="fastfeed-parent-watch", daemon=True).start()
+
+
+def _set_death_signal() -> bool:
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(WATCH_S)
+    os._exit(1)   # the parent is gone: nobody will read what this process makes
+
+
+def _run_guarded(g: _Guard, target, args, kwargs):
+    _guard_child(g)
+    return target(*args, **kwargs)
+
+
+def _init_guarded(g: _Guard, initializer, initargs) -> None:
+    _guard_child(g)
+    if initializer is not None:
+        initializer(*initargs)
+
+
+class GuardedContext:
+    """A multiprocessing context whose `Process` and `Pool` children die with this process; everything
+    else (queues, values, events) is the context's own."""
+
+    def __init__(self, ctx, guard: _Guard):
+        self._ctx, self._guard = ctx, guard
+
+    def Process(self, target, args=(), kwargs=None, **kw):
+        return self._ctx.Process(target=_run_guarded, args=(self._guard, target, tuple(args), dict(kwargs or {})), **kw)
+
+    def Pool(self, processes=None, initializer=None, initargs=(), **kw):
+        return self._ctx.Pool(processes, _init_guarded, (self._guard, initializer, tuple(initargs)), **kw)
+
+    def __getattr__(self, name):
+        return getattr(self._ctx, name)
+
+
+@contextmanager
+def worker_context(method: str | None = None):
+    """Yield a multiprocessing context (a `GuardedContext`: fork where it exists, else spawn, or `method`);
+    start every process inside the `with` block."""
+    main = threading.current_thread() is threading.main_thread()
+    if method is None:
+        method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    if method != "fork":   # a fresh interpreter inherits no fds and no OpenCV pool
+        yield GuardedContext(mp.get_context(method), _Guard(os.getpid(), main))
         return
     import cv2
 
+    with _PARENT_ONLY_LOCK:
+        close = tuple(sorted(_PARENT_ONLY))
     threads = cv2.getNumThreads()
     cv2.setNumThreads(1)
     try:
-        yield mp.get_context("fork")
+        yield GuardedContext(mp.get_context("fork"), _Guard(os.getpid(), main, close))
     finally:
         cv2.setNumThreads(threads)

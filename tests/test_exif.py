@@ -160,3 +160,31 @@ def test_the_cli_takes_exif(tmp_path, oriented_src, capsys):
     assert manifest["pack_options"]["exif"] == "ignore" and manifest["format_version"] == 2
     with pytest.raises(SystemExit):
         main(["pack", str(oriented_src), "-o", str(tmp_path / "b.ff"), "--exif", "sideways"])
+
+
+def test_a_coco_set_annotated_on_raw_pixels_is_said_for_the_whole_pack(tmp_path):
+    """Orientations 2-4 keep their size when turned, so their JSON sizes cannot tell which frame the boxes are
+    in; the 5-8 images of the same set can: when they show the raw frame, the pack says so once, with the fix."""
+    b = CocoBuilder(tmp_path / "src")
+    for k, o in enumerate((6, 8, 6, 3, 2, 1)):
+        raw, box = _upright(k)                                # painted and boxed on the raw, stored pixels
+        b.add_image(f"{k}-o{o}.jpg", H, W, data=_file(raw, o, "JPEG"), boxes=[(1, box)])   # JSON: the raw frame
+    src = b.write()
+    res = run_pack(src, tmp_path / "apply.ff")
+    c = res.report.counts
+    assert c["size_mismatch"] == 3 and c["annotated_raw"] == 1 and len(Store(res.out)) == 3
+    (r,) = [r for r in rejects(res.out) if r["reason"] == "annotated_raw"]
+    assert r["file"] == "instances_train2017.json" and "3 of the 3 images with EXIF orientation 5-8" in r["detail"]
+    assert "its 2 packed image(s) with orientation 2-4" in r["detail"] and r["detail"].endswith("--exif ignore")
+    ok = run_pack(src, tmp_path / "ignore.ff", exif="ignore")   # what it says to do: everything packs, nothing said
+    assert ok.report.errors == [] and len(Store(ok.out)) == 6
+
+
+def test_a_set_annotated_upright_with_a_few_stray_raw_sizes_is_not_called_raw(tmp_path):
+    b = CocoBuilder(tmp_path / "src")
+    for k, o in enumerate((6, 8, 6, 3)):
+        img, box = _upright(k)
+        h, w = (W, H) if k == 0 else (H, W)                   # one JSON size of the raw frame, the rest upright
+        b.add_image(f"{k}-o{o}.jpg", h, w, data=_file(_stored(img, o), o, "JPEG"), boxes=[(1, box)])
+    res = run_pack(b.write(), tmp_path / "s.ff")
+    assert res.report.counts["size_mismatch"] == 1 and "annotated_raw" not in res.report.counts

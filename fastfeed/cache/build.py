@@ -8,12 +8,10 @@ augmentations scale anyway, and upscaled pixels would only cost memory).
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import math
 import mmap
 import os
-import signal
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -72,20 +70,8 @@ def shapes_at(shapes: np.ndarray, imgsz: int, new: int) -> np.ndarray:
 _W: dict = {}
 
 
-def _die_with_parent() -> None:
-    try:  # Linux: if the builder is killed, its helpers go too instead of lingering on the temp file
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _init(store: Store, tmp: str, close_fds: tuple) -> None:
-    _die_with_parent()
-    for fd in close_fds:   # the lock's fd, inherited through fork: only the builder may hold the lock
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+def _init(store: Store, tmp: str) -> None:
+    # Started through procs.worker_context: a helper dies with the builder and does not keep its lock.
     fd = os.open(tmp, os.O_RDWR)
     try:
         mm = mmap.mmap(fd, 0)
@@ -107,7 +93,7 @@ def _fill(job) -> int:
 # --- the build ----------------------------------------------------------------------------------------
 
 def build(store: Store, imgsz: int, segment: Path, *, partial: bool = False, workers: int | None = None,
-          progress: bool | None = None, close_fds: tuple = ()) -> layout.Header:
+          progress: bool | None = None) -> layout.Header:
     """Build `segment` (the caller holds its lock); returns its header.
 
     Raises CacheBudgetError when it does not fit (unless `partial`: then the first records that fit
@@ -120,13 +106,13 @@ def build(store: Store, imgsz: int, segment: Path, *, partial: bool = False, wor
         raise FormatError(f"the store at {store.path} changed on disk since it was opened (fingerprint "
                               f"{own.fingerprint}, was {store.fingerprint}); open it again")
     try:
-        return _build(own, imgsz, segment, partial, workers, progress, close_fds)
+        return _build(own, imgsz, segment, partial, workers, progress)
     finally:
         own.close()
 
 
-def _build(store: Store, imgsz: int, segment: Path, partial: bool, workers: int | None, progress: bool | None,
-           close_fds: tuple) -> layout.Header:
+def _build(store: Store, imgsz: int, segment: Path, partial: bool, workers: int | None,
+           progress: bool | None) -> layout.Header:
     t0 = time.perf_counter()
     shapes, counts, boxes, classes = scan(store, imgsz)
     n = len(store)
@@ -164,7 +150,7 @@ def _build(store: Store, imgsz: int, segment: Path, partial: bool, workers: int 
                              (h.boxes_off, boxes[:nb]), (h.classes_off, classes[:nb])):
                 data = np.ascontiguousarray(arr).tobytes()
                 mm[off:off + len(data)] = data
-            _fill_all(store, tmp, mm, lay, shapes[:k], workers or usable_cores(), progress, close_fds)
+            _fill_all(store, tmp, mm, lay, shapes[:k], workers or usable_cores(), progress)
             mm[layout.STATE_OFFSET:layout.STATE_OFFSET + 4] = layout.STATE_COMPLETE.to_bytes(4, "little")
         finally:
             try:
@@ -183,7 +169,7 @@ def _build(store: Store, imgsz: int, segment: Path, partial: bool, workers: int 
 
 
 def _fill_all(store: Store, tmp: Path, mm: mmap.mmap, lay: layout.Layout, shapes: np.ndarray, workers: int,
-              progress: bool | None, close_fds: tuple) -> None:
+              progress: bool | None) -> None:
     k = len(shapes)
     if k == 0:
         return
@@ -200,7 +186,7 @@ def _fill_all(store: Store, tmp: Path, mm: mmap.mmap, lay: layout.Layout, shapes
                 _W.clear()
             return
         with worker_context() as ctx:
-            pool = ctx.Pool(workers, _init, (store, str(tmp), tuple(close_fds)))
+            pool = ctx.Pool(workers, _init, (store, str(tmp)))
         with pool:
             for done in pool.imap_unordered(_fill, jobs):
                 bar.update(done)

@@ -201,7 +201,7 @@ def _acquire(store: Store, imgsz: int, segment: Path, partial: bool, wait: float
     with users.locked(users_path(segment), wait, _busy_reason(segment, wait), waiting) as fd:
         u = users.read(fd)
         try:
-            header, built = _usable_or_built(store, imgsz, segment, u, partial, workers, progress, fd)
+            header, built = _usable_or_built(store, imgsz, segment, u, partial, workers, progress)
         except BaseException:
             if not u.entries and not u.keep and not segment.exists():
                 users_path(segment).unlink(missing_ok=True)   # leave nothing behind (still locked)
@@ -212,8 +212,8 @@ def _acquire(store: Store, imgsz: int, segment: Path, partial: bool, wait: float
     return CacheLease(segment, header, built, keep)
 
 
-def _usable_or_built(store: Store, imgsz: int, segment: Path, u: users.Users, partial: bool, workers, progress,
-                     fd: int) -> tuple[layout.Header, bool]:
+def _usable_or_built(store: Store, imgsz: int, segment: Path, u: users.Users, partial: bool, workers,
+                     progress) -> tuple[layout.Header, bool]:
     """Under the lock: the segment's header if it can be used as it is, else build it."""
     for tmp, pid in temp_files(segment):   # we hold the lock: no live builder is writing these
         if pid == os.getpid() or not users.alive(pid):
@@ -234,5 +234,4 @@ def _usable_or_built(store: Store, imgsz: int, segment: Path, u: users.Users, pa
         header = None
     if header is not None:
         return header, False
-    return build.build(store, imgsz, segment, partial=partial, workers=workers, progress=progress,
-                       close_fds=(fd,)), True
+    return build.build(store, imgsz, segment, partial=partial, workers=workers, progress=progress), True

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import psutil
 
+from ..procs import parent_only
+
 _POLL = 0.05
 
 
@@ -168,7 +170,8 @@ def locked(path: Path, timeout: float, busy: Callable[[int | None], str] | None 
             break
         os.close(fd)   # the file was removed (with its segment) while we waited: lock the new one
     try:
-        yield fd
+        with parent_only(fd):   # workers started meanwhile (the build's) never keep the lock
+            yield fd
     finally:
         try:
             fcntl.flock(fd, fcntl.LOCK_UN)

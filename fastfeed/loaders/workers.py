@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import signal
 import traceback
 from collections.abc import Callable
 from time import monotonic
@@ -21,9 +22,12 @@ import torch
 
 from ..devices import has_cuda, pin_in_place, unpin
 from ..procs import worker_context
+from ..store.changed import store_changed_reason
 
 log = logging.getLogger(__name__)
-_POLL = 0.5  # seconds between liveness checks while waiting for a batch
+_POLL = 0.5     # seconds between liveness checks while waiting for a batch
+_CLOSE_S = 5.0  # close(): how long workers get to finish, and then to obey SIGTERM
+_KILL_S = 2.0   # ... and to die of SIGKILL
 
 
 class WorkerError(RuntimeError):
@@ -139,12 +143,14 @@ class WorkerPool:
         for i, p in enumerate(self.procs):
             if not p.is_alive():
                 raise WorkerError(f"loader worker {i} (pid {p.pid}) exited unexpectedly with code {p.exitcode}"
-                                  + (" (killed by a signal: out of memory?)" if (p.exitcode or 0) < 0 else ""))
+                                  + exit_reason(p.exitcode))
 
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs if p.is_alive()]
 
     def close(self) -> None:
+        """Stop every worker within a bounded time: asked to finish, then SIGTERM, then SIGKILL (which also
+        ends a worker stopped with SIGSTOP, on which a SIGTERM stays pending)."""
         for q, p in zip(self.tasks, self.procs):
             if p.is_alive():
                 try:
@@ -153,23 +159,48 @@ class WorkerPool:
                     pass
         # Read what the workers still send: a worker blocked writing a large result into a full pipe cannot
         # exit, and would only be killed after the join's wait.
-        deadline = monotonic() + 5.0
-        while self.outstanding > 0 and monotonic() < deadline:
+        deadline = monotonic() + _CLOSE_S
+        while self.outstanding > 0 and monotonic() < deadline and any(p.is_alive() for p in self.procs):
             try:
                 self.results.get(timeout=0.1)
             except (queue.Empty, OSError, ValueError, EOFError):   # nothing left in the pipe
                 break
             self.outstanding -= 1
+        for stop in (None, "terminate", "kill"):
+            if stop is not None:
+                for p in self.procs:
+                    if p.is_alive():
+                        getattr(p, stop)()
+            _join_all(self.procs, deadline)
+            deadline = monotonic() + _KILL_S
         for p in self.procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=5)
+            if p.is_alive():    # unkillable (a disk wait in the kernel): left, named, never waited on forever
+                log.warning("loader worker pid %d did not exit after SIGKILL; left running", p.pid)
         self.results.close()
-        self.results.join_thread()
+        self.results.cancel_join_thread()   # the workers are gone: nothing of ours waits in the pipe
         if self.pinned:
             unpin(self.slots)
         self.procs = []
+
+
+def _join_all(procs, deadline: float) -> None:
+    for p in procs:
+        p.join(timeout=max(0.0, deadline - monotonic()))
+
+
+def exit_reason(code: int | None) -> str:
+    """What a worker's exit code says, for the error message (negative: killed by that signal)."""
+    if code is None or code >= 0:
+        return ""
+    sig = -code
+    name = signal.Signals(sig).name if sig in signal.valid_signals() else f"signal {sig}"
+    if sig == signal.SIGKILL:
+        return f" ({name}: out of memory, see `dmesg`, or killed by someone)"
+    if sig == signal.SIGBUS:
+        return f" ({name}: {store_changed_reason()})"
+    if sig == signal.SIGSEGV:
+        return f" ({name}: a crash in native code)"
+    return f" (killed by {name})"
 
 
 def _pin(t: torch.Tensor) -> bool:

@@ -61,6 +61,18 @@ def _valid_bbox(b) -> bool:
             and type(b[2]) in _NUMBER and type(b[3]) in _NUMBER and math.isfinite(b[0] + b[1] + b[2] + b[3]))
 
 
+def _bbox_from_text(b) -> list[float] | None:
+    """A bbox whose values are numeric strings (some exporters write "12.5"), as numbers, the way Ultralytics'
+    `convert_coco` reads them (numpy converts); None when it is not 4 finite numbers that way either."""
+    if type(b) is not list or len(b) != 4 or not any(type(v) is str for v in b):
+        return None
+    try:
+        vals = [float(v) if type(v) is str else v for v in b]
+    except ValueError:
+        return None
+    return vals if _valid_bbox(vals) else None
+
+
 def _unique_images(entries: list[dict]) -> tuple[dict[int, dict], dict[int, int]]:
     """Image entries by id, leaving out every entry that shares its id or its file with another (its
     annotations could not be attributed); returns (images, {id of a left-out entry: 0}) for counting
@@ -139,15 +151,19 @@ def read_coco(ann_file: Path, images_dir: Path, split: str | None = None, root: 
             item.ann_size = (h, w)
         boxes, classes, crowd = [], [], []
         for a in per_image.get(image_id, ()):
-            if not _valid_bbox(a.get("bbox")):
-                item.problems.append(Problem("malformed_annotation", im["file_name"],
-                                             f"annotation {a.get('id')}: bbox {str(a.get('bbox'))[:60]} is not 4 numbers"))
-                continue
+            bbox = a.get("bbox")
+            if not _valid_bbox(bbox):
+                if (bbox := _bbox_from_text(bbox)) is None:
+                    item.problems.append(Problem("malformed_annotation", im["file_name"],
+                                                 f"annotation {a.get('id')}: bbox {str(a.get('bbox'))[:60]} is not 4 numbers"))
+                    continue
+                item.problems.append(Problem("bbox_as_text", im["file_name"],
+                                             f"annotation {a.get('id')}: bbox {str(a.get('bbox'))[:60]}"))
             if a.get("category_id") not in cat_map:
                 item.problems.append(Problem("unknown_category", im["file_name"],
                                              f"annotation {a.get('id')}: category_id {a.get('category_id')}"))
                 continue
-            boxes.append(a["bbox"])
+            boxes.append(bbox)
             classes.append(cat_map[a["category_id"]])
             crowd.append(bool(a.get("iscrowd", 0)))
         item.coco_xywh = np.asarray(boxes, np.float64).reshape(-1, 4)

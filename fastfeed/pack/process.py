@@ -16,6 +16,7 @@ from .yolo import parse_label
 STORE_MODES = ("original", "jpeg", "raw")
 EXIF_MODES = ("apply", "ignore")
 _CLIP_TOLERANCE_PX = 0.5  # COCO boxes often overshoot by float noise; that is not worth a note
+_FAR_OUTSIDE = 0.5        # a corner further than half the image beyond an edge: not a box of this image
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,33 +42,43 @@ class Result:
     size: tuple[int, int] = (0, 0)
     orientation: int = 1                 # the record's (1: its pixels decode upright as they are)
     source_crc: int = 0                  # CRC32 of the source file (+ its label file), for the source fingerprint
+    exif_frame: str | None = None        # COCO image with an EXIF orientation: the frame its width/height show
 
 
-def _clean_boxes(xyxy: np.ndarray, classes, crowd, size, name: str, problems: list[Problem]):
-    """Drop degenerate and outside boxes, clip the rest; xyxy normalised, float64."""
+def _clean_boxes(xyxy: np.ndarray, classes, crowd, size, name: str, problems: list[Problem], where=None):
+    """Drop degenerate, outside and far-reaching boxes, clip the rest; xyxy normalised, float64. `where`:
+    the `file:line` of each box (YOLO), for the details."""
     h, w = size
     bw, bh = xyxy[:, 2] - xyxy[:, 0], xyxy[:, 3] - xyxy[:, 1]
     degenerate = ~((bw > 0) & (bh > 0))
     outside = ~degenerate & ((xyxy[:, 2] <= 0) | (xyxy[:, 3] <= 0) | (xyxy[:, 0] >= 1) | (xyxy[:, 1] >= 1))
+    far = ~degenerate & ~outside & ((xyxy < -_FAR_OUTSIDE).any(1) | (xyxy > 1 + _FAR_OUTSIDE).any(1))
     over = np.maximum(np.maximum(-xyxy[:, [0, 2]], xyxy[:, [0, 2]] - 1).max(1) * w,
                       np.maximum(-xyxy[:, [1, 3]], xyxy[:, [1, 3]] - 1).max(1) * h)
-    clipped = ~degenerate & ~outside & (over > _CLIP_TOLERANCE_PX)
-    for reason, mask in (("box_degenerate", degenerate), ("box_outside", outside), ("box_clipped", clipped)):
+    clipped = ~degenerate & ~outside & ~far & (over > _CLIP_TOLERANCE_PX)
+    for reason, mask in (("box_degenerate", degenerate), ("box_outside", outside), ("box_far_outside", far),
+                         ("box_clipped", clipped)):
         for i in np.flatnonzero(mask):
             x1, y1, x2, y2 = xyxy[i] * (w, h, w, h)
-            problems.append(Problem(reason, name, f"class {classes[i]} box x1={x1:.1f} y1={y1:.1f} x2={x2:.1f} y2={y2:.1f}"))
-    keep = ~degenerate & ~outside
+            at = f"{where[i]}: " if where else ""
+            detail = f"{at}class {classes[i]} box x1={x1:.1f} y1={y1:.1f} x2={x2:.1f} y2={y2:.1f}"
+            if reason == "box_far_outside":
+                detail += (f" on a {w}x{h} image, normalised {', '.join(f'{v:.3g}' for v in xyxy[i])}: far outside "
+                           "0..1, not a box of this image (pixels where fractions of the image belong?)")
+            problems.append(Problem(reason, name, detail))
+    keep = ~degenerate & ~outside & ~far
     return np.clip(xyxy[keep], 0.0, 1.0), classes[keep], crowd[keep]
 
 
 def _labels(item: Item, size, nc: int | None, problems: list[Problem]):
     """The item's boxes as normalised xyxy, with classes and crowd flags."""
     h, w = size
+    where = None
     if item.coco_xywh is None:  # YOLO; no label file means a background image
         if item.label_path is None:
             cxcywh, classes = np.zeros((0, 4)), np.zeros(0, np.int64)
         else:
-            cxcywh, classes, found = parse_label(item.label_path, item.name, nc)
+            cxcywh, classes, found, where = parse_label(item.label_path, item.name, nc)
             problems.extend(found)
         half = cxcywh[:, 2:] / 2
         xyxy = np.concatenate([cxcywh[:, :2] - half, cxcywh[:, :2] + half], axis=1)
@@ -76,7 +87,7 @@ def _labels(item: Item, size, nc: int | None, problems: list[Problem]):
         b = item.coco_xywh
         xyxy = np.stack([b[:, 0] / w, b[:, 1] / h, (b[:, 0] + b[:, 2]) / w, (b[:, 1] + b[:, 3]) / h], 1)
         classes, crowd = item.coco_classes, item.coco_crowd
-    return _clean_boxes(xyxy.reshape(-1, 4), classes, crowd, size, item.name, problems)
+    return _clean_boxes(xyxy.reshape(-1, 4), classes, crowd, size, item.name, problems, where)
 
 
 def _mismatch(ann, orig, tag: int, mode: str) -> str:
@@ -90,6 +101,29 @@ def _mismatch(ann, orig, tag: int, mode: str) -> str:
         return (f"{text} in its stored frame (--exif ignore); the annotation matches the frame its EXIF orientation "
                 f"{tag} turns it to: pack with --exif apply (the default)")
     return text
+
+
+def _annotated_frame(ann, upright, tag: int) -> str | None:
+    """Which frame a COCO width/height shows for an image of EXIF orientation `tag` taken upright: 'upright',
+    'raw' (5-8: the turned, stored frame), 'either' (2-4: mirrored or upside down, the same size both ways)."""
+    if tag < 5:
+        return "either" if ann == upright else None
+    return "upright" if ann == upright else "raw" if ann == upright[::-1] else None
+
+
+def raw_annotation_verdict(frames, annotation_files) -> Problem | None:
+    """A whole-pack `annotated_raw` error when most of a COCO set's EXIF-turned images (5-8) have the width and
+    height of their raw frame: its mirrored/upside-down ones (2-4), whose size cannot tell, were packed with
+    boxes that are most likely in the raw frame too. `frames`: a Counter of `Result.exif_frame`."""
+    raw, upright, either = frames["raw"], frames["upright"], frames["either"]
+    if raw == 0 or raw <= upright:
+        return None
+    name = ", ".join(p.name for p in annotation_files) or "the annotations"
+    return Problem("annotated_raw", name, (
+        f"{raw} of the {raw + upright} images with EXIF orientation 5-8 have the width/height of their raw, "
+        f"unturned pixels (rejected as size_mismatch): this set looks annotated on the raw pixels, so the boxes of "
+        f"its {either} packed image(s) with orientation 2-4 (mirrored or upside down: the same size either way) are "
+        "most likely mirrored or upside down as packed. Re-pack with --exif ignore"))
 
 
 def process_item(item: Item, cfg: PayloadConfig, nc: int | None) -> Result:
@@ -113,6 +147,8 @@ def process_item(item: Item, cfg: PayloadConfig, nc: int | None) -> Result:
         res.problems.append(rejected)
         return res
     orig, size, how = checked.orig, checked.size, checked.codec
+    if item.ann_size is not None and checked.tag != 1 and cfg.exif == "apply":
+        res.exif_frame = _annotated_frame(tuple(item.ann_size), tuple(orig), checked.tag)
     if item.ann_size is not None and tuple(item.ann_size) != tuple(orig):
         res.problems.append(Problem("size_mismatch", item.name, _mismatch(item.ann_size, orig, checked.tag, cfg.exif)))
         return res

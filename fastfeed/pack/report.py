@@ -23,13 +23,19 @@ ERRORS = {
     "duplicate_image_id": "COCO image id given to several images: their annotations cannot be told apart (all skipped)",
     "duplicate_file_name": "one file listed by several COCO image entries: its boxes are split between them (all skipped)",
     "label_without_image": "label file with no image (labels ignored)",
+    "ambiguous_label": "two images that take one label file (a.jpg and a.png, a.jpg and a.JPG): both skipped, "
+                       "the detail names them",
     "unreadable_label": "label file that cannot be read, e.g. not UTF-8 (image skipped, not packed without its boxes)",
     "orphan_annotation": "annotation for an image id not in the JSON (dropped)",
     "malformed_annotation": "malformed JSON annotation or image entry (dropped)",
+    "annotated_raw": "a COCO set whose EXIF-turned images (orientation 5-8) show it was annotated on the raw "
+                     "pixels: said once for the pack, with what to do (--exif ignore)",
     "malformed_line": "malformed label line (dropped)",
     "unknown_category": "box with a category/class id not in the class list (dropped)",
     "box_degenerate": "box with zero or negative width/height (dropped)",
     "box_outside": "box entirely outside the image (dropped)",
+    "box_far_outside": "box reaching far outside the image (a corner more than half the image beyond an edge): "
+                       "coordinates of another unit or frame, e.g. pixels in a YOLO label (dropped, not clipped)",
 }
 NOTES = {
     "background": "image without boxes (kept as background)",
@@ -37,6 +43,7 @@ NOTES = {
     "crowd": "iscrowd box (kept for evaluation, excluded from training boxes)",
     "duplicate_box": "identical box repeated in one label file (duplicate dropped)",
     "polygon_to_box": "segment polygon label (converted to its bounding box)",
+    "bbox_as_text": "COCO bbox written as numeric strings (read as the numbers, as Ultralytics reads them)",
     "converted_grayscale": "grayscale image (decoded to RGB)",
     "converted_cmyk": "CMYK JPEG (decoded to RGB through OpenCV)",
     "converted_rgba": "image with alpha (alpha dropped, decoded to RGB)",
@@ -49,7 +56,8 @@ NOTES = {
     "unlisted_image": "image file not referenced by the annotations (not packed)",
 }
 IMAGE_REJECTS = {"missing_image", "unreadable_image", "corrupt_image", "size_mismatch", "unsupported_format",
-                 "image_too_large", "check_failed", "duplicate_image_id", "duplicate_file_name", "unreadable_label"}
+                 "image_too_large", "check_failed", "duplicate_image_id", "duplicate_file_name", "unreadable_label",
+                 "ambiguous_label"}
 EXAMPLES_KEPT = 20
 
 

@@ -18,13 +18,14 @@ from tqdm import tqdm
 from .. import __version__
 from ..procs import usable_cores, worker_context
 from ..store import format as fmt
+from ..store.publish import publish, temp_dir_for
 from . import segment
 from .check import DEFAULT_MAX_PIXELS
 from .layout import check_labelled, open_source
-from .process import EXIF_MODES, STORE_MODES, PayloadConfig
+from .process import EXIF_MODES, STORE_MODES, PayloadConfig, raw_annotation_verdict
 from .report import PackReport
 from .source import PackError
-from .writer import pack_lock, publish, temp_dir_for
+from .writer import DiskSpace, pack_lock
 
 log = logging.getLogger(__name__)
 
@@ -160,16 +161,20 @@ def pack(cfg: PackConfig) -> PackResult:
         log.info("packing %s", source.describe())
         tmp = temp_dir_for(cfg.out)
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
+        space = DiskSpace.at(cfg.out.parent)
         try:
+            tmp.mkdir()
             manifest = _pack_into(tmp, cfg, source, report) if source.items else None
             report.write_rejects(tmp / fmt.REJECTS)
             if manifest is None:
                 _keep_rejects(tmp, cfg.out, report, len(source.items))
             fmt.write_manifest(tmp / fmt.MANIFEST, manifest)  # last: a store without it is not a store
             publish(tmp, cfg.out, replace)
-        except BaseException:
+        except BaseException as e:
+            full = space.full_error(e, tmp, cfg.out, replace, segment.estimated_bytes(source.items, cfg))
             shutil.rmtree(tmp, ignore_errors=True)
+            if full is not None:
+                raise PackError(full, report) from e
             raise
     return PackResult(cfg.out, manifest, report, time.perf_counter() - t0, source.describe(), cfg.out / fmt.REJECTS)
 
@@ -189,6 +194,8 @@ def _pack_into(tmp: Path, cfg: PackConfig, source, report: PackReport) -> fmt.Ma
         stats.merge(res.stats)
         if res.shard is not None:
             shards.append(res.shard)
+    if (verdict := raw_annotation_verdict(stats.exif_frames, source.annotation_files)) is not None:
+        report.add(verdict)
     if not shards:
         return None
     start = 0

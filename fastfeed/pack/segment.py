@@ -32,6 +32,7 @@ class SegmentStats:
     num_crowd: int = 0
     record_bytes: int = 0
     oriented: int = 0                                            # records whose decode is turned (orientation != 1)
+    exif_frames: Counter = field(default_factory=Counter)        # COCO frames of EXIF images (process.Result.exif_frame)
     record_crcs: bytearray = field(default_factory=bytearray)   # 4 bytes per record, in order
     sources: list = field(default_factory=list)                  # (name, source CRC) per image
 
@@ -42,6 +43,7 @@ class SegmentStats:
         self.num_crowd += other.num_crowd
         self.record_bytes += other.record_bytes
         self.oriented += other.oriented
+        self.exif_frames.update(other.exif_frames)
         self.record_crcs += other.record_crcs
         self.sources += other.sources
 
@@ -79,6 +81,11 @@ def _estimated_bytes(item, cfg) -> int:
     return size
 
 
+def estimated_bytes(items: list, cfg) -> int:
+    """About what the records of `items` take on disk (see `plan`)."""
+    return sum(_estimated_bytes(it, cfg) for it in items)
+
+
 def plan(items: list, cfg, workers: int) -> list[list]:
     """Contiguous runs of items, one shard each: `--shards N`, or by estimated size (`--shard-mb`),
     split further so every worker has work (at least 4 runs per worker, of >= 64 images)."""
@@ -87,7 +94,7 @@ def plan(items: list, cfg, workers: int) -> list[list]:
         count = min(cfg.shards, n)
     else:
         limit = (cfg.shard_mb or DEFAULT_SHARD_MB) * 2**20
-        total = sum(_estimated_bytes(it, cfg) for it in items)
+        total = estimated_bytes(items, cfg)
         count = max(math.ceil(total / limit), min(4 * max(workers, 1), math.ceil(n / _MIN_SEGMENT)), 1)
     bounds = [round(k * n / count) for k in range(count + 1)]
     return [items[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
@@ -114,6 +121,8 @@ def run(job: SegmentJob) -> SegmentResult:
             r = process_item(item, job.payload, job.nc)
             res.problems += r.problems
             st.sources.append((r.name, r.source_crc))
+            if r.exif_frame is not None and (r.exif_frame != "either" or r.record is not None):
+                st.exif_frames[r.exif_frame] += 1
             if job.fail_fast and any(p.is_error for p in r.problems):
                 res.failed = next(p for p in r.problems if p.is_error)
                 break

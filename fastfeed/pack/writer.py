@@ -1,18 +1,18 @@
-"""Write one LMDB shard, move a finished store into place atomically, and hold OUT's pack lock."""
+"""Write one LMDB shard, and hold OUT's pack lock (`store/publish.py` moves a finished store into place)."""
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import errno
 import logging
 import os
-import shutil
-from glob import escape as glob_escape
+from dataclasses import dataclass
 from pathlib import Path
 
 import lmdb
 
 from ..store import format as fmt
+from ..store import publish
 from .source import PackError
 
 log = logging.getLogger(__name__)
@@ -60,57 +60,77 @@ class ShardWriter:
             self._env = self._txn = None
 
 
-def temp_dir_for(out: Path) -> Path:
-    """A sibling of OUT that can never be mistaken for a store (hidden, and no manifest until the end)."""
-    return out.parent / f".{out.name}.incomplete-{os.getpid()}"
-
-
-def publish(tmp: Path, out: Path, overwrite: bool) -> None:
-    """Move the finished store into place; with `overwrite`, replace OUT only after the new one is whole."""
-    if out.exists():
-        if not overwrite:
-            raise FileExistsError(out)
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        os.rename(out, old)
-        os.rename(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, out)
-
-
 @contextlib.contextmanager
 def pack_lock(out: Path, wait: bool = False):
-    """Hold OUT's pack lock (`fmt.pack_lock_path`) for the whole pack, or raise PackError at once
-    when another pack holds it: two packs into one OUT learn it before either does any work. With
-    `wait`, wait for the other holder instead (FastfeedTrainer's processes waiting for one pack)."""
-    path = fmt.pack_lock_path(out)
-    while True:
+    """Hold OUT's pack lock (`store.publish.locked`) for the whole pack, or raise PackError at once when
+    another pack holds it: two packs into one OUT learn it before either does any work. With `wait`, wait for
+    the other holder instead (FastfeedTrainer's processes waiting for one pack). Under the lock, what an
+    interrupted pack left beside OUT is put back or removed first (`store.publish.recover`)."""
+    with contextlib.ExitStack() as stack:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            stack.enter_context(publish.locked(out, settle_s=publish.SETTLE_S, wait=wait))
+        except publish.LockBusy as e:
+            if publish.alive(e.pid):
+                raise PackError(f"another fastfeed pack (pid {e.pid}) is writing {out}: wait for it to finish, or "
+                                "pack into another -o") from None
+            raise PackError(f"{fmt.pack_lock_path(out)} is locked, but not by a pack running on this machine"
+                            f"{f' (the pack that took it, pid {e.pid}, has ended: its worker processes?)' if e.pid else ''}"
+                            ": stop what holds it (a pack on another machine?), or pack into another -o") from None
         except OSError as e:
             raise PackError(f"cannot write beside {out}: {e}") from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
-            os.close(fd)
-            raise PackError(f"another fastfeed pack{f' (pid {pid})' if pid else ''} is writing {out}: "
-                            "wait for it to finish, or pack into another -o") from None
-        try:  # the file locked must still be the lock file: a pack finishing meanwhile unlinks its own
-            if os.path.samestat(os.fstat(fd), os.stat(path)):
-                break
-        except FileNotFoundError:
-            pass
-        os.close(fd)
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    try:
-        for stale in out.parent.glob(f".{glob_escape(out.name)}.incomplete-*"):  # left by a killed pack into OUT
-            log.info("removing %s, left by an interrupted pack", stale)
-            shutil.rmtree(stale, ignore_errors=True)
+        for line in publish.recover(out):
+            log.info("%s", line)
         yield
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        fcntl.flock(fd, fcntl.LOCK_UN)  # now, not when forked workers holding a copy of fd exit
-        os.close(fd)
+
+
+_FULL_ERRNOS = {errno.ENOSPC: "no space left", errno.EDQUOT: "the disk quota is exhausted"}
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def _written(tmp: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(tmp):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(root, f)).st_blocks * 512
+    return total
+
+
+@dataclass(frozen=True)
+class DiskSpace:
+    """Free space where a pack writes, taken when it starts, to tell a full disk from other write errors."""
+
+    folder: Path
+    free: int
+
+    @classmethod
+    def at(cls, folder: Path) -> DiskSpace:
+        st = os.statvfs(folder)
+        return cls(folder, st.f_bavail * st.f_frsize)
+
+    def full_error(self, e: BaseException, tmp: Path, out: Path, replacing: bool, need: int) -> str | None:
+        """The message for `e` when it was the disk filling up (call before `tmp` is removed), else None.
+
+        LMDB reports a short write as EIO ("mdb_txn_commit: Input/output error"), so an LMDB or I/O error is
+        taken for a full disk when less than two commits' worth of space is left."""
+        if isinstance(e, OSError) and e.errno in _FULL_ERRNOS:
+            what = _FULL_ERRNOS[e.errno]
+        elif isinstance(e, (lmdb.Error, OSError)) and not isinstance(e, (FileNotFoundError, PermissionError)):
+            try:
+                now = DiskSpace.at(self.folder).free
+            except OSError:
+                return None
+            if now >= 2 * _COMMIT_EVERY_BYTES:
+                return None
+            what = f"{_gib(now)} left"
+        else:
+            return None
+        kept = f"{out} is as it was" if replacing or out.exists() else f"nothing was written to {out}"
+        kind = type(e).__name__ if type(e).__module__ == "builtins" else f"{type(e).__module__}.{type(e).__name__}"
+        return (f"the disk holding {self.folder} is full ({what}; {kind}: {e}): the pack needs about "
+                f"{_gib(need)} for its records (estimated from the source files), {_gib(self.free)} was free when it "
+                f"started, and it had written {_gib(_written(tmp))}. Free space there, or pack onto a disk with room "
+                f"(-o elsewhere); {kept}, and the partial store was removed")

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import math
+import os
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -23,9 +25,18 @@ def read_yolo(images_dir: Path, labels_dir: Path, root: Path, split: str | None 
     # Numeric stems (COCO-style file names) become the image ids; otherwise the position.
     stems = [p.stem for p in rel]
     numeric = all(s.isdigit() for s in stems) and len({int(s) for s in stems}) == len(stems)
+    sharing = defaultdict(list)   # a.jpg and a.png (or a.JPG) would both take a.txt
+    for r in rel:
+        sharing[(labels_dir / r).with_suffix(".txt")].append(r)
     for k, (path, r) in enumerate(zip(listing.images, rel)):
         label = (labels_dir / r).with_suffix(".txt")
         seen_labels.add(label)
+        if len(sharing[label]) > 1 and label.is_file():
+            problems.append(Problem("ambiguous_label", str(r), (
+                f"{' and '.join(map(str, sharing[label]))} share the label file {os.path.relpath(label, root)}: its "
+                "boxes cannot be for all of them, so none is packed; rename the images so each has a label file of "
+                "its own")))
+            continue
         items.append(Item(path=path, name=str(r), image_id=int(r.stem) if numeric else k,
                           label_path=label if label.is_file() else None))
     if labels_dir.is_dir():
@@ -48,7 +59,7 @@ def read_yolo(images_dir: Path, labels_dir: Path, root: Path, split: str | None 
 
 
 def parse_label(path: Path, name: str, nc: int | None):
-    """Parse one label file into (cxcywh normalised [N,4] float64, classes [N], problems).
+    """Parse one label file into (cxcywh normalised [N,4] float64, classes [N], problems, `file:line` of each box).
 
     Lines are `cls cx cy w h`, or `cls x1 y1 x2 y2 ... ` polygons (turned into their box).
     With `nc` (class names known) a class >= nc is unknown; without, any class >= 0 is accepted.
@@ -58,8 +69,8 @@ def parse_label(path: Path, name: str, nc: int | None):
         text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not part of line 1 (as Ultralytics reads)
     except (OSError, UnicodeDecodeError) as e:
         return np.zeros((0, 4)), np.zeros(0, np.int64), [Problem("unreadable_label", name, (
-            f"{path.name}: {type(e).__name__}: {e}; save it as UTF-8 text")[:300])]
-    boxes, classes, seen = [], [], set()
+            f"{path.name}: {type(e).__name__}: {e}; save it as UTF-8 text")[:300])], []
+    boxes, classes, seen, lines = [], [], set(), []
     for lineno, line in enumerate(text.splitlines(), 1):
         parts = line.split()
         if not parts:
@@ -95,4 +106,5 @@ def parse_label(path: Path, name: str, nc: int | None):
         seen.add((cls, box))
         boxes.append(box)
         classes.append(cls)
-    return np.asarray(boxes, np.float64).reshape(-1, 4), np.asarray(classes, np.int64), problems
+        lines.append(where)
+    return np.asarray(boxes, np.float64).reshape(-1, 4), np.asarray(classes, np.int64), problems, lines

@@ -83,6 +83,10 @@ class RecordCorrupt(FormatError):
     """A record whose CRC or layout does not check out."""
 
 
+class StoreChanged(FormatError):
+    """A shard changed on disk (truncated, overwritten) while a Store was reading it."""
+
+
 def encode_record(*, codec: str, height: int, width: int, orig_height: int, orig_width: int,
                   image_id: int, file_name: str, boxes: np.ndarray, classes: np.ndarray,
                   crowd_boxes: np.ndarray, crowd_classes: np.ndarray, payload: bytes, orientation: int = 1) -> bytes:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import bisect
-import fcntl
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import lmdb
 import numpy as np
 
+from . import changed, publish
 from . import format as fmt
 from .format import Record
 
@@ -20,6 +20,7 @@ class _Handle:
     pid: int
     env: lmdb.Environment
     txn: lmdb.Transaction
+    fd: int                # the shard file, to see it change under the map (a truncated map faults: SIGBUS)
     users: int = 0
 
 
@@ -41,14 +42,21 @@ def _acquire(key: tuple[int, int], file: str) -> lmdb.Transaction:
             h.env.close()
         except lmdb.Error:
             pass
+        os.close(h.fd)
         h = None
     if h is None:
-        env = lmdb.open(file, subdir=False, readonly=True, lock=False, readahead=False,
-                        max_readers=2048, meminit=False)
+        changed.watch_for_bus_errors()
+        fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            env = lmdb.open(file, subdir=False, readonly=True, lock=False, readahead=False,
+                            max_readers=2048, meminit=False)
+        except BaseException:
+            os.close(fd)
+            raise
         # One long read transaction per process: the store is immutable, and buffers stay valid.
-        h = _HANDLES[key] = _Handle(os.getpid(), env, env.begin(buffers=True))
+        h = _HANDLES[key] = _Handle(os.getpid(), env, env.begin(buffers=True), fd)
     h.users += 1
-    return h.txn
+    return h
 
 
 def _release(key: tuple[int, int]) -> None:
@@ -59,23 +67,8 @@ def _release(key: tuple[int, int]) -> None:
     if h.users <= 0:
         h.txn.abort()
         h.env.close()
+        os.close(h.fd)
         del _HANDLES[key]
-
-
-def _pack_in_progress(out) -> int | None:
-    """The pid of a `fastfeed pack` writing store `out` right now (it holds the lock), else None."""
-    try:
-        fd = os.open(fmt.pack_lock_path(out), os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        return int(pid) if pid.isdigit() else -1
-    finally:
-        os.close(fd)   # closing drops a lock we got: nobody was packing
-    return None
 
 
 def _identity(path: Path) -> tuple[int, int, int]:
@@ -114,7 +107,8 @@ class Store:
 
     def __init__(self, path, check_crc: bool = True):
         self.path = Path(path)
-        if not (self.path / fmt.MANIFEST).is_file() and (pid := _pack_in_progress(self.path)) is not None:
+        publish.tidy(self.path)   # what an interrupted pack left: the old store put back, the rest removed
+        if not (self.path / fmt.MANIFEST).is_file() and (pid := publish.pack_in_progress(self.path)) is not None:
             raise fmt.FormatError(f"{self.path} is being packed right now (fastfeed pack, pid {pid}): wait for the "
                                   "pack to finish, then open it")
         if not self.path.is_dir():
@@ -128,8 +122,9 @@ class Store:
         self._starts = [s.start for s in self.shards]
         self._len = int(self.manifest.num_images)
         self._pid = None
-        self._txns: list = []
+        self._handles: list = []
         self._keys: list = []
+        changed.register(self)
 
     # --- metadata ---------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -160,7 +155,8 @@ class Store:
     def __setstate__(self, state):
         for k, v in state.items():
             setattr(self, k, v)
-        self._pid, self._txns, self._keys = None, [], []
+        self._pid, self._handles, self._keys = None, [], []
+        changed.register(self)
 
     def _repacked(self) -> bool:
         try:
@@ -183,11 +179,11 @@ class Store:
                 raise fmt.FormatError(f"shard {s.file} of {self.path} is {st.st_size} bytes, the manifest "
                                       f"says {s.bytes}: truncated or replaced; re-pack or restore it")
             found.append(((st.st_dev, st.st_ino), str(file)))
-        self._txns, self._keys = [], []
+        self._handles, self._keys = [], []
         try:
             for (key, file), s in zip(found, self.shards):
                 try:
-                    self._txns.append(_acquire(key, file))
+                    self._handles.append(_acquire(key, file))
                 except lmdb.Error as e:
                     raise fmt.FormatError(f"shard {s.file} of {self.path} cannot be opened ({e}); "
                                           "the store is damaged: re-pack it or restore the shard") from None
@@ -198,7 +194,7 @@ class Store:
         except BaseException:
             for key in self._keys:
                 _release(key)
-            self._txns, self._keys = [], []
+            self._handles, self._keys = [], []
             raise
         self._pid = os.getpid()
 
@@ -206,7 +202,7 @@ class Store:
         if self._pid == os.getpid():
             for key in self._keys:
                 _release(key)
-        self._pid, self._txns, self._keys = None, [], []
+        self._pid, self._handles, self._keys = None, [], []
 
     def shard_entries(self, shard: int) -> int:
         """Records LMDB holds in shard number `shard` (verify compares it with the manifest)."""
@@ -246,8 +242,12 @@ class Store:
             self._open()
         index = int(index)
         shard = self._locate(index)
-        name = self.shards[shard].file
-        buf = self._txns[shard].get(fmt.record_key(index - self._starts[shard]))
+        info, h = self.shards[shard], self._handles[shard]
+        name = info.file
+        if (size := os.fstat(h.fd).st_size) != info.bytes:   # reading a shrunk map would kill us (SIGBUS)
+            raise fmt.StoreChanged(f"record {index}: " + changed.under_reader(
+                [f"shard {self.path / name} is now {size} bytes, {info.bytes} when packed"]))
+        buf = h.txn.get(fmt.record_key(index - self._starts[shard]))
         if buf is None:
             raise fmt.RecordCorrupt(f"record {index} missing from shard {name}; run `fastfeed verify` and re-pack")
         return fmt._parse_record(buf, index, name, self.check_crc if check_crc is None else check_crc)

@@ -1,0 +1,158 @@
+"""Worker processes never outlive the process that started them: a parent killed (SIGKILL or SIGTERM) while it
+iterates the cpu, shm and device loaders, one that started its workers from a thread (the watchdog), a spawned
+child, `fastfeed train` stopped with SIGTERM; and a worker stopped with SIGSTOP does not hang `close()`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import psutil
+import pytest
+from loader_checks import make_painted_store
+from proc_checks import descendants, kill_all, read_line, running, start_script, wait_gone
+from train_helpers import packed_sample
+
+from fastfeed.loaders import LoaderConfig, WorkerError, create_loader
+
+GONE_S = 5.0   # "promptly": PR_SET_PDEATHSIG is immediate, the watchdog polls twice a second
+
+# Iterates one loader of each pool kind (cpu, shm, device: 2 workers each), round robin, until killed; prints
+# "started" once every pool runs. argv: store, cache dir, "main" | "thread" (start the loaders from a thread).
+ITERATE = """
+import itertools, sys, threading
+from fastfeed import Store
+from fastfeed.loaders import LoaderConfig, create_loader
+store, cache_dir, where, names = Store(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4].split(",")
+cfg = LoaderConfig(imgsz=64, batch_size=4, workers=2)
+opts = {"shm": {"cache_dir": cache_dir}}
+loaders = [create_loader(n, store, cfg, **opts.get(n, {})) for n in names]
+def endless(loader):
+    for epoch in itertools.count():
+        loader.set_epoch(epoch)
+        yield from loader
+def run():
+    its = [endless(x) for x in loaders]
+    for it in its:
+        next(it)
+    print("started", flush=True)
+    for it in itertools.cycle(its):
+        next(it)
+if where == "thread":
+    threading.Thread(target=run, daemon=True).start()
+    threading.Event().wait()
+else:
+    run()
+"""
+
+
+@pytest.fixture(scope="module")
+def painted_store(tmp_path_factory):
+    return make_painted_store(tmp_path_factory.mktemp("painted"), store="original")
+
+
+def _kill_while_iterating(store, cache_dir, sig, where="main", names="cpu,shm,device"):
+    proc = start_script(ITERATE, store.path, cache_dir, where, names)
+    workers = []
+    try:
+        assert read_line(proc) == "started"
+        workers = descendants(proc.pid)
+        assert len(workers) >= 2 * len(names.split(","))
+        os.kill(proc.pid, sig)
+        assert proc.wait(30) == -sig
+        left = wait_gone(workers, GONE_S)
+        assert not left, f"workers {[p.pid for p in left]} outlived their parent (killed with {sig.name})"
+    finally:
+        kill_all([proc, *running(workers)])
+        proc.wait()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_every_pool_loaders_workers_exit_when_their_parent_is_killed(painted_store, tmp_path, sig):
+    _kill_while_iterating(painted_store, tmp_path, sig)
+
+
+def test_workers_started_from_a_thread_are_ended_by_the_watchdog(painted_store, tmp_path):
+    """PR_SET_PDEATHSIG follows the thread that started a child; from another thread the watchdog does it."""
+    _kill_while_iterating(painted_store, tmp_path, signal.SIGKILL, where="thread", names="cpu")
+
+
+SPAWNED = """
+import sys, time
+from fastfeed.procs import worker_context
+with worker_context(sys.argv[1]) as ctx:
+    p = ctx.Process(target=time.sleep, args=(600,), daemon=True)
+    p.start()
+print(p.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_a_child_of_either_start_method_dies_with_its_parent(method):
+    proc = start_script(SPAWNED, method)
+    child = None
+    try:
+        child = psutil.Process(int(read_line(proc)))
+        time.sleep(0.5)   # a spawned child arms its guard once its interpreter is up
+        assert running([child])
+        proc.kill()
+        proc.wait(30)
+        assert not wait_gone([child], GONE_S + 10)
+    finally:
+        kill_all([proc] + ([child] if child else []))
+        proc.wait()
+
+
+def test_a_stopped_worker_is_a_worker_error_and_close_still_returns(painted_store):
+    cfg = LoaderConfig(imgsz=64, batch_size=4, workers=2, timeout=3)
+    loader = create_loader("cpu", painted_store, cfg)
+    pids = []
+    try:
+        it = iter(loader)
+        next(it)
+        pids = loader.memory_pids()
+        os.kill(pids[0], signal.SIGSTOP)
+        with pytest.raises(WorkerError, match="no batch from the loader workers"):
+            for _ in range(100):
+                next(it)
+        t0 = time.monotonic()
+        loader.close()
+        assert time.monotonic() - t0 < 20      # a bounded wait: SIGTERM stays pending on a stopped process
+        assert loader.memory_pids() == [] and not running([psutil.Process(p) for p in pids if psutil.pid_exists(p)])
+    finally:
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        loader.close()
+
+
+def test_fastfeed_train_stopped_with_sigterm_leaves_no_worker(tmp_path_factory, tmp_path):
+    store = packed_sample(tmp_path_factory)
+    proc = start_script("import sys; from fastfeed.cli import main; sys.exit(main(sys.argv[1:]))",
+                        "train", "--data", store, "--model", "yolov3-tiny", "--imgsz", "64", "--batch", "4",
+                        "--epochs", "1000", "--workers", "2", "--accum", "1", "--out", tmp_path, "--quiet",
+                        stdout=None)
+    workers = []
+    try:
+        deadline = time.monotonic() + 180
+        while len(workers := descendants(proc.pid)) < 2:
+            assert proc.poll() is None, f"train exited with {proc.returncode}"
+            assert time.monotonic() < deadline, "train started no loader workers"
+            time.sleep(0.2)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(120)    # it may stop at once, or save a checkpoint first
+        left = wait_gone(workers, GONE_S)
+        assert not left, f"workers {[p.pid for p in left]} outlived `fastfeed train`"
+    finally:
+        kill_all([proc, *running(workers)])
+        proc.wait()
+
+
+if sys.platform != "linux":   # pragma: no cover
+    pytestmark = pytest.mark.skip(reason="process lifetimes are checked on Linux")
