@@ -74,14 +74,15 @@ def fastfeed_side(store_path: Path, imgsz: int, samples: int, seed: int) -> dict
     from fastfeed.loaders import LoaderConfig, create_loader
 
     repeats = []
-    real_mosaic = aug.mosaic
+    real_render = aug.render_geometry
 
-    def mosaic(tiles, *a, **kw):   # the same image object in two tiles is a repeat
-        ids = [id(t[0]) for t in tiles]
-        repeats.append(len(set(ids)) < len(ids))
-        return real_mosaic(tiles, *a, **kw)
+    def render(tiles, geometry, *a, **kw):   # the same image object in two tiles of a mosaic is a repeat
+        if geometry.mosaic:
+            ids = [id(t[0]) for t in tiles[:4]]
+            repeats.append(len(set(ids)) < len(ids))
+        return real_render(tiles, geometry, *a, **kw)
 
-    aug.mosaic = mosaic
+    aug.render_geometry = render
     store = Store(store_path)
     cfg = LoaderConfig(imgsz=imgsz, batch_size=16, workers=0, seed=seed)   # in this process: one worker's buffer
     per_image, wh, fill = [], [], []
@@ -101,7 +102,7 @@ def fastfeed_side(store_path: Path, imgsz: int, samples: int, seed: int) -> dict
                     break
             epoch += 1
     seconds = time.perf_counter() - t0
-    aug.mosaic = real_mosaic
+    aug.render_geometry = real_render
     return summarise(per_image[:samples], np.concatenate(wh), fill[:samples], repeats, seconds)
 
 
