@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from fastfeed.augment import AugmentHyp
+
 RED = (230, 20, 20)
 
 
@@ -22,7 +24,7 @@ def make_painted_store(root, store: str = "raw"):
     """24 painted images (160x120 / 120x160), one red box each, packed into root/s.ff. `raw` (the default):
     exact pixels, no JPEG ringing at the edges, for box checks; `original`: the JPEGs, for decoders."""
     from conftest import CocoBuilder, jpeg_bytes
-    from test_pack import run_pack
+    from store_helpers import run_pack
 
     from fastfeed import Store
 
@@ -98,3 +100,11 @@ def assert_a_killed_worker_raises(loader) -> None:
     loader.close()
     loader.close()
     assert loader.memory_pids() == []
+
+
+def collect_batches(loader, epoch=0):
+    loader.set_epoch(epoch)
+    return [(b.images.clone(), b.targets.clone()) for b in loader]
+
+
+NO_COLOUR = AugmentHyp(hsv_h=0, hsv_s=0, hsv_v=0)  # keeps the paint colour exact for box checks

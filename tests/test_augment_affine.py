@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_augment_mosaic import COLOURS, ROTATED, check_contract, check_painted, painted_tile
+from augment_helpers import COLOURS, ROTATED, check_contract, check_painted, painted_tile
 
 from fastfeed.augment import AugmentHyp, random_affine
 

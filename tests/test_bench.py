@@ -9,51 +9,25 @@ from __future__ import annotations
 
 import json
 import struct
-import uuid
 
 import pytest
+from bench_helpers import FAST, bench, store  # noqa: F401
 
 import fastfeed
-from fastfeed.bench import BenchConfig, format_table, run_bench, write_plot
+from fastfeed.bench import BenchConfig, format_table, write_plot
 from fastfeed.bench.measure import rate_stats
 from fastfeed.bench.run import auto_candidates
 from fastfeed.cli import main
-from fastfeed.loaders import register_loader, unregister_loader
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 STAGES = {"read", "decode", "augment", "collate", "copy"}
 # 16 images in batches of 2: 8 batches per epoch, so one worker is never starved by epoch boundaries.
-FAST = ["--imgsz", "128", "--batch", "2", "--quiet"]
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    from fastfeed.pack import PackConfig, pack
-
-    out = tmp_path_factory.mktemp("bench") / "s.ff"
-    pack(PackConfig(src=fastfeed.sample_path(), out=out, workers=1, progress=False))
-    return out
 
 
-@pytest.fixture
-def fake_loaders():
-    """Register test-only loaders under unique names; take them out of the registry afterwards."""
-    names = []
-
-    def add(factory):
-        name = f"test-bench-{uuid.uuid4().hex[:8]}"
-        register_loader(name, lambda store, cfg, opts: factory(store, cfg))
-        names.append(name)
-        return name
-
-    yield add
-    for name in names:
-        unregister_loader(name)
 
 
-def _bench(store, **kw):
-    kw = {"imgsz": 128, "batch_size": 2, "workers": 1, "seconds": 1.0, "progress": False} | kw
-    return run_bench(BenchConfig(data=store, **kw))
 
 
 # --- the report -----------------------------------------------------------------------------------
@@ -121,14 +95,14 @@ def test_json_holds_every_figure_with_sane_values(store, tmp_path, capsys):
 def test_stage_times_fill_the_window_in_process(store):
     # workers=0: batches are built inside next() in this process, so the stages cannot take longer than
     # the window and, with nothing else to do, fill most of it.
-    r = _bench(store, workers=0).results[0]
+    r = bench(store, workers=0).results[0]
     assert r.ok and r.memory["processes"] == 1
     assert 0.5 < r.worker_busy_fraction <= 1.01
     assert r.stall.stall_fraction > 0.5   # the consumer waits while the batch is built
 
 
 def test_batches_mode_and_no_augment(store):
-    r = _bench(store, batches=6, augment=False, warmup=0).results[0]
+    r = bench(store, batches=6, augment=False, warmup=0).results[0]
     assert r.timed_batches == 6 and r.warmup_batches == 1 and r.loader_config["augment"] is False
     assert r.stage_ms_per_sample["augment"] > 0   # the letterbox is timed as augment
 
@@ -146,7 +120,7 @@ def test_stall_near_zero_when_the_step_is_far_longer_than_loading(store):
     # One worker builds a batch of two 128 px images in a few ms; a 60 ms step leaves it idle
     # most of the time, so the consumer (almost) never waits. Only the first batch of each epoch
     # (1 in 8) waits: the loader starts an epoch with nothing in flight.
-    res = _bench(store, step_ms=60.0, batches=12)
+    res = bench(store, step_ms=60.0, batches=12)
     r = res.results[0]
     assert res.config["stall_mode"] is True
     assert r.stall.stall_fraction < 0.2
@@ -157,7 +131,7 @@ def test_stall_near_zero_when_the_step_is_far_longer_than_loading(store):
 
 
 def test_stall_near_one_when_the_step_is_near_zero(store):
-    r = _bench(store, step_ms=0.01, seconds=0.8).results[0]
+    r = bench(store, step_ms=0.01, seconds=0.8).results[0]
     assert r.stall.stall_fraction > 0.7
     assert r.stall.efficiency < 0.2   # 100,000 steps/s would be possible; loading allows a few hundred
 
@@ -174,7 +148,7 @@ def test_auto_candidates():
 def test_workers_auto_sweeps_and_says_why(store):
     from fastfeed.procs import usable_cores
 
-    r = _bench(store, workers="auto", sweep_seconds=0.4, seconds=0.6).results[0]
+    r = bench(store, workers="auto", sweep_seconds=0.4, seconds=0.6).results[0]
     assert r.ok and r.sweep is not None
     tried = [p["workers"] for p in r.sweep.points]
     assert tried == auto_candidates(usable_cores())
@@ -210,7 +184,7 @@ def test_plot_writes_a_png(store, tmp_path, capsys):
 
 
 def test_plot_without_matplotlib_names_the_extra(store, tmp_path, monkeypatch, capsys):
-    r = _bench(store, seconds=0.3)
+    r = bench(store, seconds=0.3)
     monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)   # import matplotlib -> ImportError
     with pytest.raises(ImportError, match=r"pip install fastfeed\[plot\]"):
         write_plot(r, tmp_path / "x.png")

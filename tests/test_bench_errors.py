@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_bench import FAST, _bench, fake_loaders, store  # noqa: F401  (fixtures)
+from bench_helpers import FAST, bench, fake_loaders, store  # noqa: F401  (fixtures)
 
 from fastfeed.bench import BenchConfig
 from fastfeed.cli import main
@@ -118,5 +118,5 @@ def test_cuda_without_a_gpu_says_so(store, capsys):
 
 @pytest.mark.gpu
 def test_cuda_copy_stage_is_timed(store):
-    r = _bench(store, device="cuda", seconds=1.0).results[0]
+    r = bench(store, device="cuda", seconds=1.0).results[0]
     assert r.ok and r.copy_applicable and r.stage_ms_per_sample["copy"] > 0 and r.stall.copy_s > 0

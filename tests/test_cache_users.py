@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from test_cache import dead_pid, jpeg_store, painted_store, shm_dir  # noqa: F401  (fixtures)
+from cache_helpers import dead_pid, jpeg_store, painted_store, shm_dir  # noqa: F401  (fixtures)
 
 from fastfeed.cache import acquire, clear_caches, layout, list_caches, users
 from fastfeed.cache import build as cache_build

@@ -12,8 +12,13 @@ import torch
 
 pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed (pip install fastfeed[dali])")
 
-from loader_checks import assert_batch_contract, assert_boxes_frame_paint, make_painted_store, red_mask  # noqa: E402
-from test_loaders import NO_COLOUR  # noqa: E402
+from loader_checks import (  # noqa: E402
+    NO_COLOUR,  # noqa: E402
+    assert_batch_contract,
+    assert_boxes_frame_paint,
+    make_painted_store,
+    red_mask,
+)
 
 from fastfeed import Store  # noqa: E402
 from fastfeed.augment import AugmentHyp  # noqa: E402
@@ -247,11 +252,10 @@ def test_device_choice_is_checked(raw_store):
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_corrupt_record_raises_naming_it(jpeg_store, tmp_path, workers):
-    from test_store import _flip_byte_in_record
-
+    from store_helpers import flip_byte_in_record
     bad = tmp_path / "bad.ff"
     shutil.copytree(jpeg_store.path, bad)
-    _flip_byte_in_record(bad, 5)
+    flip_byte_in_record(bad, 5)
     loader = _dali(Store(bad), imgsz=64, batch_size=4, workers=workers, shuffle=False)
     with pytest.raises(WorkerError, match="record 5 in shard shard-00000.mdb: CRC32 mismatch"):
         list(loader)
@@ -260,11 +264,10 @@ def test_a_corrupt_record_raises_naming_it(jpeg_store, tmp_path, workers):
 
 def test_a_record_dali_cannot_decode_raises_naming_it(jpeg_store, tmp_path):
     """CRC intact, payload not an image (what check_crc=False lets through, or a decoder mismatch)."""
-    from test_store import _replace_record
-
+    from store_helpers import replace_record
     bad = tmp_path / "bad.ff"
     shutil.copytree(jpeg_store.path, bad)
-    _replace_record(bad, 6, payload=b"\xff\xd8\xff\xe0" + bytes(range(256)) * 8)
+    replace_record(bad, 6, payload=b"\xff\xd8\xff\xe0" + bytes(range(256)) * 8)
     loader = _dali(Store(bad), imgsz=64, batch_size=4, workers=2, shuffle=False, augment=False)
     with pytest.raises(WorkerError, match=r"DALI could not decode record 6 \(06.jpg\) in shard shard-00000.mdb"):
         list(loader)

@@ -12,57 +12,20 @@ import numpy as np
 import pytest
 import torch
 from conftest import CocoBuilder, jpeg_bytes
+from device_helpers import collect, painted, run, same, u8  # noqa: F401
 from loader_checks import (
+    NO_COLOUR,
     assert_a_killed_worker_raises,
     assert_batch_contract,
     assert_boxes_frame_paint,
-    make_painted_store,
 )
 from loader_checks import painted as _painted
-from test_pack import run_pack
+from store_helpers import run_pack
 
 from fastfeed import Store
 from fastfeed.augment import AugmentHyp
 from fastfeed.loaders import LoaderConfig, WorkerError, create_loader, list_loaders, loader_options
 from fastfeed.loaders.device.decode import make_decoder
-
-NO_COLOUR = AugmentHyp(hsv_h=0, hsv_s=0, hsv_v=0)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """The CPU stands in for the device here: one intra-op thread, which on a small shared machine is
-    several times faster than two waiting for each other (restored afterwards)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-@pytest.fixture(scope="module")
-def painted(tmp_path_factory):
-    """24 raw images (exact pixels) of grey noise, each with one red rectangle and its box."""
-    return make_painted_store(tmp_path_factory.mktemp("painted"))
-
-
-def u8(images: torch.Tensor) -> torch.Tensor:
-    """The device loader's float images in [0,1] as the uint8 the shared checks read."""
-    return (images.float() * 255).round_().to(torch.uint8)
-
-
-def collect(loader, epoch=0, start=0):
-    loader.set_epoch(epoch, start)
-    return [(u8(b.images), b.targets.clone()) for b in loader]
-
-
-def run(store, cfg, epochs=(0,), **options):
-    with create_loader("device", store, cfg, **options) as loader:
-        return [b for e in epochs for b in collect(loader, e)]
-
-
-def same(a, b) -> bool:
-    return len(a) == len(b) and all(torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]) for x, y in zip(a, b))
-
 
 # --- the contract ----------------------------------------------------------------------------------
 
@@ -213,11 +176,10 @@ def test_decoded_images_are_kept_only_while_a_partner_buffer_lists_them(painted)
 # --- failures --------------------------------------------------------------------------------------
 
 def test_a_corrupt_record_raises_worker_error_naming_it(painted, tmp_path):
-    from test_store import _flip_byte_in_record
-
+    from store_helpers import flip_byte_in_record
     bad = tmp_path / "bad.ff"
     shutil.copytree(painted.path, bad)
-    _flip_byte_in_record(bad, 5)
+    flip_byte_in_record(bad, 5)
     with create_loader("device", Store(bad), LoaderConfig(imgsz=64, batch_size=4, workers=2, shuffle=False)) as ld:
         ld.set_epoch(0)
         with pytest.raises(WorkerError, match="record 5 in shard shard-00000.mdb: CRC32 mismatch"):
@@ -261,8 +223,7 @@ def test_the_device_decode_path_turns_by_exif_and_fits_to_the_cpu_loaders_size(t
     """JPEG bytes shipped to a (stand-in) device decoder: records with EXIF orientations 1, 6, 3, 8 come out
     as the host decode gives them: the same letterboxed pixels (scale 1) and boxes; larger than imgsz, fitted
     to the size the cpu loader decodes at (the boxes still exactly the same)."""
-    from test_store import _replace_record
-
+    from store_helpers import replace_record
     b = CocoBuilder(tmp_path / "src")
     for k in range(8):
         img, box = _painted(k, 96, 128)
@@ -272,7 +233,7 @@ def test_the_device_decode_path_turns_by_exif_and_fits_to_the_cpu_loaders_size(t
         sizes = [s.record(k).size for k in range(8)]
     for k, o in ((1, 6), (2, 3), (3, 8)):      # the stored pixels stay; the upright frame turns
         h, w = sizes[k]
-        _replace_record(tmp_path / "s.ff", k, orientation=o, height=w if o >= 5 else h, width=h if o >= 5 else w)
+        replace_record(tmp_path / "s.ff", k, orientation=o, height=w if o >= 5 else h, width=h if o >= 5 else w)
     store = Store(tmp_path / "s.ff")
     for size in (128, 64):                      # 64: the decode is larger than the cpu loader's: fitted
         cfg = LoaderConfig(imgsz=size, batch_size=4, workers=0, augment=False, shuffle=False)

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_device_loader import NO_COLOUR, collect, one_torch_thread, painted, run, same, u8  # noqa: F401  (fixtures)
-from test_pack import run_pack
+from device_helpers import collect, one_torch_thread, painted, run, same, u8  # noqa: F401  (fixtures)
+from loader_checks import NO_COLOUR
+from store_helpers import run_pack
 
 from fastfeed import Store
 from fastfeed.loaders import LoaderConfig, create_loader

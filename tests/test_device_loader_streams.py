@@ -5,44 +5,19 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_device_loader import NO_COLOUR, collect, one_torch_thread, painted, run, same, u8  # noqa: F401  (fixtures)
+from device_helpers import LoggedHost, collect, one_torch_thread, painted, run, same, u8  # noqa: F401  (fixtures)
 
 from fastfeed.loaders import LoaderConfig, create_loader
 
 # --- the side stream, against a fake CUDA module ---------------------------------------------------
 
-class LoggedHost:
-    """The host loader, logging each request for a host batch before making it (its slot is reused then)."""
-
-    def __init__(self, host, log):
-        self.host, self.log = host, log
-
-    def __len__(self):
-        return len(self.host)
-
-    def set_epoch(self, epoch):
-        self.host.set_epoch(epoch)
-
-    def __iter__(self):
-        it, k = iter(self.host), 0
-        try:
-            while True:
-                self.log.append(("request", k))
-                try:
-                    b = next(it)
-                except StopIteration:
-                    return
-                yield b
-                k += 1
-        finally:
-            it.close()
 
 
 def test_stream_protocol_on_a_fake_accelerator(painted):
     """All device work on one side stream; a batch's `copied` event synchronised before the workers' next
     batch is asked for (its slot is then reused); the consumer waits on the batch's `ready` event; record_stream
     on what is handed out (the prefetcher's check, tests/test_prefetch.py)."""
-    from test_prefetch_streams import FakeDeviceModule, RecordingOps, _check_protocol
+    from prefetch_helpers import FakeDeviceModule, RecordingOps, check_protocol
 
     from fastfeed.loaders.device import DeviceOptions
     from fastfeed.loaders.device.loader import DeviceLoader
@@ -64,7 +39,7 @@ def test_stream_protocol_on_a_fake_accelerator(painted):
             got_all.append((u8(b.images), b.targets.clone()))
             log.append(("use", len(got) - 1))
         assert len(got) == len(loader) == 6
-        _check_protocol(log, got)
+        check_protocol(log, got)
         assert any(e[0] == "copy" for e in log)
     assert len(mod.streams) == 1 and same(got_all, want)
     loader.close()
@@ -73,9 +48,8 @@ def test_stream_protocol_on_a_fake_accelerator(painted):
 _NPU_SCRIPT = """
 import sys, types, torch
 sys.path.insert(0, sys.argv[2])
-from test_prefetch_streams import FakeDeviceModule, RecordingOps, _check_protocol
-from test_device_loader import u8, run, same
-from test_device_loader_streams import LoggedHost
+from prefetch_helpers import FakeDeviceModule, RecordingOps, check_protocol
+from device_helpers import LoggedHost, run, same, u8
 from fastfeed import Store
 from fastfeed.loaders import LoaderConfig
 from fastfeed.loaders.device import DeviceOptions
@@ -100,7 +74,7 @@ for b in loader:
     got.append((b, len(log)))
     batches.append((u8(b.images), b.targets.clone()))
     log.append(("use", len(got) - 1))
-_check_protocol(log, got)
+check_protocol(log, got)
 assert len(fake.streams) == 1
 assert same(batches, run(store, LoaderConfig(imgsz=64, batch_size=4, workers=2, seed=1, device="cpu")))
 loader.close()

@@ -11,16 +11,14 @@ import numpy as np
 import pytest
 import torch
 from conftest import CocoBuilder
-from loader_checks import assert_boxes_frame_paint, red_mask
+from loader_checks import NO_COLOUR, assert_boxes_frame_paint, red_mask
 from PIL import Image
-from test_pack import rejects, run_pack
+from store_helpers import rejects, run_pack
 
 from fastfeed import Store, exif
-from fastfeed.augment import AugmentHyp
 from fastfeed.loaders import LoaderConfig, create_loader
 
 RED = (230, 20, 20)
-NO_COLOUR = AugmentHyp(hsv_h=0, hsv_s=0, hsv_v=0)
 H, W = 96, 160            # the upright image
 
 
@@ -106,12 +104,12 @@ def _uint8(images: torch.Tensor) -> torch.Tensor:
 def test_evaluation_maps_boxes_back_through_the_turned_frame(oriented_store):
     """Ground truth in original (upright) pixels; the loader's own letterboxed targets, mapped back through
     evaluation's frames, score mAP 1: the frame evaluate.py derives matches the turned decode."""
-    from test_train import _gt_as_detections
+    from train_helpers import gt_as_detections
 
     from fastfeed.train import coco_map
 
     for imgsz in (64, 160):
-        gt, dets = _gt_as_detections(oriented_store, imgsz)
+        gt, dets = gt_as_detections(oriented_store, imgsz)
         assert {im["width"] for im in gt.imgs.values()} == {W}
         assert coco_map(gt, dets)["map"] == pytest.approx(1.0)
 

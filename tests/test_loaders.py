@@ -5,10 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from loader_checks import (
+from loader_checks import (  # noqa: F401
+    NO_COLOUR,
     assert_a_killed_worker_raises,
     assert_batch_contract,
     assert_boxes_frame_paint,
+    collect_batches,
     make_painted_store,
 )
 
@@ -17,17 +19,12 @@ from fastfeed.augment import AugmentHyp
 from fastfeed.loaders import LoaderConfig, WorkerError, create_loader, list_loaders
 from fastfeed.loaders.sampler import batches_per_epoch, epoch_batches
 
-NO_COLOUR = AugmentHyp(hsv_h=0, hsv_s=0, hsv_v=0)  # keeps the paint colour exact for box checks
-
 
 @pytest.fixture(scope="module")
 def painted_store(tmp_path_factory):
     return make_painted_store(tmp_path_factory.mktemp("painted"))
 
 
-def _collect(loader, epoch=0):
-    loader.set_epoch(epoch)
-    return [(b.images.clone(), b.targets.clone()) for b in loader]
 
 
 def test_registry_lists_cpu_and_rejects_unknown_names(painted_store):
@@ -51,7 +48,7 @@ def test_bad_config_values_name_the_field(field, value):
 def test_batch_contract(painted_store, workers):
     cfg = LoaderConfig(imgsz=96, batch_size=5, workers=workers, drop_last=False)
     with create_loader("cpu", painted_store, cfg) as loader:
-        batches = _collect(loader)
+        batches = collect_batches(loader)
     assert len(batches) == len(loader) == 5
     assert_batch_contract(batches, 96, nc=3, total=24)
 
@@ -61,7 +58,7 @@ def test_batch_contract(painted_store, workers):
 def test_boxes_frame_the_painted_objects_after_augmentation(painted_store, hyp):
     cfg = LoaderConfig(imgsz=128, batch_size=8, workers=2, hyp=hyp, seed=3)
     with create_loader("cpu", painted_store, cfg) as loader:
-        batches = _collect(loader) + _collect(loader, 1)
+        batches = collect_batches(loader) + collect_batches(loader, 1)
     assert_boxes_frame_paint(batches, 128)
 
 
@@ -82,7 +79,7 @@ def test_eval_batches_are_letterboxed_store_images(painted_store):
 def test_same_seed_same_batches_other_seed_other_batches(painted_store):
     def run(seed, workers=2):
         with create_loader("cpu", painted_store, LoaderConfig(imgsz=96, batch_size=4, workers=workers, seed=seed)) as ld:
-            return _collect(ld) + _collect(ld, 1)
+            return collect_batches(ld) + collect_batches(ld, 1)
 
     a, b, c = run(1), run(1), run(2)
     assert all(torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]) for x, y in zip(a, b))
@@ -112,7 +109,7 @@ def test_two_rank_loaders_see_disjoint_samples_covering_the_epoch(painted_store)
     def boxes_of(rank):
         cfg = LoaderConfig(imgsz=160, batch_size=4, workers=0, augment=False, rank=rank, world_size=2, drop_last=False)
         with create_loader("cpu", painted_store, cfg) as loader:
-            return {tuple(np.round(t[1:].numpy(), 4)) for _, targets in _collect(loader) for t in targets}
+            return {tuple(np.round(t[1:].numpy(), 4)) for _, targets in collect_batches(loader) for t in targets}
 
     r0, r1 = boxes_of(0), boxes_of(1)
     assert not r0 & r1 and len(r0 | r1) == 24
@@ -123,7 +120,7 @@ def test_close_mosaic_turns_mosaic_off_for_the_last_epochs(painted_store):
     assert [cfg.mosaic_on(e) for e in range(3)] == [True, True, False]
     with create_loader("cpu", painted_store, cfg) as loader:
         def boxes_per_image(epoch):
-            return max(np.bincount(t[:, 0].long().numpy()).max() for _, t in _collect(loader, epoch))
+            return max(np.bincount(t[:, 0].long().numpy()).max() for _, t in collect_batches(loader, epoch))
         assert boxes_per_image(0) > 1       # mosaic: several images' boxes in one sample
         assert boxes_per_image(2) == 1      # one image per sample, one box each
 
@@ -140,11 +137,10 @@ def test_early_stop_then_next_epoch_works(painted_store):
 def test_a_corrupt_record_raises_in_the_main_process(painted_store, tmp_path):
     import shutil
 
-    from test_store import _flip_byte_in_record
-
+    from store_helpers import flip_byte_in_record
     bad = tmp_path / "bad.ff"
     shutil.copytree(painted_store.path, bad)
-    _flip_byte_in_record(bad, 5)
+    flip_byte_in_record(bad, 5)
     loader = create_loader("cpu", Store(bad), LoaderConfig(imgsz=64, batch_size=4, workers=2, shuffle=False))
     with pytest.raises(WorkerError, match="record 5 in shard shard-00000.mdb: CRC32 mismatch"):
         list(loader)
@@ -167,7 +163,7 @@ def test_the_next_epoch_is_queued_ahead_and_dropped_when_another_is_asked(painte
     cfg = LoaderConfig(imgsz=160, batch_size=4, workers=2, augment=False, prefetch=3)
     with create_loader("cpu", painted_store, cfg) as loader:
         for epoch in (0, 1, 5, 6):
-            got = [t[2:4].tolist() for _, targets in _collect(loader, epoch)
+            got = [t[2:4].tolist() for _, targets in collect_batches(loader, epoch)
                    for t in sorted(targets, key=lambda t: float(t[0]))]
             expect = [key(i) for b in epoch_batches(24, 4, epoch=epoch, seed=0) for i in b]
             np.testing.assert_allclose(got, expect, atol=2e-3, err_msg=f"epoch {epoch} mixed up")
@@ -199,7 +195,7 @@ def test_an_epoch_started_anywhere_gives_the_uninterrupted_batches(painted_store
     are not built (only the images the partner buffers held are loaded again)."""
     cfg = LoaderConfig(imgsz=96, batch_size=2, workers=workers, hyp=NO_COLOUR, seed=4)
     with create_loader("cpu", painted_store, cfg, partner_buffer=6) as loader:
-        run = [_collect(loader, e) for e in range(3)]
+        run = [collect_batches(loader, e) for e in range(3)]
     n = len(run[0])
     for epoch, start in ((1, 5), (1, 0), (0, 3), (2, n - 1)):
         with create_loader("cpu", painted_store, cfg, partner_buffer=6) as loader:
@@ -209,13 +205,13 @@ def test_an_epoch_started_anywhere_gives_the_uninterrupted_batches(painted_store
             assert _same(got, run[epoch][start:]), f"epoch {epoch} from batch {start}"
             ahead = 2 * workers * cfg.prefetch                 # the next epoch's first batches, queued early
             assert 2 * (n - start) <= built <= 2 * (n - start) + ahead   # the skipped batches were not built
-            assert _same(_collect(loader, epoch + 1)[:3], run[epoch + 1][:3]) if epoch < 2 else True
+            assert _same(collect_batches(loader, epoch + 1)[:3], run[epoch + 1][:3]) if epoch < 2 else True
     with create_loader("cpu", painted_store, cfg, partner_buffer=6) as loader:
         loader.set_epoch(0)
         for k, _ in enumerate(loader):                            # abandoned half-way
             if k == 4:
                 break
-        assert _same(_collect(loader, 1), run[1])
+        assert _same(collect_batches(loader, 1), run[1])
     with pytest.raises(ValueError, match=f"start must be a batch index in 0..{n}"):
         loader.set_epoch(0, n + 1)
 
@@ -260,7 +256,7 @@ def test_mixup_blends_two_samples_and_keeps_both_boxes(painted_store):
     hyp = AugmentHyp(hsv_h=0, hsv_s=0, hsv_v=0, mosaic=0.0, mixup=1.0, translate=0.0, scale=0.0)
     cfg = LoaderConfig(imgsz=128, batch_size=4, workers=0, hyp=hyp, seed=1, epochs=3, close_mosaic=1)
     with create_loader("cpu", painted_store, cfg) as loader:
-        mixed, again, closed = _collect(loader, 0), _collect(loader, 0), _collect(loader, 2)
+        mixed, again, closed = collect_batches(loader, 0), collect_batches(loader, 0), collect_batches(loader, 2)
     assert _same(mixed, again)
     for images, targets in mixed:
         counts = np.bincount(targets[:, 0].long().numpy(), minlength=len(images))

@@ -10,25 +10,11 @@ import numpy as np
 import pytest
 from conftest import jpeg_bytes, paint_image
 from PIL import Image
+from store_helpers import by_name, rejects, run_pack  # noqa: F401
 
 from fastfeed import Store, codec
-from fastfeed.pack import PackConfig, PackError, pack
+from fastfeed.pack import PackConfig, PackError
 from fastfeed.store.format import FormatError
-
-
-def run_pack(src, out, **kw):
-    kw.setdefault("workers", 1)
-    kw.setdefault("progress", False)
-    return pack(PackConfig(src=src, out=out, **kw))
-
-
-def rejects(out):
-    return [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
-
-
-def by_name(store):
-    return {store[i].file_name: store[i] for i in range(len(store))}
-
 
 # --- COCO ----------------------------------------------------------------------------------------
 

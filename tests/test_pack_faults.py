@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import jpeg_bytes
 from proc_checks import descendants, kill_all, running, start_script, wait_gone
-from test_pack import run_pack
+from store_helpers import run_pack
 
 from fastfeed import Store
 from fastfeed.pack import PackError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import IMAGE_EXTENSIONS, image_bytes, paint_image
-from test_pack import by_name, rejects, run_pack
+from store_helpers import by_name, rejects, run_pack
 
 from fastfeed import Store
 

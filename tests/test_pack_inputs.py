@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import image_bytes, jpeg_bytes, paint_image, png_claiming
-from test_pack import by_name, rejects, run_pack
+from store_helpers import by_name, rejects, run_pack
 
 from fastfeed import Store
 from fastfeed.pack import PackError, check

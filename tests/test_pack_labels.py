@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from test_pack import rejects, run_pack
+from store_helpers import rejects, run_pack
 
 from fastfeed import Store
 from fastfeed.pack import PackError

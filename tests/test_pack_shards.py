@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from test_pack import run_pack
+from store_helpers import run_pack
 
 from fastfeed import Store
 from fastfeed.pack import PackError

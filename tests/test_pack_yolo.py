@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from test_pack import by_name, rejects, run_pack
+from store_helpers import by_name, rejects, run_pack
 
 from fastfeed import Store, codec
 from fastfeed.pack import PackError

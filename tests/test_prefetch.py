@@ -12,6 +12,7 @@ import time
 import traceback
 
 import torch
+from prefetch_helpers import ReusingLoader, both_drivers, expect_batch, prefetch_threads  # noqa: F401
 
 from fastfeed.batch import Batch
 from fastfeed.device_augment import DeviceAugment
@@ -23,62 +24,16 @@ except ImportError:          # the bare GPU machine: only the test_gpu_* functio
     pytest = None
 
 gpu = pytest.mark.gpu if pytest else (lambda f: f)
-both_drivers = pytest.mark.parametrize("thread", [True, False], ids=["thread", "inline"]) if pytest else (lambda f: f)
 
 
 # --- fakes ----------------------------------------------------------------------------------------
 
-class ReusingLoader:
-    """Yields batch k in ONE image buffer and ONE target buffer, overwritten in place as soon as the next
-    batch is requested (the cpu loader's contract, at its harshest). Batch k's pixels are all k (mod 256);
-    its targets are k boxes (zero for k = 0) with img_idx 0 and cx = k / 100."""
-
-    def __init__(self, n=6, size=8, batch=2, delay=0.0, fail_at=None, log=None, device="cpu", pin=False):
-        self.n, self.delay, self.fail_at, self.log = n, delay, fail_at, log
-        self.images = torch.empty((batch, 3, size, size), dtype=torch.uint8, device=device)
-        if pin:
-            self.images = self.images.pin_memory()
-        self.targets = torch.empty((16, 6), dtype=torch.float32, device=device)
-        self.epochs, self.closed, self.yielded, self.threads = [], 0, 0, []
-
-    def __len__(self):
-        return self.n
-
-    def set_epoch(self, epoch):
-        self.epochs.append(epoch)
-
-    def __iter__(self):
-        try:
-            for k in range(self.n):
-                self.threads.append(threading.current_thread().name)
-                if self.log is not None:
-                    self.log.append(("request", k))
-                if self.delay:
-                    time.sleep(self.delay)
-                if k == self.fail_at:
-                    _explode(k)
-                self.images.fill_(k % 256)            # overwrites batch k-1 in place
-                self.targets.zero_()
-                self.targets[:k, 2] = k / 100
-                self.yielded += 1
-                yield Batch(self.images, self.targets[:k])
-        finally:
-            self.closed += 1
 
 
-def _explode(k):
-    raise RuntimeError(f"loader failed at batch {k}")
 
 
-def _expect(b: Batch, k: int, dtype=torch.float32):
-    assert b.images.dtype == dtype and b.images.shape == (2, 3, 8, 8)
-    assert torch.equal(b.images, torch.full_like(b.images, (k % 256) / 255))
-    assert b.targets.shape == (k, 6)
-    assert torch.all(b.targets[:, 2] == k / 100)
 
 
-def _prefetch_threads():
-    return [t for t in threading.enumerate() if t.name == "fastfeed-prefetch" and t.is_alive()]
 
 
 # --- CPU: the thread (and inline) drivers -------------------------------------------------------------
@@ -91,14 +46,14 @@ def test_order_and_content_survive_a_loader_that_reuses_its_buffer(thread):
         assert len(pf) == 7
     assert len(got) == 7
     for k, b in enumerate(got):
-        _expect(b, k)
-    assert not _prefetch_threads()
+        expect_batch(b, k)
+    assert not prefetch_threads()
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16]) if pytest else (lambda f: f)
 def test_half_dtypes(dtype):
     for k, b in enumerate(DevicePrefetcher(ReusingLoader(n=3), "cpu", dtype=dtype)):
-        _expect(b, k, dtype)
+        expect_batch(b, k, dtype)
 
 
 @both_drivers
@@ -116,7 +71,7 @@ def test_host_buffers_are_reused_only_once_the_consumer_lets_go(thread):
         pytest.skip("this torch has no storage use count: every batch gets fresh memory")
     ptrs, kept = set(), []
     for k, b in enumerate(DevicePrefetcher(ReusingLoader(n=16), "cpu", depth=2, thread=thread)):
-        _expect(b, k)
+        expect_batch(b, k)
         ptrs.add(b.images.data_ptr())
         if k % 5 == 0:
             kept.append((k, b.images[1]))        # a view of a batch keeps its buffer out of reuse
@@ -162,7 +117,7 @@ def test_loader_errors_reach_the_consumer_with_their_traceback(thread):
             seen.append(round(b.images.flatten()[0].item() * 255))
     assert seen == [0, 1, 2]
     assert "_explode" in [f.name for f in traceback.extract_tb(info.value.__traceback__)]
-    assert not _prefetch_threads()
+    assert not prefetch_threads()
 
 
 def test_breaking_out_stops_the_thread_blocked_on_a_full_queue():
@@ -170,9 +125,9 @@ def test_breaking_out_stops_the_thread_blocked_on_a_full_queue():
     pf = DevicePrefetcher(loader, "cpu", depth=2)
     for _ in pf:
         time.sleep(0.1)                      # the producer fills the queue and blocks on put()
-        assert _prefetch_threads()
+        assert prefetch_threads()
         break
-    assert not _prefetch_threads()          # the dropped iteration joined its thread at once
+    assert not prefetch_threads()          # the dropped iteration joined its thread at once
     assert loader.closed == 1 and loader.yielded < 10
 
 
@@ -180,11 +135,11 @@ def test_close_while_the_thread_is_inside_next_loader():
     loader = ReusingLoader(n=10, delay=0.4)
     pf = DevicePrefetcher(loader, "cpu", depth=2)
     it = iter(pf)
-    _expect(next(it), 0)                     # the producer is now sleeping inside the loader
+    expect_batch(next(it), 0)                     # the producer is now sleeping inside the loader
     t0 = time.perf_counter()
     pf.close()
     assert time.perf_counter() - t0 < 5.0
-    assert not _prefetch_threads() and loader.closed == 1
+    assert not prefetch_threads() and loader.closed == 1
     with pytest.raises(StopIteration):
         next(it)
     pf.close()                               # idempotent
@@ -203,9 +158,9 @@ def test_a_new_epoch_ends_the_unfinished_one_and_set_epoch_passes_through():
     it = iter(pf)
     next(it)
     pf.set_epoch(1)
-    assert loader.epochs == [1] and not _prefetch_threads()
+    assert loader.epochs == [1] and not prefetch_threads()
     for k, b in enumerate(pf):
-        _expect(b, k)
+        expect_batch(b, k)
     assert loader.closed == 2
 
 

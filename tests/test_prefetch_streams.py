@@ -3,99 +3,33 @@
 from __future__ import annotations
 
 import sys
-import threading
-from contextlib import contextmanager
 
 import pytest
 import torch
-from test_prefetch import ReusingLoader, _expect, _prefetch_threads, both_drivers
+from prefetch_helpers import (  # noqa: F401
+    FakeDeviceModule,
+    RecordingOps,
+    ReusingLoader,
+    both_drivers,
+    check_protocol,
+    expect_batch,
+    prefetch_threads,
+)
 
 from fastfeed.device_augment import DeviceAugment
 from fastfeed.devices import accelerator_module
 from fastfeed.prefetch import DevicePrefetcher
-from fastfeed.prefetch.streams import StreamOps
 
 # --- the stream protocol, against a recording fake of torch.cuda / torch.npu ---------------------------
 
-class FakeEvent:
-    def __init__(self, log, ident):
-        self.log, self.id = log, ident
-
-    def record(self, stream):
-        self.log.append(("event", self.id, stream.name))
-
-    def synchronize(self):
-        self.log.append(("sync", self.id))
 
 
-class FakeStream:
-    def __init__(self, log, name):
-        self.log, self.name = log, name
-
-    def wait_event(self, event):
-        self.log.append(("wait", self.name, event.id))
 
 
-class FakeDeviceModule:
-    """Stands in for torch.cuda / torch.npu: Stream, Event, current_stream, stream(); per-thread current stream."""
-
-    def __init__(self, log):
-        self.log, self.streams, self.events = log, [], 0
-        self.default = FakeStream(log, "consumer")
-        self._local = threading.local()
-
-    def Stream(self, device=None):  # noqa: N802
-        self.streams.append(FakeStream(self.log, f"side{len(self.streams)}"))
-        return self.streams[-1]
-
-    def Event(self):  # noqa: N802
-        self.events += 1
-        return FakeEvent(self.log, self.events)
-
-    def current_stream(self, device=None):
-        return getattr(self._local, "stream", self.default)
-
-    @contextmanager
-    def stream(self, s):
-        prev = self.current_stream()
-        self._local.stream = s
-        try:
-            yield
-        finally:
-            self._local.stream = prev
 
 
-class RecordingOps(StreamOps):
-    """The real seam class on the fake module; copies and record_stream are logged instead of run."""
-
-    def to_device(self, t):
-        self.mod.log.append(("copy", self.mod.current_stream().name, t.shape[0] and float(t.flatten()[0])))
-        return t.clone()
-
-    def record(self, t, stream):
-        self.mod.log.append(("record_stream", id(t), stream.name))
 
 
-def _check_protocol(log, got):
-    """Every batch copied on the side stream; the host copy finished before the loader was asked again;
-    the consumer's stream waited on the batch's ready event before use; record_stream on each tensor."""
-    ready, copied, k = {}, {}, -1
-    for e in log:
-        if e[0] == "copy" and e[1] != "side0":
-            raise AssertionError(f"copy outside the side stream: {e}")
-        if e[0] == "request" and e[1] > 0:
-            assert ("sync", copied[e[1] - 1]) in log[:log.index(e)], f"batch {e[1]} requested before batch " \
-                                                                       f"{e[1] - 1}'s copy finished"
-        if e[0] == "request":
-            k = e[1]
-        if e[0] == "event":
-            assert e[2] == "side0"
-            (ready if k in copied else copied)[k] = e[1]
-    for k, (b, used_at) in enumerate(got):
-        before = log[:used_at]
-        assert ("wait", "consumer", ready[k]) in before, f"batch {k} handed out before its ready event"
-        for t in b:
-            assert ("record_stream", id(t), "consumer") in before, f"batch {k}: no record_stream"
 
 
 @both_drivers
@@ -113,10 +47,10 @@ def test_stream_protocol_on_a_fake_accelerator(thread):
             log.append(("use", len(got) - 1))
         assert [k for k, _ in enumerate(got)] == list(range(5))
         for k, (b, _) in enumerate(got):
-            _expect(b, k)
-        _check_protocol(log, got)
+            expect_batch(b, k)
+        check_protocol(log, got)
     assert len(mod.streams) == 1
-    assert not _prefetch_threads()
+    assert not prefetch_threads()
 
 
 def test_npu_is_imported_only_for_device_npu(monkeypatch):
@@ -138,7 +72,7 @@ def test_npu_is_imported_only_for_device_npu(monkeypatch):
 
 def test_cpu_loader_with_device_augment(tmp_path, sample_dir):
     """The real loader: workers skip HSV and flip, the prefetcher applies them, deterministic for a seed."""
-    from test_pack import run_pack
+    from store_helpers import run_pack
 
     from fastfeed import Store
     from fastfeed.loaders import LoaderConfig, create_loader

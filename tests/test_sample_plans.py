@@ -9,7 +9,7 @@ from collections import deque
 import numpy as np
 import pytest
 import torch
-from loader_checks import make_painted_store
+from loader_checks import NO_COLOUR, make_painted_store
 
 from fastfeed import augment
 from fastfeed.augment import AugmentHyp, Geometry, batch_rng, draw_batch, draw_sample
@@ -18,8 +18,6 @@ from fastfeed.loaders import partners as partners_mod
 from fastfeed.loaders.partners import PartnerBuffer, history
 from fastfeed.loaders.pool import CpuOptions
 from fastfeed.loaders.sampler import epoch_batches
-
-NO_COLOUR = AugmentHyp(hsv_h=0, hsv_s=0, hsv_v=0)
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from loader_checks import assert_batch_contract, assert_boxes_frame_paint
-from test_cache import make_painted_store, processes, scratch_shm_dir
-from test_loaders import NO_COLOUR, _collect
+from cache_helpers import processes, scratch_shm_dir
+from loader_checks import (
+    NO_COLOUR,
+    assert_batch_contract,
+    assert_boxes_frame_paint,
+    collect_batches,
+    make_painted_store,
+)
 
 from fastfeed.augment import AugmentHyp
 from fastfeed.cache import CacheBudgetError, layout
@@ -53,7 +58,7 @@ def test_registered_and_its_options_are_checked(painted_store):
 def test_batch_contract(painted_store, shm_dir, workers):
     cfg = LoaderConfig(imgsz=96, batch_size=5, workers=workers, drop_last=False)
     with create_loader("shm", painted_store, cfg, cache_dir=str(shm_dir)) as loader:
-        batches = _collect(loader)
+        batches = collect_batches(loader)
         assert loader.shared_bytes() == loader.cache.size == loader.cache.path.stat().st_size
         ms = loader.stage_times().per_sample_ms()
     assert len(batches) == len(loader) == 5
@@ -67,13 +72,13 @@ def test_boxes_frame_the_painted_objects_after_augmentation(painted_store, shm_d
     """imgsz 128 < the images' 160: the cache holds resized images, and boxes still frame their objects."""
     cfg = LoaderConfig(imgsz=128, batch_size=8, workers=2, hyp=hyp, seed=3)
     with create_loader("shm", painted_store, cfg, cache_dir=str(shm_dir)) as loader:
-        batches = _collect(loader) + _collect(loader, 1)
+        batches = collect_batches(loader) + collect_batches(loader, 1)
     assert_boxes_frame_paint(batches, 128)
 
 
 def _batches(name, store, options=None, **kw):
     with create_loader(name, store, LoaderConfig(**kw), **(options or {})) as loader:
-        return _collect(loader) + _collect(loader, 1)
+        return collect_batches(loader) + collect_batches(loader, 1)
 
 
 def test_same_batches_as_the_cpu_loader_when_no_resize_is_needed(painted_store, shm_dir):
@@ -95,7 +100,7 @@ def test_a_partial_cache_falls_back_to_the_store(painted_store, shm_dir, monkeyp
         create_loader("shm", painted_store, LoaderConfig(**kw), cache_dir=str(shm_dir))
     with create_loader("shm", painted_store, LoaderConfig(**kw), cache_dir=str(shm_dir), cache_partial=True) as loader:
         assert (loader.cache.n_cached, loader.cache.n_records) == (9, 24)
-        shm = _collect(loader) + _collect(loader, 1)
+        shm = collect_batches(loader) + collect_batches(loader, 1)
     cpu = _batches("cpu", painted_store, **kw)
     for (a, ta), (b, tb) in zip(shm, cpu):       # 9 images from the cache, 15 from the store: same batches
         assert torch.equal(a, b) and torch.equal(ta, tb)
@@ -105,7 +110,7 @@ def _rank(store, cache_dir, rank, barrier, results):
     barrier.wait()
     cfg = LoaderConfig(imgsz=160, batch_size=4, workers=2, augment=False, rank=rank, world_size=2, drop_last=False)
     with create_loader("shm", store, cfg, cache_dir=cache_dir) as loader:
-        boxes = {tuple(np.round(t[1:].numpy(), 4)) for _, targets in _collect(loader) for t in targets}
+        boxes = {tuple(np.round(t[1:].numpy(), 4)) for _, targets in collect_batches(loader) for t in targets}
         results.put((rank, loader.cache.built, os.stat(loader.cache.path).st_ino, boxes))
         barrier.wait()    # both attached at once before either closes
 

@@ -8,7 +8,7 @@ import pickle
 
 import numpy as np
 import pytest
-from test_pack import run_pack
+from store_helpers import flip_byte_in_record, replace_record, run_pack  # noqa: F401
 
 from fastfeed import Store
 from fastfeed.store import FormatError, RecordCorrupt
@@ -86,58 +86,14 @@ def test_a_version_1_store_still_reads_upright(sample_store, tmp_path):
     m = json.loads((old / "manifest.json").read_text())
     m["format_version"] = 1
     (old / "manifest.json").write_text(json.dumps(m))
-    _replace_record(old, 2, orientation=0)
+    replace_record(old, 2, orientation=0)
     with Store(old) as v1, Store(sample_store) as v2:
         r = v1.record(2)
         assert r.orientation == 1 and np.array_equal(v1[2].image, v2[2].image)
 
 
-def _flip_byte_in_record(store_dir, index):
-    """Damage one byte inside record `index`'s payload, in the shard file itself."""
-    store = Store(store_dir)
-    payload = bytes(store.record(index).payload)
-    shard = store_dir / store.shard_name(index)
-    store.close()
-    data = bytearray(shard.read_bytes())
-    needle = payload[-3000:-2000]  # unique enough: compressed image bytes
-    pos = data.find(needle)
-    assert pos > 0 and data.find(needle, pos + 1) == -1
-    data[pos + 500] ^= 0x5A
-    shard.write_bytes(bytes(data))
-    return store.shard_name(index)
 
 
-def _replace_record(store_dir, index, orientation=None, **changes):
-    """Rewrite record `index` in place with some fields changed (CRC recomputed, manifest sizes fixed);
-    orientation=0 writes what format version 1 wrote there."""
-    import dataclasses
-    import struct
-
-    import lmdb
-
-    from fastfeed.store import format as fmt
-
-    store = Store(store_dir)
-    r = store.record(index)
-    shard_no = store._locate(index)
-    local = index - store.shards[shard_no].start
-    fields = dict(codec=r.codec, height=r.height, width=r.width, orig_height=r.orig_height, orig_width=r.orig_width,
-                  image_id=r.image_id, file_name=r.file_name, boxes=r.boxes, classes=r.classes,
-                  crowd_boxes=r.crowd_boxes, crowd_classes=r.crowd_classes, payload=bytes(r.payload),
-                  orientation=r.orientation if orientation in (None, 0) else orientation) | changes
-    store.close()
-    rec = bytearray(fmt.encode_record(**fields))
-    if orientation == 0:
-        struct.pack_into("<H", rec, 10, 0)
-        struct.pack_into("<I", rec, 4, fmt.crc32(memoryview(rec)[8:]))
-    shard = store_dir / fmt.shard_file(shard_no)
-    env = lmdb.open(str(shard), subdir=False, lock=False)
-    with env.begin(write=True) as txn:
-        txn.put(fmt.record_key(local), bytes(rec))
-    env.close()
-    manifest = fmt.read_manifest(store_dir / fmt.MANIFEST)
-    manifest.shards[shard_no] = dataclasses.replace(manifest.shards[shard_no], bytes=shard.stat().st_size)
-    fmt.write_manifest(store_dir / fmt.MANIFEST, manifest)
 
 
 def test_corrupted_byte_caught_by_verify_and_by_reads(sample_store, tmp_path):
@@ -146,7 +102,7 @@ def test_corrupted_byte_caught_by_verify_and_by_reads(sample_store, tmp_path):
     bad = tmp_path / "bad.ff"
     shutil.copytree(sample_store, bad)
     assert verify(bad, progress=False).ok
-    shard = _flip_byte_in_record(bad, 7)
+    shard = flip_byte_in_record(bad, 7)
     res = verify(bad, decode=True, workers=2, progress=False)
     assert [(d["shard"], d["index"]) for d in res.damaged] == [(shard, 7)]
     assert "CRC32 mismatch" in res.damaged[0]["error"]

@@ -6,13 +6,14 @@ import math
 
 import pytest
 import torch
+from train_helpers import gt_as_detections  # noqa: F401
 
 import fastfeed
 from fastfeed.pack import PackConfig, pack
 from fastfeed.train import build_model, coco_ground_truth, coco_map, count_flops, count_parameters
 from fastfeed.train.boxes import batched_nms, box_iou, ciou, nms, postprocess
 from fastfeed.train.config import TrainConfig
-from fastfeed.train.evaluate import letterbox_frame, to_coco_detections
+from fastfeed.train.evaluate import letterbox_frame
 from fastfeed.train.loss import YoloLoss
 from fastfeed.train.optim import ModelEMA, build_optimizer, lr_factor, set_lr
 
@@ -172,29 +173,11 @@ def test_postprocess_multilabel_thresholds_and_format():
 
 # --- evaluation -----------------------------------------------------------------------------------------
 
-def _gt_as_detections(store, imgsz):
-    """The val loader's own targets, as the model would have predicted them (letterboxed pixels)."""
-    from fastfeed.loaders import LoaderConfig, create_loader
-    from fastfeed.train.boxes import cxcywh_to_xyxy
-
-    gt, frames = coco_ground_truth(store, imgsz)
-    ld = create_loader("cpu", store, LoaderConfig(imgsz=imgsz, batch_size=5, workers=0, augment=False, shuffle=False,
-                                                  drop_last=False))
-    dets, seen = [], 0
-    for images, targets in ld:
-        for j in range(len(images)):
-            t = targets[targets[:, 0] == j]
-            d = torch.cat((cxcywh_to_xyxy(t[:, 2:6] * imgsz), torch.ones(len(t), 1), t[:, 1:2]), 1)
-            dets += to_coco_detections(d, frames[seen], store.category_ids)
-            seen += 1
-    ld.close()
-    assert seen == len(store)
-    return gt, dets
 
 
 @pytest.mark.parametrize("imgsz", [96, 320])
 def test_map_of_ground_truth_as_predictions_is_one(sample_store, imgsz):
-    gt, dets = _gt_as_detections(sample_store, imgsz)
+    gt, dets = gt_as_detections(sample_store, imgsz)
     assert len(dets) == 109   # every training box; the one crowd region is ignored by COCOeval, not a miss
     cats = sample_store.category_ids
     assert {d["category_id"] for d in dets} <= set(cats)

@@ -8,6 +8,8 @@ import torch
 
 import fastfeed
 from fastfeed.pack import PackConfig, pack
+from fastfeed.train import coco_ground_truth
+from fastfeed.train.evaluate import to_coco_detections
 
 TINY = dict(model="yolov3-tiny", imgsz=64, batch=2, epochs=2, workers=0, accum=1, log_every=1)
 
@@ -45,3 +47,23 @@ def grads(model):
 def same_weights(a: torch.nn.Module, b: torch.nn.Module, rtol=1e-5, atol=1e-6) -> None:
     for (k, va), vb in zip(a.state_dict().items(), b.state_dict().values()):
         assert torch.allclose(va.float(), vb.float(), rtol=rtol, atol=atol), k
+
+
+def gt_as_detections(store, imgsz):
+    """The val loader's own targets, as the model would have predicted them (letterboxed pixels)."""
+    from fastfeed.loaders import LoaderConfig, create_loader
+    from fastfeed.train.boxes import cxcywh_to_xyxy
+
+    gt, frames = coco_ground_truth(store, imgsz)
+    ld = create_loader("cpu", store, LoaderConfig(imgsz=imgsz, batch_size=5, workers=0, augment=False, shuffle=False,
+                                                  drop_last=False))
+    dets, seen = [], 0
+    for images, targets in ld:
+        for j in range(len(images)):
+            t = targets[targets[:, 0] == j]
+            d = torch.cat((cxcywh_to_xyxy(t[:, 2:6] * imgsz), torch.ones(len(t), 1), t[:, 1:2]), 1)
+            dets += to_coco_detections(d, frames[seen], store.category_ids)
+            seen += 1
+    ld.close()
+    assert seen == len(store)
+    return gt, dets

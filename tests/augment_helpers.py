@@ -1,0 +1,58 @@
+"""What the augmentation tests share: painted tiles and the checks of a mosaic/affine result."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fastfeed.augment import AugmentHyp
+
+
+def paint_bbox(img, colour, thr=60):
+    m = np.abs(img.astype(np.int16) - np.array(colour)).max(-1) < thr
+    if not m.any():
+        return None, 0
+    ys, xs = np.nonzero(m)
+    return np.array([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1], np.float32), int(m.sum())
+
+
+COLOURS = [(255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 0)]
+
+
+ROTATED = AugmentHyp(degrees=12, shear=3, fliplr=0.5, flipud=0.5)
+
+
+def painted_tile(h, w, box, colour, cls, seed=0):
+    """Noise in 120..180 (never grey 114, far from every paint colour) with one painted rectangle."""
+    img = np.random.default_rng(seed).integers(120, 181, (h, w, 3), dtype=np.uint8)
+    x1, y1, x2, y2 = box
+    img[y1:y2, x1:x2] = colour
+    return img, np.array([box], np.float32), np.array([cls])
+
+
+def check_contract(out, boxes, classes, size):
+    assert out.dtype == np.uint8 and out.shape == (size, size, 3)
+    assert boxes.dtype == np.float32 and boxes.ndim == 2 and boxes.shape[1] == 4
+    assert len(classes) == len(boxes)
+    assert (boxes >= 0).all() and (boxes <= size).all()
+    assert (boxes[:, 2] > boxes[:, 0]).all() and (boxes[:, 3] > boxes[:, 1]).all()
+
+
+def check_painted(out, boxes, classes, size, rotated, tol=2.0):
+    """Every returned box frames its paint; returns (#kept, #clipped at the border)."""
+    kept = clipped = 0
+    for cls, colour in enumerate(COLOURS):
+        sel = boxes[classes == cls]
+        assert len(sel) <= 1
+        if not len(sel):
+            continue
+        box = sel[0]
+        found, _ = paint_bbox(out, colour)
+        assert found is not None, f"class {cls} box {box} has no paint"
+        kept += 1
+        clipped += bool((box[:2] <= 0).any() or (box[2:] >= size).any())
+        # the paint never sticks out of its box ...
+        assert (found[:2] >= box[:2] - tol).all() and (found[2:] <= box[2:] + tol).all(), (cls, box, found)
+        # ... and fits it tightly, except where a rotated box's corner was cut by the output border
+        if not rotated or ((box[:2] > 1).all() and (box[2:] < size - 1).all()):
+            np.testing.assert_allclose(found, box, atol=tol)
+    return kept, clipped

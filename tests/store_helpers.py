@@ -1,0 +1,70 @@
+"""Packing and store-editing helpers the tests share (pack a source, read rejects, damage or rewrite a record)."""
+
+from __future__ import annotations
+
+import json
+
+from fastfeed import Store
+from fastfeed.pack import PackConfig, pack
+
+
+def run_pack(src, out, **kw):
+    kw.setdefault("workers", 1)
+    kw.setdefault("progress", False)
+    return pack(PackConfig(src=src, out=out, **kw))
+
+
+def rejects(out):
+    return [json.loads(line) for line in (out / "rejects.jsonl").read_text().splitlines()]
+
+
+def by_name(store):
+    return {store[i].file_name: store[i] for i in range(len(store))}
+
+
+def flip_byte_in_record(store_dir, index):
+    """Damage one byte inside record `index`'s payload, in the shard file itself."""
+    store = Store(store_dir)
+    payload = bytes(store.record(index).payload)
+    shard = store_dir / store.shard_name(index)
+    store.close()
+    data = bytearray(shard.read_bytes())
+    needle = payload[-3000:-2000]  # unique enough: compressed image bytes
+    pos = data.find(needle)
+    assert pos > 0 and data.find(needle, pos + 1) == -1
+    data[pos + 500] ^= 0x5A
+    shard.write_bytes(bytes(data))
+    return store.shard_name(index)
+
+
+def replace_record(store_dir, index, orientation=None, **changes):
+    """Rewrite record `index` in place with some fields changed (CRC recomputed, manifest sizes fixed);
+    orientation=0 writes what format version 1 wrote there."""
+    import dataclasses
+    import struct
+
+    import lmdb
+
+    from fastfeed.store import format as fmt
+
+    store = Store(store_dir)
+    r = store.record(index)
+    shard_no = store._locate(index)
+    local = index - store.shards[shard_no].start
+    fields = dict(codec=r.codec, height=r.height, width=r.width, orig_height=r.orig_height, orig_width=r.orig_width,
+                  image_id=r.image_id, file_name=r.file_name, boxes=r.boxes, classes=r.classes,
+                  crowd_boxes=r.crowd_boxes, crowd_classes=r.crowd_classes, payload=bytes(r.payload),
+                  orientation=r.orientation if orientation in (None, 0) else orientation) | changes
+    store.close()
+    rec = bytearray(fmt.encode_record(**fields))
+    if orientation == 0:
+        struct.pack_into("<H", rec, 10, 0)
+        struct.pack_into("<I", rec, 4, fmt.crc32(memoryview(rec)[8:]))
+    shard = store_dir / fmt.shard_file(shard_no)
+    env = lmdb.open(str(shard), subdir=False, lock=False)
+    with env.begin(write=True) as txn:
+        txn.put(fmt.record_key(local), bytes(rec))
+    env.close()
+    manifest = fmt.read_manifest(store_dir / fmt.MANIFEST)
+    manifest.shards[shard_no] = dataclasses.replace(manifest.shards[shard_no], bytes=shard.stat().st_size)
+    fmt.write_manifest(store_dir / fmt.MANIFEST, manifest)
