@@ -41,3 +41,13 @@ def test_one_device_module():
         assert not re.search(r"torch\.cuda\.", code), f"{rel} calls torch.cuda itself (fastfeed.devices does)"
         assert not re.search(r"getattr\(torch,", code), f"{rel} looks up the accelerator module itself (fastfeed.devices does)"
         assert "sched_getaffinity" not in text or rel.name == "procs.py", f"{rel} counts cores itself"
+
+
+def test_tests_share_helpers_through_helper_modules():
+    """A test module never imports from another test module: shared helpers live in conftest.py or a helper
+    module (store_helpers, loader_checks, ...), so a test file can move or split without breaking others."""
+    tests = Path(__file__).parent
+    for p in tests.rglob("*.py"):
+        for n, line in enumerate(p.read_text().splitlines(), 1):
+            assert not re.match(r"\s*(from test_\w+ import|import test_\w+)", line), \
+                f"{p.relative_to(tests)}:{n} imports a test module: {line.strip()}"
