@@ -74,23 +74,28 @@ def _is_tensor(x) -> bool:
     return hasattr(x, "new_empty")   # a torch.Tensor (numpy arrays have no new_empty)
 
 
-def _float32_boxes(boxes):
-    """Boxes as float32 [..., 4]: a fresh array, or a float32 view of a tensor (its values are only read)."""
+def _as_boxes(boxes):
+    """Boxes as [..., 4] of a floating type: a tensor or array as it is when floating point (float16/32/64 keep
+    their precision), else as float32; its values are only read."""
     if _is_tensor(boxes):
-        b = boxes.float()
+        b = boxes if boxes.is_floating_point() else boxes.float()
         return b.reshape(-1, 4) if b.dim() < 2 else b
-    b = np.asarray(boxes, np.float32)
+    b = np.asarray(boxes)
+    b = b if np.issubdtype(b.dtype, np.floating) else b.astype(np.float32)
     return b.reshape(-1, 4) if b.ndim < 2 else b
 
 
-def _empty(like, shape):
-    return like.new_empty(shape) if _is_tensor(like) else np.empty(shape, np.float32)
+def _empty(like, shape, dtype=None):
+    """An uninitialised array/tensor of `shape` like `like` (its dtype, or float32 for `dtype="float32"`)."""
+    if _is_tensor(like):
+        return like.new_empty(shape) if dtype is None else like.new_empty(shape).float()
+    return np.empty(shape, like.dtype if dtype is None else np.float32)
 
 
 def xyxy_to_cxcywh(boxes, width: float = 1.0, height: float = 1.0):
     """x1,y1,x2,y2 (pixels of a width x height image) -> normalised cx,cy,w,h (the YOLO label / Batch.targets
-    layout). numpy [..., 4] or torch [..., 4] in, the same kind out (float32)."""
-    b = _float32_boxes(boxes)
+    layout). numpy [..., 4] or torch [..., 4] in, the same kind and floating type out."""
+    b = _as_boxes(boxes)
     out = _empty(b, b.shape)
     out[..., 0] = (b[..., 0] + b[..., 2]) * (0.5 / width)
     out[..., 1] = (b[..., 1] + b[..., 3]) * (0.5 / height)
@@ -102,7 +107,7 @@ def xyxy_to_cxcywh(boxes, width: float = 1.0, height: float = 1.0):
 def cxcywh_to_xyxy(boxes, width: float = 1.0, height: float = 1.0):
     """Normalised cx,cy,w,h -> x1,y1,x2,y2 in pixels of a width x height image (default 1 x 1: stays
     normalised). numpy or torch [..., 4] in (extra columns past the 4th are ignored), the same kind out."""
-    b = _float32_boxes(boxes)[..., :4]
+    b = _as_boxes(boxes)[..., :4]
     out = _empty(b, b.shape)
     half_w, half_h = b[..., 2] * 0.5, b[..., 3] * 0.5
     out[..., 0] = (b[..., 0] - half_w) * width
@@ -116,8 +121,8 @@ def make_targets(sample, classes, boxes, size: float):
     """Batch.targets (float32 [M,6]: img_idx, cls, cx, cy, w, h normalised, see TARGET_COLUMNS) from per-box
     sample indices (an int or [M]), classes [M] and x1,y1,x2,y2 boxes in pixels of the size x size output.
     numpy or torch, after `boxes`."""
-    b = _float32_boxes(boxes)
-    t = _empty(b, (len(b), 6))
+    b = _as_boxes(boxes)
+    t = _empty(b, (len(b), 6), "float32")
     t[:, 0] = sample
     t[:, 1] = classes
     t[:, 2:] = xyxy_to_cxcywh(b, size, size)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import codec
+from ..augment.boxes import cxcywh_to_xyxy
 from ..store import format as fmt
 from .check import DEFAULT_MAX_PIXELS, check_image
 from .report import Problem
@@ -80,8 +81,7 @@ def _labels(item: Item, size, nc: int | None, problems: list[Problem]):
         else:
             cxcywh, classes, found, where = parse_label(item.label_path, item.name, nc)
             problems.extend(found)
-        half = cxcywh[:, 2:] / 2
-        xyxy = np.concatenate([cxcywh[:, :2] - half, cxcywh[:, :2] + half], axis=1)
+        xyxy = cxcywh_to_xyxy(cxcywh)   # normalised: width = height = 1
         crowd = np.zeros(len(classes), bool)
     else:
         b = item.coco_xywh

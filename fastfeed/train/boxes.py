@@ -6,10 +6,7 @@ import math
 
 import torch
 
-
-def cxcywh_to_xyxy(b: torch.Tensor) -> torch.Tensor:
-    xy, wh = b[..., :2], b[..., 2:4] / 2
-    return torch.cat((xy - wh, xy + wh), -1)
+from ..augment.boxes import cxcywh_to_xyxy
 
 
 def box_iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -89,7 +86,7 @@ def postprocess(pred: torch.Tensor, conf_thres: float = 0.001, iou_thres: float 
         if s.numel() > max_nms:
             top = s.topk(max_nms).indices
             i, c, s = i[top], c[top], s[top]
-        boxes = cxcywh_to_xyxy(p[i, :4])
+        boxes = cxcywh_to_xyxy(p[i, :4])   # in the model's pixels (width = height = 1: no scaling)
         keep = batched_nms(boxes, s, c, iou_thres)[:max_det]
         out.append(torch.cat((boxes[keep], s[keep, None], c[keep, None].to(boxes.dtype)), 1))
     return out
