@@ -51,3 +51,24 @@ def test_tests_share_helpers_through_helper_modules():
         for n, line in enumerate(p.read_text().splitlines(), 1):
             assert not re.match(r"\s*(from test_\w+ import|import test_\w+)", line), \
                 f"{p.relative_to(tests)}:{n} imports a test module: {line.strip()}"
+
+
+def test_the_prefetcher_and_the_loader_contract_import_on_a_bare_gpu_machine():
+    """A bare GPU machine has torch, numpy, OpenCV and little else (no LMDB, simplejpeg, orjson, pycocotools):
+    the prefetcher, the Loader ABC, the devices and the device augmentation must import there
+    (benchmarks/gpu_check.sh runs on one)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('lmdb', 'simplejpeg', 'orjson', 'pycocotools'):\n"
+        "            raise ModuleNotFoundError(f'no module named {name!r} (blocked by the test)')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import fastfeed.prefetch, fastfeed.loaders, fastfeed.devices, fastfeed.batch, fastfeed.device_augment\n"
+        "from fastfeed.loaders import Loader, LoaderConfig, WorkerError\n"
+        "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PKG.parent, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

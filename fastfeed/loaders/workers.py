@@ -22,7 +22,6 @@ import torch
 
 from ..devices import has_cuda, pin_in_place, unpin
 from ..procs import worker_context
-from ..store.changed import store_changed_reason
 
 log = logging.getLogger(__name__)
 _POLL = 0.5     # seconds between liveness checks while waiting for a batch
@@ -197,7 +196,8 @@ def exit_reason(code: int | None) -> str:
     if sig == signal.SIGKILL:
         return f" ({name}: out of memory, see `dmesg`, or killed by someone)"
     if sig == signal.SIGBUS:
-        return f" ({name}: {store_changed_reason()})"
+        from ..store.changed import store_changed_reason   # here: the store package needs LMDB, which a bare
+        return f" ({name}: {store_changed_reason()})"      # GPU machine running the prefetcher alone lacks
     if sig == signal.SIGSEGV:
         return f" ({name}: a crash in native code)"
     return f" (killed by {name})"
