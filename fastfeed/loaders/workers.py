@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ..devices import has_cuda, pin_in_place, unpin
+from ..preempt import leave_to_parent
 from ..procs import worker_context
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ class WorkerError(RuntimeError):
 def _worker_main(worker_id: int, make_builder: Callable, slots: torch.Tensor, tasks, results) -> None:
     import cv2
 
+    leave_to_parent()             # a stop signal to the whole group is the trainer's to act on (preempt.py)
     cv2.setNumThreads(1)          # one process per core already; nested thread pools only thrash
     torch.set_num_threads(1)
     try:

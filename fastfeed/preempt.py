@@ -1,0 +1,142 @@
+"""Stopping a training run on a signal with at most the step in flight lost; saving on a timer for the
+kills that give no notice. Used by `fastfeed train` (train/loop.py) and by FastfeedTrainer.
+
+    with StopSignals() as stop:            # SIGTERM, SIGUSR1, SIGINT; main thread only
+        for step in steps:
+            ...one optimizer step...
+            if stop.requested:             # under DDP: agreed by every rank (see below)
+                save(); sys.exit(EXIT_PREEMPTED)
+
+What each signal does:
+- SIGTERM (a spot/preemption notice, Kubernetes' grace period, torchrun forwarding its own),
+  SIGUSR1 (SLURM's `--signal=USR1@SECONDS`) and a first SIGINT (Ctrl-C) only set a flag. The trainer
+  finishes the step in flight, writes its checkpoint (atomically) and exits with EXIT_PREEMPTED.
+- A second SIGINT raises KeyboardInterrupt at once: no step is finished, nothing is written (the
+  checkpoint on disk is the previous one, whole); `fastfeed` exits 130. A third is the default action.
+- Repeats of SIGTERM / SIGUSR1 change nothing: torchrun, SLURM and systemd deliver one notice to several
+  processes, and a rank may get it from more than one of them.
+
+The handlers are installed with SA_RESTART (`signal.siginterrupt(sig, False)`): a collective blocked in
+C++ (gloo, NCCL) carries on instead of failing with EINTR, and the flag is read when it returns.
+
+Loader workers ignore all three (`leave_to_parent()`, called by each worker): SLURM, systemd and torchrun
+(which signals each rank's process group) deliver the notice to every process, and a worker that died of it
+would leave the step in flight without its batch. The trainer closes its workers itself once it has saved.
+
+Under DDP a rank that stops alone leaves the others waiting in their next all-reduce forever, so the
+decision is a collective: `fastfeed train` adds the local flag to the loss all-reduce each micro-batch
+already does (one more float: no extra collective; step.py), FastfeedTrainer all-reduces it once per
+optimizer step (`train.distributed.any_true`). Either way every rank sees the same value and stops after the same step,
+and one rank writes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+EXIT_PREEMPTED = 75   # sysexits.h EX_TEMPFAIL: "a temporary failure; the user is invited to retry"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+
+
+class StopSignals:
+    """The stop request of this process: `requested` (the first stop signal's name, or None), `at` (when it
+    arrived, time.monotonic()), `agreed` (a rank's request reached this one through a collective)."""
+
+    def __init__(self, signals=STOP_SIGNALS, *, what: str = "finishing the step in flight and saving a checkpoint"):
+        self.signals, self.what = tuple(signals), what
+        self.requested: str | None = None
+        self.at: float | None = None
+        self.agreed = False
+        self._previous: dict = {}
+
+    # --- handlers ---------------------------------------------------------------------------------------
+
+    def install(self) -> bool:
+        """Install the handlers (only the main thread can; False elsewhere, and nothing is installed)."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        for sig in self.signals:
+            self._previous[sig] = signal.signal(sig, self._handle)
+            signal.siginterrupt(sig, False)
+        return True
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def __enter__(self) -> StopSignals:
+        self.install()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.restore()
+
+    def _handle(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.requested is not None:
+            if signum == signal.SIGINT:   # the second Ctrl-C: abort now; a third gets the default action
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                _say(f"{name} again: aborting now; the checkpoint on disk is the previous one\n")
+                raise KeyboardInterrupt
+            return
+        self.requested, self.at = name, time.monotonic()
+        again = "; Ctrl-C again aborts" if signum == signal.SIGINT else ""
+        _say(f"{name}: {self.what}{again}\n")
+
+    # --- the decision -----------------------------------------------------------------------------------
+
+    def flag(self) -> float:
+        """This process's request as a number for a collective (1.0: stop)."""
+        return 1.0 if self.requested is not None else 0.0
+
+    def note(self, reduced: float) -> None:
+        """The flag as a collective returned it (a sum, mean or max over ranks): non-zero means some rank
+        was asked to stop. Every rank sees the same value, so every rank decides the same."""
+        if reduced > 0:
+            self.agreed = True
+
+    def stop_now(self, world_size: int) -> bool:
+        """Stop after this step? One process: its own request. Under DDP: only an agreed one (a request
+        that has not reached the others yet waits for the next collective)."""
+        return self.requested is not None if world_size <= 1 else self.agreed
+
+    def reason(self) -> str | None:
+        """What stopped the run, for its checkpoint and summary."""
+        if self.requested is not None:
+            return self.requested
+        return "a signal to another rank" if self.agreed else None
+
+    def seconds_since(self) -> float | None:
+        return None if self.at is None else time.monotonic() - self.at
+
+
+def _say(text: str) -> None:
+    """Straight to stderr: a handler must not re-enter Python's buffered stream it may have interrupted."""
+    try:
+        os.write(2, f"fastfeed: {text}".encode())
+    except OSError:
+        pass
+
+
+def leave_to_parent() -> None:
+    """In a worker process: ignore the stop signals; the process that started it decides and closes it."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
+class SaveTimer:
+    """`--save-every-min N`: `due()` once N minutes have passed since the last save (or the start)."""
+
+    def __init__(self, minutes: float | None):
+        self.every = None if not minutes else float(minutes) * 60.0
+        self.last = time.monotonic()
+
+    def due(self) -> bool:
+        return self.every is not None and time.monotonic() - self.last >= self.every
+
+    def saved(self) -> None:
+        self.last = time.monotonic()
