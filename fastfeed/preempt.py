@@ -11,8 +11,9 @@ What each signal does:
 - SIGTERM (a spot/preemption notice, Kubernetes' grace period, torchrun forwarding its own),
   SIGUSR1 (SLURM's `--signal=USR1@SECONDS`) and a first SIGINT (Ctrl-C) only set a flag. The trainer
   finishes the step in flight, writes its checkpoint (atomically) and exits with EXIT_PREEMPTED.
-- A second SIGINT raises KeyboardInterrupt at once: no step is finished, nothing is written (the
-  checkpoint on disk is the previous one, whole); `fastfeed` exits 130. A third is the default action.
+- A second SIGINT raises KeyboardInterrupt: no step is finished, nothing is written (the checkpoint on
+  disk is the previous one, whole); `fastfeed` exits 130. Python delivers it when the running operation
+  returns (on a CPU a whole backward pass is one); a third SIGINT gets the default action and kills.
 - Repeats of SIGTERM / SIGUSR1 change nothing: torchrun, SLURM and systemd deliver one notice to several
   processes, and a rank may get it from more than one of them.
 
@@ -43,7 +44,11 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
 class StopSignals:
     """The stop request of this process: `requested` (the first stop signal's name, or None), `at` (when it
-    arrived, time.monotonic()), `agreed` (a rank's request reached this one through a collective)."""
+    arrived, time.monotonic()), `agreed` (a rank's request reached this one through a collective).
+
+    Python runs a signal handler only between bytecodes: while the main thread is inside one long C++ call
+    (a backward pass on the CPU) it waits. So a thread woken by `signal.set_wakeup_fd` acknowledges the
+    signal when it arrives and notes the time; the handler, when it runs, decides."""
 
     def __init__(self, signals=STOP_SIGNALS, *, what: str = "finishing the step in flight and saving a checkpoint"):
         self.signals, self.what = tuple(signals), what
@@ -51,6 +56,7 @@ class StopSignals:
         self.at: float | None = None
         self.agreed = False
         self._previous: dict = {}
+        self._pipe = self._wakeup = self._thread = None
 
     # --- handlers ---------------------------------------------------------------------------------------
 
@@ -61,12 +67,20 @@ class StopSignals:
         for sig in self.signals:
             self._previous[sig] = signal.signal(sig, self._handle)
             signal.siginterrupt(sig, False)
+        self._watch()
         return True
 
     def restore(self) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+        if self._pipe is not None:
+            signal.set_wakeup_fd(self._wakeup)
+            r, w = self._pipe
+            os.close(w)            # the watcher's read returns empty: it ends
+            self._thread.join(timeout=1.0)
+            os.close(r)
+            self._pipe = self._thread = None
 
     def __enter__(self) -> StopSignals:
         self.install()
@@ -75,17 +89,60 @@ class StopSignals:
     def __exit__(self, *exc) -> None:
         self.restore()
 
+    def _watch(self) -> None:
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        try:
+            self._wakeup = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        except (ValueError, OSError):   # no wakeup fd here: the handler acknowledges instead
+            os.close(r)
+            os.close(w)
+            return
+        self._pipe = (r, w)
+        self._thread = threading.Thread(target=self._acknowledge, args=(r,), daemon=True, name="fastfeed-signals")
+        self._thread.start()
+
+    def _acknowledge(self, r: int) -> None:
+        """The watcher: says what will happen the moment a stop signal arrives, and when it did."""
+        ours, first = {int(s) for s in self.signals}, None
+        while True:
+            try:
+                data = os.read(r, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            for signum in data:
+                if signum not in ours:
+                    continue
+                if first is None:
+                    first = signum
+                    self.at = time.monotonic() if self.at is None else min(self.at, time.monotonic())
+                    _say(self._first_words(signum))
+                elif signum == signal.SIGINT:
+                    _say(self._abort_words())
+
+    def _first_words(self, signum) -> str:
+        again = "; Ctrl-C again aborts" if signum == signal.SIGINT else ""
+        return f"{signal.Signals(signum).name}: {self.what}{again}\n"
+
+    @staticmethod
+    def _abort_words() -> str:
+        return ("SIGINT again: aborting as soon as the running operation returns (a third Ctrl-C kills outright); "
+                "the checkpoint on disk is the previous one\n")
+
     def _handle(self, signum, frame) -> None:
-        name = signal.Signals(signum).name
         if self.requested is not None:
             if signum == signal.SIGINT:   # the second Ctrl-C: abort now; a third gets the default action
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
-                _say(f"{name} again: aborting now; the checkpoint on disk is the previous one\n")
+                if self._pipe is None:
+                    _say(self._abort_words())
                 raise KeyboardInterrupt
             return
-        self.requested, self.at = name, time.monotonic()
-        again = "; Ctrl-C again aborts" if signum == signal.SIGINT else ""
-        _say(f"{name}: {self.what}{again}\n")
+        now = time.monotonic()
+        self.requested, self.at = signal.Signals(signum).name, now if self.at is None else min(self.at, now)
+        if self._pipe is None:
+            _say(self._first_words(signum))
 
     # --- the decision -----------------------------------------------------------------------------------
 
