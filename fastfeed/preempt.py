@@ -68,9 +68,12 @@ class StopSignals:
             self._previous[sig] = signal.signal(sig, self._handle)
             signal.siginterrupt(sig, False)
         self._watch()
+        _ACTIVE.append(self)
         return True
 
     def restore(self) -> None:
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
@@ -81,6 +84,22 @@ class StopSignals:
             self._thread.join(timeout=1.0)
             os.close(r)
             self._pipe = self._thread = None
+
+    def _forget_in_child(self) -> None:
+        """In a process forked while the handlers were installed: the handlers that were there before, and no
+        shared wakeup pipe (a pack or cache worker must die of the SIGTERM its pool's terminate() sends, and its
+        signals must not reach the parent's watcher)."""
+        try:
+            for sig, handler in self._previous.items():
+                signal.signal(sig, handler)
+            if self._pipe is not None:
+                signal.set_wakeup_fd(self._wakeup)
+        except ValueError:   # forked from another thread: not this process's main thread, nothing to undo
+            pass
+        if self._pipe is not None:
+            for fd in self._pipe:
+                os.close(fd)
+        self._previous, self._pipe, self._thread = {}, None, None
 
     def __enter__(self) -> StopSignals:
         self.install()
@@ -169,6 +188,17 @@ class StopSignals:
 
     def seconds_since(self) -> float | None:
         return None if self.at is None else time.monotonic() - self.at
+
+
+_ACTIVE: list[StopSignals] = []   # installed in this process, innermost last
+
+
+def _after_fork_in_child() -> None:
+    while _ACTIVE:
+        _ACTIVE.pop()._forget_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _say(text: str) -> None:

@@ -214,3 +214,31 @@ def test_half_written_checkpoints_of_dead_writers_are_removed(tmp_path):
         p.write_bytes(b"partial")
     assert remove_stale_temporaries(tmp_path) == [dead]
     assert not dead.exists() and live.exists() and other.exists()
+
+
+def _handlers_here(q) -> None:
+    q.put({s.name: repr(signal.getsignal(s)) for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)})
+
+
+def test_processes_forked_under_the_handlers_get_the_previous_ones_back():
+    """A pack or cache worker forked during a run must die of its pool's terminate() (SIGTERM), and its signals
+    must not reach the run's watcher through an inherited wakeup pipe."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    before = {s.name: repr(signal.getsignal(s)) for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
+    with StopSignals() as stop:
+        q = ctx.SimpleQueue()
+        p = ctx.Process(target=_handlers_here, args=(q,))
+        p.start()
+        in_child = q.get()
+        p.join(10)
+        pool = ctx.Pool(1)
+        assert pool.apply(os.getpid) != os.getpid()
+        t = time.monotonic()
+        pool.terminate()
+        pool.join()
+        assert time.monotonic() - t < 5
+        time.sleep(0.2)
+        assert stop.requested is None and stop.at is None   # the worker's SIGTERM was not this process's
+    assert in_child == before

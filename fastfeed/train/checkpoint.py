@@ -11,7 +11,9 @@ position), whether that epoch's evaluation is still to do (`eval_pending`) and t
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 
@@ -27,15 +29,20 @@ _TMP = ".{name}.tmp{pid}"   # a checkpoint being written, beside it
 
 
 def save_checkpoint(path: Path, state: dict) -> None:
-    """Write to a temporary file beside `path`, fsync, rename over it, and fsync the folder: a crash, a kill -9
-    or a second Ctrl-C mid-write leaves the previous checkpoint intact, and a rename that returned survives
-    the node losing power."""
+    """A fastfeed checkpoint of `state`, written atomically (`write_atomically`)."""
+    write_atomically(path, lambda f: torch.save({"format": FORMAT, "version": VERSION, **state}, f))
+
+
+def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """`write(file)` into a temporary file beside `path`, fsync, rename over it, and fsync the folder: a crash,
+    a kill -9 or a second Ctrl-C mid-write leaves the previous file intact, and a rename that returned
+    survives the node losing power. (`remove_stale_temporaries` cleans up after a writer that was killed.)"""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(_TMP.format(name=path.name, pid=os.getpid()))
     try:
         with open(tmp, "wb") as f:
-            torch.save({"format": FORMAT, "version": VERSION, **state}, f)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -77,6 +77,8 @@ class FastfeedTrainLoader:
         self.info = read_records(store, image_dir)
         self.class_filter = class_filter or ClassFilter()
         self.epoch = 0
+        self.position = 0          # batches of `epoch` handed out so far (a mid-epoch checkpoint's position)
+        self._start: tuple[int, int] | None = None   # (epoch, batch): a resumed epoch starts there
         self.mosaic_closed = False
         self._epoch_of = epoch_of
         self._copy_event = None
@@ -97,12 +99,21 @@ class FastfeedTrainLoader:
     def __iter__(self):
         return self._batches()   # a generator: nothing runs until the first batch is asked for
 
+    def start_at(self, epoch: int, batch: int) -> None:
+        """Resuming mid-epoch: the next iteration of `epoch` begins at its batch `batch` (exactly the batches an
+        uninterrupted run trains from there; those before it are neither built nor trained)."""
+        self._start = (int(epoch), int(batch))
+
     def _batches(self):
         epoch = self.epoch = int(self._epoch_of()) if self._epoch_of is not None else self.epoch
+        start = 0
+        if self._start is not None and self._start[0] == epoch:
+            start, self._start = self._start[1], None
         loader = self.loader
         clock = self.clock = FeedClock.started()
         asked = clock.start
-        loader.set_epoch(epoch)
+        loader.set_epoch(epoch, start)
+        self.position = start
         for batch in loader:   # im_file, ori_shape...: of the records the batch says it holds, in its order
             images, targets, indices = batch.images, batch.targets, getattr(batch, "indices", None)
             if indices is None or len(indices) != len(images):
@@ -111,6 +122,7 @@ class FastfeedTrainLoader:
                                    "to name the images")
             out = collate(images, targets, indices.tolist(), self.info, self.class_filter)
             clock.batch(perf_counter() - asked, len(images))
+            self.position += 1
             yield out
             asked = clock.resumed()
             self._wait_copy()    # the next request lets the loader reuse this batch's buffer
