@@ -9,7 +9,8 @@ step (fastfeed/preempt.py has the signal rules):
 
 A mid-epoch last.pt is exactly what Ultralytics' `save_model` writes (its bytes captured, not its code
 copied), with `epoch` set to the epoch before the interrupted one (Ultralytics resumes at the epoch after
-`epoch`) and one more entry, `fastfeed`: the loader's position (`epoch`, `batches` done in it, `batch_size`
+`epoch`; 0 in the first epoch, which only FastfeedTrainer resumes inside) and one more entry, `fastfeed`:
+the loader's position (`epoch`, `batches` done in it, `batch_size`
 and `world_size` that make the epoch's order, what stopped it). Every FastfeedTrainer checkpoint write,
 the epoch-end ones included, is atomic (`write_atomically`): a kill -9 mid-write leaves the previous file.
 
@@ -124,7 +125,8 @@ def mid_epoch_checkpoint(trainer, save, position: dict) -> float:
     """last.pt for `position` (`batches` of `epoch` done), in Ultralytics' format; returns seconds taken."""
     t0 = time.perf_counter()
     epoch = trainer.epoch
-    trainer.epoch = position["epoch"] - 1   # Ultralytics resumes at the epoch after the checkpoint's
+    # Ultralytics resumes at the epoch after the checkpoint's, and takes only epoch >= 0 as resumable
+    trainer.epoch = max(position["epoch"] - 1, 0)
     period = trainer.save_period
     trainer.save_period = -1                # no epoch<N>.pt for a mid-epoch save
     try:
