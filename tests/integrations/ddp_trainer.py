@@ -36,16 +36,20 @@ class _CpuDDP(torch.nn.parallel.DistributedDataParallel):
 
 
 class RecordingTrainer(FastfeedTrainer):
-    """FastfeedTrainer keeping [epoch, im_files, images] of every training batch in `_seen`."""
+    """FastfeedTrainer keeping [epoch, im_files, images] of every training batch in `_seen`, and the size the
+    model gets (after multi_scale) in `img_sizes`."""
 
     def __init__(self, cfg=DEFAULT_CFG, overrides=None, _callbacks=None):
         super().__init__(cfg, overrides, _callbacks)
         self._seen = []
+        self.img_sizes = []
 
     def preprocess_batch(self, batch):
         self._seen.append([self.epoch, list(batch["im_file"]), int(len(batch["img"]))])
         signal_at(self)
-        return super().preprocess_batch(batch)
+        out = super().preprocess_batch(batch)
+        self.img_sizes.append(int(out["img"].shape[-1]))   # after multi_scale
+        return out
 
 
 class CpuDdpTrainer(RecordingTrainer):

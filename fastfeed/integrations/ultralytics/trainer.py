@@ -26,6 +26,8 @@ from ...preempt import SaveTimer, StopSignals
 from ...train import distributed
 from .args import augment_hyp, describe, loader_name, log, warn_unsupported
 from .batches import ClassFilter, read_records
+from .device import NAME as DEVICE_LOADER
+from .device import finish_batch, for_plots, loader_setup
 from .feed import FastfeedTrainLoader
 from .report import FEED_CSV, append_row, epoch_line
 from .resume import (
@@ -69,7 +71,8 @@ def _feed_epoch_end(trainer) -> None:
 
 class FastfeedTrainer(DetectionTrainer):
     """A DetectionTrainer whose train loader is fastfeed's: `cache=False|'disk'` -> the `cpu` loader,
-    `cache=True|'ram'` -> `shm` (one decoded copy per node), `FASTFEED_LOADER=cpu|shm|dali` overrides.
+    `cache=True|'ram'` -> `shm` (one decoded copy per node), `FASTFEED_LOADER=cpu|shm|dali|device` overrides
+    (device: batches decoded and augmented on the trainer's device, device.py).
     The data.yaml's train split is packed into a store on first use (`FASTFEED_STORE=PATH`: use that one).
     Each epoch logs the feed's images/s and data-wait share, also written to `<save_dir>/fastfeed.csv`.
     A stop signal ends training after the optimizer step in flight with a mid-epoch last.pt that
@@ -216,30 +219,39 @@ class FastfeedTrainer(DetectionTrainer):
         name = loader_name(self.args.cache)
         if RANK in (-1, 0):
             warn_unsupported(self.args)
+        hyp, options = augment_hyp(self.args), {}
+        if name == DEVICE_LOADER:   # batches finished on this trainer's device, in the dtype it trains in
+            hyp, options = loader_setup(self, hyp)
         cfg = LoaderConfig(imgsz=int(self.args.imgsz), batch_size=max(1, min(batch_size, len(store))),
                            workers=_workers(self.args.workers, self.device), seed=int(self.args.seed),
                            shuffle=True, drop_last=bool(self.args.compile), epochs=int(self.epochs),
-                           close_mosaic=int(self.args.close_mosaic), hyp=augment_hyp(self.args),
+                           close_mosaic=int(self.args.close_mosaic), hyp=hyp,
                            device=str(self.device) if self.device.type in ("cuda", "npu") else "cpu",
                            pin_memory=self.device.type == "cuda")
         ref = weakref.ref(self)
         image_dir = Path(dataset_path) if isinstance(dataset_path, (str, os.PathLike)) else None
-        feed = FastfeedTrainLoader(name, store, cfg, epoch_of=lambda: getattr(ref(), "epoch", 0),
+        feed = FastfeedTrainLoader(name, store, cfg, epoch_of=lambda: getattr(ref(), "epoch", 0), options=options,
                                    image_dir=image_dir, class_filter=ClassFilter(self.args.classes, self.args.single_cls))
         if RANK in (-1, 0):
+            where = f", {options['dtype']} images made on {self.device}" if feed.on_device else ""
             log.info(f"fastfeed: {name} loader over {store.path}: {len(store)} images, batch {cfg.batch_size} "
                      f"x {feed.world_size} rank(s), {cfg.workers} worker(s) per rank, imgsz {cfg.imgsz}, "
-                     f"close_mosaic {cfg.close_mosaic}; {describe(cfg.hyp)}")
+                     f"close_mosaic {cfg.close_mosaic}{where}; {describe(cfg.hyp)}")
             if feed.cache_line:
                 log.info(feed.cache_line)
         return feed
 
     def preprocess_batch(self, batch: dict) -> dict:
-        batch = super().preprocess_batch(batch)     # to the device, /255 there, multi_scale: Ultralytics' own
         feed = getattr(self, "train_loader", None)
+        if isinstance(feed, FastfeedTrainLoader) and feed.on_device:
+            return finish_batch(self, batch, feed)   # on the device in the training dtype: nothing to convert
+        batch = super().preprocess_batch(batch)     # to the device, /255 there, multi_scale: Ultralytics' own
         if isinstance(feed, FastfeedTrainLoader):
             feed.copy_issued(self.device)
         return batch
+
+    def plot_training_samples(self, batch: dict, ni: int) -> None:
+        super().plot_training_samples(for_plots(batch), ni)
 
     def auto_batch(self):
         """Ultralytics' AutoBatch, with the object count read from the store instead of a second dataset."""
