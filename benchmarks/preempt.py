@@ -45,7 +45,8 @@ from fastfeed.train.checkpoint import save_checkpoint  # noqa: E402
 
 def save_cost(store: Path, tmp: Path, model: str, rounds: int) -> dict:
     out = tmp / f"save-{model}"
-    train(TrainConfig(data=store, out=out, model=model, imgsz=64, batch=2, accum=1, workers=0, max_steps=1, epochs=1))
+    train(TrainConfig(data=store, out=out, model=model, imgsz=64, batch=2, accum=1, workers=0, max_steps=1, epochs=1,
+                      close_mosaic=0))
     state = {k: v for k, v in load_checkpoint(out / "last.pt").items() if k not in ("format", "version")}
     times = []
     for _ in range(rounds):

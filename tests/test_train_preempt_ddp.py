@@ -7,12 +7,11 @@ import json
 import os
 import random
 import signal
-import socket
 import time
 
 import pytest
 import torch
-from train_helpers import TINY, packed_sample, wait_for_rows
+from train_helpers import TINY, free_port, gloo_rank, join_ranks, packed_sample, wait_for_rows
 
 from fastfeed.train import TrainConfig, load_checkpoint, train
 
@@ -26,40 +25,22 @@ def store(tmp_path_factory):
 
 
 def _rank(rank, world, port, store, out, extra):
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
+    with gloo_rank(rank, world, port):
         s = train(TrainConfig(data=store, out=out, **RUN, **extra)).summary
         (out / f"rank{rank}.json").write_text(json.dumps({k: s.get(k) for k in ("stopped_by", "step", "epoch")}))
-    finally:
-        dist.destroy_process_group()
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _ddp(store, out, signal_rank_1_after: int | None = None, **extra) -> list[dict]:
     """Two ranks; with `signal_rank_1_after` k, SIGTERM to rank 1 alone once rank 0 has logged step k."""
     out.mkdir(exist_ok=True)
-    ctx = torch.multiprocessing.start_processes(_rank, args=(2, _port(), store, out, extra), nprocs=2, join=False,
-                                                start_method="spawn")
+    ctx = torch.multiprocessing.start_processes(_rank, args=(2, free_port(), store, out, extra), nprocs=2,
+                                                join=False, start_method="spawn")
     try:
         if signal_rank_1_after is not None:
             wait_for_rows(out, signal_rank_1_after, timeout=300)
             os.kill(ctx.pids()[1], signal.SIGTERM)
-        deadline = time.monotonic() + 300
-        while not ctx.join(timeout=1):
-            assert time.monotonic() < deadline, "the ranks did not finish"
     finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
+        join_ranks(ctx)
     return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
 
 

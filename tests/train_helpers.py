@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 
 import torch
 
@@ -141,3 +142,45 @@ def wait_for_rows(run_dir, n: int, proc=None, event=None, timeout: float = 300.0
             raise AssertionError(f"the run exited ({proc.returncode}) before {n} rows:\n{proc.stderr.read()[-3000:]}")
         time.sleep(0.01)
     raise AssertionError(f"no {n} rows in {path} within {timeout} s")
+
+
+# --- DDP with gloo in the test's own child processes ---------------------------------------------------------
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def gloo_rank(rank: int, world: int, port: int):
+    """This process as rank `rank` of a `world`-process gloo group on 127.0.0.1:`port` (one torch thread each,
+    so runs compare bit for bit)."""
+    import os
+
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def join_ranks(ctx, timeout: float = 300.0) -> None:
+    """Wait for torch.multiprocessing ranks; kill them all if any is still running at `timeout` (a rank left
+    waiting in a collective would otherwise hang the test)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    try:
+        while not ctx.join(timeout=1):
+            assert time.monotonic() < deadline, f"the ranks did not finish within {timeout:.0f} s"
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
