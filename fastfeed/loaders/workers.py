@@ -198,7 +198,7 @@ def exit_reason(code: int | None) -> str:
     if sig == signal.SIGKILL:
         return f" ({name}: out of memory, see `dmesg`, or killed by someone)"
     if sig == signal.SIGBUS:
-        from ..store.changed import store_changed_reason   # here: the store package needs LMDB, which a bare
+        from ..store.changed import store_changed_reason  # here: the store package needs LMDB, which a bare
         return f" ({name}: {store_changed_reason()})"      # GPU machine running the prefetcher alone lacks
     if sig == signal.SIGSEGV:
         return f" ({name}: a crash in native code)"

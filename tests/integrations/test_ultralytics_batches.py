@@ -9,7 +9,7 @@ from pathlib import Path
 import cv2
 import pytest
 import torch
-from ultra_data import as_targets, first_batches, painted_yolo, train_loader_of  # noqa: F401  (painted_yolo: a fixture)
+from ultra_data import NO_COLOUR, as_targets, first_batches, painted_yolo, train_loader_of  # noqa: F401  (painted_yolo: a fixture)
 
 pytest.importorskip("ultralytics")
 
@@ -19,7 +19,6 @@ from ultralytics.models.yolo.detect import DetectionTrainer  # noqa: E402
 from fastfeed.integrations.ultralytics import FastfeedTrainer, FastfeedTrainLoader  # noqa: E402
 
 SIZE = 128
-NO_COLOUR = {"hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0}   # keeps the paint exactly red in both
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,15 @@ import time
 
 import pytest
 import torch
-from ultra_data import as_targets, first_batches, painted_yolo, sample_yolo, sample_yolo_master, train_loader_of  # noqa: F401
+from ultra_data import (  # noqa: F401
+    NO_COLOUR,
+    as_targets,
+    first_batches,
+    painted_yolo,
+    sample_yolo,
+    sample_yolo_master,
+    train_loader_of,
+)
 
 pytest.importorskip("ultralytics")
 
@@ -21,7 +29,6 @@ from fastfeed.integrations.ultralytics import FastfeedTrainer, FastfeedTrainLoad
 from fastfeed.integrations.ultralytics.device import training_dtype  # noqa: E402
 
 SIZE = 128
-NO_COLOUR = {"hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0}
 
 
 @pytest.fixture
