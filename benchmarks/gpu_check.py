@@ -15,9 +15,12 @@
    --batch auto, and the trainer's `gpu` tests (gpu_check_train.py; <= 120 s; runs before the dali section);
 7. device: the `device` loader (decode and augment on the GPU) at 640, batch 64, from JPEG and from
    the VRAM tier, against the cpu loader with every core: images/s and host CPU per image.
+8. ultra: yolov8n at 640 in Ultralytics' own trainer for a fixed number of batches, fed by Ultralytics'
+   loader and by FastfeedTrainer's cpu, shm and device loaders: images/s and the share of time waiting for
+   data (gpu_check_ultralytics.py; each in its own process; skipped without Ultralytics; not yet run on a GPU).
 
 Sections live in gpu_check_prefetch.py (1-4), gpu_check_dali.py (5, its own process: DALI may be
-missing), gpu_check_train.py (6) and gpu_check_device.py (7); gpu_common.py holds the table. A new section is a function that
+missing), gpu_check_train.py (6), gpu_check_device.py (7) and gpu_check_ultralytics.py (8); gpu_common.py holds the table. A new section is a function that
 adds rows, called through `section(...)` in main().
 
 Exit status: 0 when everything that ran passed, 1 on a failed test or a section that raised,
@@ -43,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_check_device import device_section  # noqa: E402
 from gpu_check_prefetch import augment_cost, bandwidth, overlap, run_tests  # noqa: E402
 from gpu_check_train import train_step  # noqa: E402
+from gpu_check_ultralytics import SECTION_S, ultralytics_section  # noqa: E402
 from gpu_common import FAILURES, ROWS, row, section  # noqa: E402
 
 # --- 5. DALI `mixed` decode --------------------------------------------------------------------------------
@@ -100,6 +104,8 @@ def main(argv=None) -> int:
     section("augment", augment_cost, device, shape, 20 if device.type == "cuda" else 3, deadline=deadline)
     section("train", train_step, device, args.quick, deadline=deadline)
     section("device", device_section, device, args.quick, deadline=deadline)
+    section("ultra", ultralytics_section, device, args.quick, min(SECTION_S, max(30.0, deadline - time.monotonic() - 40)),
+            deadline=deadline)
     section("dali", dali_mixed, device, args.quick, max(30.0, deadline - time.monotonic() - 5), deadline=deadline)
     threads = [t.name for t in threading.enumerate() if t.name == "fastfeed-prefetch"]
     if threads:

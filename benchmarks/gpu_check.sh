@@ -5,7 +5,9 @@
 #
 # Runs the `gpu` tests of tests/test_prefetch.py (pytest when present, else a built-in runner), measures
 # H2D bandwidth (uint8 vs float32, pinned vs pageable) and copy/compute overlap with and without the
-# DevicePrefetcher, and prints a short table last (benchmarks/gpu_check.py does the work). Well under
+# DevicePrefetcher, the trainer, the device loader, yolov8n in Ultralytics' trainer fed by its loader and by
+# fastfeed's cpu, shm and device loaders (images/s, data-wait share), and prints a short table last
+# (benchmarks/gpu_check.py does the work; its docstring lists the sections). Well under
 # 8 minutes: the Python side keeps to --budget (400 s); this wrapper stops it at 450 s whatever happens.
 # Exit status: 0 all passed, 1 a test or a section failed, 2 no CUDA device, 124 the time limit.
 set -u

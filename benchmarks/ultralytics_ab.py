@@ -97,8 +97,9 @@ def make_shapes(src: Path, dst: Path, n_train: int = 192, n_val: int = 64, seed:
     return dst / "data.yaml"
 
 
-def make_coco128(src: Path, dst: Path) -> Path:
-    replicate_coco(src, dst, 128)
+def make_coco128(src: Path, dst: Path, n: int = 128) -> Path:
+    """A YOLO layout of `n` images cycled from the COCO source, train = val, with its data.yaml."""
+    replicate_coco(src, dst, n)
     cats = json.loads((src / "annotations" / "instances_train2017.json").read_text())["categories"]
     names = "".join(f"  {i}: {c['name']}\n" for i, c in enumerate(sorted(cats, key=lambda c: c["id"])))
     (dst / "data.yaml").write_text(f"path: {dst}\ntrain: images/train2017\nval: images/train2017\nnames:\n{names}")

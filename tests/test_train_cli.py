@@ -51,7 +51,7 @@ def test_cli_help_and_bad_input(store, tmp_path, capsys):
     assert e.value.code == 0
     for flag in ("--amp", "--grad-ckpt", "--accum", "--resume", "--eval-only", "torchrun", "--max-steps", "--hyp",
                  "--device-augment", "--multi-scale", "--sync-bn", "--freeze-bn", "--channels-last", "--micro-batch",
-                 "'auto'", "bottleneck"):
+                 "'auto'", "bottleneck", "--save-every-min", "status 75", "SIGTERM"):
         assert flag in text
     base = ["train", "--data", str(store), "--model", "yolov3-tiny", "--workers", "0", "--out", str(tmp_path), "--quiet"]
     assert main(base + ["--imgsz", "100"]) == 2

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import socket
 
 import pytest
 import torch
-from train_helpers import TINY, fixed_batch, grads, packed_sample, rows
+from train_helpers import TINY, fixed_batch, free_port, gloo_rank, grads, packed_sample, rows
 
 from fastfeed.cli import main
 from fastfeed.train import (
@@ -50,7 +48,7 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(store, tmp_path):
     for va, vb in zip(a.ema.state_dict().values(), b2.ema.state_dict().values()):
         assert torch.allclose(va, vb, rtol=1e-5, atol=1e-6)
     assert [r["event"] for r in json.loads("[" + ",".join((tmp_path / "b" / "metrics.jsonl").read_text().split("\n")[:-1])
-                                           + "]") if "event" in r] == ["start", "summary", "resume", "summary"]
+                                           + "]") if "event" in r] == ["start", "checkpoint", "summary", "resume", "checkpoint", "summary"]
 
 
 def test_checkpoints_load_weights_only_and_are_written_atomically(store, tmp_path):
@@ -134,27 +132,14 @@ def test_grad_ckpt_and_bf16_amp_run_through_the_loop(store, tmp_path):
 # --- DDP ----------------------------------------------------------------------------------------------
 
 def _ddp_worker(rank, world, port, store, out):
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
+    with gloo_rank(rank, world, port):
         res = train(TrainConfig(data=store, out=out / "run", max_steps=1, warmup_epochs=0, **TINY))
         torch.save({"state": res.model.state_dict(), "summary": res.summary if rank == 0 else None},
                    out / f"rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_ddp_two_processes_keep_identical_weights(store, tmp_path):
-    torch.multiprocessing.spawn(_ddp_worker, args=(2, _free_port(), store, tmp_path), nprocs=2, join=True)
+    torch.multiprocessing.spawn(_ddp_worker, args=(2, free_port(), store, tmp_path), nprocs=2, join=True)
     r0, r1 = (torch.load(tmp_path / f"rank{k}.pt", weights_only=True) for k in (0, 1))
     torch.manual_seed(0)
     init = build_model("yolov3-tiny", 80)

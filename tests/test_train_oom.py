@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from train_helpers import TINY, packed_sample, rows, same_weights
+from train_helpers import TINY, free_port, gloo_rank, join_ranks, packed_sample, rows, same_weights
 
 from fastfeed.train import TrainConfig, TrainError, train
 from fastfeed.train.loss import YoloLoss
@@ -134,46 +134,29 @@ def test_batch_auto_on_the_cpu_says_to_give_a_number(store, tmp_path):
 # --- DDP: the ranks agree, and replay together ------------------------------------------------------------------
 
 def _ddp_oom_worker(rank, world, port, store, out, where, k):
-    import os
-
-    import torch.distributed as dist
     from _pytest.monkeypatch import MonkeyPatch
 
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
     mp = MonkeyPatch()
-    try:
-        if rank == 1:   # one rank alone runs out of memory
-            inject_oom(mp, where, lambda n: n == k, large=2)
-        res = train(TrainConfig(data=store, out=out / "run", max_steps=2, warmup_epochs=0,
-                                **(TINY | {"accum": 2, "epochs": 1})))
-        torch.save({"state": res.model.state_dict(), "summary": res.summary}, out / f"rank{rank}.pt")
-    finally:
-        mp.undo()
-        dist.destroy_process_group()
+    with gloo_rank(rank, world, port):
+        try:
+            if rank == 1:   # one rank alone runs out of memory
+                inject_oom(mp, where, lambda n: n == k, large=2)
+            res = train(TrainConfig(data=store, out=out / "run", max_steps=2, warmup_epochs=0,
+                                    **(TINY | {"accum": 2, "epochs": 1})))
+            torch.save({"state": res.model.state_dict(), "summary": res.summary}, out / f"rank{rank}.pt")
+        finally:
+            mp.undo()
 
 
 @pytest.mark.parametrize("where, k", [("forward", 1), ("backward", 0)])
 def test_ddp_ranks_agree_on_an_oom_and_replay_together(store, tmp_path, where, k):
     """rank 1 runs out of memory, rank 0 does not. forward, k=1: in the micro-batch whose backward all-reduces
     (the ranks agree before it); backward, k=0: in a no_sync micro-batch (they agree at its loss sync)."""
-    import socket
-    import time
-
     import torch.multiprocessing as tmp
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = tmp.start_processes(_ddp_oom_worker, args=(2, port, store, tmp_path, where, k), nprocs=2, join=False,
-                              start_method="spawn")
-    deadline = time.monotonic() + 120
-    while not ctx.join(timeout=5):
-        if time.monotonic() > deadline:   # a rank left waiting in a collective would hang here
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail("DDP ranks did not finish within 120 s: they disagreed on the OOM")
+    ctx = tmp.start_processes(_ddp_oom_worker, args=(2, free_port(), store, tmp_path, where, k), nprocs=2,
+                              join=False, start_method="spawn")
+    join_ranks(ctx, timeout=120)   # ranks that disagreed on the OOM would wait in a collective: killed, failed
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1))
     for key, v in r0["state"].items():
         if "running" not in key and "num_batches" not in key:

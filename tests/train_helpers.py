@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 
 import torch
 
@@ -67,3 +68,119 @@ def gt_as_detections(store, imgsz):
     ld.close()
     assert seen == len(store)
     return gt, dets
+
+
+# --- `fastfeed train` in a child process (signals, kills) ----------------------------------------------------
+
+def train_args(store, out, **flags) -> list[str]:
+    """`fastfeed train` arguments for TINY's settings, plus `flags` (name=value; True for a bare flag)."""
+    args = ["train", "--data", str(store), "--out", str(out), "--quiet"]
+    for k, v in (TINY | flags).items():
+        if v is not False and v is not None:
+            args += [f"--{k.replace('_', '-')}"] + ([] if v is True else [str(v)])
+    return args
+
+
+def start_train(args: list[str], *, slow_steps: float = 0.0):
+    """`python -m fastfeed <args>` in its own session (so the test can signal its whole process group, as SLURM
+    and torchrun do, and kill whatever is left by group); one thread, so runs compare bit for bit.
+    `slow_steps`: each optimizer step sleeps that long first (a step long enough to signal inside it)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys, time\n"
+            "import fastfeed.train.loop as loop\n"
+            "real = loop.optimizer_step\n"
+            f"def slow(*a, **k):\n    time.sleep({slow_steps})\n    return real(*a, **k)\n"
+            "loop.optimizer_step = slow\n"
+            "from fastfeed.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    cmd = [sys.executable, "-c", code, *args] if slow_steps else [sys.executable, "-m", "fastfeed", *args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def finish(proc, timeout: float = 300) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of a start_train process; its group is killed if it overruns."""
+    import os
+    import signal
+    import subprocess
+
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"fastfeed train did not exit within {timeout} s:\n{err[-3000:]}") from None
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)   # whatever the run left behind (nothing, normally)
+        except ProcessLookupError:
+            pass
+    return proc.returncode, out, err
+
+
+def wait_for_rows(run_dir, n: int, proc=None, event=None, timeout: float = 300.0) -> list[dict]:
+    """Poll metrics.jsonl until it has `n` rows of `event` (None: log rows); fails if `proc` exits first."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    path = run_dir / "metrics.jsonl"
+    while time.monotonic() < deadline:
+        if path.is_file():
+            lines = []
+            for x in path.read_text().splitlines():
+                try:
+                    lines.append(json.loads(x))
+                except ValueError:   # a line being written
+                    break
+            got = [r for r in lines if r.get("event") == event]
+            if len(got) >= n:
+                return got
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the run exited ({proc.returncode}) before {n} rows:\n{proc.stderr.read()[-3000:]}")
+        time.sleep(0.01)
+    raise AssertionError(f"no {n} rows in {path} within {timeout} s")
+
+
+# --- DDP with gloo in the test's own child processes ---------------------------------------------------------
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def gloo_rank(rank: int, world: int, port: int):
+    """This process as rank `rank` of a `world`-process gloo group on 127.0.0.1:`port` (one torch thread each,
+    so runs compare bit for bit)."""
+    import os
+
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def join_ranks(ctx, timeout: float = 300.0) -> None:
+    """Wait for torch.multiprocessing ranks; kill them all if any is still running at `timeout` (a rank left
+    waiting in a collective would otherwise hang the test)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    try:
+        while not ctx.join(timeout=1):
+            assert time.monotonic() < deadline, f"the ranks did not finish within {timeout:.0f} s"
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()

@@ -7,6 +7,8 @@ import logging
 import sys
 from dataclasses import MISSING, fields
 
+from ..preempt import EXIT_PREEMPTED  # noqa: F401  (75: stopped by a signal, checkpoint written: resume)
+
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 

@@ -9,7 +9,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from ..train.config import AMPS, DEFAULT_LR, MODELS, OPTIMIZERS, SCHEDULES, TrainConfig
-from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, fail, progress_lines
+from .common import EXIT_FAIL, EXIT_OK, EXIT_PREEMPTED, EXIT_USAGE, fail, progress_lines
 
 D = {f.name: f.default for f in fields(TrainConfig)}   # the library's defaults are the command's
 
@@ -19,6 +19,7 @@ examples:
   fastfeed train --data coco.ff --val val.ff --model yolov3 --imgsz 640 --batch 16 --device cuda --amp
   fastfeed train --data coco.ff --device cuda --amp --channels-last --batch auto --multi-scale
   fastfeed train --data coco.ff --out runs/exp --resume                 # continue runs/exp/last.pt
+  fastfeed train --data coco.ff --out runs/exp --resume auto --save-every-min 10   # spot instance: see below
   fastfeed train --data mine.ff --weights runs/exp/best.pt --freeze-bn --hyp hyp.yaml   # fine-tune
   fastfeed train --val val.ff --eval-only --weights runs/exp/best.pt     # COCO mAP of a checkpoint
   torchrun --nproc_per_node 4 -m fastfeed train --data coco.ff --device npu --sync-bn --multi-scale   # 4 NPUs
@@ -28,7 +29,13 @@ The loss is a sum over images; lr and weight decay are tuned for 64 images per o
 best.pt (with --val), and metrics.jsonl (one JSON line per log interval and evaluation).
 Checkpoints load with torch.load(weights_only=True). The summary names the step's bottleneck (data,
 host->device copy, compute, DDP communication) against health thresholds for accelerator busy time,
-memory, data wait per image and DDP sync share, and says what to try. See docs/training.md."""
+memory, data wait per image and DDP sync share, and says what to try. See docs/training.md.
+
+Preemption: SIGTERM, SIGUSR1 (SLURM --signal=USR1@120) or a first Ctrl-C finish the step in flight,
+write last.pt mid-epoch and exit with status 75 (EX_TEMPFAIL); --resume continues with the next batch,
+as if uninterrupted. Under torchrun a signal to any rank stops every rank after the same step. A second
+Ctrl-C aborts at once (status 130; last.pt stays the previous one). --save-every-min N also writes
+last.pt every N minutes, for kills that give no notice (kill -9, a lost node)."""
 
 
 HELP = "train the bundled YOLOv3 / YOLOv3-tiny on a store (and evaluate COCO mAP)"
@@ -126,8 +133,13 @@ def add_parser(sub) -> None:
                    help="recompute backbone activations in backward: less memory, ~20-30%% more compute")
     o = p.add_argument_group("run directory, checkpoints, evaluation")
     o.add_argument("--out", type=Path, default=D["out"], help="run directory (default %(default)s)")
-    o.add_argument("--resume", nargs="?", const=True, default=D["resume"], metavar="CKPT",
-                   help="continue from OUT/last.pt (or CKPT): weights, EMA, optimizer, scaler, schedule, epoch, step")
+    o.add_argument("--resume", nargs="?", const=True, default=D["resume"], metavar="CKPT|auto",
+                   help="continue from OUT/last.pt (or CKPT): weights, EMA, optimizer, scaler, schedule, epoch, step, "
+                        "the loader's position; 'auto': if OUT/last.pt exists, else start (one command for a job that "
+                        "may be preempted and restarted)")
+    o.add_argument("--save-every-min", type=float, metavar="N",
+                   help="also write last.pt every N minutes, mid-epoch, so a kill with no notice loses at most N "
+                        "minutes (each write's time is in metrics.jsonl)")
     o.add_argument("--weights", type=Path, metavar="CKPT", help="start from (or, with --eval-only, evaluate) these weights")
     o.add_argument("--eval-only", action="store_true", help="evaluate --weights on --val and exit")
     o.add_argument("--eval-every", type=int, default=D["eval_every"], help="epochs between evaluations on --val (default %(default)s)")
@@ -162,6 +174,8 @@ def _format(s: dict) -> str:
         lines.append(f"  mAP@0.5 {s['map50']:.4f}, mAP@0.5:0.95 {s['map']:.4f} (best {s['best_map']:.4f})")
     lines.append(f"  {s['bottleneck']['text']}")
     lines.append(f"  checkpoint {s['last_checkpoint']}, metrics {Path(s['run_dir']) / 'metrics.jsonl'}")
+    if s.get("stopped_by"):
+        lines.append(f"  stopped by {s['stopped_by']} after step {s['step']}: continue with --resume")
     return "\n".join(lines) + "\n"
 
 
@@ -188,7 +202,8 @@ def run(args) -> int:
         return fail(str(e), EXIT_USAGE)
     except (TrainError, DeviceError, ImportError) as e:
         return fail(str(e))
+    code = EXIT_PREEMPTED if res.summary.get("stopped_by") else EXIT_OK if res.summary.get("mode") else EXIT_FAIL
     if int(os.environ.get("RANK", 0)) != 0:   # under torchrun, rank 0 speaks for the run
-        return EXIT_OK
+        return code
     print(json.dumps(res.summary, indent=1) if args.json else _format(res.summary), end="\n" if args.json else "")
-    return EXIT_OK if res.summary.get("mode") else EXIT_FAIL
+    return code

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ..devices import has_cuda, pin_in_place, unpin
+from ..preempt import leave_to_parent
 from ..procs import worker_context
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,7 @@ class WorkerError(RuntimeError):
 def _worker_main(worker_id: int, make_builder: Callable, slots: torch.Tensor, tasks, results) -> None:
     import cv2
 
+    leave_to_parent()             # a stop signal to the whole group is the trainer's to act on (preempt.py)
     cv2.setNumThreads(1)          # one process per core already; nested thread pools only thrash
     torch.set_num_threads(1)
     try:
@@ -196,7 +198,7 @@ def exit_reason(code: int | None) -> str:
     if sig == signal.SIGKILL:
         return f" ({name}: out of memory, see `dmesg`, or killed by someone)"
     if sig == signal.SIGBUS:
-        from ..store.changed import store_changed_reason   # here: the store package needs LMDB, which a bare
+        from ..store.changed import store_changed_reason  # here: the store package needs LMDB, which a bare
         return f" ({name}: {store_changed_reason()})"      # GPU machine running the prefetcher alone lacks
     if sig == signal.SIGSEGV:
         return f" ({name}: a crash in native code)"

@@ -3,13 +3,17 @@
 A checkpoint holds only tensors, dicts, lists, numbers, strings and None: the model and EMA state
 dicts, the optimizer's and the GradScaler's state, the counters that place the LR schedule
 (epoch, optimizer step, batches done in the epoch), the torch RNG states, and the run's
-configuration and class names.
+configuration and class names; where the run stopped (`batches_done` into `epoch`: the loader's
+position), whether that epoch's evaluation is still to do (`eval_pending`) and the signal that stopped it
+(`stopped_by`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 
@@ -21,20 +25,65 @@ class CheckpointError(ValueError):
     """The file is not a fastfeed checkpoint, or does not fit the model asked for."""
 
 
+_TMP = ".{name}.tmp{pid}"   # a checkpoint being written, beside it
+
+
 def save_checkpoint(path: Path, state: dict) -> None:
-    """Write to a temporary file beside `path`, fsync, and rename over it: a crash (or a NaN stop)
-    mid-write leaves the previous checkpoint intact."""
+    """A fastfeed checkpoint of `state`, written atomically (`write_atomically`)."""
+    write_atomically(path, lambda f: torch.save({"format": FORMAT, "version": VERSION, **state}, f))
+
+
+def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """`write(file)` into a temporary file beside `path`, fsync, rename over it, and fsync the folder: a crash,
+    a kill -9 or a second Ctrl-C mid-write leaves the previous file intact, and a rename that returned
+    survives the node losing power. (`remove_stale_temporaries` cleans up after a writer that was killed.)"""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp = path.with_name(_TMP.format(name=path.name, pid=os.getpid()))
     try:
         with open(tmp, "wb") as f:
-            torch.save({"format": FORMAT, "version": VERSION, **state}, f)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        _fsync_dir(path.parent)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:   # some filesystems cannot sync a directory; the rename is done either way
+        pass
+    finally:
+        os.close(fd)
+
+
+def remove_stale_temporaries(folder: Path) -> list[Path]:
+    """Remove the half-written checkpoints a killed writer left in `folder` (their writer's pid is gone);
+    returns what was removed."""
+    removed = []
+    for tmp in Path(folder).glob(_TMP.format(name="*.pt", pid="*")):
+        pid = tmp.name.rpartition(".tmp")[2]
+        if pid.isdigit() and not _alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # someone else's process
+        return True
+    return True
 
 
 def load_checkpoint(path, map_location="cpu") -> dict:

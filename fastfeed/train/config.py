@@ -87,7 +87,8 @@ class TrainConfig:
     close_mosaic: int = 10
     seed: int = 0
     out: Path | str = Path("runs/train")
-    resume: bool | Path | str = False    # True: OUT/last.pt; or a checkpoint path
+    resume: bool | Path | str = False    # True: OUT/last.pt; 'auto': OUT/last.pt if it exists; or a checkpoint path
+    save_every_min: float | None = None  # also write last.pt every N minutes, mid-epoch (for kills with no notice)
     eval_only: bool = False
     weights: Path | str | None = None    # a checkpoint to start from / to evaluate
     log_every: int = 10
@@ -111,7 +112,7 @@ class TrainConfig:
         for name in ("data", "val", "out", "weights"):
             v = getattr(self, name)
             setattr(self, name, Path(v) if v is not None else None)
-        if isinstance(self.resume, str):
+        if isinstance(self.resume, str) and self.resume != "auto":
             self.resume = Path(self.resume)
         need(self.eval_only or self.data is not None, "data", "is required (a store made by `fastfeed pack`)",
              self.data)
@@ -150,6 +151,8 @@ class TrainConfig:
         need(self.max_steps is None or (is_int(self.max_steps) and self.max_steps >= 1), "max-steps", "must be >= 1",
              self.max_steps)
         need(is_int(self.eval_every) and self.eval_every >= 1, "eval-every", "must be >= 1", self.eval_every)
+        need(self.save_every_min is None or (is_num(self.save_every_min) and self.save_every_min > 0),
+             "save-every-min", "must be a number of minutes > 0", self.save_every_min)
         need(is_int(self.close_mosaic) and self.close_mosaic >= 0, "close-mosaic", "must be >= 0", self.close_mosaic)
         need(is_num(self.conf_thres) and 0 <= self.conf_thres < 1, "conf", "must be in [0, 1)", self.conf_thres)
         need(is_num(self.iou_thres) and 0 < self.iou_thres <= 1, "iou", "must be in (0, 1]", self.iou_thres)

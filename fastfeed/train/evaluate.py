@@ -114,9 +114,10 @@ def coco_map(gt, detections: list[dict]) -> dict:
 @torch.no_grad()
 def evaluate(model, store, *, imgsz: int, batch_size: int, device: torch.device, workers: int | None = None,
              loader: str = "cpu", amp: str | None = None, conf_thres: float = 0.001, iou_thres: float = 0.6,
-             progress: bool = False, channels_last: bool = False) -> dict:
+             progress: bool = False, channels_last: bool = False, stop=None) -> dict | None:
     """mAP of `model` (a YOLO, not DDP-wrapped) on every image of `store`, in store order (`channels_last`:
-    batches in that layout, for a model trained in it)."""
+    batches in that layout, for a model trained in it). `stop`: a callable asked before each batch; when it
+    says True the evaluation is abandoned and None returned (a stop signal during it)."""
     from ..loaders import LoaderConfig, create_loader
 
     gt, frames = coco_ground_truth(store, imgsz)
@@ -133,6 +134,8 @@ def evaluate(model, store, *, imgsz: int, batch_size: int, device: torch.device,
         feed.set_epoch(0)
         for images, _ in tqdm(feed, total=len(ld), desc="eval", unit="batch", leave=False,
                               disable=None if progress else True):   # a bar on a terminal only
+            if stop is not None and stop():
+                return None
             with autocast(device, amp):
                 pred = model.predict(images)
             for dets in postprocess(pred.float(), conf_thres, iou_thres):

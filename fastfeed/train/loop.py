@@ -6,21 +6,28 @@ a checkpoint; a summary with the bottleneck verdict at the end.
     start_from     resume.py   --resume: the checkpoint's state; --weights: those weights
     train_epoch    here        the epoch's optimizer steps, from batch `skip` when resuming mid-epoch
     optimizer_step step.py     data wait, micro-batches (multi-scale, OOM replay), forward/backward, step, EMA
-    end_of_epoch   here        evaluate on --val when due, best.pt, last.pt
+    end_of_epoch   here        last.pt, then evaluate on --val when due, best.pt
     Reporter       report.py   log lines, metrics.jsonl, the summary and its verdict (verdict.py)
 
 A "step" is an optimizer step. The LR schedule, warmup, EMA, --multi-scale's draw and --max-steps
 count those. The lr and weight decay are tuned for 64 images per step.
+
+Stopping early (fastfeed/preempt.py): a SIGTERM, SIGUSR1 or first Ctrl-C is acted on at the next step
+boundary (under DDP when every rank has it: the step's loss all-reduce carries it), `--save-every-min`
+writes last.pt there on a timer; both checkpoints are mid-epoch ones that `--resume` continues exactly.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
 from dataclasses import dataclass, field
 
 import torch
 
 from ..devices import synchronize
+from ..preempt import SaveTimer, StopSignals
 from . import distributed
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import TrainConfig
@@ -32,6 +39,8 @@ from .setup import open_run, set_up, start
 from .step import TrainingDiverged, micro_step, optimizer_step
 
 __all__ = ["TrainResult", "TrainingDiverged", "micro_step", "train"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -46,22 +55,29 @@ def train(cfg: TrainConfig) -> TrainResult:
     with contextlib.ExitStack() as stack:   # closes what is opened below, last first, also on errors
         if cfg.eval_only:
             return evaluate_checkpoint(cfg, stack)
+        signals = stack.enter_context(StopSignals())   # from here: a notice during set-up stops it too
         run = set_up(cfg, stack)
+        run.signals, run.timer = signals, SaveTimer(cfg.save_every_min)
         start_from(run)
         start(run, stack)
         run.report = Reporter(run, stack)
         run.report.started()
         run.stop = cfg.max_steps is not None and run.step >= cfg.max_steps
+        if run.eval_pending:   # a stop at the end of an epoch left its evaluation for now
+            if run.dd.main:
+                evaluate_now(run, run.skip)
+            distributed.barrier(run.dd)
+        agree_to_stop(run)
         while run.epoch < cfg.epochs and not run.stop:
             done = train_epoch(run)
             end_of_epoch(run, done)
-        summary = run.report.summary()
+        summary = run.report.summary(**stopped(run))
         return TrainResult(summary, run.raw_model, run.ema.ema if run.ema else None, run.report.evals)
 
 
 def train_epoch(run) -> int:
-    """The optimizer steps of `run.epoch` from loader batch `run.skip` on (until --max-steps); returns the
-    loader batches done in the epoch when it stopped early, 0 when it finished."""
+    """The optimizer steps of `run.epoch` from loader batch `run.skip` on (until --max-steps or a stop
+    signal); returns the loader batches done in the epoch when it stopped early, 0 when it finished."""
     cfg, nb = run.cfg, run.nb
     # Resuming mid-epoch: the loader starts at batch `skip` and gives exactly what an uninterrupted run gives
     # from there, without decoding or augmenting the batches before it.
@@ -76,32 +92,93 @@ def train_epoch(run) -> int:
             lr = optimizer_step(run, batches, n)
             done += n
             run.report.step_done(lr, end_of_epoch=done == nb)
+            # --- step boundary: a stop signal (under DDP one every rank has: the same step on all), --max-steps,
+            # the --save-every-min timer (rank 0 writes; the others need not wait for it)
+            if run.signals.stop_now(run.dd.world_size):
+                run.stop, run.stopped_by = True, run.signals.reason()
+                break
             if cfg.max_steps is not None and run.step >= cfg.max_steps:
                 run.stop = True
                 break
+            if run.dd.main and done < nb and run.timer.due():
+                write_last(run, done, "timer")
     finally:
         if hasattr(batches, "close"):
-            batches.close()   # an abandoned epoch (--max-steps, an error) releases its batches
+            batches.close()   # an abandoned epoch (--max-steps, a stop, an error) releases its batches
     return done if done < nb else 0
 
 
 def end_of_epoch(run, done: int) -> None:
-    """--- end of an epoch (or of --max-steps): evaluate on --val when due, keep best.pt, write last.pt."""
+    """--- end of an epoch (or of --max-steps, or a stop signal): last.pt, then the evaluation on --val when due
+    and best.pt. last.pt is written first, marked `eval_pending`: a kill during the evaluation loses no training,
+    and a stop signal abandons the evaluation (the resumed run does it first)."""
     cfg = run.cfg
     if done == 0:
         run.epoch += 1
-    last_epoch = run.epoch >= cfg.epochs or run.stop
-    if run.dd.main:
-        if run.val_store is not None and (last_epoch or (done == 0 and run.epoch % cfg.eval_every == 0)):
-            synchronize(run.device)
-            res = evaluate(run.ema.ema if run.ema else run.raw_model, run.val_store, **run.eval_kw())
-            run.report.eval_done(res)
-            if res["map"] > run.best:
-                run.best = res["map"]
-                save_checkpoint(run.out / "best.pt", checkpoint_state(run, done))
-        save_checkpoint(run.out / "last.pt", checkpoint_state(run, done))
+    finished = run.epoch >= cfg.epochs
+    if run.stopped_by:   # a notice is short: no evaluation now; the one this epoch's end was due is pending
+        pending = run.val_store is not None and done == 0 and (finished or run.epoch % cfg.eval_every == 0)
+        if run.dd.main:
+            write_last(run, done, "signal", eval_pending=pending)
+    elif run.dd.main:
+        due = run.val_store is not None and (finished or run.stop or (done == 0 and run.epoch % cfg.eval_every == 0))
+        write_last(run, done, "epoch" if done == 0 else "stop", eval_pending=due)
+        if due:
+            evaluate_now(run, done)
     distributed.barrier(run.dd)
     run.skip = done
+    agree_to_stop(run)
+
+
+def evaluate_now(run, done: int) -> None:
+    """Rank 0: evaluate on --val, keep best.pt, and write last.pt again with the evaluation done. A stop signal
+    during it abandons it (last.pt, written before, keeps `eval_pending`)."""
+    synchronize(run.device)
+    model = run.ema.ema if run.ema else run.raw_model
+    res = evaluate(model, run.val_store, **run.eval_kw(), stop=lambda: run.signals.requested is not None)
+    if res is None:   # agree_to_stop, which every rank runs next, stops the run
+        return
+    run.report.eval_done(res)
+    if res["map"] > run.best:
+        run.best = res["map"]
+        save_checkpoint(run.out / "best.pt", checkpoint_state(run, done))
+    write_last(run, done, "eval")
+
+
+def agree_to_stop(run) -> None:
+    """Between epochs (and before the first step): a stop signal any rank got, say during rank 0's
+    evaluation, stops every rank here (one all-reduce)."""
+    if run.stop or run.dd.world_size <= 1 and run.signals.requested is None:
+        return
+    if distributed.any_true(run.signals.requested is not None, run.dd, run.device):
+        run.signals.note(1.0)
+        run.stop, run.stopped_by = True, run.signals.reason()
+
+
+def write_last(run, done: int, why: str, eval_pending: bool = False) -> None:
+    """Rank 0: last.pt, `done` loader batches into `run.epoch`, and a metrics.jsonl row with what it cost."""
+    t0 = time.perf_counter()
+    path = run.out / "last.pt"
+    save_checkpoint(path, checkpoint_state(run, done, eval_pending=eval_pending, stopped_by=run.stopped_by))
+    seconds = time.perf_counter() - t0
+    run.timer.saved()
+    run.report.record({"event": "checkpoint", "why": why, "epoch": run.epoch, "step": run.step, "batches_done": done,
+                       "eval_pending": eval_pending, "seconds": seconds, "bytes": path.stat().st_size})
+    if why == "timer":
+        log.debug("--save-every-min: %s at epoch %d, batch %d in %.2f s", path, run.epoch, done, seconds)
+
+
+def stopped(run) -> dict:
+    """The summary's `stopped_by` (None: not stopped by a signal; the CLI exits with EXIT_PREEMPTED when it is
+    set) and `stop_seconds` (from the signal to the checkpoint written), said once on rank 0."""
+    if not run.stopped_by:
+        return {"stopped_by": None}
+    took = run.signals.seconds_since()
+    if run.dd.main:
+        log.warning("%s: stopped after step %d (epoch %d, %d of %d batches)%s; %s holds it: continue with --resume",
+                    run.stopped_by, run.step, run.epoch, run.skip, run.nb,
+                    "" if took is None else f", {took:.2f} s after the signal", run.out / "last.pt")
+    return {"stopped_by": run.stopped_by, "stop_seconds": took}
 
 
 def evaluate_checkpoint(cfg: TrainConfig, stack) -> TrainResult:

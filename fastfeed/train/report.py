@@ -46,7 +46,7 @@ class Reporter:
     def started(self) -> None:
         r = self.run
         p = plan(r)
-        self.record({"event": "resume" if r.cfg.resume else "start", "config": run_config(r), "params": r.params,
+        self.record({"event": "resume" if r.resumed else "start", "config": run_config(r), "params": r.params,
                      "gflops": r.gflops, "world_size": r.dd.world_size, "epoch": r.epoch, "step": r.step,
                      "steps_per_epoch": r.steps_per_epoch, "images_per_step": r.images_per_step,
                      "micro_batch": r.micro.size, "batch_auto": r.batch_auto, "plan": p})
@@ -111,7 +111,8 @@ class Reporter:
                 "amp": c.amp, "channels_last": c.channels_last, "device_augment": c.device_augment,
                 "batch_auto": r.batch_auto is not None}
 
-    def summary(self) -> dict:
+    def summary(self, **extra) -> dict:
+        """The run's summary (plus `extra`, e.g. what stopped it), recorded as metrics.jsonl's last row."""
         r = self.run
         synchronize(r.device)
         tot = self.total.row()
@@ -128,6 +129,7 @@ class Reporter:
              "best_map": r.best if r.best >= 0 else None, "evals": self.evals, **mem, "bottleneck": judged}
         if self.evals:
             s.update(map50=self.evals[-1]["map50"], map=self.evals[-1]["map"])
+        s.update(extra)
         self.record({"event": "summary", **s})
         log.debug("%s", judged["text"])   # the summary that carries it is what the CLI prints
         return s

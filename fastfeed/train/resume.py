@@ -28,16 +28,18 @@ def run_config(run) -> dict:
     return run.cfg.to_dict() | {"batch": run.micro.batch, "accum": run.accum}
 
 
-def checkpoint_state(run, batches_done: int) -> dict:
+def checkpoint_state(run, batches_done: int, *, eval_pending: bool = False, stopped_by: str | None = None) -> dict:
     """Everything `restore` needs to continue exactly where the run is: `batches_done` loader batches into
-    `run.epoch`."""
+    `run.epoch` (the loader's position: `set_epoch(epoch, batches_done)` gives the batches that follow).
+    `eval_pending`: the evaluation due at this epoch's end has not run; `stopped_by`: the signal that stopped
+    the run here, if one did."""
     ema = run.ema
     return {"model_name": run.cfg.model, "nc": run.raw_model.nc, "class_names": run.store.class_names,
             "imgsz": run.cfg.imgsz, "config": run_config(run), "model": run.raw_model.state_dict(),
             "ema": ema.ema.state_dict() if ema else None, "ema_updates": ema.updates if ema else 0,
             "optimizer": run.optimizer.state_dict(), "scaler": run.scaler.state_dict(), "epoch": run.epoch,
             "step": run.step, "batches_done": batches_done, "micro_batch": run.micro.size, "best_map": run.best,
-            "rng": rng_state(run.device)}
+            "rng": rng_state(run.device), "eval_pending": eval_pending, "stopped_by": stopped_by}
 
 
 def restore(run) -> None:
@@ -53,9 +55,11 @@ def restore(run) -> None:
         run.ema.ema.load_state_dict(ckpt["ema"])
         run.ema.updates = ckpt["ema_updates"]
     run.epoch, run.step, run.skip, run.best = ckpt["epoch"], ckpt["step"], ckpt["batches_done"], ckpt["best_map"]
+    run.eval_pending = bool(ckpt.get("eval_pending")) and run.val_store is not None
     set_rng_state(ckpt["rng"], run.device)
-    log.info("resumed at epoch %d, step %d (%d batches into the epoch)", run.epoch, run.step, run.skip)
-    run.ckpt = None   # its tensors are in place now
+    log.info("resumed at epoch %d, step %d (%d batches into the epoch)%s", run.epoch, run.step, run.skip,
+             "; the evaluation of the epoch before is still to do" if run.eval_pending else "")
+    run.ckpt, run.resumed = None, True   # its tensors are in place now
 
 
 def start_from(run) -> None:

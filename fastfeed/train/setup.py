@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..devices import resolve_device, use_expandable_segments
+from ..preempt import SaveTimer, StopSignals
 from . import distributed
-from .checkpoint import CheckpointError, load_checkpoint
+from .checkpoint import CheckpointError, load_checkpoint, remove_stale_temporaries
 from .config import NOMINAL_BATCH, TrainConfig
 from .device import AMP_DTYPES, TrainError, device_batches, grad_scaler
 from .loss import YoloLoss
@@ -66,6 +67,11 @@ class Run:
     skip: int = 0                        # loader batches of `epoch` already trained (resuming mid-epoch)
     best: float = -1.0
     stop: bool = False
+    signals: StopSignals = field(default_factory=StopSignals)   # the run's stop request (train() installs it)
+    timer: SaveTimer = field(default_factory=lambda: SaveTimer(None))   # --save-every-min
+    stopped_by: str | None = None        # the signal that stopped the run (agreed by every rank)
+    eval_pending: bool = False           # the resumed checkpoint's end-of-epoch evaluation is still to do
+    resumed: bool = False                # continued from a checkpoint (--resume)
 
     @property
     def say(self):
@@ -91,6 +97,7 @@ def open_run(cfg: TrainConfig, stack) -> Run:
     out = Path(cfg.out)
     if dd.main:
         out.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(out)   # what a kill during a checkpoint write left
     torch.manual_seed(cfg.seed)   # the same initial weights on every rank (DDP broadcasts rank 0's anyway)
     val_store = Store(cfg.val) if cfg.val is not None else None
     store = Store(cfg.data) if not cfg.eval_only else val_store
@@ -101,7 +108,23 @@ def open_run(cfg: TrainConfig, stack) -> Run:
 
 
 def resume_path(run: Run) -> Path:
-    return run.out / "last.pt" if run.cfg.resume is True else Path(run.cfg.resume)
+    return run.out / "last.pt" if run.cfg.resume in (True, "auto") else Path(run.cfg.resume)
+
+
+def resuming(run: Run) -> bool:
+    """--resume: yes. --resume auto: when OUT/last.pt exists (the same command starts a run and continues it
+    after a preemption), on every rank or none: ranks that disagree would train different runs."""
+    if run.cfg.resume != "auto":
+        return bool(run.cfg.resume)
+    path = resume_path(run)
+    here = path.is_file()
+    everywhere = bool(distributed.all_min(int(here), run.dd, run.device))
+    if here != everywhere or distributed.any_true(here, run.dd, run.device) != everywhere:
+        raise TrainError(f"--resume auto: {path} exists for some processes and not for others; put --out on a "
+                         "filesystem every node shares")
+    if not here:
+        run.say("--resume auto: no %s yet, starting a new run", path)
+    return here
 
 
 def set_up(cfg: TrainConfig, stack) -> Run:
@@ -116,7 +139,7 @@ def set_up(cfg: TrainConfig, stack) -> Run:
     model = prepare_model(model, cfg, device, dd.world_size, distributed.backend(dd, device))
     run.raw_model = model
     run.loss_fn = YoloLoss(model, cfg.imgsz, box=cfg.box, obj=cfg.obj, cls=cfg.cls, anchor_t=cfg.anchor_t)
-    if cfg.resume:
+    if resuming(run):
         path = resume_path(run)
         run.ckpt = load_checkpoint(path, device)
         if (run.ckpt["model_name"], run.ckpt["nc"]) != (cfg.model, nc):

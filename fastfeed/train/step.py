@@ -122,11 +122,14 @@ def train_batch(run, held: list, last: bool, size: int | None):
             items, oom = _forward_backward(run, x, t, sync)
         # --- sync point: the loss terms and the OOM flag reach the host (averaged over ranks, so a NaN or an
         # OOM on any rank stops or replays every rank). Stopping here, before the optimizer step, keeps a NaN
-        # out of the weights and the EMA.
+        # out of the weights and the EMA. Under DDP the same all-reduce carries each rank's stop request
+        # (preempt.py): every rank learns of a signal to any of them at the same micro-batch.
         if run.dd.world_size == 1:
             vals = torch.cat((items.detach().float().cpu(), torch.tensor([float(oom)])))
         else:
-            vals = distributed.all_mean(torch.cat((items.detach().float(), items.new_tensor([float(oom)]))), run.dd).cpu()
+            flags = items.new_tensor([float(oom), run.signals.flag()])
+            vals = distributed.all_mean(torch.cat((items.detach().float(), flags)), run.dd).cpu()
+            run.signals.note(float(vals[4]))
         comm = run.comm.take() if run.comm else 0.0
         h2d = run.clock.seconds(*marks) if c == 0 else 0.0
         held[2] = (None, None)   # the copy's wait is counted once, not again on a replay

@@ -9,13 +9,15 @@ Everything else is Ultralytics' DDP path: `generate_ddp_file` cloudpickles the t
 model and callbacks; `torch.distributed.run` starts the ranks; each rank rebuilds the trainer from
 that file, wraps the model in DistributedDataParallel (gradients all-reduced over gloo), calls
 `sampler.set_epoch`, validates its share of the val set every epoch (gathered on rank 0), and rank 0
-saves the checkpoints. Each rank writes what its loader read to $FF_DDP_OUT/rank<N>.json.
+saves the checkpoints. Each rank writes what its loader read to $FF_DDP_OUT/rank<N>.json (also when a
+stop signal ended it: `FF_SIGNAL` sends one, see `signal_at`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 from datetime import timedelta
 from pathlib import Path
 
@@ -33,12 +35,28 @@ class _CpuDDP(torch.nn.parallel.DistributedDataParallel):
         super().__init__(module, device_ids=None if device_ids == [None] else device_ids, **kwargs)
 
 
-class CpuDdpTrainer(FastfeedTrainer):
+class RecordingTrainer(FastfeedTrainer):
+    """FastfeedTrainer keeping [epoch, im_files, images] of every training batch in `_seen`, and the size the
+    model gets (after multi_scale) in `img_sizes`."""
+
+    def __init__(self, cfg=DEFAULT_CFG, overrides=None, _callbacks=None):
+        super().__init__(cfg, overrides, _callbacks)
+        self._seen = []
+        self.img_sizes = []
+
+    def preprocess_batch(self, batch):
+        self._seen.append([self.epoch, list(batch["im_file"]), int(len(batch["img"]))])
+        signal_at(self)
+        out = super().preprocess_batch(batch)
+        self.img_sizes.append(int(out["img"].shape[-1]))   # after multi_scale
+        return out
+
+
+class CpuDdpTrainer(RecordingTrainer):
     def __init__(self, cfg=DEFAULT_CFG, overrides=None, _callbacks=None):
         super().__init__(cfg, overrides, _callbacks)
         self.world_size = WORLD
         self.ddp = LOCAL_RANK == -1      # the launching process starts the ranks; a rank trains
-        self._seen = []
 
     def _setup_ddp(self):
         torch.nn.parallel.DistributedDataParallel = _CpuDDP
@@ -47,12 +65,13 @@ class CpuDdpTrainer(FastfeedTrainer):
     def final_eval(self):
         """Skipped: Ultralytics' DDP re-validation of best.pt asks CUDA for each rank's device."""
 
-    def preprocess_batch(self, batch):
-        self._seen.append([self.epoch, list(batch["im_file"]), int(len(batch["img"]))])
-        return super().preprocess_batch(batch)
-
     def _do_train(self):
-        super()._do_train()
+        try:
+            super()._do_train()
+        finally:
+            self._report()
+
+    def _report(self):
         feed = self.train_loader
         lease = getattr(feed.loader, "cache", None)
         report = {"rank": RANK, "loader": feed.name, "loader_rank": feed.rank, "loader_world": feed.world_size,
@@ -61,3 +80,15 @@ class CpuDdpTrainer(FastfeedTrainer):
                   "built": bool(lease.built) if lease else None,
                   "metrics": {k: float(v) for k, v in (self.metrics or {}).items()}}
         Path(os.environ["FF_DDP_OUT"], f"rank{RANK}.json").write_text(json.dumps(report))
+
+
+def signal_at(trainer) -> None:
+    """FF_SIGNAL="RANK:EPOCH:BATCH": that rank sends itself SIGTERM while it trains that batch (0-based), once."""
+    spec = os.environ.get("FF_SIGNAL")
+    if not spec:
+        return
+    rank, epoch, batch = (int(v) for v in spec.split(":"))
+    done = sum(1 for e, _, _ in trainer._seen if e == trainer.epoch)
+    if RANK in (rank, -1 if rank == 0 else rank) and (trainer.epoch, done - 1) == (epoch, batch):
+        os.environ.pop("FF_SIGNAL")
+        os.kill(os.getpid(), signal.SIGTERM)

@@ -9,7 +9,7 @@ from pathlib import Path
 import cv2
 import pytest
 import torch
-from ultra_data import painted_yolo  # noqa: F401  (fixture)
+from ultra_data import NO_COLOUR, as_targets, first_batches, painted_yolo, train_loader_of  # noqa: F401  (painted_yolo: a fixture)
 
 pytest.importorskip("ultralytics")
 
@@ -19,37 +19,15 @@ from ultralytics.models.yolo.detect import DetectionTrainer  # noqa: E402
 from fastfeed.integrations.ultralytics import FastfeedTrainer, FastfeedTrainLoader  # noqa: E402
 
 SIZE = 128
-NO_COLOUR = {"hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0}   # keeps the paint exactly red in both
-
-
-def _train_loader(cls, data: Path, tmp: Path, **over):
-    args = dict(model="yolov8n.yaml", data=str(data / "data.yaml"), imgsz=SIZE, batch=4, epochs=3, device="cpu",
-                workers=0, plots=False, project=str(tmp), name=cls.__name__, exist_ok=True, seed=1) | over
-    trainer = cls(overrides=args)
-    trainer.model = trainer.get_model(cfg="yolov8n.yaml", verbose=False)
-    return trainer, trainer.get_dataloader(trainer.data["train"], batch_size=4, rank=-1, mode="train")
-
-
-def _batches(loader, n: int) -> list[dict]:
-    out = []
-    for batch in loader:   # ours reuses its image buffer: copy before asking for the next batch
-        out.append({k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in batch.items()})
-        if len(out) == n:
-            break
-    return out
-
-
-def _as_targets(b: dict):
-    return b["img"], torch.cat([b["batch_idx"][:, None], b["cls"], b["bboxes"]], 1)
 
 
 @pytest.fixture(scope="module")
 def both(painted_yolo, tmp_path_factory):  # noqa: F811
     tmp = tmp_path_factory.mktemp("runs")
-    ul_trainer, ul = _train_loader(DetectionTrainer, painted_yolo, tmp, **NO_COLOUR)
-    ff_trainer, ff = _train_loader(FastfeedTrainer, painted_yolo, tmp, **NO_COLOUR)
+    ul_trainer, ul = train_loader_of(DetectionTrainer, painted_yolo, tmp, **NO_COLOUR)
+    ff_trainer, ff = train_loader_of(FastfeedTrainer, painted_yolo, tmp, **NO_COLOUR)
     assert isinstance(ff, FastfeedTrainLoader) and not isinstance(ul, FastfeedTrainLoader)
-    yield _batches(ul, 6), _batches(ff, 6), ul, ff
+    yield first_batches(ul, 6), first_batches(ff, 6), ul, ff
     ff.close()
 
 
@@ -80,7 +58,7 @@ def test_same_keys_dtypes_shapes_and_conventions(both):
 def test_boxes_frame_the_painted_objects(both, which):
     ul_batches, ff_batches, _, _ = both
     batches = ul_batches if which == "ultralytics" else ff_batches
-    assert_boxes_frame_paint([_as_targets(b) for b in batches], SIZE, min_boxes=20)
+    assert_boxes_frame_paint([as_targets(b) for b in batches], SIZE, min_boxes=20)
 
 
 def test_what_the_trainer_reads_from_the_loader(both):

@@ -20,6 +20,7 @@ from ultralytics.utils import DEFAULT_CFG  # noqa: E402
 from fastfeed import Store  # noqa: E402
 from fastfeed.integrations.ultralytics.args import augment_hyp, loader_name, unsupported  # noqa: E402
 from fastfeed.integrations.ultralytics.store import check_classes, prepare_store, store_stem, train_source  # noqa: E402
+from fastfeed.loaders import register_loader, unregister_loader  # noqa: E402
 
 
 def _labels_of(store: Store, name: str):
@@ -93,12 +94,18 @@ def test_cache_argument_picks_the_loader(cache, name, monkeypatch):
 def test_fastfeed_loader_env_overrides_and_is_checked(monkeypatch):
     monkeypatch.setenv("FASTFEED_LOADER", "dali")
     assert loader_name(True) == "dali"
-    monkeypatch.setenv("FASTFEED_LOADER", "gpu")
-    with pytest.raises(ValueError, match="'gpu': not a fastfeed loader; valid: cpu, shm, dali"):
-        loader_name(False)
     monkeypatch.setenv("FASTFEED_LOADER", "device")
-    with pytest.raises(ValueError, match="'device': its batches are float images already on the device"):
+    assert loader_name(False) == "device"              # finished on the trainer's device (test_ultralytics_device.py)
+    monkeypatch.setenv("FASTFEED_LOADER", "gpu")
+    with pytest.raises(ValueError, match="'gpu': not a fastfeed loader; valid: cpu, shm, dali, device"):
         loader_name(False)
+    register_loader("ff-test-plugin", lambda store, cfg, opts: None, summary="a test's")
+    try:
+        monkeypatch.setenv("FASTFEED_LOADER", "ff-test-plugin")
+        with pytest.raises(ValueError, match="'ff-test-plugin': not one FastfeedTrainer feeds from"):
+            loader_name(False)
+    finally:
+        unregister_loader("ff-test-plugin")
     monkeypatch.delenv("FASTFEED_LOADER")
     with pytest.raises(ValueError, match="cache='nvme'"):
         loader_name("nvme")

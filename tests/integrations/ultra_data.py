@@ -1,4 +1,4 @@
-"""Datasets for the Ultralytics integration tests (imported by them; not a conftest, so that the
+"""Datasets and loader helpers for the Ultralytics integration tests (imported by them; not a conftest, so that the
 suite's top-level `conftest` module stays the one other tests import): YOLO-layout datasets with a
 data.yaml that Ultralytics' own trainer and validator read. Ultralytics runs offline, with its settings and
 DDP files in a temporary folder."""
@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 from sample_export import export, yolo_line  # noqa: E402  (tools/: the sample written as a downloaded dataset)
 
 RED = (230, 20, 20)
+NO_COLOUR = {"hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0}   # Ultralytics' arguments that keep the paint exactly red
 
 
 def write_data_yaml(root: Path, names: list[str], split: str = "train2017") -> Path:
@@ -89,3 +90,34 @@ def painted_yolo(tmp_path_factory) -> Path:
         (labels / f"{k:02d}.txt").write_text("\n".join(lines) + "\n")
     write_data_yaml(root, ["a", "b", "c"], split="train")
     return root
+
+
+# --- trainers' train loaders, built the way each trainer builds its own ------------------------------------
+
+def train_loader_of(cls, data: Path, tmp: Path, imgsz: int = 128, batch: int = 4, **over):
+    """(trainer, its train loader) as `cls` (DetectionTrainer, FastfeedTrainer) builds them for data.yaml in
+    `data`: `trainer.get_dataloader(..., mode="train")` after the model, without training."""
+    args = dict(model="yolov8n.yaml", data=str(data / "data.yaml"), imgsz=imgsz, batch=batch, epochs=3, device="cpu",
+                workers=0, plots=False, project=str(tmp), name=cls.__name__, exist_ok=True, seed=1) | over
+    trainer = cls(overrides=args)
+    trainer.model = trainer.get_model(cfg="yolov8n.yaml", verbose=False)
+    return trainer, trainer.get_dataloader(trainer.data["train"], batch_size=batch, rank=-1, mode="train")
+
+
+def first_batches(loader, n: int) -> list[dict]:
+    """The first n batches, each copied (a host loader reuses its image buffer for the next one)."""
+    import torch
+
+    out = []
+    for batch in loader:
+        out.append({k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in batch.items()})
+        if len(out) == n:
+            break
+    return out
+
+
+def as_targets(b: dict):
+    """A trainer batch as (images, targets [M,6]: img_idx, cls, cx, cy, w, h)."""
+    import torch
+
+    return b["img"], torch.cat([b["batch_idx"][:, None], b["cls"], b["bboxes"]], 1)

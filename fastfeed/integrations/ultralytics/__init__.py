@@ -6,7 +6,8 @@
     YOLO("yolov8n.yaml").train(data="data.yaml", trainer=FastfeedTrainer, epochs=100, imgsz=640, batch=16)
 
 Modules: `trainer` (FastfeedTrainer), `feed` (the train loader the trainer sees), `batches` (batch and
-label formats), `store` (packing data.yaml's train split), `args` (argument mapping and warnings).
+label formats), `store` (packing data.yaml's train split), `args` (argument mapping and warnings),
+`resume` (mid-epoch checkpoints, stop signals, FASTFEED_SAVE_EVERY_MIN).
 """
 
 try:
@@ -16,6 +17,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
                       "(see the README's 'Use with Ultralytics' for the torch/torchvision/OpenCV builds)") from e
 
 from .feed import FastfeedTrainLoader
+from .resume import Preempted
 from .trainer import FastfeedTrainer
 
-__all__ = ["FastfeedTrainer", "FastfeedTrainLoader"]
+__all__ = ["FastfeedTrainer", "FastfeedTrainLoader", "Preempted"]

@@ -23,16 +23,17 @@ _NO_CACHE = {"false", "disk", "none", ""}
 HYP_ARGS = ("mosaic", "mixup", "degrees", "translate", "scale", "shear", "fliplr", "flipud", "hsv_h", "hsv_s", "hsv_v")
 
 
-TRAINER_LOADERS = ("cpu", "shm", "dali")   # the loaders whose uint8 batches Ultralytics' trainer takes as they are
+# The loaders FastfeedTrainer takes: uint8 host batches that Ultralytics' preprocess_batch moves and converts
+# (cpu, shm, dali), and the device loader's, finished on the trainer's device already (device.py).
+TRAINER_LOADERS = ("cpu", "shm", "dali", "device")
 
 
 def loader_name(cache) -> str:
-    """`cpu` or `shm` from Ultralytics' `cache` argument; FASTFEED_LOADER=cpu|shm|dali overrides it."""
+    """`cpu` or `shm` from Ultralytics' `cache` argument; FASTFEED_LOADER=cpu|shm|dali|device overrides it."""
     name = os.environ.get(LOADER_ENV, "").strip()
     if name:
         if name not in TRAINER_LOADERS:
-            why = ("its batches are float images already on the device, and Ultralytics' preprocess_batch divides "
-                   "by 255 again" if name in list_loaders() else "not a fastfeed loader")
+            why = "not one FastfeedTrainer feeds from" if name in list_loaders() else "not a fastfeed loader"
             raise ValueError(f"{LOADER_ENV}={name!r}: {why}; valid: {', '.join(TRAINER_LOADERS)}")
         return name
     key = str(cache).strip().lower() if cache is not None else ""
@@ -41,7 +42,7 @@ def loader_name(cache) -> str:
     if key in _NO_CACHE:
         return "cpu"
     raise ValueError(f"cache={cache!r}: expected True/'ram' (fastfeed's shm loader), False or 'disk' (its cpu "
-                     f"loader); or choose the loader with {LOADER_ENV}=cpu|shm|dali")
+                     f"loader); or choose the loader with {LOADER_ENV}={'|'.join(TRAINER_LOADERS)}")
 
 
 def _scale(value) -> float:

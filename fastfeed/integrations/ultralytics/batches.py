@@ -3,7 +3,8 @@ the form its dataset exposes them (`dataset.labels`).
 
 A fastfeed `Batch` is (uint8 images [B,3,S,S], float32 targets [M,6] img_idx, cls, cx, cy, w, h in
 0..1): Ultralytics' own conventions already, so collation is a few views of the same tensors; the
-images stay uint8 (the trainer's preprocess_batch converts them on the device).
+images stay uint8 (the trainer's preprocess_batch converts them on the device), or, from the device loader,
+the float images it made on the device.
 """
 
 from __future__ import annotations
@@ -46,8 +47,13 @@ class ClassFilter:
         self.keep = None if classes is None else np.asarray(classes, np.int64).reshape(-1)
         self.single_cls = bool(single_cls)
 
-    def mask(self, cls: np.ndarray) -> np.ndarray | None:
-        return None if self.keep is None else np.isin(cls, self.keep)
+    def mask(self, cls):
+        """Which of `cls` (numpy, or a torch tensor on any device) to keep; None: all."""
+        if self.keep is None:
+            return None
+        if isinstance(cls, torch.Tensor):
+            return torch.isin(cls.long(), torch.as_tensor(self.keep, device=cls.device))
+        return np.isin(cls, self.keep)
 
     def __bool__(self) -> bool:
         return self.keep is not None or self.single_cls
@@ -67,11 +73,12 @@ def labels(info: RecordInfo, filt: ClassFilter) -> list[dict]:
 
 
 def collate(images: torch.Tensor, targets: torch.Tensor, indices, info: RecordInfo, filt: ClassFilter) -> dict:
-    """One trainer batch. `img` is the loader's uint8 buffer itself (no copy): valid until the next batch."""
+    """One trainer batch, on the device the loader's batch is on. `img` is the loader's images themselves (no
+    copy): a host loader's uint8 buffer is valid until the next batch."""
     if filt:
-        keep = filt.mask(targets[:, 1].numpy().astype(np.int64))
+        keep = filt.mask(targets[:, 1])
         if keep is not None:
-            targets = targets[torch.from_numpy(keep)]
+            targets = targets[keep]
         if filt.single_cls:
             targets = targets.clone()
             targets[:, 1] = 0

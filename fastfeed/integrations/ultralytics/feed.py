@@ -68,20 +68,23 @@ class FastfeedTrainLoader:
     The epoch is `epoch_of()` (the trainer's current epoch) when given, else the last `sampler.set_epoch`.
     A batch's `img` is the loader's uint8 buffer: valid until the next batch is requested; after a
     non-blocking device copy, call `copy_issued()` so the buffer is not reused before the copy is done.
+    From a loader that is `on_device` (the device loader) it is float images on the device, fresh each batch.
     """
 
     def __init__(self, name: str, store, cfg: LoaderConfig, *, epoch_of: Callable[[], int] | None = None,
-                 image_dir: Path | None = None, class_filter: ClassFilter | None = None):
-        self.name, self.store, self.cfg = name, store, cfg
+                 image_dir: Path | None = None, class_filter: ClassFilter | None = None, options: dict | None = None):
+        self.name, self.store, self.cfg, self.options = name, store, cfg, dict(options or {})
         self.rank, self.world_size = cfg.resolved_rank()
         self.info = read_records(store, image_dir)
         self.class_filter = class_filter or ClassFilter()
         self.epoch = 0
+        self.position = 0          # batches of `epoch` handed out so far (a mid-epoch checkpoint's position)
+        self._start: tuple[int, int] | None = None   # (epoch, batch): a resumed epoch starts there
         self.mosaic_closed = False
         self._epoch_of = epoch_of
         self._copy_event = None
         t0 = perf_counter()
-        self.loader = create_loader(name, store, cfg)   # the fastfeed Loader itself (stage_times(), ...)
+        self.loader = create_loader(name, store, cfg, **self.options)   # the fastfeed Loader (stage_times(), ...)
         self.cache_line = cache_line(self.loader, perf_counter() - t0)   # the shm cache's size and build time
         self.clock = FeedClock.started()                # the current (or last) epoch's feed figures
         self.dataset = StoreDataset(self)
@@ -94,15 +97,29 @@ class FastfeedTrainLoader:
     def __len__(self) -> int:
         return len(self.loader)
 
+    @property
+    def on_device(self) -> bool:
+        """The batches are on the trainer's device already, finished (the device loader)."""
+        return bool(self.loader.on_device)
+
     def __iter__(self):
         return self._batches()   # a generator: nothing runs until the first batch is asked for
 
+    def start_at(self, epoch: int, batch: int) -> None:
+        """Resuming mid-epoch: the next iteration of `epoch` begins at its batch `batch` (exactly the batches an
+        uninterrupted run trains from there; those before it are neither built nor trained)."""
+        self._start = (int(epoch), int(batch))
+
     def _batches(self):
         epoch = self.epoch = int(self._epoch_of()) if self._epoch_of is not None else self.epoch
+        start = 0
+        if self._start is not None and self._start[0] == epoch:
+            start, self._start = self._start[1], None
         loader = self.loader
         clock = self.clock = FeedClock.started()
         asked = clock.start
-        loader.set_epoch(epoch)
+        loader.set_epoch(epoch, start)
+        self.position = start
         for batch in loader:   # im_file, ori_shape...: of the records the batch says it holds, in its order
             images, targets, indices = batch.images, batch.targets, getattr(batch, "indices", None)
             if indices is None or len(indices) != len(images):
@@ -111,6 +128,7 @@ class FastfeedTrainLoader:
                                    "to name the images")
             out = collate(images, targets, indices.tolist(), self.info, self.class_filter)
             clock.batch(perf_counter() - asked, len(images))
+            self.position += 1
             yield out
             asked = clock.resumed()
             self._wait_copy()    # the next request lets the loader reuse this batch's buffer
@@ -132,7 +150,7 @@ class FastfeedTrainLoader:
         epoch = int(self._epoch_of()) if self._epoch_of is not None else self.epoch
         if self.cfg.mosaic_on(epoch):
             self.cfg = replace(self.cfg, hyp=replace(self.cfg.hyp, mosaic=0.0, mixup=0.0))   # as Ultralytics closes both
-            old, self.loader = self.loader, create_loader(self.name, self.store, self.cfg)
+            old, self.loader = self.loader, create_loader(self.name, self.store, self.cfg, **self.options)
             old.close()          # after the new one holds its own lease on a shared cache
             log.info(f"fastfeed: mosaic off from epoch {epoch + 1}")
 

@@ -2,8 +2,8 @@
 
     YOLO("yolov8n.yaml").train(data="data.yaml", trainer=FastfeedTrainer, epochs=100, imgsz=640, batch=16)
 
-Only the train loader changes. Validation, metrics, the model, loss, optimiser, EMA, checkpoints and
-resume are Ultralytics' own. Under DDP, Ultralytics rebuilds the trainer in every rank process (8.4
+Only the train loader changes, and checkpoints gain a mid-epoch form (resume.py). Validation, metrics,
+the model, loss, optimiser, EMA, the checkpoint format and resume are Ultralytics' own. Under DDP, Ultralytics rebuilds the trainer in every rank process (8.4
 cloudpickles the class, which pickles by reference: this module must be importable there, as it is
 wherever fastfeed is installed); each rank then packs nothing (local rank 0 packs first, the others
 wait and reuse the store), builds its own loader and reads its own share of every epoch.
@@ -12,19 +12,37 @@ wait and reuse the store), builds its own loader and reads its own share of ever
 from __future__ import annotations
 
 import os
+import time
 import weakref
 from pathlib import Path
 
 from ultralytics.models.yolo.detect import DetectionTrainer
-from ultralytics.utils import RANK
-from ultralytics.utils.torch_utils import torch_distributed_zero_first
+from ultralytics.utils import DEFAULT_CFG, RANK
+from ultralytics.utils.torch_utils import torch_distributed_zero_first, unwrap_model
 
 from ...devices import device_count
 from ...loaders import LoaderConfig
+from ...preempt import SaveTimer, StopSignals
+from ...train import distributed
 from .args import augment_hyp, describe, loader_name, log, warn_unsupported
 from .batches import ClassFilter, read_records
+from .device import NAME as DEVICE_LOADER
+from .device import finish_batch, for_plots, loader_setup
 from .feed import FastfeedTrainLoader
 from .report import FEED_CSV, append_row, epoch_line
+from .resume import (
+    STOP_FILE,
+    Preempted,
+    captured_save,
+    check_position,
+    describe_stop,
+    launch_ranks,
+    mid_epoch_checkpoint,
+    position_of,
+    save_every_min,
+    write_files,
+    write_stop_file,
+)
 from .store import check_boxes, check_classes, prepare_store
 
 
@@ -53,16 +71,135 @@ def _feed_epoch_end(trainer) -> None:
 
 class FastfeedTrainer(DetectionTrainer):
     """A DetectionTrainer whose train loader is fastfeed's: `cache=False|'disk'` -> the `cpu` loader,
-    `cache=True|'ram'` -> `shm` (one decoded copy per node), `FASTFEED_LOADER=cpu|shm|dali` overrides.
+    `cache=True|'ram'` -> `shm` (one decoded copy per node), `FASTFEED_LOADER=cpu|shm|dali|device` overrides
+    (device: batches decoded and augmented on the trainer's device, device.py).
     The data.yaml's train split is packed into a store on first use (`FASTFEED_STORE=PATH`: use that one).
-    Each epoch logs the feed's images/s and data-wait share, also written to `<save_dir>/fastfeed.csv`."""
+    Each epoch logs the feed's images/s and data-wait share, also written to `<save_dir>/fastfeed.csv`.
+    A stop signal ends training after the optimizer step in flight with a mid-epoch last.pt that
+    `resume=True` continues from the next batch; FASTFEED_SAVE_EVERY_MIN=N writes one every N minutes
+    (resume.py)."""
 
     _ff_store = None
+    _ff_signals = None
+    _ff_timer = None
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, cfg=DEFAULT_CFG, overrides=None, _callbacks=None):
+        self._ff_every = save_every_min()   # a bad value fails here, before anything is built
+        super().__init__(cfg, overrides, _callbacks)
         self.add_callback("on_train_start", _fresh_feed_file)
         self.add_callback("on_train_epoch_end", _feed_epoch_end)
+
+    # --- stopping, saving and resuming mid-epoch (resume.py) --------------------------------------------------
+
+    def train(self):
+        if self.ddp:   # this process launches the ranks: it forwards signals and reads how they stopped
+            return launch_ranks(self, super().train)
+        self._ff_signals = StopSignals(what="finishing the optimizer step in flight and saving a mid-epoch last.pt")
+        self._ff_timer = SaveTimer(self._ff_every)
+        with self._ff_signals:
+            return super().train()
+
+    def _do_train(self):
+        if RANK in (-1, 0):
+            (Path(self.save_dir) / STOP_FILE).unlink(missing_ok=True)   # a previous stop's, now resumed
+        try:
+            return super()._do_train()
+        except Preempted:
+            for loader in (getattr(self, "train_loader", None), getattr(self, "test_loader", None)):
+                if hasattr(loader, "close"):
+                    loader.close()
+            raise
+
+    def optimizer_step(self):
+        super().optimizer_step()
+        self._ff_step_boundary(epoch_end=False)
+
+    def run_callbacks(self, event: str):
+        super().run_callbacks(event)
+        if event == "on_fit_epoch_end":   # every rank, after validation and the epoch's save_model
+            self._ff_step_boundary(epoch_end=True)
+
+    def _ff_step_boundary(self, epoch_end: bool) -> None:
+        """After an optimizer step (or an epoch's end): stop on an agreed signal, or save on the timer."""
+        signals = self._ff_signals
+        if signals is None:   # _do_train called without train(): no handlers, nothing to do
+            return
+        world = self.world_size if RANK != -1 else 1
+        stop = signals.requested is not None
+        if world > 1:   # one all-reduce of one number per optimizer step: every rank stops after the same one
+            stop = distributed.any_true(stop, distributed.Dist(RANK, world), self.device)
+        if stop:
+            signals.note(1.0)
+            if epoch_end and self.epoch + 1 >= self.epochs:
+                return   # the last epoch is done: let the run finish (resume would have nothing to do)
+            self._ff_stop(epoch_end)
+        elif not epoch_end and RANK in (-1, 0) and self._ff_timer.due():
+            self._ff_save("timer")
+
+    def _ff_position(self, why: str, epoch_end: bool) -> dict:
+        feed = self.train_loader
+        epoch, batches = (self.epoch + 1, 0) if epoch_end else (self.epoch, feed.position)
+        return {"epoch": epoch, "batches": batches, "batch_size": feed.batch_size, "world_size": feed.world_size,
+                "stopped_by": self._ff_signals.reason() if why == "signal" else None, "why": why,
+                "saved_at": time.time()}
+
+    def _ff_save(self, why: str) -> dict:
+        """Rank 0: a mid-epoch last.pt at the loader's position."""
+        pos = self._ff_position(why, epoch_end=False)
+        if not self.args.save:
+            log.warning("fastfeed: save=False: no mid-epoch last.pt written")
+            return pos
+        seconds = mid_epoch_checkpoint(self, super().save_model, pos)
+        self._ff_timer.saved()
+        log.info(f"fastfeed: {self.last} at epoch {pos['epoch'] + 1}, batch {pos['batches']} of {len(self.train_loader)} "
+                 f"({why}; written in {seconds:.2f} s)")
+        return pos
+
+    def _ff_stop(self, epoch_end: bool) -> None:
+        """Every rank: rank 0 writes (mid-epoch: last.pt; at an epoch's end Ultralytics just wrote it) and leaves
+        STOP_FILE; then all raise Preempted together."""
+        pos = self._ff_position("signal", epoch_end)
+        if RANK in (-1, 0):
+            if not epoch_end:
+                self._ff_save("signal")
+            write_stop_file(self.save_dir, pos)
+        if self.world_size > 1 and RANK != -1:
+            distributed.barrier(distributed.Dist(RANK, self.world_size))   # nobody leaves before last.pt is on disk
+        message = describe_stop(pos, self.last)
+        if RANK in (-1, 0):
+            log.warning(message)
+        raise Preempted(message)
+
+    def save_model(self):
+        """Ultralytics' save_model, every file it writes written atomically."""
+        saved, files = captured_save(self, super().save_model)
+        write_files(files)
+        if self._ff_timer is not None:
+            self._ff_timer.saved()
+        return saved
+
+    def resume_training(self, ckpt):
+        """Ultralytics' resume; a mid-epoch checkpoint continues its epoch at the loader's position."""
+        pos = position_of(ckpt) if self.resume else None
+        if pos is None:
+            return super().resume_training(ckpt)
+        epoch, batches = int(pos["epoch"]), int(pos["batches"])
+        model = unwrap_model(self.model)
+        criterion, epochs = getattr(model, "criterion", None), self.epochs
+        # Ultralytics resumes at ckpt["epoch"] + 1 and insists that is 1..epochs-1; in epoch 0 of a run ask
+        # it for epoch 1 (and undo what that did to an end-to-end head's criterion, fresh in epoch 0).
+        self.epochs = max(epochs, epoch + 2)
+        try:
+            super().resume_training({**ckpt, "epoch": max(epoch - 1, 0)})
+        finally:
+            self.epochs = epochs
+        if epoch == 0 and getattr(model, "criterion", None) is not criterion:
+            model.criterion = criterion
+        self.start_epoch = epoch
+        if batches and check_position(pos, self.train_loader):
+            self.train_loader.start_at(epoch, batches)
+            log.info(f"fastfeed: resuming epoch {epoch + 1} at batch {batches} of {len(self.train_loader)} (the "
+                     "batches an uninterrupted run trains next)")
 
     def train_store(self, dataset_path, rank: int = -1):
         """The store for the train split, prepared once per trainer (local rank 0 first under DDP); never one
@@ -82,30 +219,39 @@ class FastfeedTrainer(DetectionTrainer):
         name = loader_name(self.args.cache)
         if RANK in (-1, 0):
             warn_unsupported(self.args)
+        hyp, options = augment_hyp(self.args), {}
+        if name == DEVICE_LOADER:   # batches finished on this trainer's device, in the dtype it trains in
+            hyp, options = loader_setup(self, hyp)
         cfg = LoaderConfig(imgsz=int(self.args.imgsz), batch_size=max(1, min(batch_size, len(store))),
                            workers=_workers(self.args.workers, self.device), seed=int(self.args.seed),
                            shuffle=True, drop_last=bool(self.args.compile), epochs=int(self.epochs),
-                           close_mosaic=int(self.args.close_mosaic), hyp=augment_hyp(self.args),
+                           close_mosaic=int(self.args.close_mosaic), hyp=hyp,
                            device=str(self.device) if self.device.type in ("cuda", "npu") else "cpu",
                            pin_memory=self.device.type == "cuda")
         ref = weakref.ref(self)
         image_dir = Path(dataset_path) if isinstance(dataset_path, (str, os.PathLike)) else None
-        feed = FastfeedTrainLoader(name, store, cfg, epoch_of=lambda: getattr(ref(), "epoch", 0),
+        feed = FastfeedTrainLoader(name, store, cfg, epoch_of=lambda: getattr(ref(), "epoch", 0), options=options,
                                    image_dir=image_dir, class_filter=ClassFilter(self.args.classes, self.args.single_cls))
         if RANK in (-1, 0):
+            where = f", {options['dtype']} images made on {self.device}" if feed.on_device else ""
             log.info(f"fastfeed: {name} loader over {store.path}: {len(store)} images, batch {cfg.batch_size} "
                      f"x {feed.world_size} rank(s), {cfg.workers} worker(s) per rank, imgsz {cfg.imgsz}, "
-                     f"close_mosaic {cfg.close_mosaic}; {describe(cfg.hyp)}")
+                     f"close_mosaic {cfg.close_mosaic}{where}; {describe(cfg.hyp)}")
             if feed.cache_line:
                 log.info(feed.cache_line)
         return feed
 
     def preprocess_batch(self, batch: dict) -> dict:
-        batch = super().preprocess_batch(batch)     # to the device, /255 there, multi_scale: Ultralytics' own
         feed = getattr(self, "train_loader", None)
+        if isinstance(feed, FastfeedTrainLoader) and feed.on_device:
+            return finish_batch(self, batch, feed)   # on the device in the training dtype: nothing to convert
+        batch = super().preprocess_batch(batch)     # to the device, /255 there, multi_scale: Ultralytics' own
         if isinstance(feed, FastfeedTrainLoader):
             feed.copy_issued(self.device)
         return batch
+
+    def plot_training_samples(self, batch: dict, ni: int) -> None:
+        super().plot_training_samples(for_plots(batch), ni)
 
     def auto_batch(self):
         """Ultralytics' AutoBatch, with the object count read from the store instead of a second dataset."""

@@ -1,0 +1,76 @@
+"""The `device` loader inside Ultralytics' trainer (FASTFEED_LOADER=device): decode, mosaic, affine, flips and
+HSV on the trainer's device, batches handed to its loss as they come.
+
+The other loaders' batches are uint8 on the host; Ultralytics' preprocess_batch copies them to the device
+and divides by 255. The device loader's are already images in [0,1] on the trainer's device, in the dtype
+the model's first layer computes in (`training_dtype`): float32 without AMP, float16 under Ultralytics'
+fp16 autocast (which would cast the float32 input to float16 there anyway), bfloat16 with amp='bf16'.
+So `finish_batch` replaces preprocess_batch for them: no copy, no conversion, only Ultralytics'
+`multi_scale` (a resize on the device, at a size drawn by fastfeed's multi-scale rule within
+imgsz x [1 - multi_scale, 1 + multi_scale]; the same on every rank, and the same after a resume).
+
+What the other loaders honour, the device loader honours the same way (AugmentHyp, close_mosaic, seed,
+classes, single_cls, workers: its planning workers); `cache=True`/'ram' becomes its cache, the decoded
+store in device memory (the VRAM tier); `mixup` it does not do: a warning names it and training goes on
+without it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from ...train.multiscale import resize, step_size
+from .args import log
+
+NAME = "device"
+_RAM = {"true", "ram"}
+
+
+def training_dtype(trainer) -> torch.dtype:
+    """The dtype Ultralytics' model computes its first layer in: what it decided in _setup_train (`trainer.amp`),
+    or, for a loader built before that, what it will decide (AMP only on an accelerator, as check_amp says)."""
+    amp_arg = trainer.args.amp
+    amp = getattr(trainer, "amp", None)
+    if amp is None:
+        amp = amp_arg not in (False, "fp32") and (amp_arg == "bf16" or trainer.device.type not in ("cpu", "mps"))
+    if not amp:
+        return torch.float32
+    return torch.bfloat16 if amp_arg == "bf16" else torch.float16
+
+
+def loader_setup(trainer, hyp):
+    """(hyp, options) for the device loader from Ultralytics' arguments, each difference said by name."""
+    if hyp.mixup > 0:
+        log.warning(f"fastfeed: mixup={hyp.mixup}: the device loader does not blend mixup samples; training without "
+                    "mixup (FASTFEED_LOADER=cpu or shm do it)")
+        hyp = replace(hyp, mixup=0.0)
+    dtype = training_dtype(trainer)
+    options = {"dtype": str(dtype).removeprefix("torch.")}
+    if str(trainer.args.cache).strip().lower() in _RAM:
+        options["cache"] = "device"
+        log.info(f"fastfeed: cache={trainer.args.cache}: the device loader keeps the decoded store in "
+                 f"{trainer.device.type} memory (its VRAM tier)")
+    return hyp, options
+
+
+def finish_batch(trainer, batch: dict, feed) -> dict:
+    """preprocess_batch for the device loader's batches: already on the device, in the training dtype."""
+    img = batch["img"]
+    if img.device != trainer.device and not (img.device.type == trainer.device.type == "cpu"):
+        raise RuntimeError(f"fastfeed device loader: batches on {img.device}, the trainer trains on {trainer.device}")
+    ms = float(getattr(trainer.args, "multi_scale", 0.0) or 0.0)
+    if ms > 0:
+        step = feed.epoch * len(feed) + feed.position - 1   # this batch's place in the run: resumes draw the same
+        size = step_size(int(trainer.args.seed), step, int(trainer.args.imgsz), int(trainer.stride),
+                         low=max(0.0, 1.0 - ms), high=1.0 + ms)
+        batch["img"] = resize(img, size)
+    return batch
+
+
+def for_plots(batch: dict) -> dict:
+    """Ultralytics' plots read images through numpy, which has no bfloat16."""
+    if batch["img"].dtype == torch.bfloat16:
+        batch = dict(batch, img=batch["img"].float())
+    return batch

@@ -1,0 +1,229 @@
+"""Stopping a training run on a signal with at most the step in flight lost; saving on a timer for the
+kills that give no notice. Used by `fastfeed train` (train/loop.py) and by FastfeedTrainer.
+
+    with StopSignals() as stop:            # SIGTERM, SIGUSR1, SIGINT; main thread only
+        for step in steps:
+            ...one optimizer step...
+            if stop.requested:             # under DDP: agreed by every rank (see below)
+                save(); sys.exit(EXIT_PREEMPTED)
+
+What each signal does:
+- SIGTERM (a spot/preemption notice, Kubernetes' grace period, torchrun forwarding its own),
+  SIGUSR1 (SLURM's `--signal=USR1@SECONDS`) and a first SIGINT (Ctrl-C) only set a flag. The trainer
+  finishes the step in flight, writes its checkpoint (atomically) and exits with EXIT_PREEMPTED.
+- A second SIGINT raises KeyboardInterrupt: no step is finished, nothing is written (the checkpoint on
+  disk is the previous one, whole); `fastfeed` exits 130. Python delivers it when the running operation
+  returns (on a CPU a whole backward pass is one); a third SIGINT gets the default action and kills.
+- Repeats of SIGTERM / SIGUSR1 change nothing: torchrun, SLURM and systemd deliver one notice to several
+  processes, and a rank may get it from more than one of them.
+
+The handlers are installed with SA_RESTART (`signal.siginterrupt(sig, False)`): a collective blocked in
+C++ (gloo, NCCL) carries on instead of failing with EINTR, and the flag is read when it returns.
+
+Loader workers ignore all three (`leave_to_parent()`, called by each worker): SLURM, systemd and torchrun
+(which signals each rank's process group) deliver the notice to every process, and a worker that died of it
+would leave the step in flight without its batch. The trainer closes its workers itself once it has saved.
+
+Under DDP a rank that stops alone leaves the others waiting in their next all-reduce forever, so the
+decision is a collective: `fastfeed train` adds the local flag to the loss all-reduce each micro-batch
+already does (one more float: no extra collective; step.py), FastfeedTrainer all-reduces it once per
+optimizer step (`train.distributed.any_true`). Either way every rank sees the same value and stops after the same step,
+and one rank writes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+EXIT_PREEMPTED = 75   # sysexits.h EX_TEMPFAIL: "a temporary failure; the user is invited to retry"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+
+
+class StopSignals:
+    """The stop request of this process: `requested` (the first stop signal's name, or None), `at` (when it
+    arrived, time.monotonic()), `agreed` (a rank's request reached this one through a collective).
+
+    Python runs a signal handler only between bytecodes: while the main thread is inside one long C++ call
+    (a backward pass on the CPU) it waits. So a thread woken by `signal.set_wakeup_fd` acknowledges the
+    signal when it arrives and notes the time; the handler, when it runs, decides."""
+
+    def __init__(self, signals=STOP_SIGNALS, *, what: str = "finishing the step in flight and saving a checkpoint"):
+        self.signals, self.what = tuple(signals), what
+        self.requested: str | None = None
+        self.at: float | None = None
+        self.agreed = False
+        self._previous: dict = {}
+        self._pipe = self._wakeup = self._thread = None
+
+    # --- handlers ---------------------------------------------------------------------------------------
+
+    def install(self) -> bool:
+        """Install the handlers (only the main thread can; False elsewhere, and nothing is installed)."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        for sig in self.signals:
+            self._previous[sig] = signal.signal(sig, self._handle)
+            signal.siginterrupt(sig, False)
+        self._watch()
+        _ACTIVE.append(self)
+        return True
+
+    def restore(self) -> None:
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+        if self._pipe is not None:
+            signal.set_wakeup_fd(self._wakeup)
+            r, w = self._pipe
+            os.close(w)            # the watcher's read returns empty: it ends
+            self._thread.join(timeout=1.0)
+            os.close(r)
+            self._pipe = self._thread = None
+
+    def _forget_in_child(self) -> None:
+        """In a process forked while the handlers were installed: the handlers that were there before, and no
+        shared wakeup pipe (a pack or cache worker must die of the SIGTERM its pool's terminate() sends, and its
+        signals must not reach the parent's watcher)."""
+        try:
+            for sig, handler in self._previous.items():
+                signal.signal(sig, handler)
+            if self._pipe is not None:
+                signal.set_wakeup_fd(self._wakeup)
+        except ValueError:   # forked from another thread: not this process's main thread, nothing to undo
+            pass
+        if self._pipe is not None:
+            for fd in self._pipe:
+                os.close(fd)
+        self._previous, self._pipe, self._thread = {}, None, None
+
+    def __enter__(self) -> StopSignals:
+        self.install()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.restore()
+
+    def _watch(self) -> None:
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        try:
+            self._wakeup = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        except (ValueError, OSError):   # no wakeup fd here: the handler acknowledges instead
+            os.close(r)
+            os.close(w)
+            return
+        self._pipe = (r, w)
+        self._thread = threading.Thread(target=self._acknowledge, args=(r,), daemon=True, name="fastfeed-signals")
+        self._thread.start()
+
+    def _acknowledge(self, r: int) -> None:
+        """The watcher: says what will happen the moment a stop signal arrives, and when it did."""
+        ours, first = {int(s) for s in self.signals}, None
+        while True:
+            try:
+                data = os.read(r, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            for signum in data:
+                if signum not in ours:
+                    continue
+                if first is None:
+                    first = signum
+                    self.at = time.monotonic() if self.at is None else min(self.at, time.monotonic())
+                    _say(self._first_words(signum))
+                elif signum == signal.SIGINT:
+                    _say(self._abort_words())
+
+    def _first_words(self, signum) -> str:
+        again = "; Ctrl-C again aborts" if signum == signal.SIGINT else ""
+        return f"{signal.Signals(signum).name}: {self.what}{again}\n"
+
+    @staticmethod
+    def _abort_words() -> str:
+        return ("SIGINT again: aborting as soon as the running operation returns (a third Ctrl-C kills outright); "
+                "the checkpoint on disk is the previous one\n")
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested is not None:
+            if signum == signal.SIGINT:   # the second Ctrl-C: abort now; a third gets the default action
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                if self._pipe is None:
+                    _say(self._abort_words())
+                raise KeyboardInterrupt
+            return
+        now = time.monotonic()
+        self.requested, self.at = signal.Signals(signum).name, now if self.at is None else min(self.at, now)
+        if self._pipe is None:
+            _say(self._first_words(signum))
+
+    # --- the decision -----------------------------------------------------------------------------------
+
+    def flag(self) -> float:
+        """This process's request as a number for a collective (1.0: stop)."""
+        return 1.0 if self.requested is not None else 0.0
+
+    def note(self, reduced: float) -> None:
+        """The flag as a collective returned it (a sum, mean or max over ranks): non-zero means some rank
+        was asked to stop. Every rank sees the same value, so every rank decides the same."""
+        if reduced > 0:
+            self.agreed = True
+
+    def stop_now(self, world_size: int) -> bool:
+        """Stop after this step? One process: its own request. Under DDP: only an agreed one (a request
+        that has not reached the others yet waits for the next collective)."""
+        return self.requested is not None if world_size <= 1 else self.agreed
+
+    def reason(self) -> str | None:
+        """What stopped the run, for its checkpoint and summary."""
+        if self.requested is not None:
+            return self.requested
+        return "a signal to another rank" if self.agreed else None
+
+    def seconds_since(self) -> float | None:
+        return None if self.at is None else time.monotonic() - self.at
+
+
+_ACTIVE: list[StopSignals] = []   # installed in this process, innermost last
+
+
+def _after_fork_in_child() -> None:
+    while _ACTIVE:
+        _ACTIVE.pop()._forget_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _say(text: str) -> None:
+    """Straight to stderr: a handler must not re-enter Python's buffered stream it may have interrupted."""
+    try:
+        os.write(2, f"fastfeed: {text}".encode())
+    except OSError:
+        pass
+
+
+def leave_to_parent() -> None:
+    """In a worker process: ignore the stop signals; the process that started it decides and closes it."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
+class SaveTimer:
+    """`--save-every-min N`: `due()` once N minutes have passed since the last save (or the start)."""
+
+    def __init__(self, minutes: float | None):
+        self.every = None if not minutes else float(minutes) * 60.0
+        self.last = time.monotonic()
+
+    def due(self) -> bool:
+        return self.every is not None and time.monotonic() - self.last >= self.every
+
+    def saved(self) -> None:
+        self.last = time.monotonic()

@@ -1,0 +1,143 @@
+"""FastfeedTrainer stopped mid-epoch (a SIGTERM, or a crash after FASTFEED_SAVE_EVERY_MIN saves), then
+Ultralytics' own `resume=True`: the batches after the resume are exactly those an uninterrupted run trains
+next (their im_files), none of the interrupted epoch is trained twice; also under Ultralytics' DDP launcher
+(2 CPU ranks, the signal to one of them)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from ultra_data import sample_yolo, sample_yolo_master  # noqa: F401  (fixtures)
+
+pytest.importorskip("ultralytics")
+pytest.importorskip("cloudpickle")
+
+from ddp_trainer import CpuDdpTrainer, RecordingTrainer  # noqa: E402
+from ultralytics import YOLO  # noqa: E402
+from ultralytics.nn.tasks import load_checkpoint  # noqa: E402
+
+from fastfeed.integrations.ultralytics import FastfeedTrainer, Preempted  # noqa: E402
+from fastfeed.integrations.ultralytics.resume import KEY, STOP_FILE  # noqa: E402
+
+# 16 images / batch 2 = 8 batches per epoch; nbs=2: an optimizer step after every batch.
+RUN = dict(imgsz=64, batch=2, nbs=2, epochs=2, close_mosaic=0, device="cpu", plots=False, workers=0, seed=0,
+           val=False, warmup_epochs=0)
+
+
+def _train(data, tmp_path, name, cls=RecordingTrainer, **over):
+    model = YOLO("yolov8n.yaml")
+    model.train(data=str(data / "data.yaml"), trainer=cls, project=str(tmp_path), name=name, **(RUN | over))
+    return model.trainer
+
+
+def _files(seen, epoch=None) -> list[tuple]:
+    return [tuple(files) for e, files, _ in seen if epoch is None or e == epoch]
+
+
+@pytest.fixture
+def uninterrupted(sample_yolo, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.delenv("FF_SIGNAL", raising=False)
+    return _files(_train(sample_yolo, tmp_path, "u")._seen)
+
+
+def test_sigterm_mid_epoch_then_resume_trains_the_next_batches_once(sample_yolo, tmp_path, monkeypatch,  # noqa: F811
+                                                                  uninterrupted):
+    monkeypatch.setenv("FF_SIGNAL", "0:0:3")   # SIGTERM while batch 3 of epoch 0 trains
+    model = YOLO("yolov8n.yaml")
+    with pytest.raises(Preempted) as stop:
+        model.train(data=str(sample_yolo / "data.yaml"), trainer=RecordingTrainer, project=str(tmp_path), name="a",
+                    **RUN)
+    assert stop.value.code == 75 and "SIGTERM: stopped after 4 batches of epoch 1" in str(stop.value)
+    before = _files(model.trainer._seen)
+    assert before == uninterrupted[:4]                       # the step in flight finished, then it stopped
+    last = tmp_path / "a" / "weights" / "last.pt"
+    _, ckpt = load_checkpoint(last)                          # Ultralytics' own reader takes it
+    assert ckpt["epoch"] == 0 and ckpt[KEY]["epoch"] == 0 and ckpt[KEY]["batches"] == 4   # epoch: resumable
+    assert ckpt[KEY]["stopped_by"] == "SIGTERM" and ckpt["optimizer"] is not None and ckpt["ema"] is not None
+    assert json.loads((tmp_path / "a" / STOP_FILE).read_text())["batches"] == 4
+    assert not list(last.parent.glob(".*.tmp*"))
+
+    resumed = YOLO(str(last))
+    resumed.train(resume=True, trainer=RecordingTrainer)
+    after = _files(resumed.trainer._seen)
+    assert after == uninterrupted[4:]                        # from the next batch, in the same order
+    assert not set(before) & set(_files(resumed.trainer._seen, epoch=0))   # nothing of epoch 0 trained twice
+    assert resumed.trainer.start_epoch == 0 and not (tmp_path / "a" / STOP_FILE).exists()
+    _, done = load_checkpoint(last)
+    assert done["epoch"] == -1 and KEY not in done          # the finished run's, as Ultralytics strips it
+
+
+class _Crash(Exception):
+    pass
+
+
+def test_periodic_saves_bound_what_a_crash_loses(sample_yolo, tmp_path, monkeypatch, uninterrupted):  # noqa: F811
+    monkeypatch.setenv("FASTFEED_SAVE_EVERY_MIN", "1e-6")   # a save after every optimizer step
+    model = YOLO("yolov8n.yaml")
+
+    def crash(trainer):
+        if len(trainer._seen) == 11:                          # epoch 1, batch 2: after its forward and backward
+            raise _Crash
+
+    model.add_callback("on_train_batch_end", crash)
+    with pytest.raises(_Crash):
+        model.train(data=str(sample_yolo / "data.yaml"), trainer=RecordingTrainer, project=str(tmp_path), name="c",
+                    **RUN)
+    last = tmp_path / "c" / "weights" / "last.pt"
+    _, ckpt = load_checkpoint(last)
+    assert (ckpt["epoch"], ckpt[KEY]["epoch"], ckpt[KEY]["batches"], ckpt[KEY]["why"]) == (0, 1, 3, "timer")
+    monkeypatch.delenv("FASTFEED_SAVE_EVERY_MIN")
+    resumed = YOLO(str(last))
+    resumed.train(resume=True, trainer=RecordingTrainer)
+    assert _files(resumed.trainer._seen) == uninterrupted[11:]
+
+
+def test_resuming_with_another_batch_size_says_the_epoch_starts_over(sample_yolo, tmp_path, monkeypatch,  # noqa: F811
+                                                                      caplog):
+    monkeypatch.setenv("FF_SIGNAL", "0:0:2")
+    with pytest.raises(Preempted):
+        _train(sample_yolo, tmp_path, "b")
+    monkeypatch.delenv("FF_SIGNAL", raising=False)
+    resumed = YOLO(str(tmp_path / "b" / "weights" / "last.pt"))
+    with caplog.at_level("WARNING", logger="ultralytics"):
+        resumed.train(resume=True, trainer=RecordingTrainer, batch=4)   # Ultralytics lets batch change on resume
+    assert "with batch 2 x 1 rank(s); this run has batch 4 x 1" in caplog.text and "starts over" in caplog.text
+    assert len(_files(resumed.trainer._seen, epoch=0)) == 4                # all of epoch 0, in batches of 4
+
+
+def test_a_bad_save_interval_is_named(sample_yolo, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("FASTFEED_SAVE_EVERY_MIN", "soon")
+    with pytest.raises(ValueError, match="FASTFEED_SAVE_EVERY_MIN='soon': expected a number of minutes > 0"):
+        _train(sample_yolo, tmp_path, "x", cls=FastfeedTrainer)
+
+
+def test_ddp_a_sigterm_to_one_rank_then_resume_continues_both_halves(sample_yolo, tmp_path, monkeypatch):  # noqa: F811
+    """2 ranks x batch 1 (batch=2 over 2 ranks): 8 batches per rank and epoch; rank 1 gets the SIGTERM."""
+    out = tmp_path / "ranks"
+    out.mkdir()
+    monkeypatch.setenv("FF_DDP_OUT", str(out))
+    monkeypatch.delenv("FASTFEED_LOADER", raising=False)
+    ddp = dict(RUN, epochs=1)
+
+    def ranks():
+        return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+    _train(sample_yolo, tmp_path, "u", cls=CpuDdpTrainer, **ddp)
+    whole = [_files(r["seen"]) for r in ranks()]
+    monkeypatch.setenv("FF_SIGNAL", "1:0:2")    # rank 1 only, while it trains its batch 2
+    with pytest.raises(Preempted) as stop:      # the launching process: the ranks stopped for a signal
+        _train(sample_yolo, tmp_path, "d", cls=CpuDdpTrainer, **ddp)
+    assert stop.value.code == 75
+    before = [_files(r["seen"]) for r in ranks()]
+    n = len(before[0])
+    assert len(before[1]) == n and 3 <= n <= 4   # both ranks after the same optimizer step: the one in flight, or
+    #                                              the next if the signal came after its all-reduce
+    last = tmp_path / "d" / "weights" / "last.pt"
+    assert torch.load(last, weights_only=False)[KEY]["batches"] == n
+    monkeypatch.delenv("FF_SIGNAL", raising=False)
+    YOLO(str(last)).train(resume=True, trainer=CpuDdpTrainer)
+    after = [_files(r["seen"]) for r in ranks()]
+    for r in (0, 1):
+        assert before[r] + after[r] == whole[r] and not set(before[r]) & set(after[r])
