@@ -91,8 +91,12 @@ def test_save_every_min_bounds_what_a_kill_9_loses(store, tmp_path, uninterrupte
 
 
 def test_a_second_ctrl_c_aborts_at_once(store, tmp_path):
-    proc = start_train(train_args(store, tmp_path, **RUN), slow_steps=3.0)
+    marker = tmp_path / "steps-started"
+    proc = start_train(train_args(store, tmp_path, **RUN), slow_steps=3.0, marker=marker)
     wait_for_rows(tmp_path, 1, proc)              # step 1 done; step 2 sleeps 3 s before it trains
+    deadline = time.monotonic() + 60
+    while (not marker.exists() or len(marker.read_text().splitlines()) < 2) and time.monotonic() < deadline:
+        time.sleep(0.05)                          # step 2 is in flight (a signal between steps stops at once)
     os.kill(proc.pid, signal.SIGINT)
     time.sleep(0.5)
     sent = time.monotonic()
