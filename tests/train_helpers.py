@@ -93,7 +93,7 @@ def start_train(args: list[str], *, slow_steps: float = 0.0, marker=None):
     code = ("import sys, time\n"
             "import fastfeed.train.loop as loop\n"
             "real = loop.optimizer_step\n"
-            f"def slow(*a, **k):\n"
+            "def slow(*a, **k):\n"
             + (f"    open({str(marker)!r}, 'a').write('step\\n')\n" if marker else "")
             + f"    time.sleep({slow_steps})\n    return real(*a, **k)\n"
             "loop.optimizer_step = slow\n"
