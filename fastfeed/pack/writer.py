@@ -44,14 +44,15 @@ class ShardWriter:
             self._pending = 0
 
     def close(self) -> dict | None:
-        """Commit and fsync; returns {file, count, bytes}, or None when nothing was written."""
+        """Commit and fsync; returns {file, count, bytes, sha256}, or None when nothing was written."""
         if self._env is None:
             return None
         self._txn.commit()
         self._env.sync(True)  # the store is published by a rename: its data must be on disk first
         self._env.close()
         self._env = self._txn = None
-        return {"file": self.path.name, "count": self.count, "bytes": os.path.getsize(self.path)}
+        return {"file": self.path.name, "count": self.count, "bytes": os.path.getsize(self.path),
+                "sha256": fmt.sha256_file(self.path)}
 
     def abort(self) -> None:
         if self._env is not None:

@@ -26,6 +26,7 @@ them with `Record.decode`; the byte layout is private to this package.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 from dataclasses import MISSING, asdict, dataclass, fields
@@ -41,8 +42,9 @@ except ImportError:  # pragma: no cover - zlib-ng is a dependency; stay readable
     from zlib import crc32
 
 FORMAT_NAME = "fastfeed"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)   # 2 added the per-record EXIF orientation; version 1 records read as upright
+FORMAT_VERSION = 3
+# 2 added the per-record EXIF orientation (version 1 records read as upright); 3 the manifest's per-shard sha256
+READABLE_VERSIONS = (1, 2, 3)
 MANIFEST = "manifest.json"
 REJECTS = "rejects.jsonl"
 MAGIC = b"FFR1"
@@ -55,8 +57,19 @@ HEADER = struct.Struct("<4sIBBHIIIIqIIH")
 _CRC_FROM = 8  # the CRC covers everything after magic and the CRC itself
 
 
-def shard_file(index: int) -> str:
-    return f"shard-{index:05d}.mdb"
+def shard_file(index: int, pack_id: str | None = None) -> str:
+    """Shard k's file name; a store in object storage names its pack too (`shard-<pack id>-00000.mdb`), so a
+    re-pack over it (`--force`) writes new objects and a reader never mixes two packs."""
+    return f"shard-{pack_id}-{index:05d}.mdb" if pack_id else f"shard-{index:05d}.mdb"
+
+
+def sha256_file(path, chunk: int = 8 << 20) -> str:
+    """The hex sha256 of a file's bytes (a shard's content checksum in the manifest)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
 
 
 def record_key(local: int) -> bytes:
@@ -213,6 +226,7 @@ class ShardInfo:
     count: int    # records in it
     bytes: int    # file size: a reader refuses a shard of another size (truncated or replaced)
     start: int    # global index of its first record
+    sha256: str | None = None   # of the file's bytes (version 3; a download is checked against it)
 
 
 @dataclass
@@ -266,19 +280,29 @@ class Manifest:
 
 
 def write_manifest(path, manifest: Manifest) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(manifest.to_json(), f, indent=1)
-        f.write("\n")
+    with open(path, "wb") as f:
+        f.write(manifest_bytes(manifest))
+
+
+def manifest_bytes(manifest: Manifest) -> bytes:
+    return (json.dumps(manifest.to_json(), indent=1) + "\n").encode("utf-8")
 
 
 def read_manifest(path) -> Manifest:
     """Load and version-check a manifest (any of READABLE_VERSIONS); errors say what the file is and what to do."""
     try:
-        with open(path, encoding="utf-8") as f:
-            m = json.load(f)
+        with open(path, "rb") as f:
+            data = f.read()
     except FileNotFoundError:
         raise FormatError(f"{path} not found: not a fastfeed store (create one with `fastfeed pack`)") from None
-    except json.JSONDecodeError as e:
+    return parse_manifest(data, path)
+
+
+def parse_manifest(data: bytes, path) -> Manifest:
+    """A manifest from its bytes (`path`: where it came from, for messages)."""
+    try:
+        m = json.loads(data.decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise FormatError(f"{path} is not valid JSON ({e}); the store is damaged, re-run `fastfeed pack`") from None
     if not isinstance(m, dict) or m.get("format") != FORMAT_NAME:
         raise FormatError(f"{path} is not a fastfeed manifest")
