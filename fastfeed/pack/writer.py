@@ -13,6 +13,7 @@ import lmdb
 
 from ..store import format as fmt
 from ..store import publish
+from ..store.checksum import sha256_file
 from .source import PackError
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ class ShardWriter:
         self._env.close()
         self._env = self._txn = None
         return {"file": self.path.name, "count": self.count, "bytes": os.path.getsize(self.path),
-                "sha256": fmt.sha256_file(self.path)}
+                "sha256": sha256_file(self.path)}
 
     def abort(self) -> None:
         if self._env is not None:

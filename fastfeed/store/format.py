@@ -26,7 +26,6 @@ them with `Record.decode`; the byte layout is private to this package.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import struct
 from dataclasses import MISSING, asdict, dataclass, fields
@@ -42,8 +41,7 @@ except ImportError:  # pragma: no cover - zlib-ng is a dependency; stay readable
     from zlib import crc32
 
 FORMAT_NAME = "fastfeed"
-FORMAT_VERSION = 3
-# 2 added the per-record EXIF orientation (version 1 records read as upright); 3 the manifest's per-shard sha256
+FORMAT_VERSION = 3   # 2: the per-record EXIF orientation (version 1 reads as upright); 3: each shard's sha256
 READABLE_VERSIONS = (1, 2, 3)
 MANIFEST = "manifest.json"
 REJECTS = "rejects.jsonl"
@@ -58,18 +56,8 @@ _CRC_FROM = 8  # the CRC covers everything after magic and the CRC itself
 
 
 def shard_file(index: int, pack_id: str | None = None) -> str:
-    """Shard k's file name; a store in object storage names its pack too (`shard-<pack id>-00000.mdb`), so a
-    re-pack over it (`--force`) writes new objects and a reader never mixes two packs."""
+    """Shard k's file name; in object storage with its pack's id, so a re-pack there writes new objects."""
     return f"shard-{pack_id}-{index:05d}.mdb" if pack_id else f"shard-{index:05d}.mdb"
-
-
-def sha256_file(path, chunk: int = 8 << 20) -> str:
-    """The hex sha256 of a file's bytes (a shard's content checksum in the manifest)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def record_key(local: int) -> bytes:
@@ -81,9 +69,8 @@ def record_key(local: int) -> bytes:
 
 
 def pack_lock_path(out) -> Path:
-    """The lock file of a pack into store `out`: `.OUT.lock` beside it. A running `fastfeed pack`
-    holds an exclusive flock on it (its pid inside) from start to end and removes it when done; a
-    leftover file nobody has locked is stale (a killed pack) and means nothing."""
+    """The lock file of a pack into store `out`: `.OUT.lock` beside it. A running `fastfeed pack` holds an exclusive
+    flock on it (its pid inside) and removes it when done; a leftover nobody has locked means nothing."""
     out = Path(out)
     return out.parent / f".{out.name}.lock"
 
@@ -280,8 +267,7 @@ class Manifest:
 
 
 def write_manifest(path, manifest: Manifest) -> None:
-    with open(path, "wb") as f:
-        f.write(manifest_bytes(manifest))
+    Path(path).write_bytes(manifest_bytes(manifest))
 
 
 def manifest_bytes(manifest: Manifest) -> bytes:
@@ -291,11 +277,9 @@ def manifest_bytes(manifest: Manifest) -> bytes:
 def read_manifest(path) -> Manifest:
     """Load and version-check a manifest (any of READABLE_VERSIONS); errors say what the file is and what to do."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        return parse_manifest(Path(path).read_bytes(), path)
     except FileNotFoundError:
         raise FormatError(f"{path} not found: not a fastfeed store (create one with `fastfeed pack`)") from None
-    return parse_manifest(data, path)
 
 
 def parse_manifest(data: bytes, path) -> Manifest:

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import weakref
 from collections import OrderedDict
 
-from . import format as fmt
-from . import objstore, reader
-from .reader import Store
-from .shardcache import PinFile, ShardCache, default_dir, default_limit, parse_size
+from .. import format as fmt
+from .. import objstore, reader
+from ..reader import Store
+from .cache import ShardCache
+from .sizes import default_dir, default_limit, parse_size
 
 log = logging.getLogger(__name__)
 
@@ -246,61 +246,8 @@ class RemoteStore(Store):
                                  seed=cfg.seed, rank=rank, world_size=world_size, local_world=local,
                                  drop_last=cfg.drop_last, shard_bytes=[s.bytes for s in self.shards])
             depth = self.depth
+        from .prefetch import Prefetcher
+
         prefetcher = Prefetcher(self)
         self._prefetchers.append(prefetcher)
         return FollowedOrder(base, self._starts, depth=depth, lookback=lookback, follow=prefetcher.want, note=note)
-
-
-class Prefetcher:
-    """Pins what one order needs now and next in the node's cache and downloads the missing shards in a background
-    thread of this process, the ones needed now first, then the next ones in the order they are first read.
-    A shard another process is already downloading is skipped (it arrives all the same); a failure here is only
-    logged: the read that needs the shard downloads it itself and raises the error."""
-
-    def __init__(self, store: RemoteStore):
-        self.store = store
-        self.pins = PinFile(store.cache)
-        self._cv = threading.Condition()
-        self._want: tuple | None = None
-        self._thread: threading.Thread | None = None
-        self._stopped = False
-        self._warned = False
-        weakref.finalize(self, self.pins.remove)
-
-    def want(self, now: list[int], upcoming: list[int]) -> None:
-        shards = self.store.shards
-        self.pins.write([shards[k].file for k in (*now, *upcoming)])
-        with self._cv:
-            self._want = (list(now), list(upcoming))
-            self._stopped = False
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="fastfeed-prefetch", daemon=True)
-                self._thread.start()
-            self._cv.notify()
-
-    def stop(self) -> None:
-        with self._cv:
-            self._stopped = True
-            self._want = None
-            self._cv.notify()
-        self.pins.remove()
-
-    def _run(self) -> None:
-        while True:
-            with self._cv:
-                while self._want is None and not self._stopped:
-                    self._cv.wait()
-                if self._stopped:
-                    return
-                now, upcoming = self._want
-                self._want = None
-            for k in (*now, *upcoming):
-                with self._cv:
-                    if self._want is not None or self._stopped:
-                        break   # the loader moved on: start over with what it needs now
-                try:
-                    self.store.fetch(k, wait=False)
-                except Exception as e:   # noqa: BLE001 - the read that needs it raises it
-                    if not self._warned:
-                        log.warning("prefetching shards of %s: %s", self.store.path, e)
-                        self._warned = True

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import itertools
 import json
 import logging
 import os
@@ -39,19 +38,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import format as fmt
-from .objstore import RemoteError, shown
-from .publish import alive
+from .. import format as fmt
+from ..checksum import sha256_file
+from ..objstore import RemoteError, shown
+from ..publish import alive
+from .pins import pins_of
+from .sizes import CACHE_ENV, LIMIT_ENV, STORE_PREFIX, gib
 
 log = logging.getLogger(__name__)
 
-CACHE_ENV = "FASTFEED_SHARD_CACHE"
-LIMIT_ENV = "FASTFEED_SHARD_CACHE_LIMIT"
-DEFAULT_DISK_SHARE = 0.8      # without a limit: this share of what the cache's disk could hold (free + the cache)
 WAIT_S = 600.0                # how long a read waits for room in a full cache before giving up
-_STORE_PREFIX = "store-"
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
-          "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
 
 
 class CacheFull(RemoteError):
@@ -60,67 +56,6 @@ class CacheFull(RemoteError):
 
 class ShardDamaged(RemoteError):
     """A shard whose downloaded bytes do not match the manifest's checksum, twice."""
-
-
-def default_dir() -> Path:
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "fastfeed" / "shards"
-
-
-def parse_size(text, root: Path | None = None) -> int:
-    """Bytes from `123`, `500M`, `50G`, `1.5T` (powers of 1024), or `40%` of the disk holding `root`."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        value = int(text)
-    else:
-        s = str(text).strip().lower().replace(" ", "")
-        if s.endswith("%"):
-            try:
-                share = float(s[:-1]) / 100
-            except ValueError:
-                raise ValueError(f"cache limit {text!r} is not a size (e.g. 50G, 500M, 40%)") from None
-            total = shutil.disk_usage(_existing(root or default_dir())).total
-            value = int(total * share)
-        else:
-            num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
-            unit = s[len(num):]
-            if unit not in _UNITS or not num:
-                raise ValueError(f"cache limit {text!r} is not a size (e.g. 50G, 500M, 40%)")
-            value = int(float(num) * _UNITS[unit])
-    if value <= 0:
-        raise ValueError(f"cache limit must be > 0, got {text!r}")
-    return value
-
-
-def _existing(p: Path) -> Path:
-    p = Path(p)
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    return p
-
-
-def default_limit(root: Path) -> int:
-    """`$FASTFEED_SHARD_CACHE_LIMIT`, else DEFAULT_DISK_SHARE of what the disk could give the cache."""
-    if os.environ.get(LIMIT_ENV):
-        return parse_size(os.environ[LIMIT_ENV], root)
-    held = cache_bytes(root) if Path(root).is_dir() else 0
-    return int((shutil.disk_usage(_existing(root)).free + held) * DEFAULT_DISK_SHARE)
-
-
-def cache_bytes(root: Path) -> int:
-    """Bytes the cache at `root` holds on disk: complete shards and reserved downloads."""
-    total = 0
-    for d in Path(root).glob(f"{_STORE_PREFIX}*"):
-        for f in d.iterdir():
-            if f.suffix == ".mdb" or ".mdb.part-" in f.name:
-                with contextlib.suppress(FileNotFoundError):
-                    total += f.stat().st_size
-    return total
-
-
-def gib(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 @contextlib.contextmanager
@@ -151,7 +86,7 @@ class ShardCache:
     def __post_init__(self):
         self.root = Path(self.root)
         self.key = hashlib.sha256(self.url.encode()).hexdigest()[:16]
-        self.dir = self.root / f"{_STORE_PREFIX}{self.key}"
+        self.dir = self.root / f"{STORE_PREFIX}{self.key}"
         self.pins_dir = self.dir / "pins"
 
     def prepare(self) -> None:
@@ -199,19 +134,8 @@ class ShardCache:
             stamp = os.stat(self.pins_dir).st_mtime_ns
         except FileNotFoundError:
             return frozenset()
-        if self._pinned[0] == stamp:
-            return self._pinned[1]
-        names = set()
-        for f in self.pins_dir.glob("*.json"):
-            try:
-                d = json.loads(f.read_text())
-            except (OSError, ValueError):
-                continue
-            if not alive(d.get("pid")):
-                f.unlink(missing_ok=True)
-                continue
-            names.update(d.get("shards", ()))
-        self._pinned = (stamp, frozenset(names))
+        if self._pinned[0] != stamp:
+            self._pinned = (stamp, pins_of(self.dir))
         return self._pinned[1]
 
     # --- downloads ------------------------------------------------------------------------------------------
@@ -242,7 +166,7 @@ class ShardCache:
                     finally:
                         os.close(fd)
                     size = os.stat(part).st_size
-                    digest = fmt.sha256_file(part) if info.sha256 else None
+                    digest = sha256_file(part) if info.sha256 else None
                 except BaseException:
                     part.unlink(missing_ok=True)
                     raise
@@ -273,7 +197,7 @@ class ShardCache:
 
     def fetched(self) -> list[dict]:
         """Every completed download into this store's cache, oldest first."""
-        return _fetched(self.dir)
+        return fetched_in(self.dir)
 
     def _reserve(self, info: fmt.ShardInfo, part: Path, urgent: bool) -> int | None:
         """Evict until the shard fits under the limit, then create `part` at its full size (an fd), or None
@@ -309,13 +233,13 @@ class ShardCache:
         used, shards = self._scan()
         if used + need <= self.limit:
             return True
-        pinned = {d: _pins_of(d) for d in {s[2] for s in shards}}
+        pinned = {d: pins_of(d) for d in {s[2] for s in shards}}
         tiers = [[s for s in shards if s[3].name not in pinned[s[2]]]]
         if urgent:
             tiers.append([s for s in shards if s[3].name in pinned[s[2]]])
         for tier in tiers:
             for _, size, _, path in sorted(tier):   # least recently used first
-                if _evict(path):
+                if evict(path):
                     used -= size
                     if used + need <= self.limit:
                         return True
@@ -324,7 +248,7 @@ class ShardCache:
     def _scan(self) -> tuple[int, list]:
         """(bytes held, [(mtime, size, store dir, path)] of complete shards); leftovers of dead downloads go."""
         used, shards = 0, []
-        for d in self.root.glob(f"{_STORE_PREFIX}*"):
+        for d in self.root.glob(f"{STORE_PREFIX}*"):
             for f in d.iterdir():
                 try:
                     st = f.stat()
@@ -343,7 +267,7 @@ class ShardCache:
 
     def _full_message(self, info: fmt.ShardInfo) -> str:
         used, _ = self._scan()
-        pids = sorted({f.name.split("-", 1)[0] for d in self.root.glob(f"{_STORE_PREFIX}*")
+        pids = sorted({f.name.split("-", 1)[0] for d in self.root.glob(f"{STORE_PREFIX}*")
                        for f in (d / "pins").glob("*.json")})
         return (f"the shard cache {self.root} has no room for shard {info.file} ({gib(info.bytes)}): {gib(used)} of "
                 f"its {gib(self.limit)} limit is held by shards in use or needed now or next"
@@ -352,19 +276,7 @@ class ShardCache:
                   "per node, or re-pack with a smaller --shard-mb")
 
 
-def _pins_of(store_dir: Path) -> frozenset:
-    names = set()
-    for f in (store_dir / "pins").glob("*.json"):
-        try:
-            d = json.loads(f.read_text())
-        except (OSError, ValueError):
-            continue
-        if alive(d.get("pid")):
-            names.update(d.get("shards", ()))
-    return frozenset(names)
-
-
-def _evict(path: Path) -> bool:
+def evict(path: Path) -> bool:
     """Delete a complete shard nobody maps (its lock taken exclusively, without waiting)."""
     fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
@@ -378,111 +290,9 @@ def _evict(path: Path) -> bool:
         os.close(fd)
 
 
-_PIN_IDS = itertools.count()
-
-
-class PinFile:
-    """What one loader's order in this process needs now and next, for every process on the node to see."""
-
-    def __init__(self, cache: ShardCache):
-        self.cache = cache
-        self.path = cache.pins_dir / f"{os.getpid()}-{next(_PIN_IDS)}.json"
-        self.names: tuple = ()
-
-    def write(self, names) -> None:
-        names = tuple(sorted(names))
-        if names == self.names:
-            return
-        self.names = names
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with contextlib.suppress(OSError):
-            tmp.write_text(json.dumps({"pid": os.getpid(), "shards": list(names)}))
-            os.replace(tmp, self.path)
-
-    def remove(self) -> None:
-        self.names = ()
-        self.path.unlink(missing_ok=True)
-
-
-# --- fastfeed cache ls / clear ----------------------------------------------------------------------------------
-
-@dataclass
-class ShardCacheInfo:
-    path: Path
-    url: str
-    shards: int = 0
-    bytes: int = 0
-    in_use: int = 0
-    pinned_by: list[int] = field(default_factory=list)
-    downloads: int = 0
-    downloaded_bytes: int = 0
-    note: str = ""
-
-    def to_dict(self) -> dict:
-        return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
-
-
-def _in_use(shard: Path) -> bool:
-    fd = os.open(shard.with_name(shard.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+def fetched_in(store_dir: Path) -> list[dict]:
+    """The downloads logged in one store's part of the cache, oldest first."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
-def list_shard_caches(root=None) -> list[ShardCacheInfo]:
-    """Every store in the shard cache at `root` (default: default_dir())."""
-    root = Path(root or default_dir())
-    out = []
-    for d in sorted(root.glob(f"{_STORE_PREFIX}*")):
-        try:
-            url = json.loads((d / "store.json").read_text()).get("url", "?")
-        except (OSError, ValueError):
-            url = "?"
-        info = ShardCacheInfo(d, url)
-        for f in d.glob("*.mdb"):
-            info.shards += 1
-            info.bytes += f.stat().st_size
-            info.in_use += _in_use(f)
-        for f in (d / "pins").glob("*.json"):
-            pid = f.name.split("-", 1)[0]
-            if pid.isdigit() and alive(int(pid)):
-                info.pinned_by.append(int(pid))
-        info.pinned_by = sorted(set(info.pinned_by))
-        fetched = _fetched(d)
-        info.downloads, info.downloaded_bytes = len(fetched), sum(x.get("bytes", 0) for x in fetched)
-        out.append(info)
-    return out
-
-
-def _fetched(d: Path) -> list[dict]:
-    try:
-        return [json.loads(line) for line in (d / "fetched.jsonl").read_text().splitlines() if line.strip()]
+        return [json.loads(line) for line in (store_dir / "fetched.jsonl").read_text().splitlines() if line.strip()]
     except (OSError, ValueError):
         return []
-
-
-def clear_shard_caches(root=None, force: bool = False) -> tuple[list[ShardCacheInfo], list[ShardCacheInfo]]:
-    """Remove every store's shards that no process uses or pins (all of them with `force`: a process still
-    mapping one keeps reading it; the space comes back when it closes). Returns (removed, kept)."""
-    removed, kept = [], []
-    for info in list_shard_caches(root):
-        if not force and (info.in_use or info.pinned_by):
-            why = []
-            if info.in_use:
-                why.append(f"{info.in_use} shard(s) in use")
-            if info.pinned_by:
-                why.append(f"needed by pid(s) {', '.join(map(str, info.pinned_by))}")
-            info.note = "; ".join(why) + " (--force removes it anyway)"
-            kept.append(info)
-            continue
-        for f in info.path.glob("*.mdb"):
-            if force or _evict(f):
-                f.unlink(missing_ok=True)
-        if force or not any(info.path.glob("*.mdb")):
-            shutil.rmtree(info.path, ignore_errors=True)
-        removed.append(info)
-    return removed, kept
