@@ -222,3 +222,19 @@ def _reset(s: socket.socket) -> None:
     with contextlib.suppress(OSError):
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.close()
+
+
+def upload_dir(local, url: str) -> int:
+    """Upload every file under `local` to `url` (s3://bucket/prefix), keeping relative names; returns the count."""
+    from pathlib import Path
+
+    import boto3
+
+    bucket, _, prefix = url[len("s3://"):].partition("/")
+    client = boto3.client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL"))
+    n = 0
+    for p in sorted(Path(local).rglob("*")):
+        if p.is_file():
+            client.upload_file(str(p), bucket, "/".join(filter(None, [prefix, str(p.relative_to(local))])))
+            n += 1
+    return n

@@ -175,6 +175,10 @@ class Destination:
         return [k[len(self.root):].lstrip("/") for k in found]
 
     def add_shard(self, local: Path, name: str) -> None:
+        for f in self.pending:   # an upload that failed stops the pack now, not at the end
+            if f.done() and f.exception() is not None:
+                raise f.exception()
+
         def up():
             objstore.upload(self.fs, local, self.key(name), objstore.join(self.where, name))
             local.unlink(missing_ok=True)
@@ -212,8 +216,10 @@ class Destination:
         """A failed pack: remove the shards it uploaded (nothing names them); the old store is untouched."""
         for f in self.pending:
             f.cancel()
-        with contextlib.suppress(Exception):
-            self.wait()
+        for f in self.pending:   # every upload still running has ended before its shard is removed
+            with contextlib.suppress(BaseException):
+                f.result()
+        self.pending = []
         self._remove(list(self.uploaded))
         self.pool.shutdown(wait=False)
 

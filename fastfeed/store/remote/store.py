@@ -149,11 +149,12 @@ class RemoteStore(Store):
         if entry is not None:
             self._maps.move_to_end(shard)
             return entry[2]
-        self._release_stale()
         info = self.shards[shard]
+        missing = not self.cache.present(info)
+        self._release_stale(keep=0 if missing else _KEEP_RECENT)   # about to wait for a download: hold nothing extra
         fd = self.cache.use(info)
         try:
-            if not self.cache.present(info):
+            if missing:
                 self.fetch(shard, wait=True)
             self.cache.touch(info)
             file = self.cache.file(info)
@@ -170,12 +171,12 @@ class RemoteStore(Store):
         self._maps[shard] = (fd, key, h)
         return h
 
-    def _release_stale(self) -> None:
-        """Close the maps no order on the node pins, except the last `_KEEP_RECENT` used."""
-        if len(self._maps) < _KEEP_RECENT:
+    def _release_stale(self, keep: int = _KEEP_RECENT) -> None:
+        """Close the maps no order on the node pins, except the last `keep` used."""
+        if not self._maps or len(self._maps) < keep:
             return
         pinned = self.cache.pinned()
-        recent = list(self._maps)[-_KEEP_RECENT:]
+        recent = list(self._maps)[-keep:] if keep else []
         for k in list(self._maps):
             if k not in recent and self.shards[k].file not in pinned:
                 self._close_shard(k)
@@ -223,8 +224,8 @@ class RemoteStore(Store):
         return self.cache.limit // max(largest, 1) - self.depth - 1 - _SPARE_SHARDS
 
     def epoch_order(self, cfg, rank: int, world_size: int):
-        from ..loaders.sampler import ShuffledOrder
-        from ..loaders.windowed import FollowedOrder, WindowedOrder
+        from ...loaders.sampler import ShuffledOrder
+        from ...loaders.windowed import FollowedOrder, WindowedOrder
 
         lookback = max(cfg.workers, 1) * cfg.prefetch + 1
         note = {"cache_limit": self.cache.limit, "store_bytes": sum(s.bytes for s in self.shards)}
