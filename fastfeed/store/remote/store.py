@@ -16,6 +16,7 @@ the background.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import weakref
 from collections import OrderedDict
@@ -172,10 +173,11 @@ class RemoteStore(Store):
         return h
 
     def _release_stale(self, keep: int = _KEEP_RECENT) -> None:
-        """Close the maps no order on the node pins, except the last `keep` used."""
+        """Close the maps no order on the node pins, except the last `keep` used; with keep=0 every map (this
+        process is about to wait for a download: what it holds must not be what keeps the cache full)."""
         if not self._maps or len(self._maps) < keep:
             return
-        pinned = self.cache.pinned()
+        pinned = self.cache.pinned() if keep else frozenset()
         recent = list(self._maps)[-keep:] if keep else []
         for k in list(self._maps):
             if k not in recent and self.shards[k].file not in pinned:
@@ -217,11 +219,14 @@ class RemoteStore(Store):
         largest = max((s.bytes for s in self.shards), default=0)
         return sum(s.bytes for s in self.shards) + _SPARE_SHARDS * largest <= self.cache.limit
 
-    def window_shards(self) -> int:
+    def window_shards(self, lookback_records: int = 0) -> int:
         """Shards the windowed order reads at once: the cache's limit in shards, less the ones being fetched ahead,
-        one being left (batches still in flight) and a spare."""
+        those still read by the batches in flight (`lookback_records` of the node's stream, and one being left)
+        and a spare."""
         largest = max((s.bytes for s in self.shards), default=1)
-        return self.cache.limit // max(largest, 1) - self.depth - 1 - _SPARE_SHARDS
+        per_shard = max(len(self) / max(len(self.shards), 1), 1)
+        leaving = 1 + math.ceil(lookback_records / per_shard)
+        return self.cache.limit // max(largest, 1) - self.depth - leaving - _SPARE_SHARDS
 
     def epoch_order(self, cfg, rank: int, world_size: int):
         from ...loaders.sampler import ShuffledOrder
@@ -233,16 +238,16 @@ class RemoteStore(Store):
             base = ShuffledOrder.for_loader(len(self), cfg, rank, world_size)
             depth = None if self.fits() else self.depth
         else:
-            window = self.window_shards()
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+            window = self.window_shards(lookback * cfg.batch_size * local)
             if window < 1:
                 largest = max(s.bytes for s in self.shards)
-                need = (self.depth + 2 + _SPARE_SHARDS) * largest
+                need = (self.cache.limit // largest - window + 1) * largest
                 raise ValueError(f"the shard cache limit ({self.cache.limit} bytes) holds fewer shards of {self.path} "
-                                 f"than the windowed order needs: {self.depth} fetched ahead, one being left, one read, "
-                                 f"one spare, {need} bytes at {largest} a shard. Raise cache_limit "
-                                 f"({'FASTFEED_SHARD_CACHE_LIMIT'}), lower prefetch_depth, or re-pack with a smaller "
-                                 "--shard-mb")
-            local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+                                 f"than the windowed order needs: {self.depth} fetched ahead (prefetch_depth), those the "
+                                 f"{lookback} batches in flight read, one read now and a spare: at least {need} bytes at "
+                                 f"{largest} a shard. Raise the cache limit (FASTFEED_SHARD_CACHE_LIMIT or "
+                                 "Store(url, cache_limit=...)), lower prefetch_depth, or re-pack with a smaller --shard-mb")
             base = WindowedOrder([(s.start, s.count) for s in self.shards], cfg.batch_size, window=window,
                                  seed=cfg.seed, rank=rank, world_size=world_size, local_world=local,
                                  drop_last=cfg.drop_last, shard_bytes=[s.bytes for s in self.shards])
