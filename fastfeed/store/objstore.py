@@ -240,10 +240,11 @@ def upload(fs, local: Path, path: str, url: str) -> None:
     retry(lambda: fs.put_file(str(local), path), url, "uploading to", fs=fs)
 
 
-def download(fs, path: str, url: str, fd: int, size: int, *, part: int = PART_BYTES, threads: int = PART_THREADS,
+def download(fs, path: str, url: str, fd: int, size: int, *, part: int | None = None, threads: int = PART_THREADS,
              progress: Callable[[int], None] | None = None) -> None:
     """Write object `path` (of `size` bytes) into the open file `fd` at offset 0: in one request when small,
-    else in parallel ranged reads of `part` bytes, each retried on its own."""
+    else in parallel ranged reads of `part` bytes (default PART_BYTES), each retried on its own."""
+    part = part or PART_BYTES
     parts = [(a, min(a + part, size)) for a in range(0, size, part)] or [(0, 0)]
 
     def fetch(span):
