@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -112,6 +113,9 @@ class Network:
         self.proc.join(10)
 
 
+PIN: dict = {}   # {"worker": core, "rest": core}: the loader's worker on a core of its own (--pin)
+
+
 def run_epochs(store, cfg, epochs: int, window_batches: int | None = None) -> dict:
     """Iterate `epochs` epochs; images/s overall and after `window_batches` batches, time to the first batch."""
     t0 = time.perf_counter()
@@ -126,6 +130,8 @@ def run_epochs(store, cfg, epochs: int, window_batches: int | None = None) -> di
                 now = time.perf_counter()
                 if first is None:
                     first = now - t0
+                    for pid in loader.memory_pids() if PIN else ():
+                        os.sched_setaffinity(pid, {PIN["worker"]})
                 n += len(b.indices)
                 if e == 0:
                     seen.append(b.indices.numpy().copy())
@@ -175,6 +181,10 @@ def main() -> int:
     ap.add_argument("--bandwidth-mb", type=float, default=100.0,
                     help="the proxy's cap, MB/s for all connections (100: about a 1 Gb/s link)")
     ap.add_argument("--cache-share", type=float, default=0.4)
+    ap.add_argument("--no-pin", dest="pin", action="store_false",
+                    help="leave the loader's worker unpinned (by default it gets a core of its own and everything else "
+                         "- this process, the prefetch threads, the S3 server and proxy - the other: the work a remote "
+                         "store adds never takes the worker's core, as on a node with cores to spare)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if (why := moto_missing()) is not None:
@@ -182,6 +192,10 @@ def main() -> int:
         return 1
     work = Path(tempfile.mkdtemp(prefix="fastfeed-remote-bench-"))
     src = replicate_coco(default_source(), work / "src", args.images)
+    if args.pin and len(os.sched_getaffinity(0)) >= 2:   # the network's work (here: its server too) on another core
+        cores = sorted(os.sched_getaffinity(0))
+        PIN.update(worker=cores[0], rest=cores[1])
+        os.sched_setaffinity(0, {cores[1]})
     objstore.PART_BYTES = 1 << 20   # a 4 MB shard in 4 ranged reads, as a 128 MB one is 8 of 16 MB
     server = Network()
     bucket = server.bucket("bench")
@@ -196,7 +210,7 @@ def main() -> int:
     bw = args.bandwidth_mb * 1e6
     res = {"machine": machine(), "images": len(local), "store_bytes": size, "shards": len(local.shards),
            "largest_shard": largest, "cache_limit": limit, "bandwidth_bytes_per_s": bw, "epochs": args.epochs,
-           "workers": args.workers, "imgsz": args.imgsz, "runs": {}}
+           "workers": args.workers, "imgsz": args.imgsz, "pinned": dict(PIN), "runs": {}}
     print(f"store: {len(local)} images, {len(local.shards)} shards, {size / 2**20:.1f} MiB; shard cache limit "
           f"{limit / 2**20:.1f} MiB ({args.cache_share:.0%}); cap {args.bandwidth_mb:g} MB/s; cpu loader, "
           f"{args.workers} workers, imgsz {args.imgsz}, batch 16, {args.epochs} epochs")
