@@ -9,8 +9,17 @@ from dataclasses import fields
 from pathlib import Path
 
 from ..train.config import AMPS, DEFAULT_LR, MODELS, OPTIMIZERS, SCHEDULES, TrainConfig
-from .common import (EXIT_FAIL, EXIT_OK, EXIT_PREEMPTED, EXIT_USAGE, add_remote_args, apply_remote_args, fail,
-                     progress_lines, store_path)
+from .common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_PREEMPTED,
+    EXIT_USAGE,
+    add_remote_args,
+    apply_remote_args,
+    fail,
+    progress_lines,
+    store_path,
+)
 
 D = {f.name: f.default for f in fields(TrainConfig)}   # the library's defaults are the command's
 
