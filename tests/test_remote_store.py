@@ -257,3 +257,65 @@ def test_cli_pack_inspect_verify_bench_and_the_shard_cache(coco_src, s3, tmp_pat
     assert main(["cache", "clear", "--dir", str(tmp_path), "--shm"]) == 0
     assert main(["inspect", "s3://no-such-bucket-x/a.ff", "--shard-cache", cache]) == 1
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_large_shards_download_in_parallel_ranged_parts(url_store, local_store, tmp_path, monkeypatch, s3):
+    from fastfeed.store import objstore
+
+    monkeypatch.setattr(objstore, "PART_BYTES", 4096)        # every shard in many ranged reads
+    store = Store(url_store, cache_dir=tmp_path / "c")
+    assert store.shards[0].bytes > 4 * 4096
+    records_equal(store, local_store)                        # sha256-checked, then read
+    store.close()
+
+
+def test_storage_options_from_the_cli_and_python_are_never_written(coco_src, s3, tmp_path, monkeypatch, capsys):
+    url = f"s3://{s3.bucket()}/opts.ff"
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    from s3_helpers import _forget_filesystems
+
+    _forget_filesystems()
+    secret = "very-secret-value-1234"
+    opts = ["--storage-option", f"endpoint_url={s3.endpoint}", "--storage-option", "key=fastfeed-test",
+            "--storage-option", f"secret={secret}"]
+    assert main(["pack", str(coco_src), "-o", url, "--shards", "2", "--quiet", *opts]) == 0
+    capsys.readouterr()
+    monkeypatch.delenv("FASTFEED_STORAGE_OPTIONS")
+    _forget_filesystems()
+    store = Store(url, cache_dir=tmp_path / "c", storage_options={"endpoint_url": s3.endpoint, "key": "fastfeed-test",
+                                                                  "secret": secret})
+    assert len(store) == 40 and store.record(39).index == 39
+    assert secret not in json.dumps(store.manifest.to_json()) and secret not in repr(store)
+    assert all(secret not in p.read_text() for p in store.cache.dir.glob("*.json*"))
+
+
+def test_what_is_retried_and_what_is_not():
+    import botocore.exceptions
+
+    from fastfeed.store import objstore
+
+    def client_error(code, status):
+        return botocore.exceptions.ClientError({"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
+                                               "GetObject")
+
+    for e in (ConnectionResetError(), TimeoutError(), client_error("SlowDown", 503), client_error("InternalError", 500),
+              OSError(5, "I/O")):
+        assert objstore.kind(e) == "transient", e
+    assert objstore.kind(FileNotFoundError()) == "missing" and objstore.kind(PermissionError()) == "denied"
+    assert objstore.kind(botocore.exceptions.NoCredentialsError()) == "credentials"
+    waits, calls = [], []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) < 4:
+            raise client_error("SlowDown", 503)
+        return b"ok"
+
+    assert objstore.retry(flaky, "s3://b/x", "reading", sleep=waits.append) == b"ok"
+    assert len(waits) == 3 and all(0 < w <= objstore.BACKOFF_S[1] for w in waits) and waits[0] < waits[2]
+    with pytest.raises(RemoteError, match=r"reading s3://b/x failed 6 times; the last failure: ConnectionResetError"):
+        objstore.retry(lambda: (_ for _ in ()).throw(ConnectionResetError("reset")), "s3://b/x", "reading",
+                       sleep=waits.append)
+    assert objstore.shown("s3://user:pw@bucket/a") == "s3://bucket/a"
