@@ -233,7 +233,7 @@ def test_a_cache_too_small_or_a_full_disk_is_one_line(url_store, tmp_path):
 def test_cli_pack_inspect_verify_bench_and_the_shard_cache(coco_src, s3, tmp_path, capsys, monkeypatch):
     url = f"s3://{s3.bucket()}/cli.ff"
     cache = str(tmp_path / "shards")
-    assert main(["pack", str(coco_src), "-o", url, "--shards", "6", "--quiet"]) == 0
+    assert main(["pack", str(coco_src), "-o", url, "--shards", "12", "--quiet"]) == 0
     assert f"-> {url}:" in capsys.readouterr().out
     assert main(["inspect", url, "--json", "--shard-cache", cache]) == 0
     assert json.loads(capsys.readouterr().out)["path"] == url
@@ -248,7 +248,7 @@ def test_cli_pack_inspect_verify_bench_and_the_shard_cache(coco_src, s3, tmp_pat
     assert "order windowed (shard-aware): a window of" in out
     assert main(["cache", "ls", "--shards", "--shard-dir", cache]) == 0
     out = capsys.readouterr().out
-    assert url in out and "6" in out
+    assert url in out and " 12 " in out
     assert main(["cache", "clear", "--shards", "--shard-dir", cache]) == 0
     assert "1 removed" in capsys.readouterr().out
     assert not any((tmp_path / "shards").glob("store-*/*.mdb"))
