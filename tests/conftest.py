@@ -41,6 +41,22 @@ def s3():
     server.stop()
 
 
+REMOTE_ENV = ("FASTFEED_SHARD_CACHE", "FASTFEED_SHARD_CACHE_LIMIT", "FASTFEED_STORAGE_OPTIONS", "FASTFEED_PREFETCH_SHARDS",
+              "LOCAL_WORLD_SIZE", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+@pytest.fixture
+def remote_env():
+    """The object-storage environment as it was, put back after the test (`fastfeed` flags set it directly)."""
+    saved = {k: os.environ.get(k) for k in REMOTE_ENV}
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @pytest.fixture
 def bucket(s3):
     """A new bucket (its name) on the session's S3 server."""

@@ -24,10 +24,8 @@ from fastfeed.store.remote.sizes import cache_bytes
 
 
 @pytest.fixture(autouse=True)
-def _env(monkeypatch):
-    for k in ("FASTFEED_SHARD_CACHE_LIMIT", "LOCAL_WORLD_SIZE", "AWS_ENDPOINT_URL"):
-        if k in os.environ:
-            monkeypatch.setenv(k, os.environ[k])
+def _env(remote_env):
+    """`fastfeed` flags set the environment the Stores read (one command per process): put back after each test."""
 
 
 @pytest.fixture(scope="module")

@@ -22,13 +22,8 @@ from fastfeed.store.remote import CacheFull, RemoteStore, ShardDamaged
 
 
 @pytest.fixture(autouse=True)
-def _cli_env(monkeypatch):
-    """`fastfeed` flags set the environment the Stores read (one command per process); put it back after a test."""
-    for k in ("FASTFEED_SHARD_CACHE", "FASTFEED_SHARD_CACHE_LIMIT", "FASTFEED_STORAGE_OPTIONS"):
-        if k in os.environ:
-            monkeypatch.setenv(k, os.environ[k])
-        else:
-            monkeypatch.delenv(k, raising=False)
+def _env(remote_env):
+    """`fastfeed` flags set the environment the Stores read (one command per process): put back after each test."""
 
 
 def run_pack(src, out, **kw):
