@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import cv2
@@ -15,6 +17,50 @@ import simplejpeg
 import fastfeed
 
 REPO = Path(__file__).resolve().parents[1]
+# Stores in object storage download into a shard cache: the tests' own, never the user's ~/.cache.
+_SHARD_CACHE = tempfile.mkdtemp(prefix="fastfeed-test-shards-")
+os.environ["FASTFEED_SHARD_CACHE"] = _SHARD_CACHE
+os.environ.pop("FASTFEED_SHARD_CACHE_LIMIT", None)
+os.environ.pop("FASTFEED_STORAGE_OPTIONS", None)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(_SHARD_CACHE, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """A real S3 API (moto's server) on 127.0.0.1 for the session, the environment pointed at it."""
+    from s3_helpers import S3Server, moto_missing
+
+    why = moto_missing()
+    if why:
+        pytest.skip(why)
+    server = S3Server()
+    yield server
+    server.stop()
+
+
+REMOTE_ENV = ("FASTFEED_SHARD_CACHE", "FASTFEED_SHARD_CACHE_LIMIT", "FASTFEED_STORAGE_OPTIONS", "FASTFEED_PREFETCH_SHARDS",
+              "LOCAL_WORLD_SIZE", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+@pytest.fixture
+def remote_env():
+    """The object-storage environment as it was, put back after the test (`fastfeed` flags set it directly)."""
+    saved = {k: os.environ.get(k) for k in REMOTE_ENV}
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture
+def bucket(s3):
+    """A new bucket (its name) on the session's S3 server."""
+    return s3.bucket()
 COCO128 = Path(os.environ.get("FASTFEED_COCO128", REPO.parent / "shared" / "data" / "coco128"))
 
 

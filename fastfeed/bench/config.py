@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..devices import DEVICES
 from ..imgsz import check_imgsz
+from ..store.objstore import location
 from ..train.config import MODELS
 
 
@@ -39,7 +40,7 @@ class BenchConfig:
     monitor_interval: float = 0.2         # seconds between CPU/memory samples
 
     def __post_init__(self):
-        self.data = Path(self.data)
+        self.data = location(self.data)   # a folder, or a store's URL
         self.loaders = tuple(self.loaders) if not isinstance(self.loaders, str) else (self.loaders,)
 
         def need(ok: bool, flag: str, rule: str, value):

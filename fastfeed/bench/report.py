@@ -39,6 +39,19 @@ def _row(r: LoaderResult, cfg: dict, stall_mode: bool) -> list[str] | str:
     return cells
 
 
+def describe_order(d: dict) -> str:
+    """An EpochOrder.describe() in words: the global shuffle, or the windowed order and its window."""
+    if d.get("order") == "windowed":
+        size = f", {human_bytes(d['window_bytes'])}" if d.get("window_bytes") else ""
+        text = (f"windowed (shard-aware): a window of {d['window_shards']} of {d['shards']} shards{size}, "
+                f"{d['nodes']} node(s) x {d['local_ranks']} local rank(s)")
+    else:
+        text = f"{d.get('order')} ({d.get('scope', '-')})"
+    if "prefetch_shards" in d:
+        text += f"; shards prefetched ahead: {d['prefetch_shards']}, cache limit {human_bytes(d.get('cache_limit'))}"
+    return text
+
+
 def format_table(result: BenchResult) -> str:
     cfg, m = result.config, result.machine
     stall_mode = bool(cfg.get("stall_mode"))
@@ -98,6 +111,8 @@ def format_table(result: BenchResult) -> str:
             out.append(f"  {r.name}: " + "; ".join(extra))
         if r.sweep is not None:
             out.append(f"  {r.name}: --workers auto chose {r.sweep.chosen}: {r.sweep.reason}")
+        if r.ok and r.order:
+            out.append(f"  {r.name}: order {describe_order(r.order)}")
         for note in r.notes:
             out.append(f"  {r.name}: note: {note}")
     return "\n".join(out).rstrip() + "\n"

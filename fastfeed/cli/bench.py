@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, default, fail
+from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, add_remote_args, apply_remote_args, default, fail, store_path
 
 HELP = "measure loaders side by side: throughput, stage times, stalls, CPU, memory"
 
@@ -41,7 +41,8 @@ def add_parser(sub) -> None:
                "  fastfeed bench --data sample.ff --loader cpu --seconds 5 --imgsz 320\n"
                "  fastfeed bench --data coco.ff --loader all --workers auto --plot bench.png --json bench.json\n"
                "  fastfeed bench --data coco.ff --loader cpu --step-ms 50    # would a 50 ms step starve?")
-    p.add_argument("--data", type=Path, required=True, help="a store made by `fastfeed pack`")
+    p.add_argument("--data", type=store_path, required=True,
+                   help="a store made by `fastfeed pack`: a folder, or its URL (s3://bucket/coco.ff)")
     p.add_argument("--loader", action="append", dest="loaders", metavar="NAME",
                    help="loader to measure; repeat for several, 'all' for every registered one (default: cpu)")
     p.add_argument("--imgsz", type=int, default=d("imgsz"), help=f"output side, a multiple of 32 (default {d('imgsz')})")
@@ -69,6 +70,7 @@ def add_parser(sub) -> None:
     p.add_argument("--plot", type=Path, metavar="FILE.png",
                    help="write a PNG: throughput bars and per-sample stage times (needs fastfeed[plot])")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_remote_args(p)
     p.set_defaults(func=run)
 
 
@@ -78,6 +80,7 @@ def run(args) -> int:
     from ..store.format import FormatError
 
     try:
+        apply_remote_args(args)
         cfg = BenchConfig(data=args.data, loaders=tuple(args.loaders or ("cpu",)), imgsz=args.imgsz,
                           batch_size=args.batch, workers=args.workers, seconds=args.seconds, batches=args.batches,
                           warmup=args.warmup, augment=args.augment, device=args.device, step_ms=args.step_ms,

@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from pathlib import Path
 
-from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, default, fail
+from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, add_remote_args, apply_remote_args, default, fail, store_path
 
-HELP = "list, remove or pre-build the shm loader's decoded-image caches (in /dev/shm)"
+HELP = "list, remove or pre-build the shm loader's decoded-image caches (in /dev/shm) and the shard caches of stores in object storage"
 
 def add_parser(sub) -> None:
     from ..loaders import LoaderConfig
@@ -23,34 +22,51 @@ def add_parser(sub) -> None:
         description="The shm loader keeps one decoded-image cache per store and imgsz in shared memory\n"
                     "(/dev/shm/fastfeed-<store fingerprint>-<imgsz>-v<version>.cache), built by the first process\n"
                     "that asks and shared by every worker and rank on the node. It is removed when its last user\n"
-                    "exits, unless it was built with keep; a crashed run leaves it behind with no live users.",
+                    "exits, unless it was built with keep; a crashed run leaves it behind with no live users.\n\n"
+                    "A store in object storage (s3://...) is read through a node-local shard cache\n"
+                    "($FASTFEED_SHARD_CACHE, default ~/.cache/fastfeed/shards): `ls` and `clear` show and remove it\n"
+                    "too (--shards: only it; --shm: only the shm caches).",
         epilog="examples:\n"
                "  fastfeed cache ls\n"
                "  fastfeed cache clear                 # segments no running process uses\n"
                "  fastfeed cache clear --force         # all of them\n"
-               "  fastfeed cache build coco.ff --imgsz 640   # once, before `torchrun ... --loader shm`; kept")
+               "  fastfeed cache build coco.ff --imgsz 640   # once, before `torchrun ... --loader shm`; kept\n"
+               "  fastfeed cache build s3://bucket/coco.ff    # the same from object storage (shards streamed)\n"
+               "  fastfeed cache clear --shards              # downloaded shards no running process uses")
     p.set_defaults(func=lambda args: (p.print_help(), EXIT_USAGE)[1])
     actions = p.add_subparsers(dest="action", metavar="ACTION")
 
     ls = actions.add_parser("ls", help="list segments: size, store fingerprint, imgsz, images, users")
     ls.add_argument("--dir", default=DEFAULT_DIR, help=f"cache directory (default {DEFAULT_DIR})")
     ls.add_argument("--json", action="store_true", help="print the list as JSON")
+    _which(ls)
     ls.set_defaults(func=cmd_ls)
 
     clear = actions.add_parser("clear", help="remove segments no running process uses (--force: all)")
     clear.add_argument("--dir", default=DEFAULT_DIR, help=f"cache directory (default {DEFAULT_DIR})")
     clear.add_argument("--force", action="store_true",
                        help="also remove segments in use or being built (their users keep what they mapped)")
+    _which(clear)
     clear.set_defaults(func=cmd_clear)
 
     build = actions.add_parser("build", help="build a store's cache now and keep it for the runs that follow")
-    build.add_argument("store", type=Path, help="a store made by `fastfeed pack`")
+    build.add_argument("store", type=store_path, help="a store made by `fastfeed pack`: a folder or its URL")
     build.add_argument("--imgsz", type=int, default=imgsz, help=f"the loaders' imgsz, a multiple of 32 (default {imgsz})")
     build.add_argument("--dir", default=DEFAULT_DIR, help=f"cache directory (default {DEFAULT_DIR})")
     build.add_argument("--partial", action="store_true", help="if it does not fit, cache the first images that do")
     build.add_argument("--workers", type=int, help="decoding processes (default: all cores)")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_remote_args(build)
     build.set_defaults(func=cmd_build)
+
+
+def _which(p) -> None:
+    from ..store.remote.sizes import default_dir
+
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--shards", action="store_true", help="only the shard cache of stores in object storage")
+    g.add_argument("--shm", action="store_true", help="only the shm loader's decoded-image caches")
+    p.add_argument("--shard-dir", default=None, help=f"the shard cache (default $FASTFEED_SHARD_CACHE, else {default_dir()})")
 
 
 def _size(n: int) -> str:
@@ -69,6 +85,8 @@ def _users(info) -> str:
 def cmd_ls(args) -> int:
     from ..cache import CacheError, list_caches
 
+    if args.shards:
+        return _ls_shards(args)
     try:
         infos = list_caches(args.dir)
     except CacheError as e:
@@ -90,12 +108,58 @@ def cmd_ls(args) -> int:
     for i in infos:
         if i.note:
             print(f"  {i.path.name}: {i.note}")
+    return EXIT_OK if args.shm else _ls_shards(args, quiet_if_empty=True)
+
+
+def _shard_dir(args):
+    from ..store.remote.sizes import default_dir
+
+    return args.shard_dir or default_dir()
+
+
+def _ls_shards(args, quiet_if_empty: bool = False) -> int:
+    from ..store.remote.manage import list_shard_caches
+
+    root = _shard_dir(args)
+    infos = list_shard_caches(root)
+    if args.json:
+        print(json.dumps([i.to_dict() for i in infos], indent=1))
+        return EXIT_OK
+    if not infos:
+        if not quiet_if_empty:
+            print(f"{root}: no shard caches")
+        return EXIT_OK
+    print(f"shard cache {root}: {len(infos)} store(s), {_size(sum(i.bytes for i in infos))}")
+    rows = [("STORE", "SHARDS", "SIZE", "IN USE", "DOWNLOADS", "NEEDED BY")]
+    for i in infos:
+        rows.append((i.url, str(i.shards), _size(i.bytes), str(i.in_use),
+                     f"{i.downloads} ({_size(i.downloaded_bytes)})", ", ".join(map(str, i.pinned_by)) or "-"))
+    widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]) - 1)]
+    for r in rows:
+        print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+    return EXIT_OK
+
+
+def _clear_shards(args) -> int:
+    from ..store.remote.manage import clear_shard_caches
+
+    root = _shard_dir(args)
+    removed, kept = clear_shard_caches(root, force=args.force)
+    for i in removed:
+        print(f"removed the shard cache of {i.url} ({i.shards} shards, {_size(i.bytes)})")
+    for i in kept:
+        print(f"kept the shard cache of {i.url}: {i.note}")
+    if removed or kept or args.shards:
+        print(f"shard cache {root}: {len(removed)} removed, {_size(sum(i.bytes for i in removed))} freed; "
+              f"{len(kept)} kept")
     return EXIT_OK
 
 
 def cmd_clear(args) -> int:
     from ..cache import CacheError, clear_caches
 
+    if args.shards:
+        return _clear_shards(args)
     try:
         removed, kept = clear_caches(args.dir, force=args.force)
     except CacheError as e:
@@ -105,7 +169,7 @@ def cmd_clear(args) -> int:
     for i in kept:
         print(f"kept {os.path.join(args.dir, i.path.name)}: {i.note}")
     print(f"{len(removed)} removed, {_size(sum(i.bytes for i in removed))} freed; {len(kept)} kept")
-    return EXIT_OK
+    return EXIT_OK if args.shm else _clear_shards(args)
 
 
 def cmd_build(args) -> int:
@@ -117,10 +181,11 @@ def cmd_build(args) -> int:
     if (msg := imgsz_error(args.imgsz)) is not None:
         return fail(msg, EXIT_USAGE)
     try:
+        apply_remote_args(args)
         store = Store(args.store)
         lease = acquire(store, args.imgsz, args.dir, partial=args.partial, keep=True, workers=args.workers,
                         progress=False if args.quiet else None)
-    except (FormatError, CacheError) as e:
+    except (FormatError, CacheError, ValueError, ImportError) as e:
         return fail(str(e))
     lease.release()   # kept: it stays for the runs that follow
     what = "built" if lease.built else "already there"

@@ -67,3 +67,45 @@ def progress_lines(verbose: bool = False, name: str = "fastfeed"):
         logger.removeHandler(handler)
         logger.setLevel(old[0])
         logger.propagate = old[1]
+
+
+def store_path(text: str):
+    """argparse type of a store or dataset location: a URL stays a string (`Path` would eat a slash)."""
+    from ..store.objstore import location
+
+    return location(text)
+
+
+def add_remote_args(p) -> None:
+    """Flags for stores and datasets in object storage (s3://, gs://, az://, any fsspec URL)."""
+    g = p.add_argument_group("object storage (a URL instead of a folder)")
+    g.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an fsspec storage option, repeatable (VALUE as JSON when it parses: anon=true, "
+                        "client_kwargs='{\"endpoint_url\": \"http://minio:9000\"}'); credentials and endpoints also come "
+                        "the standard ways: AWS_* / AWS_ENDPOINT_URL, profiles, $FASTFEED_STORAGE_OPTIONS (JSON)")
+    g.add_argument("--shard-cache", metavar="DIR",
+                   help="node-local folder the shards are downloaded into, shared by every process on the node "
+                        "(default $FASTFEED_SHARD_CACHE, else ~/.cache/fastfeed/shards): a local disk")
+    g.add_argument("--shard-cache-limit", metavar="SIZE",
+                   help="most the shard cache may hold: 50G, 500M, 40%% of its disk (default "
+                        "$FASTFEED_SHARD_CACHE_LIMIT, else 80%% of what the disk can give)")
+
+
+def apply_remote_args(args) -> dict:
+    """Put the object-storage flags where every Store of this command (and its workers) reads them: the
+    environment variables they stand for. Returns the storage options (for `pack`). ValueError for a bad flag."""
+    import json
+    import os
+
+    from ..store.objstore import OPTIONS_ENV, parse_option, storage_options
+    from ..store.remote.sizes import CACHE_ENV, LIMIT_ENV, parse_size
+
+    opts = dict(parse_option(o) for o in getattr(args, "storage_option", None) or [])
+    if opts:
+        os.environ[OPTIONS_ENV] = json.dumps(storage_options(opts))
+    if getattr(args, "shard_cache", None):
+        os.environ[CACHE_ENV] = args.shard_cache
+    if getattr(args, "shard_cache_limit", None):
+        parse_size(args.shard_cache_limit, os.environ.get(CACHE_ENV))   # refused here, not in a worker
+        os.environ[LIMIT_ENV] = args.shard_cache_limit
+    return storage_options()

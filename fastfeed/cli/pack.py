@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from .. import sample_path
-from .common import EXIT_OK, EXIT_USAGE, default, fail
+from .common import EXIT_OK, EXIT_USAGE, add_remote_args, apply_remote_args, default, fail, store_path
 
 HELP = "pack a COCO or YOLO dataset into a checked LMDB store"
 
@@ -39,10 +39,16 @@ def add_parser(sub) -> None:
                "  fastfeed pack datasets/coco -o coco.ff --split val2017\n"
                "  fastfeed pack my_export/data.yaml -o train.ff      # Roboflow / Ultralytics (--split val)\n"
                "  fastfeed pack --ann export/annotations.json --images export/images -o x.ff\n"
-               "  fastfeed pack datasets/yolo -o small.ff --store jpeg --max-side 640 --quality 90")
-    p.add_argument("src", nargs="?", type=Path,
-                   help="dataset folder, or an Ultralytics data.yaml (default: the sample bundled with fastfeed)")
-    p.add_argument("-o", "--out", type=Path, required=True, help="store folder to create")
+               "  fastfeed pack datasets/yolo -o small.ff --store jpeg --max-side 640 --quality 90\n"
+               "  fastfeed pack datasets/coco -o s3://bucket/coco.ff  # a store in object storage (any fsspec URL)\n"
+               "  fastfeed pack s3://bucket/datasets/coco -o coco.ff  # a source in a bucket\n"
+               "A store written to a URL appears only when complete: shards first (named after the pack, so\n"
+               "--force never mixes two packs for a reader), the manifest last, then the old shards removed.")
+    p.add_argument("src", nargs="?", type=store_path,
+                   help="dataset folder (or its URL in a bucket), or an Ultralytics data.yaml (default: the sample "
+                        "bundled with fastfeed)")
+    p.add_argument("-o", "--out", type=store_path, required=True,
+                   help="store folder to create, or a URL (s3://bucket/coco.ff, gs://..., az://...)")
     p.add_argument("--format", choices=("coco", "yolo"), help="force the layout instead of detecting it")
     p.add_argument("--split", help="split to pack: a folder name, or data.yaml's key (train, val, test); default: "
                                    "the only one, else train2017/train")
@@ -59,7 +65,9 @@ def add_parser(sub) -> None:
                         "pixels (some COCO exports). Counted in the report either way")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--shards", type=int, help="number of shards (default: by size, see --shard-mb)")
-    g.add_argument("--shard-mb", type=float, help="start a new shard past this many MB (default 1024)")
+    g.add_argument("--shard-mb", type=float,
+                   help="cut shards of about this many MB of records, however few that makes (default: 1024 for a "
+                        "folder, 128 for a URL, and at least 4 shards per pack worker so that every core has work)")
     p.add_argument("--workers", type=int, help="worker processes (default: all cores; 0 or 1 packs in-process)")
     p.add_argument("--on-error", choices=("skip", "fail"), default=d("on_error"),
                    help="skip bad images/labels and report them (default), or stop at the first")
@@ -75,13 +83,15 @@ def add_parser(sub) -> None:
                    help="pack even when no image (or under 1%%) has a label: a set that really is all background")
     p.add_argument("--force", action="store_true", help="replace OUT if it is an existing store")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_remote_args(p)
     p.set_defaults(func=run)
 
 
 def _print_report(report, rejects) -> None:
     lines = report.summary_lines()
     if lines:
-        listed = f"; errors are listed in {rejects}" if rejects is not None and rejects.is_file() else ""
+        listed = f"; errors are listed in {rejects}" if isinstance(rejects, str) or (
+            rejects is not None and rejects.is_file()) else ""
         print(f"problems found (all counted{listed}):")
         for line in lines:
             print("  " + line)
@@ -89,19 +99,23 @@ def _print_report(report, rejects) -> None:
 
 def run(args) -> int:
     from ..pack import PackConfig, PackError, pack
+    from ..store.objstore import RemoteError
 
     src, ann = args.src, args.ann
     if src is None and ann is None:
         src = sample_path()
         print(f"no SRC given: packing the bundled sample ({src})")
     try:
+        options = apply_remote_args(args)
         cfg = PackConfig(src=src, out=args.out, format=args.format, split=args.split, ann=ann,
                          images=args.images, store=args.store, max_side=args.max_side, quality=args.quality,
                          shards=args.shards, shard_mb=args.shard_mb, workers=args.workers,
                          on_error=args.on_error, check=args.check, exif=args.exif, overwrite=args.force, progress=not args.quiet,
-                         allow_background_only=args.allow_background_only,
+                         allow_background_only=args.allow_background_only, storage_options=options,
                          **({} if args.max_pixels is None else {"max_pixels": args.max_pixels}))
         res = pack(cfg)
+    except (RemoteError, ImportError) as e:
+        return fail(str(e))
     except ValueError as e:
         return fail(str(e), EXIT_USAGE)
     except PackError as e:

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from .common import EXIT_FAIL, EXIT_OK, fail
+from .common import EXIT_FAIL, EXIT_OK, add_remote_args, apply_remote_args, fail, store_path
 
 INSPECT_HELP = "summarise a store: counts, classes, image sizes, bytes"
 VERIFY_HELP = "re-check every record's CRC (and decode every image)"
 
 def add_inspect(sub) -> None:
     p = sub.add_parser("inspect", help=INSPECT_HELP)
-    p.add_argument("store", type=Path)
+    p.add_argument("store", type=store_path, help="a store folder, or its URL (s3://bucket/coco.ff)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_remote_args(p)
     p.set_defaults(func=cmd_inspect)
 
 
@@ -22,8 +22,9 @@ def cmd_inspect(args) -> int:
     from ..store.verify import summarize
 
     try:
+        apply_remote_args(args)
         s = summarize(args.store)
-    except FormatError as e:
+    except (FormatError, ValueError, ImportError) as e:
         return fail(str(e))
     if args.json:
         print(json.dumps(s, indent=1))
@@ -53,10 +54,12 @@ def cmd_inspect(args) -> int:
 
 def add_verify(sub) -> None:
     p = sub.add_parser("verify", help=VERIFY_HELP)
-    p.add_argument("store", type=Path)
+    p.add_argument("store", type=store_path, help="a store folder, or its URL (every shard is downloaded into the "
+                                                  "shard cache, its sha256 checked)")
     p.add_argument("--decode", action="store_true", help="also decode every image")
     p.add_argument("--workers", type=int, help="processes (default: all cores)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_remote_args(p)
     p.set_defaults(func=cmd_verify)
 
 
@@ -66,9 +69,10 @@ def cmd_verify(args) -> int:
     from ..store.verify import verify
 
     try:
+        apply_remote_args(args)
         res = verify(args.store, decode=args.decode, workers=args.workers or usable_cores(),
                      progress=not args.quiet)
-    except FormatError as e:
+    except (FormatError, ValueError, ImportError) as e:
         return fail(str(e))
     if res.ok:
         extra = f", {res.decoded} images decoded" if args.decode else ""

@@ -9,7 +9,17 @@ from dataclasses import fields
 from pathlib import Path
 
 from ..train.config import AMPS, DEFAULT_LR, MODELS, OPTIMIZERS, SCHEDULES, TrainConfig
-from .common import EXIT_FAIL, EXIT_OK, EXIT_PREEMPTED, EXIT_USAGE, fail, progress_lines
+from .common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_PREEMPTED,
+    EXIT_USAGE,
+    add_remote_args,
+    apply_remote_args,
+    fail,
+    progress_lines,
+    store_path,
+)
 
 D = {f.name: f.default for f in fields(TrainConfig)}   # the library's defaults are the command's
 
@@ -75,8 +85,9 @@ def add_parser(sub) -> None:
                     "for data, copying to the device, computing and in DDP all-reduce; evaluates COCO mAP@0.5\n"
                     "and mAP@0.5:0.95 on --val; ends with a bottleneck verdict and what to try.")
     d = p.add_argument_group("data")
-    d.add_argument("--data", type=Path, help="training store (required unless --eval-only)")
-    d.add_argument("--val", type=Path, help="store to evaluate after each epoch (COCO mAP with pycocotools)")
+    d.add_argument("--data", type=store_path,
+                   help="training store, a folder or its URL (s3://bucket/coco.ff; required unless --eval-only)")
+    d.add_argument("--val", type=store_path, help="store to evaluate after each epoch (COCO mAP with pycocotools)")
     d.add_argument("--loader", default=D["loader"], choices=_Loaders(), metavar="NAME",
                    help="fastfeed loader feeding the training (`fastfeed loaders` lists them; default %(default)s)")
     d.add_argument("--workers", type=int, help="loader worker processes (default: one per core, up to 8)")
@@ -151,6 +162,7 @@ def add_parser(sub) -> None:
     o.add_argument("--json", action="store_true", help="print the final summary as JSON (with `bottleneck` and its figures)")
     o.add_argument("--quiet", dest="progress", action="store_false",
                    help="no progress bar (there is none when stderr is not a terminal: the log lines are plain there)")
+    add_remote_args(p)
     p.set_defaults(func=run)
 
 
@@ -188,9 +200,10 @@ def run(args) -> int:
 
     try:
         # Every flag is a TrainConfig field of the same name; one not given (None) keeps the field's default.
+        apply_remote_args(args)
         cfg = TrainConfig(**{f.name: v for f in fields(TrainConfig) if (v := getattr(args, f.name, None)) is not None})
         for flag, path in (("--data", cfg.data), ("--val", cfg.val)):
-            if path is not None and not path.exists():
+            if isinstance(path, Path) and not path.exists():
                 return fail(f"{flag} {path} does not exist (make a store with `fastfeed pack SRC -o OUT`)")
         with progress_lines(getattr(args, "verbose", False)):   # the log lines, mAP lines and warnings; pycocotools' tables only with -v
             res = train(cfg)

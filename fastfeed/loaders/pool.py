@@ -141,6 +141,7 @@ class PoolLoader(Loader):
             builder.warm(self._history(ep.epoch, ep.start, 1)[0], reset=True)
         for k in range(ep.start, len(ep.batches)):
             indices = ep.batches[k]
+            self.order.reached(ep.epoch, k)
             self._pos = None   # if building fails half-way, the partner buffer is unknown
             result, times = builder.build(indices, ep.epoch, k, ep.mosaic, slot.numpy())
             ep.submitted = k
@@ -163,6 +164,7 @@ class PoolLoader(Loader):
             if pool.outstanding:    # abandoned epoch, or a set_epoch() other than the one queued: the
                 pool.new_generation()   # workers still build what was queued (their history stays `_pos`)
             cur = self._plan(self.epoch, self.start)
+            self.order.reached(cur.epoch, cur.start)   # before the partner buffers' replay reads
             if self._pos != (cur.epoch, cur.start):
                 for w, records in enumerate(self._history(cur.epoch, cur.start, pool.n)):
                     pool.warm(w, cur.epoch, records)
@@ -178,8 +180,10 @@ class PoolLoader(Loader):
             else:
                 nxt = nxt or self._plan(cur.epoch + 1)
                 ep = nxt
-            if ep.queued or not pool.submit(ep.epoch, ep.submitted, ep.batches[ep.submitted], ep.mosaic):
+            if ep.queued or not pool.can_submit():
                 return nxt
+            self.order.reached(ep.epoch, ep.submitted)   # a shard cache following the order pins and prefetches
+            pool.submit(ep.epoch, ep.submitted, ep.batches[ep.submitted], ep.mosaic)
             self._advance(ep)
             ep.submitted += 1
 

@@ -1,7 +1,7 @@
 """Which records each rank reads in which order: seeded per epoch, sharded across ranks.
 
 `epoch_batches` is the global shuffle; `EpochOrder` is what a loader is given (the seam a store with its own
-order, e.g. shard-aware windows for object storage, plugs into: `default_order`)."""
+order plugs into: `default_order`; the shard-aware windows of a store in object storage are `windowed.py`)."""
 
 from __future__ import annotations
 
@@ -62,6 +62,11 @@ class EpochOrder:
 
     def describe(self) -> dict:
         return {"order": type(self).__name__}
+
+    def reached(self, epoch: int, batch: int) -> None:
+        """The loader is about to hand batch `batch` of `epoch` out to be read (called in order, by every
+        built-in loader where it submits batches). An order that drives a shard cache (`windowed.FollowedOrder`)
+        pins and prefetches from it; others ignore it."""
 
 
 class ShuffledOrder(EpochOrder):

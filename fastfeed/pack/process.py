@@ -126,10 +126,15 @@ def raw_annotation_verdict(frames, annotation_files) -> Problem | None:
         "most likely mirrored or upside down as packed. Re-pack with --exif ignore"))
 
 
-def process_item(item: Item, cfg: PayloadConfig, nc: int | None) -> Result:
+def process_item(item: Item, cfg: PayloadConfig, nc: int | None, data=None) -> Result:
+    """Read (or take `data`: the image's bytes, read from a bucket; a Problem: why they could not be), check and
+    encode one image."""
     res = Result(item.name, problems=list(item.problems))
+    if isinstance(data, Problem):
+        res.problems.append(data)
+        return res
     try:
-        data = item.path.read_bytes()
+        data = item.path.read_bytes() if data is None else data
     except FileNotFoundError:
         res.problems.append(Problem("missing_image", item.name, f"{item.path} does not exist"))
         return res

@@ -2,26 +2,27 @@
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import logging
 import multiprocessing as mp
 import os
 import shutil
+import tempfile
 import time
-from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
 from tqdm import tqdm
 
-from .. import __version__
 from ..procs import usable_cores, worker_context
 from ..store import format as fmt
+from ..store import objstore
 from ..store.publish import publish, temp_dir_for
-from . import segment
+from . import remote, segment
 from .check import DEFAULT_MAX_PIXELS
 from .layout import check_labelled, open_source
+from .manifest import build_manifest
 from .process import EXIF_MODES, STORE_MODES, PayloadConfig, raw_annotation_verdict
 from .report import PackReport
 from .source import PackError
@@ -54,9 +55,14 @@ class PackConfig:
     progress: bool = True
     allow_background_only: bool = False   # pack a set in which (almost) no image has a label (layout.check_labelled)
     names: list[str] | None = None     # YOLO: the class names (data.yaml's) instead of those found beside the source
+    storage_options: dict | None = None   # fsspec options for a URL SRC or OUT (credentials: never written anywhere)
 
     def __post_init__(self):
-        self.out = Path(self.out)
+        self.out = objstore.location(self.out)   # a folder (Path) or a URL (str)
+        self.src = objstore.location(self.src)
+        for name in ("ann", "images"):
+            if objstore.is_url(getattr(self, name)):
+                raise ValueError(f"--{name} must be local; for a dataset in a bucket give its folder as SRC")
         if self.format not in (None, "coco", "yolo"):
             raise ValueError(f"format must be 'coco' or 'yolo' (or None to detect), got {self.format!r}")
         if self.store not in STORE_MODES:
@@ -138,33 +144,49 @@ def _run_segments(jobs: list[segment.SegmentJob], workers: int, progress: bool, 
                 yield res
 
 
+def _open(cfg: PackConfig, src) -> tuple:
+    """(the Source, a PackReport holding its layout problems); raises PackError for what stops a pack."""
+    source = open_source(src, cfg.format, cfg.split, cfg.ann, cfg.images, cfg.names)
+    report = PackReport()
+    report.extend(source.problems)
+    if not source.items and not report.errors:
+        raise PackError(f"no images found: {source.describe()}")
+    if not cfg.allow_background_only:
+        try:
+            check_labelled(source)
+        except PackError as e:
+            raise PackError(str(e), report) from None
+    if cfg.on_error == "fail" and report.errors:
+        raise PackError(f"--on-error fail: {report.errors[0].describe()}")
+    log.info("packing %s", source.describe())
+    return source, report
+
+
 def pack(cfg: PackConfig) -> PackResult:
-    """Pack `cfg.src` into `cfg.out`. Raises PackError (with `.report` when packing started, and
-    `.rejects`, the file listing every rejection, when it was written)."""
+    """Pack `cfg.src` into `cfg.out` (either may be a URL: pack/remote.py). Raises PackError (with `.report` when
+    packing started, and `.rejects`, the file listing every rejection, when it was written)."""
+    with contextlib.ExitStack() as stack:
+        src, files = cfg.src, None
+        if objstore.is_url(cfg.src):   # the layout readers read a local stand-in; the images come from the bucket
+            src, files = stack.enter_context(remote.staged(cfg.src, cfg.storage_options))
+        if objstore.is_url(cfg.out):
+            return _pack_to_url(cfg, src, files)
+        return _pack_local(cfg, src, files)
+
+
+def _pack_local(cfg: PackConfig, src, files) -> PackResult:
     t0 = time.perf_counter()
     if not cfg.out.parent.is_dir():
         raise PackError(f"cannot write {cfg.out}: its parent folder {cfg.out.parent} does not exist")
     with pack_lock(cfg.out):  # before any work: a second pack into OUT stops here
         replace = _check_out(cfg)
-        source = open_source(cfg.src, cfg.format, cfg.split, cfg.ann, cfg.images, cfg.names)
-        report = PackReport()
-        report.extend(source.problems)
-        if not source.items and not report.errors:
-            raise PackError(f"no images found: {source.describe()}")
-        if not cfg.allow_background_only:
-            try:
-                check_labelled(source)
-            except PackError as e:
-                raise PackError(str(e), report) from None
-        if cfg.on_error == "fail" and report.errors:
-            raise PackError(f"--on-error fail: {report.errors[0].describe()}")
-        log.info("packing %s", source.describe())
+        source, report = _open(cfg, src)
         tmp = temp_dir_for(cfg.out)
         shutil.rmtree(tmp, ignore_errors=True)
         space = DiskSpace.at(cfg.out.parent)
         try:
             tmp.mkdir()
-            manifest = _pack_into(tmp, cfg, source, report) if source.items else None
+            manifest = _pack_into(tmp, cfg, source, report, files) if source.items else None
             report.write_rejects(tmp / fmt.REJECTS)
             if manifest is None:
                 _keep_rejects(tmp, cfg.out, report, len(source.items))
@@ -179,33 +201,73 @@ def pack(cfg: PackConfig) -> PackResult:
     return PackResult(cfg.out, manifest, report, time.perf_counter() - t0, source.describe(), cfg.out / fmt.REJECTS)
 
 
-def _pack_into(tmp: Path, cfg: PackConfig, source, report: PackReport) -> fmt.Manifest | None:
-    """Write the shards into `tmp`; returns the manifest, or None when every image was rejected."""
+def _pack_into(tmp: Path, cfg: PackConfig, source, report: PackReport, files=None, name=fmt.shard_file,
+               sink=None) -> fmt.Manifest | None:
+    """Write the shards into `tmp`, numbered as they complete (in order: `name(k)`) and each handed to
+    `sink(path, name)` when given (an upload); returns the manifest, or None when every image was rejected."""
     workers = cfg.workers if cfg.workers is not None else usable_cores()
     payload = PayloadConfig(cfg.store, cfg.max_side, cfg.quality, cfg.check, cfg.max_pixels, cfg.exif)
     nc = len(source.class_names) or None
-    jobs = [segment.SegmentJob(k, items, payload, nc, tmp, cfg.on_error == "fail")
-            for k, items in enumerate(segment.plan(source.items, cfg, workers))]
-    stats, shards = segment.SegmentStats(), []
+    jobs = [segment.SegmentJob(k, items, payload, nc, tmp, cfg.on_error == "fail", files)
+            for k, items in enumerate(segment.plan(source.items, cfg, workers, objstore.is_url(cfg.out)))]
+    stats, shards, start = segment.SegmentStats(), [], 0
     for res in _run_segments(jobs, workers, cfg.progress, len(source.items)):
         report.extend(res.problems)
         if res.failed is not None:
             raise PackError(f"--on-error fail: {res.failed.describe()}", report)
         stats.merge(res.stats)
-        if res.shard is not None:
-            shards.append(res.shard)
+        if res.shard is not None:   # number the shards that hold records 0, 1, 2, ...
+            shard, file = res.shard, name(len(shards))
+            if shard["file"] != file:
+                os.rename(tmp / shard["file"], tmp / file)
+            shard.update(file=file, start=start)
+            start += shard["count"]
+            shards.append(shard)
+            if sink is not None:
+                sink(tmp / file, file)
     if (verdict := raw_annotation_verdict(stats.exif_frames, source.annotation_files)) is not None:
         report.add(verdict)
     if not shards:
         return None
-    start = 0
-    for k, shard in enumerate(shards):  # number the shards that hold records 0, 1, 2, ...
-        name = fmt.shard_file(k)
-        if shard["file"] != name:
-            os.rename(tmp / shard["file"], tmp / name)
-        shard.update(file=name, start=start)
-        start += shard["count"]
-    return _manifest(cfg, source, shards, stats, report, workers)
+    manifest = build_manifest(cfg, source, shards, stats, report, workers)
+    if files is not None:   # a source in a bucket: name it, not the local stand-in
+        manifest.source["root"] = objstore.shown(files.url)
+        manifest.source["annotations"] = [objstore.shown(files.url_of(a)) for a in source.annotation_files]
+    return manifest
+
+
+def _pack_to_url(cfg: PackConfig, src, files) -> PackResult:
+    """Shards uploaded as they complete, rejects.jsonl, the manifest last, then the old pack's shards removed
+    (pack/remote.py)."""
+    t0 = time.perf_counter()
+    dest = remote.Destination(cfg.out, cfg.storage_options)
+    with pack_lock(remote.stand_in_lock_path(cfg.out)):
+        old = dest.existing()
+        if old is not None and not cfg.overwrite:
+            raise PackError(f"{dest.where} already holds a store; pass --force to replace it (readers keep the old pack "
+                            "until the new manifest is in place)")
+        source, report = _open(cfg, src)
+        pack_id = remote.new_pack_id()
+        tmp = Path(tempfile.mkdtemp(prefix="fastfeed-pack-"))
+        try:
+            manifest = (_pack_into(tmp, cfg, source, report, files, lambda k: fmt.shard_file(k, pack_id), dest.add_shard)
+                        if source.items else None)
+            report.write_rejects(tmp / fmt.REJECTS)
+            if manifest is None:
+                dest.abandon()
+                where = dest.put_rejects((tmp / fmt.REJECTS).read_bytes(), beside=old is not None)
+                raise PackError(f"nothing usable was packed: all {len(source.items)} images were rejected; the reasons "
+                                f"are listed in {where} ({dest.where} is {'unchanged' if old is not None else 'not a store'})",
+                                report, where)
+            dest.finish(manifest, tmp / fmt.REJECTS)
+        except BaseException:
+            dest.abandon()
+            raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            dest.close()
+    return PackResult(cfg.out, manifest, report, time.perf_counter() - t0, source.describe(),
+                      objstore.join(objstore.shown(cfg.out), fmt.REJECTS))
 
 
 def _keep_rejects(tmp: Path, out: Path, report: PackReport, n: int) -> NoReturn:
@@ -219,33 +281,3 @@ def _keep_rejects(tmp: Path, out: Path, report: PackReport, n: int) -> NoReturn:
         where, note = out / fmt.REJECTS, f"{out} holds only that file: it is not a store"
     what = f"all {n} images were rejected" if n else "no image could be listed"
     raise PackError(f"nothing usable was packed: {what}; the reasons are listed in {where} ({note})", report, where)
-
-
-def _manifest(cfg: PackConfig, source, shards: list[dict], stats, report: PackReport, workers: int) -> fmt.Manifest:
-    names, cat_ids = source.class_names, source.category_ids
-    if not names:  # YOLO without data.yaml: classes are whatever ids the labels use
-        nc = max(stats.class_boxes, default=-1) + 1
-        names, cat_ids = [str(i) for i in range(nc)], list(range(nc))
-    source_hash = hashlib.sha256()
-    for name, crc in stats.sources:
-        source_hash.update(f"{name}\0{crc}\n".encode())
-    for ann in source.annotation_files:
-        source_hash.update(hashlib.sha256(ann.read_bytes()).digest())
-    content = f"{fmt.FORMAT_VERSION}:{cfg.store}:{cfg.max_side}:{cfg.quality}:{names}".encode() + bytes(stats.record_crcs)
-    return fmt.Manifest(
-        num_images=sum(s["count"] for s in shards), num_boxes=stats.num_boxes, num_crowd=stats.num_crowd,
-        classes=names, category_ids=cat_ids,
-        payload={"store": cfg.store, "max_side": cfg.max_side, "quality": cfg.quality if cfg.store == "jpeg" else None},
-        shards=[fmt.ShardInfo(**s) for s in shards],
-        fingerprint=hashlib.sha256(content).hexdigest()[:32],
-        source={"format": source.format, "root": str(source.root.resolve()), "split": source.split,
-                "annotations": [str(a.resolve()) for a in source.annotation_files],
-                "images_seen": len(source.items), "fingerprint": source_hash.hexdigest()[:32]},
-        pack_options={k: v for k, v in asdict(cfg).items()
-                      if k in ("shards", "shard_mb", "on_error", "format", "split", "check", "max_pixels", "exif")}
-                     | {"workers": workers},
-        stats={"class_boxes": [stats.class_boxes.get(c, 0) for c in range(len(names))],
-               "sizes": dict(stats.sizes.most_common()), "record_bytes": stats.record_bytes,
-               "oriented": stats.oriented},
-        report=report.to_dict(),
-        created=datetime.now(timezone.utc).isoformat(timespec="seconds"), fastfeed_version=__version__)

@@ -21,6 +21,11 @@ from .source import Item
 from .writer import ShardWriter
 
 DEFAULT_SHARD_MB = 1024
+# A store written to a URL is read a shard at a time over the network: 128 MB downloads in ~1 s at 1 Gb/s (the
+# first batch waits for about one), amortises per-request latency over 8 ranged parts of 16 MB, and leaves a
+# cache of tens of GB hundreds of shards to mix samples from (see docs/format.md).
+URL_SHARD_MB = 128
+_REMOTE_BATCH = 32   # images a pack worker reads from a bucket at once
 _MIN_SEGMENT = 64  # images; smaller runs are not worth a shard of their own
 
 
@@ -65,6 +70,7 @@ class SegmentJob:
     nc: int | None
     out_dir: Path
     fail_fast: bool
+    remote: object = None       # pack.remote.RemoteFiles: the images are read from a bucket, in batches
 
 
 def _estimated_bytes(item, cfg) -> int:
@@ -86,14 +92,17 @@ def estimated_bytes(items: list, cfg) -> int:
     return sum(_estimated_bytes(it, cfg) for it in items)
 
 
-def plan(items: list, cfg, workers: int) -> list[list]:
-    """Contiguous runs of items, one shard each: `--shards N`, or by estimated size (`--shard-mb`),
-    split further so every worker has work (at least 4 runs per worker, of >= 64 images)."""
+def plan(items: list, cfg, workers: int, url: bool = False) -> list[list]:
+    """Contiguous runs of items, one shard each: `--shards N`; `--shard-mb MB`: about MB of records each, however
+    few that makes; by default about DEFAULT_SHARD_MB (URL_SHARD_MB for a store written to a URL), split
+    further so every worker has work (at least 4 runs per worker, of >= 64 images)."""
     n = len(items)
     if cfg.shards:
         count = min(cfg.shards, n)
+    elif cfg.shard_mb:
+        count = min(max(math.ceil(estimated_bytes(items, cfg) / (cfg.shard_mb * 2**20)), 1), n)
     else:
-        limit = (cfg.shard_mb or DEFAULT_SHARD_MB) * 2**20
+        limit = (URL_SHARD_MB if url else DEFAULT_SHARD_MB) * 2**20
         total = estimated_bytes(items, cfg)
         count = max(math.ceil(total / limit), min(4 * max(workers, 1), math.ceil(n / _MIN_SEGMENT)), 1)
     bounds = [round(k * n / count) for k in range(count + 1)]
@@ -115,10 +124,13 @@ def run(job: SegmentJob) -> SegmentResult:
     writer = ShardWriter(job.out_dir / fmt.shard_file(job.segment))
     st = res.stats
     try:
-        for item in job.items:
+        fetched: dict = {}
+        for k, item in enumerate(job.items):
             if _ABORT is not None and _ABORT.is_set():
                 break
-            r = process_item(item, job.payload, job.nc)
+            if job.remote is not None and k % _REMOTE_BATCH == 0:   # the next images' bytes, many requests at once
+                fetched = job.remote.read(job.items[k:k + _REMOTE_BATCH])
+            r = process_item(item, job.payload, job.nc, fetched.pop(item.name, None))
             res.problems += r.problems
             st.sources.append((r.name, r.source_crc))
             if r.exif_frame is not None and (r.exif_frame != "either" or r.record is not None):

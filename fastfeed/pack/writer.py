@@ -13,6 +13,7 @@ import lmdb
 
 from ..store import format as fmt
 from ..store import publish
+from ..store.checksum import sha256_file
 from .source import PackError
 
 log = logging.getLogger(__name__)
@@ -44,14 +45,15 @@ class ShardWriter:
             self._pending = 0
 
     def close(self) -> dict | None:
-        """Commit and fsync; returns {file, count, bytes}, or None when nothing was written."""
+        """Commit and fsync; returns {file, count, bytes, sha256}, or None when nothing was written."""
         if self._env is None:
             return None
         self._txn.commit()
         self._env.sync(True)  # the store is published by a rename: its data must be on disk first
         self._env.close()
         self._env = self._txn = None
-        return {"file": self.path.name, "count": self.count, "bytes": os.path.getsize(self.path)}
+        return {"file": self.path.name, "count": self.count, "bytes": os.path.getsize(self.path),
+                "sha256": sha256_file(self.path)}
 
     def abort(self) -> None:
         if self._env is not None:

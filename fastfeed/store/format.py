@@ -41,8 +41,8 @@ except ImportError:  # pragma: no cover - zlib-ng is a dependency; stay readable
     from zlib import crc32
 
 FORMAT_NAME = "fastfeed"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)   # 2 added the per-record EXIF orientation; version 1 records read as upright
+FORMAT_VERSION = 3   # 2: the per-record EXIF orientation (version 1 reads as upright); 3: each shard's sha256
+READABLE_VERSIONS = (1, 2, 3)
 MANIFEST = "manifest.json"
 REJECTS = "rejects.jsonl"
 MAGIC = b"FFR1"
@@ -55,8 +55,9 @@ HEADER = struct.Struct("<4sIBBHIIIIqIIH")
 _CRC_FROM = 8  # the CRC covers everything after magic and the CRC itself
 
 
-def shard_file(index: int) -> str:
-    return f"shard-{index:05d}.mdb"
+def shard_file(index: int, pack_id: str | None = None) -> str:
+    """Shard k's file name; in object storage with its pack's id, so a re-pack there writes new objects."""
+    return f"shard-{pack_id}-{index:05d}.mdb" if pack_id else f"shard-{index:05d}.mdb"
 
 
 def record_key(local: int) -> bytes:
@@ -68,9 +69,8 @@ def record_key(local: int) -> bytes:
 
 
 def pack_lock_path(out) -> Path:
-    """The lock file of a pack into store `out`: `.OUT.lock` beside it. A running `fastfeed pack`
-    holds an exclusive flock on it (its pid inside) from start to end and removes it when done; a
-    leftover file nobody has locked is stale (a killed pack) and means nothing."""
+    """The lock file of a pack into store `out`: `.OUT.lock` beside it. A running `fastfeed pack` holds an exclusive
+    flock on it (its pid inside) and removes it when done; a leftover nobody has locked means nothing."""
     out = Path(out)
     return out.parent / f".{out.name}.lock"
 
@@ -213,6 +213,7 @@ class ShardInfo:
     count: int    # records in it
     bytes: int    # file size: a reader refuses a shard of another size (truncated or replaced)
     start: int    # global index of its first record
+    sha256: str | None = None   # of the file's bytes (version 3; a download is checked against it)
 
 
 @dataclass
@@ -266,19 +267,26 @@ class Manifest:
 
 
 def write_manifest(path, manifest: Manifest) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(manifest.to_json(), f, indent=1)
-        f.write("\n")
+    Path(path).write_bytes(manifest_bytes(manifest))
+
+
+def manifest_bytes(manifest: Manifest) -> bytes:
+    return (json.dumps(manifest.to_json(), indent=1) + "\n").encode("utf-8")
 
 
 def read_manifest(path) -> Manifest:
     """Load and version-check a manifest (any of READABLE_VERSIONS); errors say what the file is and what to do."""
     try:
-        with open(path, encoding="utf-8") as f:
-            m = json.load(f)
+        return parse_manifest(Path(path).read_bytes(), path)
     except FileNotFoundError:
         raise FormatError(f"{path} not found: not a fastfeed store (create one with `fastfeed pack`)") from None
-    except json.JSONDecodeError as e:
+
+
+def parse_manifest(data: bytes, path) -> Manifest:
+    """A manifest from its bytes (`path`: where it came from, for messages)."""
+    try:
+        m = json.loads(data.decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise FormatError(f"{path} is not valid JSON ({e}); the store is damaged, re-run `fastfeed pack`") from None
     if not isinstance(m, dict) or m.get("format") != FORMAT_NAME:
         raise FormatError(f"{path} is not a fastfeed manifest")

@@ -10,7 +10,7 @@ from pathlib import Path
 import lmdb
 import numpy as np
 
-from . import changed, publish
+from . import changed, objstore, publish
 from . import format as fmt
 from .format import Record
 
@@ -105,7 +105,16 @@ class Store:
     re-packed in place before this process first reads it, reads raise FormatError (open it again).
     """
 
-    def __init__(self, path, check_crc: bool = True):
+    def __new__(cls, path=None, *args, **kwargs):
+        if cls is Store and objstore.is_url(path):   # a store in object storage: the same reads, its shards cached
+            from .remote import RemoteStore
+
+            return super().__new__(RemoteStore)
+        return super().__new__(cls)
+
+    def __init__(self, path, check_crc: bool = True, **remote):
+        if remote:
+            raise ValueError(f"{', '.join(sorted(remote))}: options of a store at a URL (s3://...); {path} is a folder")
         self.path = Path(path)
         publish.tidy(self.path)   # what an interrupted pack left: the old store put back, the rest removed
         if not (self.path / fmt.MANIFEST).is_file() and (pid := publish.pack_in_progress(self.path)) is not None:
@@ -203,6 +212,14 @@ class Store:
             for key in self._keys:
                 _release(key)
         self._pid, self._handles, self._keys = None, [], []
+
+    def shard_url(self, shard: int) -> str:
+        """Where shard number `shard` is (a file path here; a URL for a store in object storage)."""
+        return str(self.path / self.shards[shard].file)
+
+    def fetch(self, shard: int, wait: bool = True) -> bool:
+        """Make shard `shard` readable here: a local shard is (a remote store downloads it into its cache)."""
+        return True
 
     def shard_entries(self, shard: int) -> int:
         """Records LMDB holds in shard number `shard` (verify compares it with the manifest)."""

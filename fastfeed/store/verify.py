@@ -12,7 +12,9 @@ from tqdm import tqdm
 from .. import codec
 from ..procs import worker_context
 from . import format as fmt
+from .checksum import sha256_file
 from .reader import Store
+from .remote import RemoteStore
 
 _CHUNK = 256
 
@@ -30,8 +32,7 @@ class VerifyResult:
 
 
 def _check_range(args) -> tuple[int, list[dict]]:
-    path, start, stop, decode = args
-    store = Store(path, check_crc=False)
+    store, start, stop, decode = args   # the Store, pickled: a store at a URL keeps its cache settings
     damaged = []
     for i in range(start, stop):
         shard = store.shard_name(i)
@@ -50,15 +51,22 @@ def _check_range(args) -> tuple[int, list[dict]]:
     return stop - start, damaged
 
 
-def _check_shards(store: Store) -> list[dict]:
-    """Shard files present, and holding exactly the records the manifest says."""
-    damaged = [{"shard": s.file, "index": None,
-                "error": f"shard file {s.file} is missing (records {s.start}..{s.start + s.count - 1})"}
-               for s in store.shards if not (store.path / s.file).is_file()]
+def _check_shards(store: Store, changed: list) -> list[dict]:
+    """Shard files present, of the checksum the manifest gives, holding exactly the records it says (a store at a
+    URL: each shard downloaded into the shard cache, which checks size and sha256). A local shard whose sha256
+    differs goes into `changed` (its records are still checked, to name the damaged ones)."""
+    remote = isinstance(store, RemoteStore)
+    damaged = [] if remote else [
+        {"shard": s.file, "index": None, "error": f"shard file {s.file} is missing (records {s.start}..{s.start + s.count - 1})"}
+        for s in store.shards if not (store.path / s.file).is_file()]
     if damaged:
         return damaged
     for k, s in enumerate(store.shards):
         try:
+            store.fetch(k)
+            if not remote and s.sha256 and (digest := sha256_file(store.path / s.file)) != s.sha256:
+                changed.append({"shard": s.file, "index": None, "error": f"sha256 {digest[:16]}..., the manifest says "
+                                                                         f"{s.sha256[:16]}...: the shard changed"})
             entries = store.shard_entries(k)
         except fmt.FormatError as e:
             return [{"shard": s.file, "index": None, "error": str(e)}]
@@ -71,13 +79,16 @@ def _check_shards(store: Store) -> list[dict]:
 def verify(path, decode: bool = False, workers: int = 1, progress: bool = True) -> VerifyResult:
     """Check every record's CRC and layout (and with `decode`, that its image decodes)."""
     store = Store(path)
-    result = VerifyResult(Path(path))
-    result.damaged = _check_shards(store)
+    result = VerifyResult(store.path)
+    changed: list[dict] = []
+    result.damaged = _check_shards(store, changed)
     store.close()
     if result.damaged:
         return result  # records cannot be trusted to be where the manifest says
     n = len(store)
-    jobs = [(str(path), a, min(a + _CHUNK, n), decode) for a in range(0, n, _CHUNK)]
+    reader = Store(path, check_crc=False) if not isinstance(store, RemoteStore) else store
+    reader.check_crc = False
+    jobs = [(reader, a, min(a + _CHUNK, n), decode) for a in range(0, n, _CHUNK)]
     with tqdm(total=n, unit="rec", desc="verify", disable=not progress) as bar:
         if workers > 1 and len(jobs) > 1:
             with worker_context() as ctx:
@@ -92,6 +103,8 @@ def verify(path, decode: bool = False, workers: int = 1, progress: bool = True) 
                 count, damaged = _check_range(job)
                 result.damaged += damaged
                 bar.update(count)
+    named = {d["shard"] for d in result.damaged}
+    result.damaged += [c for c in changed if c["shard"] not in named]   # changed, but no record says where
     result.checked = n
     result.decoded = n if decode else 0
     return result
@@ -109,7 +122,8 @@ def summarize(path) -> dict:
         long_side = max(int(v) for v in size.split("x"))
         key = next((f"<= {b}" for b in _BUCKETS if long_side <= b), f"> {_BUCKETS[-1]}")
         hist[key] += count
-    shard_bytes = sum((store.path / s.file).stat().st_size for s in store.shards if (store.path / s.file).is_file())
+    shard_bytes = (sum(s.bytes for s in store.shards) if isinstance(store, RemoteStore) else
+                   sum((store.path / s.file).stat().st_size for s in store.shards if (store.path / s.file).is_file()))
     return {
         "path": str(store.path), "format_version": m.format_version, "created": m.created,
         "images": m.num_images, "boxes": m.num_boxes, "crowd_boxes": m.num_crowd,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from ..imgsz import check_imgsz
+from ..store.objstore import location
 
 MODELS = ("yolov3", "yolov3-tiny")   # the networks model.build_model builds
 OPTIMIZERS = ("sgd", "adamw")
@@ -109,7 +110,9 @@ class TrainConfig:
         def is_num(v):
             return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
-        for name in ("data", "val", "out", "weights"):
+        for name in ("data", "val"):   # a store folder, or a store's URL (s3://...), which stays a string
+            setattr(self, name, location(getattr(self, name)))
+        for name in ("out", "weights"):
             v = getattr(self, name)
             setattr(self, name, Path(v) if v is not None else None)
         if isinstance(self.resume, str) and self.resume != "auto":

@@ -24,6 +24,7 @@ from ...pack.signature import source_signature
 from ...pack.writer import pack_lock
 from ...store import Store
 from ...store.format import FormatError
+from ...store.objstore import is_url
 from .args import log
 
 STORE_ENV = "FASTFEED_STORE"
@@ -99,7 +100,7 @@ def open_env_store() -> Store | None:
     path = os.environ.get(STORE_ENV)
     if not path:
         return None
-    if not Path(path).exists():
+    if not is_url(path) and not Path(path).exists():   # a URL (s3://...) is read through the node's shard cache
         raise ValueError(f"{STORE_ENV}={path}: no such store (the path does not exist); pack one there "
                          f"(`fastfeed pack data.yaml -o {path}`) or unset {STORE_ENV} to pack data.yaml's train split")
     try:

@@ -1,0 +1,286 @@
+"""A store in object storage against the same store on local disk, in one run:
+
+    python benchmarks/remote_store.py [--images 1024] [--shard-mb 4] [--epochs 2] [--workers 1] [--bandwidth-mb 100]
+
+A real S3 API (moto's server, `pip install -e '.[dev]'`) runs on 127.0.0.1 in this process, behind the test
+helpers' fault proxy (`tests/s3_helpers.py`), which adds latency (and jitter) per request, a bandwidth cap
+shared by every connection (the node's link) and, for one epoch, dropped connections. The `cpu` loader (batch
+16, `--workers`) reads a replicated coco128 packed twice, locally and into the bucket, the shard cache held to
+40% of the store (so the windowed order runs). Printed, each against the local store in this same process:
+
+- images/s over all the epochs, and after the first window (the batches until the first window's shards are
+  read), with 0, 20 and 50 ms latency (+-25%) at the bandwidth cap;
+- time to the first batch from a cold cache, against one shard's and the whole store's download time at the cap;
+- bytes fetched per node per epoch against the store's size;
+- an epoch with 1% of requests' connections reset mid-response: completes, every record delivered;
+- what the windowed order does to training batches, against the global shuffle on the same store: classes per
+  batch, source shards per batch, and the share of mosaics repeating a tile (from the cpu loader's own plans).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
+from common import default_source, machine, replicate_coco  # noqa: E402
+from s3_helpers import FaultProxy, S3Server, moto_missing  # noqa: E402
+
+import fastfeed.store.objstore as objstore  # noqa: E402
+from fastfeed import Store  # noqa: E402
+from fastfeed.augment import AugmentHyp, batch_rng, draw_batch  # noqa: E402
+from fastfeed.loaders import LoaderConfig, create_loader  # noqa: E402
+from fastfeed.loaders.partners import history  # noqa: E402
+from fastfeed.loaders.sampler import ShuffledOrder  # noqa: E402
+from fastfeed.pack import PackConfig, pack  # noqa: E402
+
+
+def _network(conn) -> None:
+    """In a child process (its own GIL): the S3 server, and fault proxies made and
+    stopped on request through `conn`."""
+
+    server, proxies = S3Server(), {}
+    conn.send(server.port)
+    while True:
+        cmd, arg = conn.recv()
+        if cmd == "proxy":
+            p = FaultProxy(server.port, **arg)
+            proxies[p.port] = p
+            conn.send(p.url)
+        elif cmd == "stop":
+            p = proxies.pop(arg)
+            p.stop()
+            conn.send({"requests": p.requests, "dropped": p.dropped})
+        else:
+            server.stop()
+            conn.send(None)
+            return
+
+
+class Network:
+    """The child process of `_network`, seen from here."""
+
+    def __init__(self):
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_network, args=(child,), daemon=True)
+        self.proc.start()
+        self.port = self.conn.recv()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.use(self.endpoint)
+
+    def use(self, endpoint: str) -> None:
+        S3Server.use(self, endpoint)
+
+    def proxy(self, **kw) -> str:
+        self.conn.send(("proxy", kw))
+        return self.conn.recv()
+
+    def stop_proxy(self, url: str) -> dict:
+        self.conn.send(("stop", int(url.rsplit(":", 1)[1])))
+        return self.conn.recv()
+
+    def bucket(self, prefix: str) -> str:
+        import uuid
+
+        import boto3
+
+        name = f"{prefix}-{uuid.uuid4().hex[:12]}"
+        boto3.client("s3", endpoint_url=self.endpoint).create_bucket(Bucket=name)
+        return name
+
+    def cpu_seconds(self) -> float:
+        """CPU the S3 server and its proxies have used (they share this machine's cores with the loader)."""
+        import psutil
+
+        t = psutil.Process(self.proc.pid).cpu_times()
+        return t.user + t.system
+
+    def stop(self) -> None:
+        self.conn.send(("quit", None))
+        self.conn.recv()
+        self.proc.join(10)
+
+
+PIN: dict = {}   # {"worker": core, "rest": core}: the loader's worker on a core of its own (--pin)
+
+
+def run_epochs(store, cfg, epochs: int, window_batches: int | None = None) -> dict:
+    """Iterate `epochs` epochs; images/s overall and after `window_batches` batches, time to the first batch."""
+    t0 = time.perf_counter()
+    first = after_t = None
+    n = after_n = 0
+    seen = []
+    with create_loader("cpu", store, cfg) as loader:
+        order = loader.order
+        for e in range(epochs):
+            loader.set_epoch(e)
+            for k, b in enumerate(loader):
+                now = time.perf_counter()
+                if first is None:
+                    first = now - t0
+                    for pid in loader.memory_pids() if PIN else ():
+                        os.sched_setaffinity(pid, {PIN["worker"]})
+                n += len(b.indices)
+                if e == 0:
+                    seen.append(b.indices.numpy().copy())
+                if window_batches is not None and e == 0 and k == window_batches:
+                    after_t, after_n = now, n
+        stages = loader.stage_times().per_sample_ms()
+    total = time.perf_counter() - t0
+    out = {"read_ms_per_sample": stages["read"], "decode_ms_per_sample": stages["decode"], "first_batch_s": first, "images_per_s": n / (total - first) if total > first else None,
+           "order": order.describe(), "epoch0": np.concatenate(seen) if seen else np.zeros(0, np.int64),
+           "expected0": np.concatenate(order.batches(0))}
+    if after_t is not None:
+        out["images_per_s_after_window"] = (n - after_n) / (time.perf_counter() - after_t)
+    return out
+
+
+def batch_stats(order, store, cfg, epochs=1) -> dict:
+    """Classes per batch, shards per batch, mosaics repeating a tile: what the order does to training batches."""
+    classes = [np.unique(store.record(i, check_crc=False).classes) for i in range(len(store))]
+    starts = np.array([s.start for s in store.shards])
+    pb = min(len(store), 8 * cfg.batch_size, 1000)
+    w = max(cfg.workers, 1)
+    n_cls, n_shards, repeats = [], [], []
+    for e in range(epochs):
+        batches = order.batches(e)
+        for k, b in enumerate(batches):
+            n_cls.append(len(np.unique(np.concatenate([classes[int(i)] for i in b]))))
+            n_shards.append(len(np.unique(np.searchsorted(starts, b, side="right"))))
+            cands = history(order.batches, e, k + 1, k % w, w, pb)
+            plans = draw_batch(batch_rng(cfg.seed, order.rank, e, k), len(b), cfg.hyp, cfg.imgsz, mosaic_on=True,
+                               mixup_on=False, candidates=len(cands))
+            for j, p in enumerate(plans):
+                if p.geometry.partners:
+                    tiles = [int(b[j])] + [int(cands[q]) for q in p.geometry.partners]
+                    repeats.append(len(set(tiles)) < len(tiles))
+    return {"classes_per_batch": float(np.mean(n_cls)), "shards_per_batch": float(np.mean(n_shards)),
+            "mosaics_repeating_a_tile": float(np.mean(repeats)) if repeats else None}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--images", type=int, default=1024)
+    ap.add_argument("--shard-mb", type=float, default=4.0, help="shard size (small, so the store has many)")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=1,
+                    help="loader workers (1 on a 2-core machine: the S3 server and proxy run here too)")
+    ap.add_argument("--imgsz", type=int, default=640)
+    ap.add_argument("--bandwidth-mb", type=float, default=100.0,
+                    help="the proxy's cap, MB/s for all connections (100: about a 1 Gb/s link)")
+    ap.add_argument("--cache-share", type=float, default=0.4)
+    ap.add_argument("--no-pin", dest="pin", action="store_false",
+                    help="leave the loader's worker unpinned (by default it gets a core of its own and everything else "
+                         "- this process, the prefetch threads, the S3 server and proxy - the other: the work a remote "
+                         "store adds never takes the worker's core, as on a node with cores to spare)")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    if (why := moto_missing()) is not None:
+        print(why)
+        return 1
+    work = Path(tempfile.mkdtemp(prefix="fastfeed-remote-bench-"))
+    src = replicate_coco(default_source(), work / "src", args.images)
+    if args.pin and len(os.sched_getaffinity(0)) >= 2:   # the network's work (here: its server too) on another core
+        cores = sorted(os.sched_getaffinity(0))
+        PIN.update(worker=cores[0], rest=cores[1])
+        os.sched_setaffinity(0, {cores[1]})
+    objstore.PART_BYTES = 1 << 20   # a 4 MB shard in 4 ranged reads, as a 128 MB one is 8 of 16 MB
+    server = Network()
+    bucket = server.bucket("bench")
+    url = f"s3://{bucket}/coco.ff"
+    for out in (work / "local.ff", url):
+        pack(PackConfig(src=src, out=out, shard_mb=args.shard_mb, progress=False))
+    local = Store(work / "local.ff")
+    size = sum(s.bytes for s in local.shards)
+    largest = max(s.bytes for s in local.shards)
+    limit = int(size * args.cache_share)
+    cfg = LoaderConfig(imgsz=args.imgsz, batch_size=16, workers=args.workers, seed=0, hyp=AugmentHyp())
+    bw = args.bandwidth_mb * 1e6
+    res = {"machine": machine(), "images": len(local), "store_bytes": size, "shards": len(local.shards),
+           "largest_shard": largest, "cache_limit": limit, "bandwidth_bytes_per_s": bw, "epochs": args.epochs,
+           "workers": args.workers, "imgsz": args.imgsz, "pinned": dict(PIN), "runs": {}}
+    print(f"store: {len(local)} images, {len(local.shards)} shards, {size / 2**20:.1f} MiB; shard cache limit "
+          f"{limit / 2**20:.1f} MiB ({args.cache_share:.0%}); cap {args.bandwidth_mb:g} MB/s; cpu loader, "
+          f"{args.workers} workers, imgsz {args.imgsz}, batch 16, {args.epochs} epochs")
+
+    base = run_epochs(local, cfg, args.epochs)
+    res["runs"]["local"] = {k: v for k, v in base.items() if not k.startswith(("epoch0", "expected0"))}
+    print(f"local: {base['images_per_s']:.1f} images/s, first batch {base['first_batch_s']:.2f} s")
+
+    for ms in (0, 20, 50):
+        base = run_epochs(local, cfg, args.epochs)   # local again, just before: the machine is shared, its load moves
+        res["runs"][f"local_before_{ms}ms"] = {k: v for k, v in base.items() if not k.startswith(("epoch0", "expected0"))}
+        proxy = server.proxy(latency=ms / 1e3, jitter=ms / 4e3, bandwidth=bw, seed=ms)
+        server.use(proxy)
+        store = Store(url, cache_dir=work / f"cache-{ms}", cache_limit=limit)
+        probe = store.epoch_order(cfg, 0, 1)
+        per_shard = len(store) / len(store.shards)
+        window_batches = int(np.ceil(probe.describe().get("window_shards", 1) * per_shard / cfg.batch_size))
+        net0, t0 = server.cpu_seconds(), time.perf_counter()
+        r = run_epochs(store, cfg, args.epochs, window_batches)
+        net_cores = (server.cpu_seconds() - net0) / (time.perf_counter() - t0)
+        fetched = store.cache.fetched()
+        store.close()
+        server.use(server.endpoint)
+        counts = server.stop_proxy(proxy)
+        assert np.array_equal(r["epoch0"], r["expected0"])
+        row = {k: v for k, v in r.items() if not k.startswith(("epoch0", "expected0"))}
+        row |= {"latency_ms": ms, "jitter_ms": ms / 4, "fetched_bytes_per_epoch": sum(f["bytes"] for f in fetched) / args.epochs,
+                "requests": counts["requests"], "vs_local": r["images_per_s"] / base["images_per_s"],
+                "network_process_cores": net_cores,
+                "vs_local_after_window": r.get("images_per_s_after_window", 0) / base["images_per_s"],
+                "one_shard_download_s": largest / bw + ms / 1e3, "store_download_s": size / bw}
+        res["runs"][f"s3_{ms}ms"] = row
+        print(f"s3 {ms:>2} ms +-{ms / 4:g}: {row['images_per_s']:.1f} images/s ({row['vs_local']:.0%} of local's "
+              f"{base['images_per_s']:.1f} just before; read {row['read_ms_per_sample']:.2f} ms/sample, local "
+              f"{base['read_ms_per_sample']:.2f}), "
+              f"after the first window {row['images_per_s_after_window']:.1f} ({row['vs_local_after_window']:.0%}); "
+              f"first batch {row['first_batch_s']:.2f} s (one shard at the cap {row['one_shard_download_s']:.2f} s, "
+              f"the store {row['store_download_s']:.2f} s); fetched {row['fetched_bytes_per_epoch'] / size:.2f}x the "
+              f"store per epoch; order {row['order']['order']}, window {row['order'].get('window_shards')} shards; "
+              f"the S3 server and proxy used {net_cores:.2f} of the machine's cores meanwhile")
+
+    proxy = server.proxy(latency=0.02, jitter=0.005, bandwidth=bw, drop=0.01, seed=7)
+    server.use(proxy)
+    store = Store(url, cache_dir=work / "cache-drop", cache_limit=limit)
+    r = run_epochs(store, cfg, 1)
+    store.close()
+    server.use(server.endpoint)
+    counts = server.stop_proxy(proxy)
+    complete = bool(np.array_equal(r["epoch0"], r["expected0"]))
+    res["runs"]["s3_drop_1pct"] = {"images_per_s": r["images_per_s"], "complete": complete,
+                                   "records": int(len(r["epoch0"])), "expected": int(len(r["expected0"])),
+                                   **counts, "vs_local": r["images_per_s"] / base["images_per_s"]}
+    print(f"s3 20 ms, 1% of requests' connections reset: {r['images_per_s']:.1f} images/s, {counts['dropped']} of "
+          f"{counts['requests']} requests cut, epoch {'complete' if complete else 'INCOMPLETE'}: "
+          f"{len(r['epoch0'])} of {len(r['expected0'])} records")
+
+    order_w = Store(url, cache_dir=work / "cache-0", cache_limit=limit).epoch_order(cfg, 0, 1).base
+    order_g = ShuffledOrder.for_loader(len(local), cfg, 0, 1)
+    stats = {"windowed": batch_stats(order_w, local, cfg, args.epochs),
+             "global": batch_stats(order_g, local, cfg, args.epochs), "window_shards": order_w.window}
+    res["batches"] = stats
+    for name in ("global", "windowed"):
+        s = stats[name]
+        print(f"{name:>8} order: {s['classes_per_batch']:.2f} classes per batch, {s['shards_per_batch']:.2f} shards "
+              f"per batch, {s['mosaics_repeating_a_tile']:.3f} of mosaics repeat a tile")
+    server.stop()
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1, default=float) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,233 @@
+"""Packing from and to object storage.
+
+**From a bucket** (`fastfeed pack s3://bucket/coco -o ...`): the prefix is listed once, its top folders in
+parallel; the small files the layout readers read (annotation JSON, YOLO label .txt, data.yaml) are downloaded
+in parallel into a temporary folder where every other object is a placeholder: an empty sparse file of the
+object's size, so `layout.open_source` reads the bucket's tree as it reads a local one (names, sizes, which
+label goes with which image) without a byte of image data. The pack workers then read the images from the
+bucket, many requests at once (`RemoteFiles.read`), instead of from the placeholders.
+
+**To a bucket** (`-o s3://bucket/coco.ff`): shards are written locally, one per pack worker as usual, and each is
+uploaded as soon as it is complete and numbered (then removed locally: the local disk holds the shards in
+flight, not the store), under a name that carries this pack's id (`shard-<id>-00000.mdb`); then
+rejects.jsonl; the manifest last, so a store appears only when complete (an object PUT is atomic: a reader
+sees the old manifest or the new one). Under `--force`, the old pack's shards keep their names until the new
+manifest is in place, so a reader holding the old manifest never reads a new shard; they are removed after,
+along with any shard object no manifest names (what an interrupted pack into the URL left). A reader that
+then needs an old shard it has not cached gets an error saying the store was re-packed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import secrets
+import shutil
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..store import format as fmt
+from ..store import objstore
+from .report import Problem
+from .source import IMAGE_SUFFIXES, PackError
+
+_SMALL_SUFFIXES = {".json", ".txt", ".yaml", ".yml"}   # what the layout readers read: downloaded while staging
+_UPLOAD_THREADS = 4
+
+
+@dataclass(frozen=True)
+class RemoteFiles:
+    """Where a staged source's placeholders are, and the bucket prefix they stand for (picklable: pack workers
+    get it with their job)."""
+
+    local: str
+    url: str
+    options: dict
+
+    def url_of(self, path: Path) -> str:
+        return objstore.join(self.url, os.path.relpath(path, self.local))
+
+    def read(self, items) -> dict:
+        """{item.name: bytes or a Problem} for the items whose object is listed (a missing one has no placeholder
+        and is reported by process_item as it reads the placeholder path)."""
+        fs, root = objstore.filesystem(self.url, self.options)
+        listed = [it for it in items if os.path.exists(it.path)]
+        paths = {objstore.join(root, os.path.relpath(it.path, self.local)): it for it in listed}
+        got = objstore.fetch_many(fs, list(paths), lambda p: self.url_of(paths[p].path))
+        out = {}
+        for p, it in paths.items():
+            v = got[p]
+            out[it.name] = v if isinstance(v, bytes) else Problem("unreadable_image", it.name, str(v)[:300])
+        return out
+
+
+@contextlib.contextmanager
+def staged(src: str, options: dict | None):
+    """(local stand-in of `src` for the layout readers, RemoteFiles) while inside; the stand-in is removed after."""
+    url = objstore.location(src)
+    top_url = url
+    yaml_name = None
+    if url.lower().endswith((".yaml", ".yml")):
+        top_url, yaml_name = url.rsplit("/", 1)
+    fs, root = objstore.filesystem(top_url, options)
+    listing = _list(fs, root, top_url)
+    if not listing:
+        raise PackError(f"{objstore.shown(top_url)} holds no objects: expected a COCO or YOLO dataset there")
+    tmp = Path(tempfile.mkdtemp(prefix="fastfeed-source-"))
+    try:
+        small = []
+        for key, size in listing.items():
+            rel = key[len(root):].lstrip("/")
+            if not rel or rel.endswith("/"):
+                continue
+            local = tmp / rel
+            local.parent.mkdir(parents=True, exist_ok=True)
+            if Path(rel).suffix.lower() in _SMALL_SUFFIXES and Path(rel).suffix.lower() not in IMAGE_SUFFIXES:
+                small.append((key, local))
+                continue
+            with open(local, "wb") as f:
+                f.truncate(size)   # sparse: the size the readers estimate shards from, no data
+        got = objstore.fetch_many(fs, [k for k, _ in small], lambda k: objstore.join(top_url, k[len(root):].lstrip("/")))
+        for key, local in small:
+            data = got[key]
+            if not isinstance(data, bytes):
+                raise data
+            local.write_bytes(data)
+        stand_in = tmp / yaml_name if yaml_name else tmp
+        yield stand_in, RemoteFiles(str(tmp), top_url, dict(options or {}))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _list(fs, root: str, url: str) -> dict[str, int]:
+    """{object key: size} under `root`: its first two levels of folders listed in parallel."""
+    def ls(path):
+        return objstore.retry(lambda: fs.ls(path, detail=True), objstore.join(url, path[len(root):]), "listing", fs=fs)
+
+    top = ls(root)
+    files = {e["name"]: int(e.get("size") or 0) for e in top if e.get("type") == "file"}
+    dirs = [e["name"] for e in top if e.get("type") == "directory"]
+    second = []
+    with ThreadPoolExecutor(16, thread_name_prefix="fastfeed-list") as pool:
+        for entries in pool.map(ls, dirs):
+            files.update({e["name"]: int(e.get("size") or 0) for e in entries if e.get("type") == "file"})
+            second += [e["name"] for e in entries if e.get("type") == "directory"]
+
+        def find(path):
+            return objstore.retry(lambda: fs.find(path, detail=True), objstore.join(url, path[len(root):]),
+                                  "listing", fs=fs)
+        for found in pool.map(find, second):
+            files.update({k: int(v.get("size") or 0) for k, v in found.items() if v.get("type") != "directory"})
+    return files
+
+
+# --- to a bucket --------------------------------------------------------------------------------------------------
+
+def stand_in_lock_path(url: str) -> Path:
+    """A local path whose pack lock (`.NAME.lock` beside it) keeps two packs on this machine out of one URL."""
+    folder = Path(tempfile.gettempdir()) / "fastfeed-url-packs"
+    folder.mkdir(exist_ok=True)
+    return folder / hashlib.sha256(url.encode()).hexdigest()[:16]
+
+
+def new_pack_id() -> str:
+    return secrets.token_hex(4)
+
+
+class Destination:
+    """A store at a URL being written: `existing()` (the pack it replaces), `add_shard` (uploads in the
+    background), `finish` (rejects, then the manifest, then the old shards removed)."""
+
+    def __init__(self, url: str, options: dict | None):
+        self.url = url
+        self.where = objstore.shown(url)
+        self.fs, self.root = objstore.filesystem(url, options)
+        self.pool = ThreadPoolExecutor(_UPLOAD_THREADS, thread_name_prefix="fastfeed-upload")
+        self.pending: list = []
+        self.uploaded: list[str] = []
+        self._lock = threading.Lock()
+
+    def key(self, name: str) -> str:
+        return objstore.join(self.root, name)
+
+    def existing(self) -> fmt.Manifest | None:
+        """The manifest there now (None: no store). Refuses a prefix holding other objects but no store."""
+        try:
+            data = objstore.read_bytes(self.fs, self.key(fmt.MANIFEST), objstore.join(self.where, fmt.MANIFEST))
+        except objstore.RemoteMissing:
+            names = self._names()
+            others = [n for n in names if not (n.startswith("shard-") and n.endswith(".mdb")) and n != fmt.REJECTS]
+            if others:
+                raise PackError(f"refusing to write a store into {self.where}: it holds other objects ({', '.join(others[:3])}"
+                                f"{', ...' if len(others) > 3 else ''}) and no fastfeed store; choose an empty prefix") from None
+            return None
+        return fmt.parse_manifest(data, objstore.join(self.where, fmt.MANIFEST))
+
+    def _names(self) -> list[str]:
+        try:
+            found = objstore.retry(lambda: self.fs.find(self.root), self.where, "listing", fs=self.fs)
+        except objstore.RemoteMissing:
+            return []
+        return [k[len(self.root):].lstrip("/") for k in found]
+
+    def add_shard(self, local: Path, name: str) -> None:
+        for f in self.pending:   # an upload that failed stops the pack now, not at the end
+            if f.done() and f.exception() is not None:
+                raise f.exception()
+
+        def up():
+            objstore.upload(self.fs, local, self.key(name), objstore.join(self.where, name))
+            local.unlink(missing_ok=True)
+            with self._lock:
+                self.uploaded.append(name)
+        self.pending.append(self.pool.submit(up))
+
+    def wait(self) -> None:
+        try:
+            for f in self.pending:
+                f.result()
+        finally:
+            self.pending = []
+
+    def put(self, name: str, data: bytes) -> None:
+        objstore.write_bytes(self.fs, self.key(name), data, objstore.join(self.where, name))
+
+    def put_rejects(self, data: bytes, beside: bool) -> str:
+        """Every image rejected: the reasons go into URL/rejects.jsonl, or beside a store that stays as it was
+        (`URL.rejects.jsonl`); returns where, as shown."""
+        key = f"{self.root}.{fmt.REJECTS}" if beside else self.key(fmt.REJECTS)
+        where = f"{self.where}.{fmt.REJECTS}" if beside else objstore.join(self.where, fmt.REJECTS)
+        objstore.write_bytes(self.fs, key, data, where)
+        return where
+
+    def finish(self, manifest: fmt.Manifest, rejects: Path) -> None:
+        """rejects.jsonl, the manifest (now the store is the new one), then every shard it does not name."""
+        self.wait()
+        self.put(fmt.REJECTS, rejects.read_bytes())
+        self.put(fmt.MANIFEST, fmt.manifest_bytes(manifest))
+        keep = {s.file for s in manifest.shards}
+        self._remove([n for n in self._names() if n.startswith("shard-") and n.endswith(".mdb") and n not in keep])
+
+    def abandon(self) -> None:
+        """A failed pack: remove the shards it uploaded (nothing names them); the old store is untouched."""
+        for f in self.pending:
+            f.cancel()
+        for f in self.pending:   # every upload still running has ended before its shard is removed
+            with contextlib.suppress(BaseException):
+                f.result()
+        self.pending = []
+        self._remove(list(self.uploaded))
+        self.pool.shutdown(wait=False)
+
+    def _remove(self, names: list[str]) -> None:
+        if names:
+            with contextlib.suppress(Exception):   # a leftover is removed by the next pack into this URL
+                objstore.retry(lambda: self.fs.rm([self.key(n) for n in names]), self.where, "removing old shards from",
+                               fs=self.fs)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)

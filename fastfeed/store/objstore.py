@@ -1,0 +1,283 @@
+"""Object storage through fsspec: URLs, file systems, retries, and errors that say what to do.
+
+Every read or write of a store or a dataset in a bucket (`s3://`, `gs://`, `az://`, any fsspec protocol) goes
+through here. Credentials and endpoints come the standard ways: the environment (`AWS_ACCESS_KEY_ID`,
+`AWS_PROFILE`, `AWS_ENDPOINT_URL`, `GOOGLE_APPLICATION_CREDENTIALS`, ...), the cloud's profile files, and
+fsspec `storage_options` (given in Python, `--storage-option KEY=VALUE` on the command line, or the JSON
+object in `$FASTFEED_STORAGE_OPTIONS`). Storage options are never written to a manifest or a log line: a URL
+is shown without any user:password part.
+
+`retry` runs one operation with bounded exponential backoff on transient failures (connection resets,
+timeouts, 5xx, throttling): after the last try the error names the URL and the last failure. A missing
+object, a missing bucket, missing credentials and a refused access are not transient: each becomes one
+line that says what to do (`RemoteError`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .format import FormatError
+
+log = logging.getLogger(__name__)
+
+OPTIONS_ENV = "FASTFEED_STORAGE_OPTIONS"
+RETRIES = 6                  # tries of one operation (the first and five retries)
+BACKOFF_S = (0.2, 8.0)       # the first wait, the longest
+PART_BYTES = 16 << 20        # ranged reads of a large object: parts of this size, fetched in parallel
+PART_THREADS = 8
+_URL = re.compile(r"^(?P<proto>[A-Za-z][A-Za-z0-9+.\-]*)://(?P<rest>.*)$")
+_EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure",
+           "adl": "azure"}
+
+
+class RemoteError(FormatError):
+    """Object storage that cannot be read or written as asked (the message says what to do)."""
+
+
+class RemoteMissing(RemoteError):
+    """An object that is not there (the bucket is)."""
+
+
+def is_url(x) -> bool:
+    """Whether `x` names something in object storage (a `proto://` URL other than `file://`)."""
+    if not isinstance(x, str):
+        return False
+    m = _URL.match(x)
+    return m is not None and m["proto"].lower() not in ("file", "local")
+
+
+def location(x):
+    """A store or dataset location as given: a URL stays a string (without a trailing '/'), anything else a
+    Path (`Path('s3://b/x')` would lose a slash)."""
+    if x is None:
+        return None
+    if isinstance(x, str) and is_url(x):
+        return x.rstrip("/")
+    if isinstance(x, str) and x.startswith("file://"):
+        return Path(x[len("file://"):])
+    return Path(x)
+
+
+def shown(url: str) -> str:
+    """`url` as it may appear in a message or a manifest: any user:password@ removed."""
+    m = _URL.match(url)
+    if not m:
+        return url
+    rest = m["rest"]
+    host, sep, tail = rest.partition("/")
+    if "@" in host:
+        host = host.rsplit("@", 1)[1]
+    return f"{m['proto']}://{host}{sep}{tail}"
+
+
+def join(url: str, *names: str) -> str:
+    return "/".join([url.rstrip("/"), *names])
+
+
+def storage_options(given: dict | None = None) -> dict:
+    """`$FASTFEED_STORAGE_OPTIONS` (a JSON object) under the options given (which win)."""
+    opts = {}
+    text = os.environ.get(OPTIONS_ENV)
+    if text:
+        try:
+            opts = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"${OPTIONS_ENV} is not a JSON object ({e}); e.g. "
+                             f"{OPTIONS_ENV}='{{\"anon\": true}}'") from None
+        if not isinstance(opts, dict):
+            raise ValueError(f"${OPTIONS_ENV} must be a JSON object, got {type(opts).__name__}")
+    return opts | dict(given or {})
+
+
+def parse_option(text: str) -> tuple[str, object]:
+    """`KEY=VALUE` of `--storage-option`: VALUE read as JSON when it is (true, 3, {"a": 1}), else as a string."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"--storage-option wants KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def filesystem(url: str, options: dict | None = None):
+    """(fsspec file system, the path within it) for `url`. A protocol whose package is missing is an
+    ImportError naming the extra to install."""
+    try:
+        import fsspec
+    except ImportError:
+        raise ImportError(f"reading {shown(url)} needs fsspec: pip install 'fastfeed[{_extra(url)}]'") from None
+    try:
+        fs, path = fsspec.core.url_to_fs(url, **storage_options(options))
+    except ImportError as e:
+        raise ImportError(f"reading {shown(url)} needs the package for its protocol ({e}): "
+                          f"pip install 'fastfeed[{_extra(url)}]'") from None
+    except ValueError as e:
+        raise RemoteError(f"{shown(url)}: {e}") from None
+    return fs, path
+
+
+def _extra(url: str) -> str:
+    m = _URL.match(url)
+    return _EXTRAS.get(m["proto"].lower(), "s3") if m else "s3"
+
+
+# --- failures ---------------------------------------------------------------------------------------------------
+
+_CREDENTIAL_ERRORS = ("NoCredentialsError", "PartialCredentialsError", "NoAuthTokenError", "DefaultCredentialsError",
+                      "ClientAuthenticationError", "CredentialRetrievalError", "UnauthorizedSSOTokenError")
+
+
+def _chain(e: BaseException):
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        yield e
+        e = e.__cause__ or e.__context__
+
+
+def kind(e: BaseException) -> str:
+    """'credentials' | 'denied' | 'missing' | 'full' | 'fatal' (a bug or bad arguments) | 'transient'."""
+    for x in _chain(e):
+        if type(x).__name__ in _CREDENTIAL_ERRORS:
+            return "credentials"
+    if isinstance(e, PermissionError):
+        return "denied"
+    if isinstance(e, (FileNotFoundError, NotADirectoryError, IsADirectoryError)):
+        return "missing"
+    if isinstance(e, OSError) and e.errno == 28:   # ENOSPC, on our side
+        return "full"
+    if isinstance(e, (ValueError, TypeError, AttributeError, KeyError, ImportError, NotImplementedError, RemoteError)):
+        return "fatal"
+    return "transient"
+
+
+def _describe(e: BaseException) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text}"[:300] if text else type(e).__name__
+
+
+def bucket_of(url: str) -> str:
+    m = _URL.match(url)
+    return f"{m['proto']}://{m['rest'].split('/', 1)[0]}" if m else url
+
+
+def explain(e: BaseException, url: str, what: str, fs=None) -> RemoteError:
+    """The one-line error for a failure that is not worth retrying (or that kept failing)."""
+    k, where = kind(e), shown(url)
+    if k == "credentials":
+        return RemoteError(f"{what} {where}: no credentials found ({_describe(e)}). Give them the standard way: "
+                           "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the environment for S3, "
+                           "GOOGLE_APPLICATION_CREDENTIALS for GCS, AZURE_STORAGE_* for Azure, or storage options "
+                           "(--storage-option key=... / storage_options=); --storage-option anon=true for a public "
+                           "bucket")
+    if k == "denied":
+        return RemoteError(f"{what} {where}: access denied ({_describe(e)}): check that the credentials are right "
+                           "and allowed to read (and, to pack, write) this bucket")
+    if k == "missing":
+        bucket = bucket_of(url)
+        if fs is not None and not _bucket_exists(fs, bucket):
+            return RemoteError(f"{what} {where}: the bucket {shown(bucket)} does not exist (or these credentials "
+                               "cannot see it): create it, or fix the URL (and AWS_ENDPOINT_URL for an S3-compatible "
+                               "store)")
+        return RemoteMissing(f"{what} {where}: not found")
+    if k == "full":
+        return RemoteError(f"{what} {where}: {e}")
+    return RemoteError(f"{what} {where} failed ({_describe(e)})")
+
+
+def _bucket_exists(fs, bucket: str) -> bool:
+    try:
+        return bool(fs.exists(bucket.split("://", 1)[1]))
+    except Exception:   # noqa: BLE001 - asking is only for a better message
+        return True
+
+
+def retry(op: Callable, url: str, what: str, *, fs=None, tries: int = RETRIES, sleep=time.sleep):
+    """`op()`, retried on transient failures with bounded exponential backoff (with jitter); other failures
+    at once, and transient ones after the last try, as a RemoteError naming the URL and the last failure."""
+    for attempt in range(tries):
+        try:
+            return op()
+        except Exception as e:   # noqa: BLE001 - classified below
+            k = kind(e)
+            if k != "transient":
+                if k == "fatal" and not isinstance(e, RemoteError):
+                    raise
+                raise (e if isinstance(e, RemoteError) else explain(e, url, what, fs)) from None
+            if attempt == tries - 1:
+                raise RemoteError(f"{what} {shown(url)} failed {tries} times; the last failure: {_describe(e)}. "
+                                  "Check the network and the endpoint (AWS_ENDPOINT_URL), then run again") from None
+            wait = min(BACKOFF_S[1], BACKOFF_S[0] * 2 ** attempt) * (0.5 + random.random() / 2)
+            log.debug("%s %s: %s; retrying in %.1f s", what, shown(url), _describe(e), wait)
+            sleep(wait)
+    raise AssertionError("unreachable")
+
+
+# --- whole objects ------------------------------------------------------------------------------------------------
+
+def read_bytes(fs, path: str, url: str, what: str = "reading") -> bytes:
+    return retry(lambda: fs.cat_file(path), url, what, fs=fs)
+
+
+def write_bytes(fs, path: str, data: bytes, url: str, what: str = "writing") -> None:
+    def put():
+        with fs.open(path, "wb") as f:
+            f.write(data)
+    retry(put, url, what, fs=fs)
+
+
+def upload(fs, local: Path, path: str, url: str) -> None:
+    retry(lambda: fs.put_file(str(local), path), url, "uploading to", fs=fs)
+
+
+def download(fs, path: str, url: str, fd: int, size: int, *, part: int | None = None, threads: int = PART_THREADS,
+             progress: Callable[[int], None] | None = None) -> None:
+    """Write object `path` (of `size` bytes) into the open file `fd` at offset 0: in one request when small,
+    else in parallel ranged reads of `part` bytes (default PART_BYTES), each retried on its own."""
+    part = part or PART_BYTES
+    parts = [(a, min(a + part, size)) for a in range(0, size, part)] or [(0, 0)]
+
+    def fetch(span):
+        a, b = span
+
+        def get():
+            data = fs.cat_file(path) if len(parts) == 1 else fs.cat_file(path, start=a, end=b)
+            if len(data) != b - a:   # a connection cut short can look like a short body
+                raise ConnectionError(f"got {len(data)} of bytes {a}..{b}")
+            return data
+
+        data = retry(get, url, "downloading", fs=fs)
+        os.pwrite(fd, data, a)
+        if progress is not None:
+            progress(len(data))
+
+    if len(parts) == 1:
+        fetch(parts[0])
+        return
+    with ThreadPoolExecutor(min(threads, len(parts)), thread_name_prefix="fastfeed-range") as pool:
+        for f in [pool.submit(fetch, s) for s in parts]:
+            f.result()
+
+
+def fetch_many(fs, paths: list[str], url_of: Callable[[str], str], threads: int = 16) -> dict:
+    """{path: bytes or the exception} for many small objects, read concurrently (each retried)."""
+    def one(p):
+        try:
+            return p, retry(lambda: fs.cat_file(p), url_of(p), "reading", fs=fs)
+        except Exception as e:   # noqa: BLE001 - handed back: the caller turns it into a rejection
+            return p, e
+
+    if len(paths) <= 1:
+        return dict(one(p) for p in paths)
+    with ThreadPoolExecutor(min(threads, len(paths)), thread_name_prefix="fastfeed-get") as pool:
+        return dict(pool.map(one, paths))

@@ -1,0 +1,298 @@
+"""The node-local shard cache: shards of stores in object storage, downloaded once per node and shared by every
+rank and worker on it, within a size limit.
+
+    CACHE/                                   $FASTFEED_SHARD_CACHE (default ~/.cache/fastfeed/shards): local disk
+      .space.lock                            flock while a process reserves room (evicting to make it)
+      store-<hash of the URL>/               one store
+        store.json                           {"url"}: what `fastfeed cache ls` shows
+        <shard file>                         a complete shard, its checksum verified: present = usable
+        <shard file>.lock                    a shared flock per process that maps the shard (in use); the evictor
+                                             takes it exclusively (without waiting) before deleting the shard
+        <shard file>.dl                      an exclusive flock while one process downloads the shard
+        <shard file>.part-<pid>              a download in progress, reserved at full size (a full disk fails here)
+        pins/<pid>-<n>.json                  the shards one loader's order needs now and next (`PinFile`)
+        fetched.jsonl                        one line per completed download (shard, bytes, pid, seconds)
+
+One download per shard per node: whoever needs a missing shard takes its `.dl` lock, downloads into a
+temporary name, checks size and sha256 against the manifest, and renames; the others wait on the lock and
+then find it there. A checksum mismatch is downloaded once more, then an error names the shard. A partial
+or damaged shard is never opened.
+
+The limit: before a download reserves room, shards are evicted, least recently used first, among those no
+process maps (their lock is free) and no live process pins. A read that needs a shard now may also evict a
+pinned one that nobody maps (one fetched early); a prefetch never does, it waits for a later turn. When no
+room can be made within `wait_s` the error says what holds the cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import format as fmt
+from ..checksum import sha256_file
+from ..objstore import RemoteError, shown
+from ..publish import alive
+from .pins import pins_of
+from .sizes import CACHE_ENV, LIMIT_ENV, STORE_PREFIX, gib
+
+log = logging.getLogger(__name__)
+
+WAIT_S = 600.0                # how long a read waits for room in a full cache before giving up
+
+
+class CacheFull(RemoteError):
+    """The shard cache cannot make room (its limit, or its disk)."""
+
+
+class ShardDamaged(RemoteError):
+    """A shard whose downloaded bytes do not match the manifest's checksum, twice."""
+
+
+@contextlib.contextmanager
+def _flock(path: Path, how: int):
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, how)
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        yield fd
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+@dataclass
+class ShardCache:
+    """One store's part of the node's shard cache (picklable: it travels into worker processes)."""
+
+    root: Path
+    limit: int
+    url: str
+    wait_s: float = WAIT_S
+    _pinned: tuple = field(default=(None, frozenset()), repr=False, compare=False)
+
+    def __post_init__(self):
+        self.root = Path(self.root)
+        self.key = hashlib.sha256(self.url.encode()).hexdigest()[:16]
+        self.dir = self.root / f"{STORE_PREFIX}{self.key}"
+        self.pins_dir = self.dir / "pins"
+
+    def prepare(self) -> None:
+        try:
+            self.pins_dir.mkdir(parents=True, exist_ok=True)
+            meta = self.dir / "store.json"
+            if not meta.exists():
+                tmp = meta.with_name(f"store.json.tmp-{os.getpid()}")
+                tmp.write_text(json.dumps({"url": shown(self.url)}) + "\n")
+                os.replace(tmp, meta)
+        except OSError as e:
+            raise CacheFull(f"cannot use the shard cache {self.root} ({e.strerror}): point {CACHE_ENV} (or "
+                            "Store(url, cache_dir=...)) at a writable local disk") from None
+
+    def file(self, info: fmt.ShardInfo) -> Path:
+        return self.dir / info.file
+
+    def present(self, info: fmt.ShardInfo) -> bool:
+        try:
+            return os.stat(self.file(info)).st_size == info.bytes
+        except FileNotFoundError:
+            return False
+
+    # --- in use ---------------------------------------------------------------------------------------------
+    def use(self, info: fmt.ShardInfo) -> int:
+        """Mark the shard in use by this process (a shared flock, held until `unuse`); returns its fd."""
+        fd = os.open(self.dir / f"{info.file}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        return fd
+
+    @staticmethod
+    def unuse(fd: int) -> None:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def touch(self, info: fmt.ShardInfo) -> None:
+        with contextlib.suppress(OSError):
+            os.utime(self.file(info))   # recently used: evicted last
+
+    # --- pins -----------------------------------------------------------------------------------------------
+    def pinned(self) -> frozenset:
+        """Shard file names some live process's order needs now or next (re-read when a pin file changes)."""
+        try:
+            stamp = os.stat(self.pins_dir).st_mtime_ns
+        except FileNotFoundError:
+            return frozenset()
+        if self._pinned[0] != stamp:
+            self._pinned = (stamp, pins_of(self.dir))
+        return self._pinned[1]
+
+    # --- downloads ------------------------------------------------------------------------------------------
+    def fetch(self, info: fmt.ShardInfo, get: Callable[[int], None], where: str, *, wait: bool) -> bool:
+        """Make the shard present: download it with `get(fd)` unless it is there. `wait` (a read that needs it
+        now): wait for another process's download, for room, and evict pinned shards nobody maps if needed.
+        Without (a prefetch): False when another process is downloading it or there is no room now."""
+        if self.present(info):
+            return True
+        lock = os.open(self.dir / f"{info.file}.dl", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(lock)
+            return False
+        try:
+            for attempt in (1, 2):
+                if self.present(info):
+                    return True
+                part = self.dir / f"{info.file}.part-{os.getpid()}"
+                fd = self._reserve(info, part, urgent=wait)
+                if fd is None:
+                    return False
+                t0 = time.monotonic()
+                try:
+                    try:
+                        get(fd)
+                    finally:
+                        os.close(fd)
+                    size = os.stat(part).st_size
+                    digest = sha256_file(part) if info.sha256 else None
+                except BaseException:
+                    part.unlink(missing_ok=True)
+                    raise
+                if size == info.bytes and digest == info.sha256:
+                    os.rename(part, self.file(info))
+                    self._log_fetch(info, time.monotonic() - t0, attempt)
+                    return True
+                part.unlink(missing_ok=True)
+                why = (f"{size} bytes, the manifest says {info.bytes}" if size != info.bytes else
+                       f"sha256 {digest[:16]}..., the manifest says {info.sha256[:16]}...")
+                log.warning("shard %s downloaded damaged (%s); downloading it again", where, why)
+            raise ShardDamaged(f"shard {where} is damaged: downloaded twice, both times {why}. The object in the "
+                               "bucket does not hold what the manifest says: re-pack the store (fastfeed pack --force) "
+                               "or restore the object")
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            os.close(lock)
+
+    def _log_fetch(self, info: fmt.ShardInfo, seconds: float, attempt: int) -> None:
+        line = json.dumps({"shard": info.file, "bytes": info.bytes, "pid": os.getpid(), "seconds": round(seconds, 3),
+                           "attempt": attempt, "time": round(time.time(), 3)}) + "\n"
+        with contextlib.suppress(OSError):
+            fd = os.open(self.dir / "fetched.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+
+    def fetched(self) -> list[dict]:
+        """Every completed download into this store's cache, oldest first."""
+        return fetched_in(self.dir)
+
+    def _reserve(self, info: fmt.ShardInfo, part: Path, urgent: bool) -> int | None:
+        """Evict until the shard fits under the limit, then create `part` at its full size (an fd), or None
+        (not urgent, no room now). Raises CacheFull when it never fits or no room comes within wait_s."""
+        if info.bytes > self.limit:
+            raise CacheFull(f"shard {info.file} is {gib(info.bytes)}, more than the whole shard cache limit "
+                            f"({gib(self.limit)}, {self.root}): raise the limit ({LIMIT_ENV} or "
+                            "Store(url, cache_limit=...)) or re-pack with a smaller --shard-mb")
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            with _flock(self.root / ".space.lock", fcntl.LOCK_EX):
+                room = self._make_room(info.bytes, urgent)
+                if room:
+                    fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+                    try:
+                        os.posix_fallocate(fd, 0, max(info.bytes, 1))
+                    except OSError as e:
+                        os.close(fd)
+                        part.unlink(missing_ok=True)
+                        free = shutil.disk_usage(self.root).free
+                        raise CacheFull(f"the shard cache's disk is full ({self.root}: {gib(free)} free, shard "
+                                        f"{info.file} needs {gib(info.bytes)}; {e.strerror}): free space there, "
+                                        f"point {CACHE_ENV} at a larger local disk, or lower the cache limit "
+                                        f"({LIMIT_ENV}) below what the disk holds") from None
+                    return fd
+            if not urgent:
+                return None
+            if time.monotonic() > deadline:
+                raise CacheFull(self._full_message(info))
+            time.sleep(0.25)
+
+    def _make_room(self, need: int, urgent: bool) -> bool:
+        used, shards = self._scan()
+        if used + need <= self.limit:
+            return True
+        pinned = {d: pins_of(d) for d in {s[2] for s in shards}}
+        tiers = [[s for s in shards if s[3].name not in pinned[s[2]]]]
+        if urgent:
+            tiers.append([s for s in shards if s[3].name in pinned[s[2]]])
+        for tier in tiers:
+            for _, size, _, path in sorted(tier):   # least recently used first
+                if evict(path):
+                    used -= size
+                    if used + need <= self.limit:
+                        return True
+        return False
+
+    def _scan(self) -> tuple[int, list]:
+        """(bytes held, [(mtime, size, store dir, path)] of complete shards); leftovers of dead downloads go."""
+        used, shards = 0, []
+        for d in self.root.glob(f"{STORE_PREFIX}*"):
+            for f in d.iterdir():
+                try:
+                    st = f.stat()
+                except FileNotFoundError:
+                    continue
+                if ".mdb.part-" in f.name:
+                    pid = f.name.rsplit("-", 1)[1]
+                    if pid.isdigit() and not alive(int(pid)):
+                        f.unlink(missing_ok=True)
+                        continue
+                    used += st.st_size
+                elif f.suffix == ".mdb":
+                    used += st.st_size
+                    shards.append((st.st_mtime_ns, st.st_size, d, f))
+        return used, shards
+
+    def _full_message(self, info: fmt.ShardInfo) -> str:
+        used, _ = self._scan()
+        pids = sorted({f.name.split("-", 1)[0] for d in self.root.glob(f"{STORE_PREFIX}*")
+                       for f in (d / "pins").glob("*.json")})
+        return (f"the shard cache {self.root} has no room for shard {info.file} ({gib(info.bytes)}): {gib(used)} of "
+                f"its {gib(self.limit)} limit is held by shards in use or needed now or next"
+                + (f" (pinned by pid {', '.join(pids)})" if pids else "")
+                + f". Raise the limit ({LIMIT_ENV} or Store(url, cache_limit=...)), run fewer ranks or workers "
+                  "per node, or re-pack with a smaller --shard-mb")
+
+
+def evict(path: Path) -> bool:
+    """Delete a complete shard nobody maps (its lock taken exclusively, without waiting)."""
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        path.unlink(missing_ok=True)
+        return True
+    finally:
+        os.close(fd)
+
+
+def fetched_in(store_dir: Path) -> list[dict]:
+    """The downloads logged in one store's part of the cache, oldest first."""
+    try:
+        return [json.loads(line) for line in (store_dir / "fetched.jsonl").read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return []

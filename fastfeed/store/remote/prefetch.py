@@ -1,0 +1,83 @@
+"""`Prefetcher`: downloading, in the background, what a loader's order needs now and next."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+
+from .pins import PinFile
+
+log = logging.getLogger(__name__)
+PARALLEL = 4   # shards downloaded at once (each in parallel ranged parts when large)
+
+
+class Prefetcher:
+    """Pins what one order needs now and next in the node's cache and downloads the missing shards in a background
+    thread of this process (up to PARALLEL shards at once), the ones needed now first, then the next ones in the
+    order they are first read.
+    A shard another process is already downloading is skipped (it arrives all the same); a failure here is only
+    logged: the read that needs the shard downloads it itself and raises the error."""
+
+    def __init__(self, store):
+        self.store = store
+        self.pins = PinFile(store.cache)
+        self._cv = threading.Condition()
+        self._want: tuple | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+        self._warned = False
+        self._inflight: set[int] = set()
+        weakref.finalize(self, self.pins.remove)
+
+    def want(self, now: list[int], upcoming: list[int]) -> None:
+        shards = self.store.shards
+        self.pins.write([shards[k].file for k in (*now, *upcoming)])
+        with self._cv:
+            self._want = (list(now), list(upcoming))
+            self._stopped = False
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="fastfeed-prefetch", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._want = None
+            self._cv.notify_all()
+        self.pins.remove()
+
+    def _run(self) -> None:
+        with ThreadPoolExecutor(PARALLEL, thread_name_prefix="fastfeed-prefetch-shard") as pool:
+            while True:
+                with self._cv:
+                    while self._want is None and not self._stopped:
+                        self._cv.wait()
+                    if self._stopped:
+                        return
+                    now, upcoming = self._want
+                    self._want = None
+                for k in (*now, *upcoming):
+                    with self._cv:
+                        if self._want is not None or self._stopped:
+                            break   # the loader moved on: start over with what it needs now
+                        if k in self._inflight or self.store.cache.present(self.store.shards[k]):
+                            continue
+                        while len(self._inflight) >= PARALLEL and not self._stopped:
+                            self._cv.wait(0.5)
+                        self._inflight.add(k)
+                    pool.submit(self._fetch, k)
+
+    def _fetch(self, k: int) -> None:
+        try:
+            self.store.fetch(k, wait=False)
+        except Exception as e:   # noqa: BLE001 - the read that needs it raises it
+            if not self._warned and not self._stopped:
+                log.warning("prefetching shards of %s: %s", self.store.path, e)
+                self._warned = True
+        finally:
+            with self._cv:
+                self._inflight.discard(k)
+                self._cv.notify_all()

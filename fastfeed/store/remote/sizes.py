@@ -1,0 +1,76 @@
+"""Where the shard cache lives and how large it may grow: directories, sizes, the defaults from the environment."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+
+CACHE_ENV = "FASTFEED_SHARD_CACHE"
+LIMIT_ENV = "FASTFEED_SHARD_CACHE_LIMIT"
+DEFAULT_DISK_SHARE = 0.8      # without a limit: this share of what the cache's disk could hold (free + the cache)
+STORE_PREFIX = "store-"
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+          "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+
+
+def default_dir() -> Path:
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "fastfeed" / "shards"
+
+
+def parse_size(text, root: Path | None = None) -> int:
+    """Bytes from `123`, `500M`, `50G`, `1.5T` (powers of 1024), or `40%` of the disk holding `root`."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = int(text)
+    else:
+        s = str(text).strip().lower().replace(" ", "")
+        if s.endswith("%"):
+            try:
+                share = float(s[:-1]) / 100
+            except ValueError:
+                raise ValueError(f"cache limit {text!r} is not a size (e.g. 50G, 500M, 40%)") from None
+            total = shutil.disk_usage(_existing(root or default_dir())).total
+            value = int(total * share)
+        else:
+            num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
+            unit = s[len(num):]
+            if unit not in _UNITS or not num:
+                raise ValueError(f"cache limit {text!r} is not a size (e.g. 50G, 500M, 40%)")
+            value = int(float(num) * _UNITS[unit])
+    if value <= 0:
+        raise ValueError(f"cache limit must be > 0, got {text!r}")
+    return value
+
+
+def _existing(p: Path) -> Path:
+    p = Path(p)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def default_limit(root: Path) -> int:
+    """`$FASTFEED_SHARD_CACHE_LIMIT`, else DEFAULT_DISK_SHARE of what the disk could give the cache."""
+    if os.environ.get(LIMIT_ENV):
+        return parse_size(os.environ[LIMIT_ENV], root)
+    held = cache_bytes(root) if Path(root).is_dir() else 0
+    return int((shutil.disk_usage(_existing(root)).free + held) * DEFAULT_DISK_SHARE)
+
+
+def cache_bytes(root: Path) -> int:
+    """Bytes the cache at `root` holds on disk: complete shards and reserved downloads."""
+    total = 0
+    for d in Path(root).glob(f"{STORE_PREFIX}*"):
+        for f in d.iterdir():
+            if f.suffix == ".mdb" or ".mdb.part-" in f.name:
+                with contextlib.suppress(FileNotFoundError):
+                    total += f.stat().st_size
+    return total
+
+
+def gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"

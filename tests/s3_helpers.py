@@ -1,0 +1,240 @@
+"""A real S3 API on 127.0.0.1 for the object-storage tests and benchmarks, and a TCP proxy that makes its
+network worse.
+
+`S3Server`: moto's ThreadedMotoServer (a dev dependency; the tests skip with the reason where it cannot be
+imported) on 127.0.0.1, on a free port, in this process; it stops with `stop()` (or the `with` block). It
+sets the standard environment s3fs and boto3 read (dummy AWS credentials, a region, AWS_ENDPOINT_URL), so
+child processes (torchrun, `fastfeed` subprocesses) reach it too, and puts the old values back at the end.
+
+`FaultProxy`: a TCP proxy on 127.0.0.1 in front of it: each request delayed by `latency` (plus up to
+`jitter`, uniformly, either way), responses through one shared token bucket of `bandwidth` bytes/s (the
+node's link), and with probability `drop` per request the connection reset part-way through the response.
+Every thread is a daemon; `stop()` closes every socket and joins them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import select
+import socket
+import struct
+import threading
+import time
+import uuid
+
+ENV_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL",
+            "AWS_SESSION_TOKEN", "AWS_PROFILE")
+
+
+def moto_missing() -> str | None:
+    """Why the S3 server cannot run here, or None."""
+    try:
+        import moto.server  # noqa: F401
+        import s3fs  # noqa: F401
+    except ImportError as e:
+        return f"moto[server] and s3fs are needed for the object-storage tests (pip install -e '.[dev]'): {e}"
+    return None
+
+
+class S3Server:
+    def __init__(self):
+        from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)   # one line per request otherwise
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self._server.start()
+        host, self.port = self._server.get_host_and_port()
+        self.endpoint = f"http://{host}:{self.port}"
+        self._saved = {k: os.environ.get(k) for k in ENV_KEYS}
+        self.use(self.endpoint)
+
+    def use(self, endpoint: str) -> None:
+        """Point the environment (this process and its children) at `endpoint` (the server, or a proxy)."""
+        os.environ.update(AWS_ACCESS_KEY_ID="fastfeed-test", AWS_SECRET_ACCESS_KEY="fastfeed-test-secret",
+                          AWS_DEFAULT_REGION="us-east-1", AWS_ENDPOINT_URL=endpoint)
+        for k in ("AWS_SESSION_TOKEN", "AWS_PROFILE"):
+            os.environ.pop(k, None)
+        _forget_filesystems()
+
+    def bucket(self, prefix: str = "ff") -> str:
+        """A new, empty bucket; its name."""
+        import boto3
+
+        name = f"{prefix}-{uuid.uuid4().hex[:12]}"
+        boto3.client("s3", endpoint_url=self.endpoint).create_bucket(Bucket=name)
+        return name
+
+    def client(self):
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint)
+
+    def stop(self) -> None:
+        self._server.stop()
+        for k, v in self._saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        _forget_filesystems()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def _forget_filesystems() -> None:
+    """fsspec keeps file system instances (with their endpoint) per process: new ones see the new environment."""
+    with contextlib.suppress(ImportError):
+        import fsspec
+
+        for cls in list(fsspec.registry.values()):
+            with contextlib.suppress(Exception):
+                cls.clear_instance_cache()
+        with contextlib.suppress(ImportError):
+            import s3fs
+
+            s3fs.S3FileSystem.clear_instance_cache()
+
+
+class FaultProxy:
+    """See the module docstring. `url`: what to give AWS_ENDPOINT_URL."""
+
+    def __init__(self, target_port: int, *, latency: float = 0.0, jitter: float = 0.0, bandwidth: float | None = None,
+                 drop: float = 0.0, seed: int = 0):
+        self.target = ("127.0.0.1", target_port)
+        self.latency, self.jitter, self.bandwidth, self.drop = latency, jitter, bandwidth, drop
+        self._rng = random.Random(seed)
+        self._rng_lock = threading.Lock()
+        self._bucket_lock = threading.Lock()
+        self._next_free = 0.0
+        self.requests = self.dropped = self.bytes_down = 0
+        self._stats = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._socks: set = set()
+        self._threads: list[threading.Thread] = []
+        self._stopping = threading.Event()
+        self._accept = threading.Thread(target=self._serve, name="fault-proxy", daemon=True)
+        self._accept.start()
+
+    def _draw(self):
+        with self._rng_lock:
+            delay = self.latency + (self._rng.uniform(-self.jitter, self.jitter) if self.jitter else 0.0)
+            cut = self._rng.random() < self.drop
+            after = self._rng.randint(0, 256 << 10)
+        return max(0.0, delay), cut, after
+
+    def _serve(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            self._socks.update((client, server))
+            state = {"cut_after": None}
+            for a, b, up in ((client, server, True), (server, client, False)):
+                t = threading.Thread(target=self._pipe, args=(a, b, up, state), daemon=True)
+                t.start()
+                self._threads.append(t)
+
+    def _throttle(self, n: int) -> None:
+        if not self.bandwidth:
+            return
+        with self._bucket_lock:   # the link is busy until _next_free: this chunk goes out then, and takes n / bw
+            now = time.monotonic()
+            start = max(now, self._next_free)
+            self._next_free = start + n / self.bandwidth
+        if start - now > 0.002:   # small debts are paid with the next chunk's (sleep is not that fine)
+            time.sleep(start - now)
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, upstream: bool, state: dict) -> None:
+        try:
+            while not self._stopping.is_set():
+                ready, _, _ = select.select([src], [], [], 0.2)
+                if not ready:
+                    continue
+                data = src.recv(256 << 10)
+                if not data:
+                    break
+                if upstream:   # a request (or part of one)
+                    delay, cut, after = self._draw()
+                    with self._stats:
+                        self.requests += 1
+                    if cut:
+                        state["cut_after"] = after
+                    if delay:
+                        time.sleep(delay)
+                    dst.sendall(data)
+                    continue
+                limit = state["cut_after"]
+                if limit is not None and len(data) >= limit:
+                    dst.sendall(data[:limit])
+                    with self._stats:
+                        self.dropped += 1
+                    _reset(src)
+                    _reset(dst)
+                    return
+                if limit is not None:
+                    state["cut_after"] = limit - len(data)
+                self._throttle(len(data))
+                dst.sendall(data)
+                with self._stats:
+                    self.bytes_down += len(data)
+        except (OSError, ValueError):   # ValueError: the other direction closed the socket meanwhile
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        for s in list(self._socks):
+            with contextlib.suppress(OSError):
+                s.close()
+        self._accept.join(timeout=5)
+        for t in self._threads:
+            t.join(timeout=5)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def _reset(s: socket.socket) -> None:
+    """Close with a TCP reset (what a dropped connection looks like to the client)."""
+    with contextlib.suppress(OSError):
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()
+
+
+def upload_dir(local, url: str) -> int:
+    """Upload every file under `local` to `url` (s3://bucket/prefix), keeping relative names; returns the count."""
+    from pathlib import Path
+
+    import boto3
+
+    bucket, _, prefix = url[len("s3://"):].partition("/")
+    client = boto3.client("s3", endpoint_url=os.environ.get("AWS_ENDPOINT_URL"))
+    n = 0
+    for p in sorted(Path(local).rglob("*")):
+        if p.is_file():
+            client.upload_file(str(p), bucket, "/".join(filter(None, [prefix, str(p.relative_to(local))])))
+            n += 1
+    return n

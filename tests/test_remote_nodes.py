@@ -1,0 +1,222 @@
+"""A store in object storage read by many nodes, through a network that misbehaves: two simulated nodes with caches
+smaller than the store, dropped connections, retries that give up naming the URL, mid-epoch resume with the
+windowed order, and `fastfeed train` from s3:// (one process; torchrun --nnodes 2 with a cache per node: slow)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from s3_helpers import FaultProxy
+
+from fastfeed import Store
+from fastfeed.loaders import LoaderConfig, create_loader
+from fastfeed.pack import PackConfig, pack
+from fastfeed.store.objstore import RemoteError
+from fastfeed.store.remote.sizes import cache_bytes
+
+
+@pytest.fixture(autouse=True)
+def _env(remote_env):
+    """`fastfeed` flags set the environment the Stores read (one command per process): put back after each test."""
+
+
+@pytest.fixture(scope="module")
+def remote(s3, tmp_path_factory):
+    """(url, local twin) of a 96-image store in 12 shards of 8."""
+    from conftest import CocoBuilder
+
+    root = tmp_path_factory.mktemp("nodes")
+    b = CocoBuilder(root / "coco")
+    for k in range(96):
+        b.add_image(f"{k:03d}.jpg", h=64, w=80, seed=k, boxes=[(1 + 2 * (k % 2), [4, 4, 30, 24])])
+    b.write()
+    url = f"s3://{s3.bucket()}/nodes.ff"
+    for out in (url, root / "local.ff"):
+        pack(PackConfig(src=root / "coco", out=out, shards=12, workers=1, progress=False))
+    return url, Store(root / "local.ff")
+
+
+def store_bytes(store) -> int:
+    return sum(s.bytes for s in store.shards)
+
+
+class Watch:
+    """The most a cache folder held, sampled every 10 ms while inside."""
+
+    def __init__(self, root):
+        self.root, self.most, self._stop = root, 0, threading.Event()
+
+    def __enter__(self):
+        def run():
+            while not self._stop.is_set():
+                if self.root.exists():
+                    self.most = max(self.most, cache_bytes(self.root))
+                time.sleep(0.01)
+        self._t = threading.Thread(target=run, daemon=True)
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+
+
+def test_two_nodes_with_small_caches(remote, tmp_path, monkeypatch):
+    url, local = remote
+    limit = int(store_bytes(local) * 0.6)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")            # two nodes of one rank each
+    epochs, seen, nodes = 2, {}, []
+    for rank in (0, 1):
+        cache = tmp_path / f"node{rank}"
+        store = Store(url, cache_dir=cache, cache_limit=limit, prefetch_depth=1)
+        cfg = LoaderConfig(imgsz=64, batch_size=4, workers=1, prefetch=1, rank=rank, world_size=2, seed=5)
+        with Watch(cache) as watch, create_loader("cpu", store, cfg) as loader:
+            d = loader.order.describe()
+            assert d["order"] == "windowed" and d["nodes"] == 2 and d["window_shards"] >= 1
+            for e in range(epochs):
+                loader.set_epoch(e)
+                seen[rank, e] = [b.indices.numpy().copy() for b in loader]
+        assert watch.most <= limit                         # within its limit all along
+        read = [set(np.concatenate(loader.order.batches(e)) // 8) for e in range(epochs)]   # 8 records a shard
+        fetched = [f["shard"] for f in store.cache.fetched()]
+        names = {s.file: k for k, s in enumerate(store.shards)}
+        for name in set(fetched):                           # at most once per epoch that reads it
+            assert fetched.count(name) <= sum(names[name] in r for r in read), (name, fetched)
+        nodes.append(sum(store.shards[names[n]].bytes for n in fetched) / epochs)
+        store.close()
+    for e in range(epochs):
+        a, b = np.concatenate(seen[0, e]), np.concatenate(seen[1, e])
+        assert len(seen[0, e]) == len(seen[1, e]) and not set(a.tolist()) & set(b.tolist())   # equal steps, disjoint
+    assert all(n <= 0.5 * store_bytes(local) + 2 * max(s.bytes for s in local.shards) for n in nodes)   # traffic split
+
+
+def test_mid_epoch_resume_with_the_windowed_order(remote, tmp_path):
+    url, local = remote
+    limit = int(store_bytes(local) * 0.6)
+    cfg = LoaderConfig(imgsz=64, batch_size=4, workers=1, prefetch=1, seed=2)
+    with create_loader("cpu", Store(url, cache_dir=tmp_path / "a", cache_limit=limit, prefetch_depth=1), cfg) as loader:
+        assert loader.order.describe()["order"] == "windowed"
+        loader.set_epoch(1)
+        full = [(b.indices.numpy().copy(), b.images.clone(), b.targets.clone()) for b in loader]
+    k = len(full) // 2
+    with create_loader("cpu", Store(url, cache_dir=tmp_path / "b", cache_limit=limit, prefetch_depth=1), cfg) as again:
+        again.set_epoch(1, k)
+        rest = [(b.indices.numpy().copy(), b.images.clone(), b.targets.clone()) for b in again]
+    assert len(rest) == len(full) - k
+    for (i, x, t), (j, y, u) in zip(full[k:], rest):
+        assert np.array_equal(i, j) and bool((x == y).all()) and bool((t == u).all())
+
+
+def test_dropped_connections_are_survived_and_every_record_delivered(remote, s3, tmp_path):
+    url, local = remote
+    with FaultProxy(s3.port, drop=0.15, latency=0.002, seed=1) as proxy:
+        s3.use(proxy.url)
+        try:
+            store = Store(url, cache_dir=tmp_path / "c", cache_limit=int(store_bytes(local) * 0.6), prefetch_depth=1)
+            with create_loader("cpu", store, LoaderConfig(imgsz=64, batch_size=4, workers=2, prefetch=1, seed=3)) as loader:
+                got = np.concatenate([b.indices.numpy().copy() for b in loader])
+            assert np.array_equal(got, np.concatenate(loader.order.batches(0)))
+            assert len(got) == len(local) // 4 * 4
+            assert proxy.dropped > 0, "the proxy dropped nothing: the test proved nothing"
+            for i in got[:8]:
+                assert bytes(store.record(int(i)).payload) == bytes(local.record(int(i)).payload)
+            store.close()
+        finally:
+            s3.use(s3.endpoint)
+
+
+def test_retries_end_with_an_error_naming_the_url(remote, s3, tmp_path, monkeypatch):
+    from fastfeed.store import objstore
+
+    url, _ = remote
+    store = Store(url, cache_dir=tmp_path / "c")
+    monkeypatch.setattr(objstore, "BACKOFF_S", (0.01, 0.05))
+    import socket
+
+    with socket.socket() as s:                               # a port nothing listens on: every connection refused
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    s3.use(f"http://127.0.0.1:{dead}")
+    try:
+        store.storage_options = {"config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 2}}
+        store._fs = None
+        with pytest.raises(RemoteError, match=rf"downloading {url}/shard-\S+ failed 6 times; the last failure"):
+            store.record(0)
+    finally:
+        s3.use(s3.endpoint)
+
+
+TRAIN = ["--model", "yolov3-tiny", "--imgsz", "64", "--batch", "4", "--epochs", "1", "--workers", "1", "--accum", "1",
+         "--quiet", "--json"]
+
+
+def _run(cmd, env, timeout=300):
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "1", **env})
+    return p
+
+
+def _wait(procs, timeout=300):
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=timeout))
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            os.killpg(p.pid, signal.SIGKILL)
+        raise
+    return outs
+
+
+def test_fastfeed_train_from_a_url(remote, tmp_path):
+    url, local = remote
+    limit = str(int(store_bytes(local) * 0.6))
+    (out, err), = _wait([_run([sys.executable, "-m", "fastfeed", "train", "--data", url, *TRAIN, "--out",
+                               str(tmp_path / "run")], {"FASTFEED_SHARD_CACHE": str(tmp_path / "c"),
+                                                        "FASTFEED_SHARD_CACHE_LIMIT": limit,
+                                                        "FASTFEED_PREFETCH_SHARDS": "1"})])
+    s = json.loads(out[out.index("{"):])
+    assert s["step"] == len(local) // 4, err[-2000:]
+    assert (tmp_path / "run" / "last.pt").is_file()
+
+
+@pytest.mark.slow
+def test_torchrun_two_nodes_each_with_its_own_cache(remote, tmp_path):
+    import socket
+
+    url, local = remote
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    limit = str(int(store_bytes(local) * 0.6))
+    procs = []
+    for node in (0, 1):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node),
+               "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port), "-m", "fastfeed",
+               "train", "--data", url, *TRAIN, "--out", str(tmp_path / f"run{node}")]
+        procs.append(_run(cmd, {"FASTFEED_SHARD_CACHE": str(tmp_path / f"cache{node}"),
+                                "FASTFEED_SHARD_CACHE_LIMIT": limit, "FASTFEED_PREFETCH_SHARDS": "1"}))
+    outs = _wait(procs, timeout=600)
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    out = outs[0][0]
+    s = json.loads(out[out.index("{"):])
+    assert s["world_size"] == 2 and s["step"] == len(local) // 8      # 96 images / (2 ranks x 4)
+    fetched = [[json.loads(x)["shard"] for x in next((tmp_path / f"cache{n}").glob("store-*/fetched.jsonl"))
+                .read_text().splitlines()] for n in (0, 1)]
+    assert all(len(f) == len(set(f)) for f in fetched)                           # once per node
+    from fastfeed.loaders.windowed import WindowedOrder
+
+    names = [sh.file for sh in Store(url, cache_dir=tmp_path / "names").shards]
+    parts = [{names[k] for k in set((WindowedOrder([(sh.start, sh.count) for sh in local.shards], 4, window=1, seed=0,
+                                                   rank=n, world_size=2).node_part(0)[0] // 8).tolist())} for n in (0, 1)]
+    assert all(p <= set(f) for p, f in zip(parts, fetched)), (parts, fetched)   # each node fetched its part...
+    assert len(parts[0] & parts[1]) <= 1 and len(parts[0] | parts[1]) == len(names)   # ... and the parts split the store

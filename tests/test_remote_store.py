@@ -1,0 +1,316 @@
+"""Stores in object storage, against a real S3 API (moto's server on 127.0.0.1; no mocks of boto3 or s3fs): pack
+to and from a bucket, reads equal to a local pack, every loader, --force while a reader holds the old manifest,
+the errors (a damaged shard, a missing bucket, missing credentials, a full cache), the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+from s3_helpers import upload_dir
+
+from fastfeed import Store
+from fastfeed.cli import main
+from fastfeed.loaders import LoaderConfig, create_loader
+from fastfeed.pack import PackConfig, PackError, pack
+from fastfeed.store import FormatError
+from fastfeed.store.format import StoreChanged
+from fastfeed.store.objstore import RemoteError
+from fastfeed.store.remote import CacheFull, RemoteStore, ShardDamaged
+
+
+@pytest.fixture(autouse=True)
+def _env(remote_env):
+    """`fastfeed` flags set the environment the Stores read (one command per process): put back after each test."""
+
+
+def run_pack(src, out, **kw):
+    kw.setdefault("workers", 1)
+    kw.setdefault("progress", False)
+    return pack(PackConfig(src=src, out=out, **kw))
+
+
+@pytest.fixture(scope="module")
+def coco_src(tmp_path_factory):
+    from conftest import CocoBuilder
+
+    b = CocoBuilder(tmp_path_factory.mktemp("remote") / "coco")
+    for k in range(40):
+        b.add_image(f"{k:03d}.jpg", h=60 + k % 3 * 8, w=80, seed=k, boxes=[(1 + 2 * (k % 2), [5, 5, 30, 20])])
+    return b.write()
+
+
+@pytest.fixture(scope="module")
+def local_store(coco_src, tmp_path_factory):
+    out = tmp_path_factory.mktemp("local") / "coco.ff"
+    run_pack(coco_src, out, shards=10)
+    return Store(out)
+
+
+@pytest.fixture(scope="module")
+def url_store(s3, coco_src):
+    url = f"s3://{s3.bucket()}/coco.ff"
+    run_pack(coco_src, url, shards=10)
+    return url
+
+
+def records_equal(a, b):
+    assert len(a) == len(b) and a.fingerprint == b.fingerprint and a.class_names == b.class_names
+    for i in range(len(a)):
+        x, y = a.record(i), b.record(i)
+        assert bytes(x.payload) == bytes(y.payload) and x.file_name == y.file_name
+        np.testing.assert_array_equal(x.boxes, y.boxes)
+
+
+def test_pack_to_a_bucket_reads_as_the_local_pack(url_store, local_store, s3, tmp_path):
+    store = Store(url_store, cache_dir=tmp_path / "cache")
+    assert isinstance(store, RemoteStore) and isinstance(store, Store)
+    records_equal(store, local_store)
+    names = {o["Key"] for o in s3.client().list_objects_v2(Bucket=url_store.split("/")[2])["Contents"]}
+    assert {"coco.ff/manifest.json", "coco.ff/rejects.jsonl"} <= names
+    shards = sorted(n for n in names if n.startswith("coco.ff/shard-"))
+    assert len(shards) == 10 and all(s.split("/")[1] == f.file for s, f in zip(shards, store.shards))
+    assert all(len(f.sha256) == 64 for f in store.shards)
+    assert {d["shard"] for d in store.cache.fetched()} == {s.file for s in store.shards}   # each once
+    store.close()
+
+
+@pytest.mark.parametrize("layout", ["coco", "yolo"])
+def test_pack_from_a_bucket_as_from_the_folder(layout, coco_src, s3, tmp_path):
+    from conftest import YoloBuilder
+
+    if layout == "coco":
+        src = coco_src
+    else:
+        y = YoloBuilder(tmp_path / "yolo", names=["a", "b"])
+        for k in range(12):
+            y.add(f"{k:02d}", [f"{k % 2} 0.5 0.5 0.3 0.2"], seed=k)
+        y.add("nolabel", None, seed=99)
+        (y.labels_dir / "orphan.txt").write_text("0 0.5 0.5 0.1 0.1\n")
+        src = tmp_path / "yolo"
+    bucket = s3.bucket()
+    upload_dir(src, f"s3://{bucket}/data")
+    here = run_pack(src, tmp_path / "here.ff")
+    there = run_pack(f"s3://{bucket}/data", tmp_path / "there.ff", workers=2)
+    records_equal(Store(tmp_path / "here.ff"), Store(tmp_path / "there.ff"))
+    assert there.report.to_dict()["errors"] == here.report.to_dict()["errors"]
+    assert there.manifest.source["root"] == f"s3://{bucket}/data"
+    assert there.manifest.source["fingerprint"] == here.manifest.source["fingerprint"]
+    both = run_pack(f"s3://{bucket}/data", f"s3://{bucket}/out.ff")   # bucket to bucket
+    assert both.manifest.fingerprint == here.manifest.fingerprint
+
+
+def test_every_loader_reads_a_url_store(url_store, local_store, tmp_path):
+    store = Store(url_store, cache_dir=tmp_path / "c")
+    cfg = LoaderConfig(imgsz=64, batch_size=4, workers=1, seed=1)
+    for name, opts in (("cpu", {}), ("shm", {"cache_dir": str(tmp_path)}), ("device", {})):
+        with create_loader(name, store, cfg, **opts) as loader, \
+                create_loader(name, local_store, cfg, order=loader.order, **opts) as here:
+            for a, b in zip(loader, here):
+                assert np.array_equal(a.indices, b.indices)
+                assert np.array_equal(a.images.cpu(), b.images.cpu())   # the same samples, bit for bit
+    store.close()
+
+
+def test_force_while_a_reader_holds_the_old_manifest(coco_src, s3, tmp_path):
+    url = f"s3://{s3.bucket()}/s.ff"
+    run_pack(coco_src, url, shards=4)
+    old = Store(url, cache_dir=tmp_path / "c")
+    before = old.record(0)                                    # shard 0 is cached now
+    run_pack(coco_src, url, shards=5, overwrite=True, store="jpeg", quality=50)
+    new = Store(url, cache_dir=tmp_path / "c")
+    assert new.fingerprint != old.fingerprint and not {s.file for s in new.shards} & {s.file for s in old.shards}
+    assert bytes(old.record(1).payload) == bytes(before.payload) or old.record(1).index == 1   # cached: its own pack
+    with pytest.raises(StoreChanged, match="re-packed .* open it again"):
+        old.record(len(old) - 1)                              # not cached, and gone from the bucket
+    assert len(new) == len(old) and new.record(len(new) - 1).index == len(new) - 1
+    keys = {o["Key"] for o in s3.client().list_objects_v2(Bucket=url.split("/")[2])["Contents"]}
+    assert {k.split("/")[1] for k in keys if "shard-" in k} == {s.file for s in new.shards}   # old shards removed
+    with pytest.raises(PackError, match="already holds a store; pass --force"):
+        run_pack(coco_src, url)
+    old.close()
+    new.close()
+
+
+def test_an_interrupted_pack_leaves_the_old_store_and_no_new_shards(coco_src, s3, tmp_path, monkeypatch):
+    from fastfeed.store import objstore
+
+    url = f"s3://{s3.bucket()}/s.ff"
+    run_pack(coco_src, url, shards=3)
+    before = {o["Key"] for o in s3.client().list_objects_v2(Bucket=url.split("/")[2])["Contents"]}
+    real, calls = objstore.upload, []
+
+    def fail_second(*a, **kw):
+        calls.append(a)
+        if len(calls) == 2:
+            raise RemoteError("the network went away")
+        return real(*a, **kw)
+
+    monkeypatch.setattr(objstore, "upload", fail_second)
+    with pytest.raises(RemoteError, match="went away"):
+        run_pack(coco_src, url, shards=4, overwrite=True)
+    after = {o["Key"] for o in s3.client().list_objects_v2(Bucket=url.split("/")[2])["Contents"]}
+    assert after == before                                    # the new pack's first shard removed again
+    records_equal(Store(url, cache_dir=tmp_path / "c"), Store(url, cache_dir=tmp_path / "d"))
+    fresh = f"s3://{url.split('/')[2]}/fresh.ff"
+    calls.clear()
+    with pytest.raises(RemoteError):
+        run_pack(coco_src, fresh, shards=4)
+    with pytest.raises(FormatError, match="not a fastfeed store: it has no manifest.json"):
+        Store(fresh, cache_dir=tmp_path / "c")
+
+
+def test_a_damaged_shard_object_is_named(coco_src, s3, tmp_path, caplog):
+    bucket = s3.bucket()
+    url = f"s3://{bucket}/s.ff"
+    run_pack(coco_src, url, shards=3)
+    store = Store(url, cache_dir=tmp_path / "c")
+    key = f"s.ff/{store.shards[1].file}"
+    body = bytearray(s3.client().get_object(Bucket=bucket, Key=key)["Body"].read())
+    body[len(body) // 2] ^= 0xFF                               # same size, other bytes
+    s3.client().put_object(Bucket=bucket, Key=key, Body=bytes(body))
+    store.record(0)
+    with pytest.raises(ShardDamaged, match=f"shard {url}/{store.shards[1].file} is damaged: downloaded twice"):
+        store.record(store.shards[1].start)
+    assert "downloading it again" in caplog.text
+    assert not any(p.name.startswith(store.shards[1].file) and ".part-" in p.name for p in store.cache.dir.iterdir())
+    assert not store.cache.present(store.shards[1])           # never opened, never kept
+    assert main(["verify", url, "--quiet", "--workers", "1", "--shard-cache", str(tmp_path / "v")]) == 1
+
+
+def test_missing_bucket_missing_store_and_missing_credentials_say_what_to_do(s3, url_store, tmp_path, monkeypatch):
+    with pytest.raises(FormatError, match="bucket s3://no-such-bucket-here does not exist"):
+        Store("s3://no-such-bucket-here/x.ff", cache_dir=tmp_path)
+    with pytest.raises(FormatError, match="not a fastfeed store"):
+        Store(f"s3://{url_store.split('/')[2]}/nothing.ff", cache_dir=tmp_path)
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    from s3_helpers import _forget_filesystems
+
+    _forget_filesystems()
+    with pytest.raises(RemoteError, match="no credentials found .* AWS_ACCESS_KEY_ID"):
+        Store(url_store, cache_dir=tmp_path)
+    monkeypatch.undo()
+    _forget_filesystems()
+    with pytest.raises(ValueError, match="folder"):
+        Store(tmp_path, cache_limit="1G")                     # a cache option for a local store
+
+
+def test_a_cache_too_small_or_a_full_disk_is_one_line(url_store, tmp_path):
+    store = Store(url_store, cache_dir=tmp_path / "c", cache_limit=1000)
+    with pytest.raises(CacheFull, match="more than the whole shard cache limit"):
+        store.record(0)
+    store = Store(url_store, cache_dir=tmp_path / "c", cache_limit=3 * store.shards[0].bytes)
+    with pytest.raises(ValueError, match="holds fewer shards .* than the windowed order needs"):
+        create_loader("cpu", store, LoaderConfig(imgsz=64, batch_size=4, workers=0))
+    disk = tmp_path / "tiny"
+    disk.mkdir()
+    if os.system(f"mount -t tmpfs -o size=64k tmpfs {disk} 2>/dev/null") != 0:
+        pytest.skip("cannot mount a small tmpfs here (not root?)")
+    full = None
+    try:
+        full = Store(url_store, cache_dir=disk, cache_limit="1G")
+        assert sum(s.bytes for s in full.shards) > 64 << 10
+        with pytest.raises(CacheFull, match="disk is full .* free space there"):
+            for s in full.shards:
+                full.record(s.start)
+    finally:
+        if full is not None:
+            full.close()
+        assert os.system(f"umount {disk}") == 0
+
+
+def test_cli_pack_inspect_verify_bench_and_the_shard_cache(coco_src, s3, tmp_path, capsys, monkeypatch):
+    url = f"s3://{s3.bucket()}/cli.ff"
+    cache = str(tmp_path / "shards")
+    assert main(["pack", str(coco_src), "-o", url, "--shards", "12", "--quiet"]) == 0
+    assert f"-> {url}:" in capsys.readouterr().out
+    assert main(["inspect", url, "--json", "--shard-cache", cache]) == 0
+    assert json.loads(capsys.readouterr().out)["path"] == url
+    assert main(["verify", url, "--quiet", "--shard-cache", cache]) == 0
+    assert "OK, 40 records" in capsys.readouterr().out
+    limit = str(int(sum(s.bytes for s in Store(url, cache_dir=cache).shards) * 0.9))
+    assert main(["bench", "--data", url, "--loader", "cpu", "--batches", "3", "--warmup", "1", "--workers", "1",
+                 "--imgsz", "64", "--batch", "4", "--quiet", "--shard-cache", str(tmp_path / "b"),
+                 "--shard-cache-limit", limit]) == 0
+    monkeypatch.delenv("FASTFEED_SHARD_CACHE_LIMIT")
+    out = capsys.readouterr().out
+    assert "order windowed (shard-aware): a window of" in out
+    assert main(["cache", "ls", "--shards", "--shard-dir", cache]) == 0
+    out = capsys.readouterr().out
+    assert url in out and " 12 " in out
+    assert main(["cache", "clear", "--shards", "--shard-dir", cache]) == 0
+    assert "1 removed" in capsys.readouterr().out
+    assert not any((tmp_path / "shards").glob("store-*/*.mdb"))
+    assert main(["cache", "build", url, "--imgsz", "64", "--dir", str(tmp_path), "--quiet", "--shard-cache", cache]) == 0
+    assert "built, 40/40 images" in capsys.readouterr().out
+    assert main(["cache", "clear", "--dir", str(tmp_path), "--shm"]) == 0
+    assert main(["inspect", "s3://no-such-bucket-x/a.ff", "--shard-cache", cache]) == 1
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_large_shards_download_in_parallel_ranged_parts(url_store, local_store, tmp_path, monkeypatch, s3):
+    from fastfeed.store import objstore
+
+    monkeypatch.setattr(objstore, "PART_BYTES", 4096)        # every shard in many ranged reads
+    store = Store(url_store, cache_dir=tmp_path / "c")
+    assert store.shards[0].bytes > 4 * 4096
+    records_equal(store, local_store)                        # sha256-checked, then read
+    store.close()
+
+
+def test_storage_options_from_the_cli_and_python_are_never_written(coco_src, s3, tmp_path, monkeypatch, capsys):
+    url = f"s3://{s3.bucket()}/opts.ff"
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    from s3_helpers import _forget_filesystems
+
+    _forget_filesystems()
+    secret = "very-secret-value-1234"
+    opts = ["--storage-option", f"endpoint_url={s3.endpoint}", "--storage-option", "key=fastfeed-test",
+            "--storage-option", f"secret={secret}"]
+    assert main(["pack", str(coco_src), "-o", url, "--shards", "2", "--quiet", *opts]) == 0
+    capsys.readouterr()
+    monkeypatch.delenv("FASTFEED_STORAGE_OPTIONS")
+    _forget_filesystems()
+    store = Store(url, cache_dir=tmp_path / "c", storage_options={"endpoint_url": s3.endpoint, "key": "fastfeed-test",
+                                                                  "secret": secret})
+    assert len(store) == 40 and store.record(39).index == 39
+    assert secret not in json.dumps(store.manifest.to_json()) and secret not in repr(store)
+    assert all(secret not in p.read_text() for p in store.cache.dir.glob("*.json*"))
+
+
+def test_what_is_retried_and_what_is_not():
+    import botocore.exceptions
+
+    from fastfeed.store import objstore
+
+    def client_error(code, status):
+        return botocore.exceptions.ClientError({"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
+                                               "GetObject")
+
+    for e in (ConnectionResetError(), TimeoutError(), client_error("SlowDown", 503), client_error("InternalError", 500),
+              OSError(5, "I/O")):
+        assert objstore.kind(e) == "transient", e
+    assert objstore.kind(FileNotFoundError()) == "missing" and objstore.kind(PermissionError()) == "denied"
+    assert objstore.kind(botocore.exceptions.NoCredentialsError()) == "credentials"
+    waits, calls = [], []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) < 4:
+            raise client_error("SlowDown", 503)
+        return b"ok"
+
+    assert objstore.retry(flaky, "s3://b/x", "reading", sleep=waits.append) == b"ok"
+    assert len(waits) == 3 and all(0 < w <= objstore.BACKOFF_S[1] for w in waits) and waits[0] < waits[2]
+    with pytest.raises(RemoteError, match=r"reading s3://b/x failed 6 times; the last failure: ConnectionResetError"):
+        objstore.retry(lambda: (_ for _ in ()).throw(ConnectionResetError("reset")), "s3://b/x", "reading",
+                       sleep=waits.append)
+    assert objstore.shown("s3://user:pw@bucket/a") == "s3://bucket/a"
