@@ -9,6 +9,7 @@ import os
 
 import numpy as np
 import pytest
+import torch
 from s3_helpers import upload_dir
 
 from fastfeed import Store
@@ -111,6 +112,23 @@ def test_every_loader_reads_a_url_store(url_store, local_store, tmp_path):
             for a, b in zip(loader, here):
                 assert np.array_equal(a.indices, b.indices)
                 assert np.array_equal(a.images.cpu(), b.images.cpu())   # the same samples, bit for bit
+    store.close()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_dali_loader_reads_a_url_store(url_store, local_store, tmp_path, workers):
+    """DALI's external source (in this thread, or in DALI's worker processes) reads a URL store through the shard
+    cache: the same samples as from the local pack."""
+    pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed (pip install fastfeed[dali])")
+    store = Store(url_store, cache_dir=tmp_path / "c")
+    cfg = LoaderConfig(imgsz=64, batch_size=4, workers=workers, seed=1, device="cpu")
+    with create_loader("dali", store, cfg) as loader, create_loader("dali", local_store, cfg, order=loader.order) as here:
+        for epoch in (0, 1):
+            loader.set_epoch(epoch)
+            here.set_epoch(epoch)
+            for a, b in zip(loader, here, strict=True):
+                assert np.array_equal(a.indices, b.indices)
+                assert np.array_equal(a.images.cpu(), b.images.cpu()) and torch.equal(a.targets, b.targets)
     store.close()
 
 
