@@ -1,15 +1,16 @@
 """A store in object storage against the same store on local disk, in one run:
 
-    python benchmarks/remote_store.py [--images 1024] [--shard-mb 4] [--epochs 2] [--workers 1] [--bandwidth-mb 100]
+    python benchmarks/remote_store.py [--images 1024] [--shard-mb 4] [--epochs 2] [--rounds 2] [--workers 1] [--bandwidth-mb 100]
 
-A real S3 API (moto's server, `pip install -e '.[dev]'`) runs on 127.0.0.1 in this process, behind the test
+A real S3 API (moto's server, `pip install -e '.[dev]'`) runs on 127.0.0.1 in a child process, behind the test
 helpers' fault proxy (`tests/s3_helpers.py`), which adds latency (and jitter) per request, a bandwidth cap
 shared by every connection (the node's link) and, for one epoch, dropped connections. The `cpu` loader (batch
 16, `--workers`) reads a replicated coco128 packed twice, locally and into the bucket, the shard cache held to
 40% of the store (so the windowed order runs). Printed, each against the local store in this same process:
 
 - images/s over all the epochs, and after the first window (the batches until the first window's shards are
-  read), with 0, 20 and 50 ms latency (+-25%) at the bandwidth cap;
+  read), with 0, 20 and 50 ms latency (+-25%) at the bandwidth cap, each remote run (`--rounds` per latency, the
+  latencies interleaved) against the mean of the local runs just before and just after it;
 - time to the first batch from a cold cache, against one shard's and the whole store's download time at the cap;
 - bytes fetched per node per epoch against the store's size;
 - an epoch with 1% of requests' connections reset mid-response: completes, every record delivered;
@@ -117,7 +118,8 @@ PIN: dict = {}   # {"worker": core, "rest": core}: the loader's worker on a core
 
 
 def run_epochs(store, cfg, epochs: int, window_batches: int | None = None) -> dict:
-    """Iterate `epochs` epochs; images/s overall and after `window_batches` batches, time to the first batch."""
+    """Iterate `epochs` epochs; images/s overall and after `window_batches` batches, time to the first batch, and
+    the stages' ms per sample after the first batch (the first batch's wait for its shard is the first batch's)."""
     t0 = time.perf_counter()
     first = after_t = None
     n = after_n = 0
@@ -130,6 +132,8 @@ def run_epochs(store, cfg, epochs: int, window_batches: int | None = None) -> di
                 now = time.perf_counter()
                 if first is None:
                     first = now - t0
+                    at_first = loader.stage_times()
+                    at_first = (dict(at_first.seconds), at_first.samples)
                     for pid in loader.memory_pids() if PIN else ():
                         os.sched_setaffinity(pid, {PIN["worker"]})
                 n += len(b.indices)
@@ -137,14 +141,21 @@ def run_epochs(store, cfg, epochs: int, window_batches: int | None = None) -> di
                     seen.append(b.indices.numpy().copy())
                 if window_batches is not None and e == 0 and k == window_batches:
                     after_t, after_n = now, n
-        stages = loader.stage_times().per_sample_ms()
+        st = loader.stage_times()
     total = time.perf_counter() - t0
-    out = {"read_ms_per_sample": stages["read"], "decode_ms_per_sample": stages["decode"], "first_batch_s": first, "images_per_s": n / (total - first) if total > first else None,
+    later = max(st.samples - at_first[1], 1)
+    ms = {k: 1e3 * (v - at_first[0].get(k, 0.0)) / later for k, v in st.seconds.items()}
+    out = {"read_ms_per_sample": ms["read"], "decode_ms_per_sample": ms["decode"], "first_batch_s": first,
+           "images_per_s": n / (total - first) if total > first else None,
            "order": order.describe(), "epoch0": np.concatenate(seen) if seen else np.zeros(0, np.int64),
            "expected0": np.concatenate(order.batches(0))}
     if after_t is not None:
         out["images_per_s_after_window"] = (n - after_n) / (time.perf_counter() - after_t)
     return out
+
+
+def _plain(r: dict) -> dict:
+    return {k: v for k, v in r.items() if not k.startswith(("epoch0", "expected0"))}
 
 
 def batch_stats(order, store, cfg, epochs=1) -> dict:
@@ -181,6 +192,7 @@ def main() -> int:
     ap.add_argument("--bandwidth-mb", type=float, default=100.0,
                     help="the proxy's cap, MB/s for all connections (100: about a 1 Gb/s link)")
     ap.add_argument("--cache-share", type=float, default=0.4)
+    ap.add_argument("--rounds", type=int, default=2, help="remote runs per latency, each between two local runs")
     ap.add_argument("--no-pin", dest="pin", action="store_false",
                     help="leave the loader's worker unpinned (by default it gets a core of its own and everything else "
                          "- this process, the prefetch threads, the S3 server and proxy - the other: the work a remote "
@@ -215,16 +227,16 @@ def main() -> int:
           f"{limit / 2**20:.1f} MiB ({args.cache_share:.0%}); cap {args.bandwidth_mb:g} MB/s; cpu loader, "
           f"{args.workers} workers, imgsz {args.imgsz}, batch 16, {args.epochs} epochs")
 
+    run_epochs(local, cfg, 1)   # warm-up (page cache, imports), not counted
     base = run_epochs(local, cfg, args.epochs)
-    res["runs"]["local"] = {k: v for k, v in base.items() if not k.startswith(("epoch0", "expected0"))}
+    locals_ = [base]
+    res["runs"]["local"] = [_plain(base)]
     print(f"local: {base['images_per_s']:.1f} images/s, first batch {base['first_batch_s']:.2f} s")
 
-    for ms in (0, 20, 50):
-        base = run_epochs(local, cfg, args.epochs)   # local again, just before: the machine is shared, its load moves
-        res["runs"][f"local_before_{ms}ms"] = {k: v for k, v in base.items() if not k.startswith(("epoch0", "expected0"))}
-        proxy = server.proxy(latency=ms / 1e3, jitter=ms / 4e3, bandwidth=bw, seed=ms)
+    def remote(ms: int, rnd: int) -> dict:
+        proxy = server.proxy(latency=ms / 1e3, jitter=ms / 4e3, bandwidth=bw, seed=ms + 1000 * rnd)
         server.use(proxy)
-        store = Store(url, cache_dir=work / f"cache-{ms}", cache_limit=limit)
+        store = Store(url, cache_dir=work / f"cache-{ms}-{rnd}", cache_limit=limit)   # cold: a cache of its own
         probe = store.epoch_order(cfg, 0, 1)
         per_shard = len(store) / len(store.shards)
         window_batches = int(np.ceil(probe.describe().get("window_shards", 1) * per_shard / cfg.batch_size))
@@ -236,21 +248,43 @@ def main() -> int:
         server.use(server.endpoint)
         counts = server.stop_proxy(proxy)
         assert np.array_equal(r["epoch0"], r["expected0"])
-        row = {k: v for k, v in r.items() if not k.startswith(("epoch0", "expected0"))}
-        row |= {"latency_ms": ms, "jitter_ms": ms / 4, "fetched_bytes_per_epoch": sum(f["bytes"] for f in fetched) / args.epochs,
-                "requests": counts["requests"], "vs_local": r["images_per_s"] / base["images_per_s"],
-                "network_process_cores": net_cores,
-                "vs_local_after_window": r.get("images_per_s_after_window", 0) / base["images_per_s"],
-                "one_shard_download_s": largest / bw + ms / 1e3, "store_download_s": size / bw}
-        res["runs"][f"s3_{ms}ms"] = row
-        print(f"s3 {ms:>2} ms +-{ms / 4:g}: {row['images_per_s']:.1f} images/s ({row['vs_local']:.0%} of local's "
-              f"{base['images_per_s']:.1f} just before; read {row['read_ms_per_sample']:.2f} ms/sample, local "
-              f"{base['read_ms_per_sample']:.2f}), "
-              f"after the first window {row['images_per_s_after_window']:.1f} ({row['vs_local_after_window']:.0%}); "
-              f"first batch {row['first_batch_s']:.2f} s (one shard at the cap {row['one_shard_download_s']:.2f} s, "
-              f"the store {row['store_download_s']:.2f} s); fetched {row['fetched_bytes_per_epoch'] / size:.2f}x the "
-              f"store per epoch; order {row['order']['order']}, window {row['order'].get('window_shards')} shards; "
-              f"the S3 server and proxy used {net_cores:.2f} of the machine's cores meanwhile")
+        return _plain(r) | {"latency_ms": ms, "jitter_ms": ms / 4, "round": rnd, "requests": counts["requests"],
+                            "fetched_bytes_per_epoch": sum(f["bytes"] for f in fetched) / args.epochs,
+                            "network_process_cores": net_cores,
+                            "one_shard_download_s": largest / bw + ms / 1e3, "store_download_s": size / bw}
+
+    # Each remote run between two local ones (the machine is shared, its load moves): against their mean.
+    latencies = (0, 20, 50)
+    rows: dict[int, list] = {ms: [] for ms in latencies}
+    for rnd in range(args.rounds):
+        for ms in latencies:
+            row = remote(ms, rnd)
+            after = run_epochs(local, cfg, args.epochs)
+            res["runs"]["local"].append(_plain(after))
+            ref = (locals_[-1]["images_per_s"] + after["images_per_s"]) / 2
+            ref_read = (locals_[-1]["read_ms_per_sample"] + after["read_ms_per_sample"]) / 2
+            locals_.append(after)
+            row |= {"local_around": ref, "local_read_ms_per_sample": ref_read, "vs_local": row["images_per_s"] / ref,
+                    "vs_local_after_window": row.get("images_per_s_after_window", 0) / ref}
+            rows[ms].append(row)
+            print(f"round {rnd} s3 {ms:>2} ms +-{ms / 4:g}: {row['images_per_s']:.1f} images/s ({row['vs_local']:.0%} of "
+                  f"the local runs around it, {ref:.1f}; read {row['read_ms_per_sample']:.2f} ms/sample after the first "
+                  f"batch, local {ref_read:.2f}), after the first window {row['images_per_s_after_window']:.1f} "
+                  f"({row['vs_local_after_window']:.0%}); first batch {row['first_batch_s']:.2f} s (one shard at the "
+                  f"cap {row['one_shard_download_s']:.2f} s, the store {row['store_download_s']:.2f} s); fetched "
+                  f"{row['fetched_bytes_per_epoch'] / size:.2f}x the store per epoch; order {row['order']['order']}, "
+                  f"window {row['order'].get('window_shards')} shards, {row['order'].get('prefetch_shards')} "
+                  f"prefetched; the S3 server and proxy used {row['network_process_cores']:.2f} of the cores")
+    res["runs"].update({f"s3_{ms}ms": rows[ms] for ms in latencies})
+    res["summary"] = {}
+    for ms in latencies:
+        v = [r["vs_local"] for r in rows[ms]]
+        w = [r["vs_local_after_window"] for r in rows[ms]]
+        res["summary"][f"s3_{ms}ms"] = {"vs_local_median": float(np.median(v)), "vs_local": v,
+                                        "after_window_median": float(np.median(w)), "after_window": w}
+        print(f"s3 {ms:>2} ms: vs local {np.median(v):.2f} median of {len(v)} ({min(v):.2f}-{max(v):.2f}); after the "
+              f"first window {np.median(w):.2f} ({min(w):.2f}-{max(w):.2f})")
+    base = locals_[-1]
 
     proxy = server.proxy(latency=0.02, jitter=0.005, bandwidth=bw, drop=0.01, seed=7)
     server.use(proxy)

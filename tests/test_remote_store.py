@@ -243,6 +243,89 @@ def test_a_cache_too_small_or_a_full_disk_is_one_line(url_store, tmp_path):
         assert os.system(f"umount {disk}") == 0
 
 
+def test_the_prefetch_lead_is_at_least_16_mb_by_default_and_a_quarter_of_the_cache_at_most(url_store, tmp_path,
+                                                                                           monkeypatch):
+    from dataclasses import replace
+
+    from fastfeed.store.remote.store import DEFAULT_DEPTH, LEAD_BYTES
+
+    probe = Store(url_store, cache_dir=tmp_path / "c")
+    largest = max(s.bytes for s in probe.shards)
+    assert LEAD_BYTES // largest > len(probe.shards)          # tiny shards: the lead wants more than the store
+    # Capped by a quarter of the shards the cache holds (the rest is the window), never below 2 ...
+    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest).depth == 3
+    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=5 * largest).depth == DEFAULT_DEPTH
+    # ... and by the store's shards.
+    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=400 * largest).depth == len(probe.shards)
+    # Shards of the URL default (128 MB): two ahead are already seconds of training.
+    big = Store(url_store, cache_dir=tmp_path / "c", cache_limit=64 << 30)
+    big.shards = [replace(s, bytes=128 << 20) for s in big.shards]
+    assert big.default_depth() == DEFAULT_DEPTH
+    big.shards = [replace(s, bytes=4 << 20) for s in big.shards]   # 4 MB ones: four make the lead
+    assert big.default_depth() == 4
+    # What is asked for is what is used, from Python and from the environment.
+    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest, prefetch_depth=1).depth == 1
+    monkeypatch.setenv("FASTFEED_PREFETCH_SHARDS", "5")
+    store = Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest)
+    assert store.depth == 5 and store.reopen().depth == 5
+    monkeypatch.setenv("FASTFEED_PREFETCH_SHARDS", "two")
+    with pytest.raises(ValueError, match="FASTFEED_PREFETCH_SHARDS='two': give a whole number"):
+        Store(url_store, cache_dir=tmp_path / "c")
+
+
+def test_a_tight_cache_shortens_the_default_lead_before_it_refuses(coco_src, s3, tmp_path):
+    url = f"s3://{s3.bucket()}/one-per-shard.ff"
+    run_pack(coco_src, url, shards=40)
+    probe = Store(url, cache_dir=tmp_path / "c")
+    largest = max(s.bytes for s in probe.shards)
+    cfg = LoaderConfig(imgsz=64, batch_size=1, workers=2, prefetch=7)   # 15 batches in flight: 16 shards leaving
+    store = Store(url, cache_dir=tmp_path / "c", cache_limit=20 * largest)
+    assert store.depth == 5
+    order = store.epoch_order(cfg, 0, 1)
+    assert order.describe()["prefetch_shards"] == 2 and order.describe()["window_shards"] == 1
+    asked = Store(url, cache_dir=tmp_path / "c", cache_limit=20 * largest, prefetch_depth=5)
+    with pytest.raises(ValueError, match="5 fetched ahead .* lower prefetch_depth"):
+        asked.epoch_order(cfg, 0, 1)                                  # asked for: used, or refused
+    for s in (probe, store, asked):
+        s.close()
+
+
+def test_the_shards_a_read_waits_for_download_alone_then_the_next_ones(url_store, tmp_path):
+    import threading
+    import time
+
+    from fastfeed.store.remote.prefetch import Prefetcher
+
+    store = Store(url_store, cache_dir=tmp_path / "c", cache_limit="1G")
+    events, lock = [], threading.Lock()
+    real = store.fetch
+
+    def slow_fetch(k, wait=True):
+        with lock:
+            events.append(("start", k))
+        time.sleep(0.15)
+        real(k, wait)
+        with lock:
+            events.append(("end", k))
+        return True
+
+    store.fetch = slow_fetch
+    p = Prefetcher(store)
+    try:
+        p.want([0, 1], [2, 3, 4])
+        deadline = time.monotonic() + 20
+        while sum(e == "end" for e, _ in events) < 5 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        p.stop()
+    starts = [k for e, k in events if e == "start"]
+    assert sorted(starts[:2]) == [0, 1] and starts[2:] == [2, 3, 4]      # needed now first, then in reading order
+    last_now_done = max(events.index(("end", 0)), events.index(("end", 1)))
+    assert events.index(("start", 2)) > last_now_done                  # the next ones wait for the link
+    assert all(store.cache.present(store.shards[k]) for k in range(5))
+    store.close()
+
+
 def test_cli_pack_inspect_verify_bench_and_the_shard_cache(coco_src, s3, tmp_path, capsys, monkeypatch):
     url = f"s3://{s3.bucket()}/cli.ff"
     cache = str(tmp_path / "shards")

@@ -15,8 +15,8 @@ PARALLEL = 4   # shards downloaded at once (each in parallel ranged parts when l
 
 class Prefetcher:
     """Pins what one order needs now and next in the node's cache and downloads the missing shards in a background
-    thread of this process (up to PARALLEL shards at once), the ones needed now first, then the next ones in the
-    order they are first read.
+    thread of this process (up to PARALLEL shards at once): the ones needed now first, alone (a read is waiting
+    for them: they get the whole link), then the next ones in the order they are first read.
     A shard another process is already downloading is skipped (it arrives all the same); a failure here is only
     logged: the read that needs the shard downloads it itself and raises the error."""
 
@@ -59,8 +59,13 @@ class Prefetcher:
                         return
                     now, upcoming = self._want
                     self._want = None
+                first = set(now)
                 for k in (*now, *upcoming):
                     with self._cv:
+                        if first and k not in first:   # a read waits for these: give them the link first
+                            while first & self._inflight and self._want is None and not self._stopped:
+                                self._cv.wait(0.5)
+                            first = set()
                         if self._want is not None or self._stopped:
                             break   # the loader moved on: start over with what it needs now
                         if k in self._inflight or self.store.cache.present(self.store.shards[k]):

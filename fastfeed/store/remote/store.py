@@ -30,7 +30,8 @@ from .sizes import default_dir, default_limit, parse_size
 log = logging.getLogger(__name__)
 
 DEPTH_ENV = "FASTFEED_PREFETCH_SHARDS"
-DEFAULT_DEPTH = 2        # shards downloaded ahead of the ones being read
+DEFAULT_DEPTH = 2        # shards downloaded ahead of the ones being read, at least
+LEAD_BYTES = 16 << 20    # ... and by default at least this much (small shards: more of them ahead)
 _KEEP_RECENT = 2         # shards a process keeps mapped besides the pinned ones
 _SPARE_SHARDS = 1        # cache room left for other readers (an evaluation store, a shm cache build)
 _STORES: weakref.WeakSet = weakref.WeakSet()
@@ -50,7 +51,8 @@ class RemoteStore(Store):
     cache_dir: the node-local shard cache ($FASTFEED_SHARD_CACHE, else ~/.cache/fastfeed/shards);
     cache_limit: bytes or a size such as "50G" / "40%" ($FASTFEED_SHARD_CACHE_LIMIT, else 80% of what the
     disk can give); storage_options: fsspec options (credentials, endpoint; never written anywhere);
-    prefetch_depth: shards downloaded ahead ($FASTFEED_PREFETCH_SHARDS, default 2).
+    prefetch_depth: shards downloaded ahead ($FASTFEED_PREFETCH_SHARDS; default `default_depth`: 2, more for
+    shards under 8 MB).
     """
 
     def __init__(self, path, check_crc: bool = True, *, cache_dir=None, cache_limit=None, storage_options=None,
@@ -74,7 +76,14 @@ class RemoteStore(Store):
         limit = default_limit(root_dir) if cache_limit is None else parse_size(cache_limit, root_dir)
         self.cache = ShardCache(root_dir, limit, self.url)
         self.cache.prepare()
-        depth = prefetch_depth if prefetch_depth is not None else int(os.environ.get(DEPTH_ENV, DEFAULT_DEPTH))
+        if prefetch_depth is None and (env := os.environ.get(DEPTH_ENV, "").strip()):
+            try:
+                prefetch_depth = int(env)
+            except ValueError:
+                raise ValueError(f"{DEPTH_ENV}={env!r}: give a whole number of shards to download ahead "
+                                 "(or unset it for the default)") from None
+        self.depth_given = prefetch_depth is not None
+        depth = self.default_depth() if prefetch_depth is None else int(prefetch_depth)
         if depth < 0:
             raise ValueError(f"prefetch_depth must be >= 0, got {depth}")
         self.depth = depth
@@ -107,7 +116,7 @@ class RemoteStore(Store):
 
     def __getstate__(self):
         return {k: getattr(self, k) for k in ("url", "path", "storage_options", "check_crc", "manifest", "shards",
-                                              "_starts", "_len", "cache", "depth")}
+                                              "_starts", "_len", "cache", "depth", "depth_given")}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -119,7 +128,8 @@ class RemoteStore(Store):
 
     def reopen(self) -> RemoteStore:
         return RemoteStore(self.url, check_crc=self.check_crc, cache_dir=self.cache.root, cache_limit=self.cache.limit,
-                           storage_options=self.storage_options, prefetch_depth=self.depth)
+                           storage_options=self.storage_options,
+                           prefetch_depth=self.depth if self.depth_given else None)
 
     # --- shards -------------------------------------------------------------------------------------------
     def shard_url(self, shard: int) -> str:
@@ -214,19 +224,31 @@ class RemoteStore(Store):
         return fmt._parse_record(bytes(buf), index, info.file, self.check_crc if check_crc is None else check_crc)
 
     # --- the order ----------------------------------------------------------------------------------------------
+    def default_depth(self) -> int:
+        """Shards fetched ahead when nobody says: 2, or as many as make LEAD_BYTES when the shards are smaller
+        (the lead must cover a download's latency and its share of the link while the shards ahead are read;
+        with 4 MB shards two are a fraction of a second of training, with 128 MB ones seconds), but never more
+        than a quarter of the shards the cache holds (the rest is the window, which is what mixes)."""
+        sizes = [s.bytes for s in self.shards]
+        if not sizes:
+            return DEFAULT_DEPTH
+        want = math.ceil(LEAD_BYTES / max(sum(sizes) / len(sizes), 1))
+        room = self.cache.limit // max(max(sizes), 1) // 4
+        return max(DEFAULT_DEPTH, min(want, room, len(sizes)))
+
     def fits(self) -> bool:
         """Whether the node's cache can hold the whole store (with room for one more shard)."""
         largest = max((s.bytes for s in self.shards), default=0)
         return sum(s.bytes for s in self.shards) + _SPARE_SHARDS * largest <= self.cache.limit
 
-    def window_shards(self, lookback_records: int = 0) -> int:
-        """Shards the windowed order reads at once: the cache's limit in shards, less the ones being fetched ahead,
-        those still read by the batches in flight (`lookback_records` of the node's stream, and one being left)
-        and a spare."""
+    def window_shards(self, lookback_records: int = 0, depth: int | None = None) -> int:
+        """Shards the windowed order reads at once: the cache's limit in shards, less the ones being fetched ahead
+        (`depth`, default the store's), those still read by the batches in flight (`lookback_records` of the
+        node's stream, and one being left) and a spare."""
         largest = max((s.bytes for s in self.shards), default=1)
         per_shard = max(len(self) / max(len(self.shards), 1), 1)
         leaving = 1 + math.ceil(lookback_records / per_shard)
-        return self.cache.limit // max(largest, 1) - self.depth - leaving - _SPARE_SHARDS
+        return self.cache.limit // max(largest, 1) - (self.depth if depth is None else depth) - leaving - _SPARE_SHARDS
 
     def epoch_order(self, cfg, rank: int, world_size: int):
         from ...loaders.sampler import ShuffledOrder
@@ -239,19 +261,22 @@ class RemoteStore(Store):
             depth = None if self.fits() else self.depth
         else:
             local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
-            window = self.window_shards(lookback * cfg.batch_size * local)
+            depth = self.depth
+            window = self.window_shards(lookback * cfg.batch_size * local, depth)
+            if window < 1 and not self.depth_given and depth > DEFAULT_DEPTH:   # a tight cache: a shorter lead
+                give = min(depth - DEFAULT_DEPTH, 1 - window)
+                depth, window = depth - give, window + give
             if window < 1:
                 largest = max(s.bytes for s in self.shards)
                 need = (self.cache.limit // largest - window + 1) * largest
                 raise ValueError(f"the shard cache limit ({self.cache.limit} bytes) holds fewer shards of {self.path} "
-                                 f"than the windowed order needs: {self.depth} fetched ahead (prefetch_depth), those the "
+                                 f"than the windowed order needs: {depth} fetched ahead (prefetch_depth), those the "
                                  f"{lookback} batches in flight read, one read now and a spare: at least {need} bytes at "
                                  f"{largest} a shard. Raise the cache limit (FASTFEED_SHARD_CACHE_LIMIT or "
                                  "Store(url, cache_limit=...)), lower prefetch_depth, or re-pack with a smaller --shard-mb")
             base = WindowedOrder([(s.start, s.count) for s in self.shards], cfg.batch_size, window=window,
                                  seed=cfg.seed, rank=rank, world_size=world_size, local_world=local,
                                  drop_last=cfg.drop_last, shard_bytes=[s.bytes for s in self.shards])
-            depth = self.depth
         from .prefetch import Prefetcher
 
         prefetcher = Prefetcher(self)
