@@ -23,18 +23,32 @@ def by_name(store):
 
 
 def flip_byte_in_record(store_dir, index):
-    """Damage one byte inside record `index`'s payload, in the shard file itself."""
+    """Damage one byte of record `index`'s payload (its CRC left as it was), written through LMDB at the
+    record's own key: no search of the shard's bytes, so it does not depend on the layout a pack produced
+    (a needle searched in the file was not always unique: similar small images, pages LMDB left behind).
+    The manifest's shard size follows the file, so the damage reads as a CRC mismatch, not a changed store."""
+    import dataclasses
+
+    import lmdb
+
+    from fastfeed.store import format as fmt
+
     store = Store(store_dir)
-    payload = bytes(store.record(index).payload)
-    shard = store_dir / store.shard_name(index)
+    shard_no = store._locate(index)
+    local = index - store.shards[shard_no].start
+    name = store.shard_name(index)
     store.close()
-    data = bytearray(shard.read_bytes())
-    needle = payload[-3000:-2000]  # unique enough: compressed image bytes
-    pos = data.find(needle)
-    assert pos > 0 and data.find(needle, pos + 1) == -1
-    data[pos + 500] ^= 0x5A
-    shard.write_bytes(bytes(data))
-    return store.shard_name(index)
+    shard = store_dir / name
+    env = lmdb.open(str(shard), subdir=False, lock=False)
+    with env.begin(write=True) as txn:
+        rec = bytearray(txn.get(fmt.record_key(local)))
+        rec[len(rec) - 1 - len(rec) // 8] ^= 0x5A   # inside the payload, which ends the record
+        txn.put(fmt.record_key(local), bytes(rec))
+    env.close()
+    manifest = fmt.read_manifest(store_dir / fmt.MANIFEST)
+    manifest.shards[shard_no] = dataclasses.replace(manifest.shards[shard_no], bytes=shard.stat().st_size)
+    fmt.write_manifest(store_dir / fmt.MANIFEST, manifest)
+    return name
 
 
 def replace_record(store_dir, index, orientation=None, **changes):
