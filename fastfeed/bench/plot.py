@@ -42,7 +42,7 @@ def write_plot(result: BenchResult, path) -> Path:
         ax1.annotate(label, (b.get_x() + b.get_width() / 2, max(b.get_height(), top)), ha="center", va="bottom",
                      xytext=(0, 4), textcoords="offset points", fontsize=9)
     ax1.set_xticks(list(x), names)
-    ax1.set_ylabel("images/s over the window (bars: slices' IQR; !: unsteady)")
+    ax1.set_ylabel("images/s over the window (IQR of slices)")
     step = cfg.get("step_ms")
     ax1.set_title("throughput" + (f" with a {step:g} ms step" if step is not None else
                                   f" with the {cfg['model']} step" if cfg.get("model") else ""))
