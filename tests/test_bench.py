@@ -15,7 +15,6 @@ from bench_helpers import FAST, bench, store  # noqa: F401
 
 import fastfeed
 from fastfeed.bench import BenchConfig, format_table, write_plot
-from fastfeed.bench.measure import rate_stats
 from fastfeed.bench.run import auto_candidates
 from fastfeed.cli import main
 
@@ -56,11 +55,13 @@ def test_json_holds_every_figure_with_sane_values(store, tmp_path, capsys):
     assert r["timed_batches"] >= 5 and r["timed_images"] == 2 * r["timed_batches"] and r["wall_s"] >= 1.5
     for key in ("images_per_s", "batches_per_s"):
         rate = r[key]
-        assert rate["overall"] > 0 and rate["median"] > 0 and rate["intervals"]
-        assert rate["min"] <= rate["p25"] <= rate["median"] <= rate["p75"] <= rate["max"]
-        assert rate["spread"] >= 0
-    assert r["images_per_s"]["median"] == pytest.approx(2 * r["batches_per_s"]["median"])
+        assert rate["overall"] > 0 and rate["slices"] and rate["slice_s"] > 0 and rate["spread"] >= 0
+        assert rate["slice_min"] <= rate["slice_p25"] <= rate["slice_median"] <= rate["slice_p75"] <= rate["slice_max"]
+        assert sum(rate["slices"]) / len(rate["slices"]) == pytest.approx(rate["overall"])   # the slices tile the window
+        assert len(rate["slices"]) * rate["slice_s"] == pytest.approx(r["wall_s"])
+    assert r["images_per_s"]["overall"] == pytest.approx(2 * r["batches_per_s"]["overall"])
     assert r["images_per_s"]["overall"] == pytest.approx(r["timed_images"] / r["wall_s"])
+    assert "unreliable" in r   # None, or why the figure is not steady (a shared machine may make it so)
 
     st = r["stage_ms_per_sample"]
     assert set(st) == STAGES and all(v >= 0 for v in st.values())
@@ -105,13 +106,6 @@ def test_batches_mode_and_no_augment(store):
     r = bench(store, batches=6, augment=False, warmup=0).results[0]
     assert r.timed_batches == 6 and r.warmup_batches == 1 and r.loader_config["augment"] is False
     assert r.stage_ms_per_sample["augment"] > 0   # the letterbox is timed as augment
-
-
-def test_rate_stats_are_exact_over_intervals():
-    ends = [0.1 * (k + 1) for k in range(20)]
-    r = rate_stats(0.0, ends, [4] * 20, 2.0)
-    assert r.overall == pytest.approx(40) and r.median == pytest.approx(40) and len(r.intervals) == 10
-    assert r.spread == pytest.approx(0)
 
 
 # --- stall mode -----------------------------------------------------------------------------------

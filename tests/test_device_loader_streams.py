@@ -122,7 +122,7 @@ def test_fastfeed_bench_runs_it_without_a_copy_stage(painted):
     res = run_bench(BenchConfig(data=painted.path, loaders=("cpu", "device"), imgsz=64, batch_size=4, workers=1,
                                 batches=4, progress=False))
     cpu, dev = res.results
-    assert dev.ok and not dev.copy_applicable and dev.images_per_s.median > 0
+    assert dev.ok and not dev.copy_applicable and dev.images_per_s.overall > 0
     assert {"read", "plan", "decode", "augment"} <= {k for k, v in dev.stage_ms_per_sample.items() if v > 0}
     assert "batches come out on the device" in " ".join(dev.notes)
     assert "device" in format_table(res)

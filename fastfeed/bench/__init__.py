@@ -5,7 +5,8 @@
     text = format_table(result)          # the terminal table (the CLI prints it)
     result.to_dict()                      # every figure, the machine and the resolved configuration
 
-Nothing here prints: results are dataclasses, progress goes to a tqdm bar on stderr, notes to logging.
+Nothing here prints: results are dataclasses, progress goes to a bar on a terminal (`fastfeed.progress`) and to
+INFO log lines (plain lines in a log file), notes to logging.
 """
 
 from .config import BenchConfig

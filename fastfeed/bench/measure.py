@@ -11,12 +11,12 @@ from time import perf_counter
 
 import numpy as np
 import psutil
-from tqdm import tqdm
 
 from ..devices import synchronize
 from ..loaders import LoaderConfig, create_loader
+from ..progress import bar as progress_bar
 from .monitor import ResourceMonitor
-from .result import LoaderResult, Rate, Stall
+from .result import LoaderResult, Rate, Stall, doubt
 
 log = logging.getLogger(__name__)
 
@@ -47,23 +47,30 @@ def _cpu_seconds(pids) -> float:
     return total
 
 
+SLICES = 10            # the window is cut into at most this many equal slices for the spread
+BATCHES_PER_SLICE = 5  # ... and into fewer when there are fewer batches, so a slice holds five on average
+
+
 def rate_stats(t0: float, ends: list[float], counts: list[int], wall: float) -> Rate:
-    """Overall rate and the spread over ~10 intervals of consecutive batches (exact: no binning)."""
+    """The rate over the whole window (the headline) and its spread over equal slices of the window.
+
+    Batch k counts in the slice its end time `ends[k]` falls in; a slice's rate is its count / its length,
+    so the slices' mean is exactly the overall rate, and a loader that delivers in bursts shows empty slices
+    rather than a median of its fastest moments."""
     total = sum(counts)
-    n = len(ends)
-    group = max(1, n // 10)
-    rates, prev, k = [], t0, 0
-    while k + group <= n:
-        dt = ends[k + group - 1] - prev
-        if dt > 0:
-            rates.append(sum(counts[k:k + group]) / dt)
-        prev, k = ends[k + group - 1], k + group
-    if not rates:
-        rates = [total / wall] if wall > 0 else [0.0]
-    a = np.asarray(rates)
+    if wall <= 0:
+        return Rate(overall=0.0, slice_s=0.0, slices=[0.0], slice_median=0.0, slice_p25=0.0, slice_p75=0.0,
+                    slice_min=0.0, slice_max=0.0, empty_slices=0)
+    m = max(1, min(SLICES, len(ends) // BATCHES_PER_SLICE))
+    width = wall / m
+    where = np.clip(((np.asarray(ends, dtype=float) - t0) / width).astype(int), 0, m - 1)
+    per = np.zeros(m)
+    np.add.at(per, where, np.asarray(counts, dtype=float))
+    a = per / width
     p25, med, p75 = np.percentile(a, [25, 50, 75])
-    return Rate(overall=total / wall if wall > 0 else 0.0, median=float(med), p25=float(p25), p75=float(p75),
-                min=float(a.min()), max=float(a.max()), intervals=[float(x) for x in a])
+    return Rate(overall=total / wall, slice_s=width, slices=[float(x) for x in a], slice_median=float(med),
+                slice_p25=float(p25), slice_p75=float(p75), slice_min=float(a.min()), slice_max=float(a.max()),
+                empty_slices=int((per == 0).sum()) if total else 0)
 
 
 def _failed(res: LoaderResult, e: BaseException) -> LoaderResult:
@@ -112,6 +119,8 @@ def measure(name: str, store, lcfg: LoaderConfig, *, seconds: float, batches: in
             gen = _forever(loader)
             first = next(gen)
             res.first_batch_s = perf_counter() - t_create
+            log.info("%s: first batch in %.2f s; timing %s", label or name, res.first_batch_s,
+                     f"{batches} batches" if batches else f"{seconds:g} s")
             mon.set_pids(loader.memory_pids())
             res.warmup_batches = max(warmup, 1)   # untimed batches through the same copy/step path (the first counts)
             for k in range(res.warmup_batches):
@@ -130,6 +139,8 @@ def measure(name: str, store, lcfg: LoaderConfig, *, seconds: float, batches: in
             loader.close()
         mon.stop()
     _figures(res, win, lcfg, mon, copy, step_ms)
+    log.info("%s: %d images in %.1f s, %.0f images/s%s", label or name, res.timed_images, res.wall_s,
+             res.images_per_s.overall, f" (not a steady figure: {res.unreliable})" if res.unreliable else "")
     return res
 
 
@@ -148,9 +159,9 @@ def _timed(loader, gen, mon: ResourceMonitor, copy, step, ready, *, seconds: flo
            progress: bool) -> _Window:
     """Consume batches as a training loop would (wait, copy, step) for `batches` batches or `seconds`."""
     timed_total = float(batches) if batches else float(seconds)
-    bar = tqdm(total=timed_total, desc=label, unit="batch" if batches else "s", leave=False, disable=not progress,
-               bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} {unit}{postfix}" if batches
-               else "{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} s{postfix}")
+    bar = progress_bar(total=timed_total, desc=label, unit="batch" if batches else "s", leave=False, progress=progress,
+                       bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} {unit}{postfix}" if batches
+                       else "{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} s{postfix}")
     try:
         pids = loader.memory_pids()
         mon.set_pids(pids)
@@ -184,7 +195,7 @@ def _timed(loader, gen, mon: ResourceMonitor, copy, step, ready, *, seconds: flo
                 if now - win.t0 >= seconds:
                     break
             if len(win.ends) % 8 == 0:
-                bar.set_postfix_str(f"{done / (now - win.t0):.0f} img/s", refresh=False)
+                bar.set_postfix_str(f"{done / max(now - win.t0, 1e-9):.0f} img/s", refresh=False)
         win.t1 = mon.mark()
         stages1 = _stage_snapshot(loader)
         cpu1 = (_cpu_seconds(loader.memory_pids()), _cpu_seconds([main_pid]))
@@ -233,5 +244,4 @@ def _figures(res: LoaderResult, win: _Window, lcfg: LoaderConfig, mon: ResourceM
                       wait_s=win.wait, copy_s=win.copy_s, step_s=win.step_s, steps_per_s=sps, step_only_per_s=step_only,
                       efficiency=sps / step_only if step_only else None)
 
-    if len(ends) < 5:
-        res.notes.append(f"only {len(ends)} timed batch(es): the spread is not meaningful; run longer")
+    res.unreliable = doubt(res.images_per_s, len(ends))

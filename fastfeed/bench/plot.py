@@ -1,4 +1,5 @@
-"""`--plot`: throughput bars (median, interquartile range) and stacked per-sample stage times."""
+"""`--plot`: throughput bars (images/s over the whole timed window, the table's figure, with the interquartile range
+of its slices) and stacked per-sample stage times."""
 
 from __future__ import annotations
 
@@ -28,18 +29,20 @@ def write_plot(result: BenchResult, path) -> Path:
     x = range(len(rs))
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
 
-    med = [r.images_per_s.median if r.ok else 0.0 for r in rs]
-    lo = [r.images_per_s.median - r.images_per_s.p25 if r.ok else 0.0 for r in rs]
-    hi = [r.images_per_s.p75 - r.images_per_s.median if r.ok else 0.0 for r in rs]
+    rate = [r.images_per_s.overall if r.ok else 0.0 for r in rs]   # the headline: the whole window, as the table
+    lo = [max(r.images_per_s.overall - r.images_per_s.slice_p25, 0.0) if r.ok else 0.0 for r in rs]
+    hi = [max(r.images_per_s.slice_p75 - r.images_per_s.overall, 0.0) if r.ok else 0.0 for r in rs]
     width = min(0.7, 0.25 * max(len(rs), 2))
-    bars = ax1.bar(x, med, width=width, yerr=[lo, hi], capsize=4, color=["#4c72b0" if not r.fastest else "#2a9d8f" for r in rs])
+    bars = ax1.bar(x, rate, width=width, yerr=[lo, hi], capsize=4,
+                   color=["#4c72b0" if not r.fastest else "#2a9d8f" for r in rs])
     for b, r in zip(bars, rs):
-        label = (f"{r.images_per_s.median:.0f}" + (f"\n{r.ratio:.2f}x" if r.ratio is not None else "")) if r.ok else "n/a"
-        top = r.images_per_s.p75 if r.ok else 0.0   # above the error bar
+        label = (f"{r.images_per_s.overall:.0f}" + (" !" if r.unreliable else "")
+                 + (f"\n{r.ratio:.2f}x" if r.ratio is not None else "")) if r.ok else "n/a"
+        top = max(r.images_per_s.slice_p75, r.images_per_s.overall) if r.ok else 0.0   # above the error bar
         ax1.annotate(label, (b.get_x() + b.get_width() / 2, max(b.get_height(), top)), ha="center", va="bottom",
                      xytext=(0, 4), textcoords="offset points", fontsize=9)
     ax1.set_xticks(list(x), names)
-    ax1.set_ylabel("images/s (median, IQR)")
+    ax1.set_ylabel("images/s over the window (IQR of slices)")
     step = cfg.get("step_ms")
     ax1.set_title("throughput" + (f" with a {step:g} ms step" if step is not None else
                                   f" with the {cfg['model']} step" if cfg.get("model") else ""))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..train.verdict import BUSY_MIN, advice
 from .result import STAGE_NAMES, BenchResult, LoaderResult
 
 
@@ -26,7 +27,8 @@ def _row(r: LoaderResult, cfg: dict, stall_mode: bool) -> list[str] | str:
         return [name, workers, f"{r.status}: {r.error.splitlines()[0] if r.error else ''}"]
     ips, bps = r.images_per_s, r.batches_per_s
     stages = r.stage_ms_per_sample or {}
-    cells = [name, workers, f"{ips.median:.0f} ±{100 * ips.spread:.0f}%", f"{bps.median:.2f}",
+    rate = f"{ips.overall:.0f} ±{100 * ips.spread:.0f}%" + (" !" if r.unreliable else "")
+    cells = [name, workers, rate, f"{bps.overall:.2f}",
              f"{r.ratio:.2f}x" if r.ratio is not None else "-", f"{r.first_batch_s:.2f} s"]
     cells += [_ms(stages.get(k)) for k in STAGE_NAMES[:-1]]
     cells.append(_ms(stages.get("copy")) if r.copy_applicable else "-")
@@ -89,16 +91,19 @@ def format_table(result: BenchResult) -> str:
     out.append("")
     ran = [r for r in result.results if r.ok]
     if ran:
-        out += [f"* fastest. images/s: median over ~10 intervals ±half the interquartile range; vs: against {result.baseline}.",
+        out += [f"* fastest. images/s: the images of the whole timed window / its length: what ranks, and vs (against "
+                f"{result.baseline}).",
+                "  ±: half the interquartile range of the rates in ~10 equal slices of the window; !: not a steady figure (why below).",
                 "  ms per sample: wall time inside the workers, summed over workers; copy: host->device (- on cpu, and for",
                 "  loaders whose batches come out on the device; their decode/augment are the device's own times).",
                 "  CPU: the whole machine (other users included) over the timed window.",
                 f"  peak {mem_metric}: summed over this process and the loader's workers"
                 + (" (PSS splits shared pages)." if mem_metric == "PSS" else " (RSS: shared pages counted per process).")]
         if stall_mode:
-            step = f"a {cfg['step_ms']:g} ms step" if cfg.get("step_ms") is not None else f"the {cfg.get('model')} step"
-            out.append(f"  stall: share of wall time waiting for a batch with {step}; steps/s of the step-only rate.")
+            out.append(f"  stall: share of wall time waiting for a batch with {_step(cfg)}; steps/s of the step-only rate.")
     for r in result.results:
+        if r.ok and r.unreliable:
+            out.append(f"  ! {r.name}: unreliable: {r.unreliable}")
         extra = []
         if r.ok and r.cpu.get("per_core_percent"):
             extra.append("CPU per core " + " ".join(f"{p:.0f}%" for p in r.cpu["per_core_percent"]))
@@ -115,4 +120,40 @@ def format_table(result: BenchResult) -> str:
             out.append(f"  {r.name}: order {describe_order(r.order)}")
         for note in r.notes:
             out.append(f"  {r.name}: note: {note}")
+    line = conclusion(result)
+    if line:
+        out += ["", line]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _step(cfg: dict) -> str:
+    return f"a {cfg['step_ms']:g} ms step" if cfg.get("step_ms") is not None else f"the {cfg.get('model')} step"
+
+
+def conclusion(result: BenchResult) -> str | None:
+    """The table's last line. Without a step: what the figures are not (the training speed) and the flags that
+    give a verdict. With --step-ms / --model: which loaders keep that step fed, by the trainer's own rule (the
+    step computing at least BUSY_MIN of the time), and what to try when none does."""
+    cfg, ran = result.config, [r for r in result.results if r.ok]
+    if not ran:
+        return None
+    if not cfg.get("stall_mode"):
+        return ("no verdict for your training: images/s is each loader's ceiling (loading alone), not your training "
+                "speed, which a slower model step caps (usual on a CPU); --step-ms MS or --model NAME says which "
+                "loader keeps your step fed.")
+    fed_max, step = 1 - BUSY_MIN, _step(cfg)
+
+    def waits(rs):
+        return ", ".join(f"{r.name} {100 * r.stall.stall_fraction:.0f}%" for r in rs)
+
+    fed = [r for r in ran if r.stall.stall_fraction <= fed_max]
+    starved = [r for r in ran if r not in fed]
+    if fed:
+        return (f"verdict with {step}: kept fed by {', '.join(r.name for r in fed)} (waiting for data: {waits(fed)} of "
+                f"the time, at most {fed_max:.0%} counts as fed): there the step sets the training speed"
+                + (f"; starved by {waits(starved)}." if starved else "."))
+    best = min(ran, key=lambda r: r.stall.stall_fraction)
+    tips = advice("data", {"loader": best.name, "workers": best.workers, "cores": result.machine.get("cores_usable"),
+                           "device": str(cfg.get("device", "cpu")).split(":")[0]})
+    return (f"verdict with {step}: every loader starves it (waiting for data: {waits(ran)} of the time; at most "
+            f"{fed_max:.0%} counts as fed): loading sets the training speed; to go faster: {'; '.join(tips)}.")

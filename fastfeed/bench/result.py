@@ -7,23 +7,45 @@ from dataclasses import asdict, dataclass, field
 STAGE_NAMES = ("read", "decode", "augment", "collate", "copy")
 
 
+SPREAD_MAX = 0.25   # a wider spread (half the interquartile range of the slices, against `overall`): not a steady figure
+
+
 @dataclass
 class Rate:
-    """A rate over the timed window: `overall` = total / wall; median and spread over intervals
-    of consecutive batches (about ten per window), each interval's count / its duration."""
+    """A rate over the timed window. `overall` = everything delivered / the window's length: the headline,
+    the figure that ranks loaders. The rest says how steady delivery was: the window cut into `len(slices)`
+    equal slices of `slice_s` seconds (about ten, at least five batches each on average), each slice's rate =
+    what arrived in it / `slice_s`; their mean is `overall`. A loader that delivers in bursts has slices with
+    nothing in them (`empty_slices`) and its slice median can be anything: a spread, never a rate."""
 
     overall: float
-    median: float
-    p25: float
-    p75: float
-    min: float
-    max: float
-    intervals: list[float]
+    slice_s: float
+    slices: list[float]
+    slice_median: float
+    slice_p25: float
+    slice_p75: float
+    slice_min: float
+    slice_max: float
+    empty_slices: int
 
     @property
     def spread(self) -> float:
-        """Half the interquartile range, relative to the median (0.05: about +-5 %)."""
-        return (self.p75 - self.p25) / 2 / self.median if self.median > 0 else 0.0
+        """Half the slices' interquartile range, relative to `overall` (0.05: about +-5 %)."""
+        return (self.slice_p75 - self.slice_p25) / 2 / self.overall if self.overall > 0 else 0.0
+
+
+def doubt(rate: Rate, batches: int) -> str | None:
+    """Why `rate.overall` is not a steady figure (a burst, a wide spread, too few batches), or None."""
+    n = len(rate.slices)
+    if batches < 5:
+        return f"only {batches} timed batch(es): no spread measured; run longer (--seconds or --batches)"
+    if rate.empty_slices:
+        return (f"bursty delivery: {rate.empty_slices} of {n} equal slices of the {n * rate.slice_s:.1f} s window "
+                f"got no batch (the figure is the whole window's; a longer one steadies it)")
+    if rate.spread > SPREAD_MAX:
+        return (f"spread ±{100 * rate.spread:.0f}%: the rate changed a lot across the window (a busy machine, "
+                f"a cache being built); a longer window or a quieter machine steadies it")
+    return None
 
 
 @dataclass
@@ -86,8 +108,9 @@ class LoaderResult:
     stall: Stall | None = None
     sweep: Sweep | None = None
     notes: list[str] = field(default_factory=list)
-    ratio: float | None = None              # images/s median against the first loader that ran
-    fastest: bool = False
+    unreliable: str | None = None           # why images/s is not a steady figure (result.doubt), None when it is
+    ratio: float | None = None              # images/s overall against the first loader that ran
+    fastest: bool = False                   # the highest images/s overall
 
     @property
     def ok(self) -> bool:

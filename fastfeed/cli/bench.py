@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from pathlib import Path
 
-from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, add_remote_args, apply_remote_args, default, fail, store_path
+from .common import (
+    EXIT_FAIL,
+    EXIT_OK,
+    EXIT_USAGE,
+    add_remote_args,
+    apply_remote_args,
+    default,
+    fail,
+    progress_lines,
+    store_path,
+)
 
 HELP = "measure loaders side by side: throughput, stage times, stalls, CPU, memory"
 
@@ -32,11 +43,12 @@ def add_parser(sub) -> None:
         "bench", help=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Run each --loader in turn, in this process, on the same store and settings, and report\n"
-                    "images/s and batches/s (median and spread over intervals, after warm-up), time to the first\n"
-                    "batch, per-sample stage times (read, decode, augment, collate, host->device copy), CPU per\n"
-                    "core, peak memory summed over the process and its workers, and any shared cache.\n"
-                    "With --step-ms, a training step of that length is simulated (the host sleeps, as it does\n"
-                    "while an accelerator computes) and the share of time spent waiting for data is reported.",
+                    "images/s and batches/s (over the whole timed window, after warm-up; the spread over ten slices\n"
+                    "of it beside), time to the first batch, per-sample stage times (read, decode, augment, collate, host->device copy), CPU per\n"
+                    "core, peak memory summed over the process and its workers, and any shared cache. These are each\n"
+                    "loader's ceiling, not the training speed: with --step-ms, a training step of that length is\n"
+                    "simulated (the host sleeps, as it does while an accelerator computes), with --model the bundled\n"
+                    "model's step runs, and the share of time spent waiting for data says which loader keeps it fed.",
         epilog="examples:\n"
                "  fastfeed bench --data sample.ff --loader cpu --seconds 5 --imgsz 320\n"
                "  fastfeed bench --data coco.ff --loader all --workers auto --plot bench.png --json bench.json\n"
@@ -69,7 +81,9 @@ def add_parser(sub) -> None:
     p.add_argument("--json", type=Path, metavar="FILE", help="write every figure, the machine and the configuration")
     p.add_argument("--plot", type=Path, metavar="FILE.png",
                    help="write a PNG: throughput bars and per-sample stage times (needs fastfeed[plot])")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bar and no progress lines (there is no bar when stderr is not a terminal: "
+                        "plain lines say each loader's progress there)")
     add_remote_args(p)
     p.set_defaults(func=run)
 
@@ -90,7 +104,8 @@ def run(args) -> int:
 
             if importlib.util.find_spec("matplotlib") is None:   # say so before minutes of measuring
                 return fail("--plot needs matplotlib: pip install fastfeed[plot]")
-        res = run_bench(cfg)
+        with progress_lines(getattr(args, "verbose", False)) if cfg.progress else contextlib.nullcontext():
+            res = run_bench(cfg)
     except FormatError as e:        # a ValueError too, but a bad path is not a usage error
         return fail(str(e))
     except ValueError as e:

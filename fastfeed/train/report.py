@@ -9,10 +9,9 @@ import logging
 import math
 import time
 
-from tqdm import tqdm
-
 from ..devices import memory_report, synchronize
 from ..procs import usable_cores
+from ..progress import bar
 from .metrics import Meter
 from .resume import run_config
 from .verdict import verdict
@@ -29,9 +28,9 @@ class Reporter:
         main = run.dd.main
         self.file = stack.enter_context(open(run.out / "metrics.jsonl", "a")) if main else None
         limit = run.cfg.max_steps or run.total_steps
-        # A bar on a terminal only (disable=None): in a log file the log lines say it, without carriage returns.
-        self.bar = stack.enter_context(tqdm(total=min(run.total_steps, limit), initial=run.step, unit="step",
-                                            desc="train", disable=None if run.cfg.progress and main else True))
+        # A bar on a terminal only (progress.bar): in a log file the log lines say it, without carriage returns.
+        self.bar = stack.enter_context(bar(total=min(run.total_steps, limit), initial=run.step, unit="step",
+                                           desc="train", progress=run.cfg.progress and main))
         self.t_start = time.perf_counter()
 
     def record(self, row: dict) -> None:
