@@ -89,8 +89,13 @@ def test_a_pack_into_a_bucket_that_keeps_no_box_publishes_nothing(s3, bucket, tm
     src = yolo_set(tmp_path / "commas", lambda k: ["0,0.5,0.5,0.2,0.2"])
     with pytest.raises(PackError, match="no boxes: none of the 6 images"):
         run_pack(src, f"s3://{bucket}/x.ff")
-    listed = s3.client().list_objects_v2(Bucket=bucket, Prefix="x.ff/").get("Contents", [])
-    assert not [o["Key"] for o in listed if o["Key"].endswith((".mdb", "manifest.json"))]
+    def published(prefix):
+        listed = s3.client().list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
+        return [o["Key"] for o in listed if o["Key"].endswith((".mdb", "manifest.json"))]
+
+    assert published("x.ff/") == []
+    run_pack(src, f"s3://{bucket}/bg.ff", allow_background_only=True)     # the same pack, meant: published
+    assert "bg.ff/manifest.json" in published("bg.ff/") and len(published("bg.ff/")) == 2
 
 
 # --- COCO bboxes written as fractions ---------------------------------------------------------------------------------
