@@ -8,6 +8,9 @@ The layouts, as people download them:
     split  SRC/<split>/images/ + SRC/<split>/labels/ (+ SRC/data.yaml): Roboflow's YOLO export;
     folders  SRC/<split>/<one>.json + its images: Roboflow's COCO export
     data.yaml  `fastfeed pack data.yaml [--split val]`: the folders its train:/val:/test: name
+
+A folder holding both a COCO JSON and YOLO labels/ (SRC or one of its split folders) is not guessed: the pack
+stops and `--format coco|yolo` chooses.
 """
 
 from __future__ import annotations
