@@ -69,7 +69,7 @@ def main() -> int:
         try:
             store = tmp / "s.ff"
             subprocess.run([sys.executable, "-m", "fastfeed", "pack", str(args.data or default_source()), "-o", str(store),
-                            "--quiet"], check=True, cwd=REPO)
+                            "--quiet", *([] if args.data else ["--format", "coco"])], check=True, cwd=REPO)
             results = {}
             for name in loaders:
                 rows = {"base": [], "this": []}

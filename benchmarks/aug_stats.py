@@ -119,7 +119,7 @@ def main() -> int:
         src = default_source()
         n = len(list((src / "images" / "train2017").glob("*.jpg")))
         root = replicate_coco(src, Path(tmp) / "src", n)
-        pack(PackConfig(src=root, out=Path(tmp) / "s.ff", progress=False))
+        pack(PackConfig(src=root, out=Path(tmp) / "s.ff", format="coco", progress=False))
         res = {"ultralytics": ultralytics_side(root, args.imgsz, args.samples, args.seed),
                "fastfeed_cpu": fastfeed_side(Path(tmp) / "s.ff", args.imgsz, args.samples, args.seed)}
     print(f"{'':32} {'ultralytics':>14} {'fastfeed cpu':>14}")

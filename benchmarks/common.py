@@ -27,7 +27,8 @@ def replicate_coco(src: Path, dst: Path, n_images: int, split: str = "train2017"
     """A COCO + YOLO layout at `dst` with `n_images` files, cycling through the source's images.
 
     Copies are real files (not links) so reads hit distinct pages, as they would in a real dataset.
-    Labels are written in both layouts so loose-file readers have their txt files.
+    Labels are written in both layouts so loose-file readers have their txt files; a pack of it names its
+    layout (`format="coco"`, `--format coco`): a folder holding both stops the pack.
     """
     ann = json.loads((src / "annotations" / f"instances_{split}.json").read_text())
     images = sorted(ann["images"], key=lambda im: im["id"])

@@ -84,7 +84,7 @@ def main(argv=None) -> int:
 
             src = replicate_coco(default_source(), Path(tmp) / "src", args.images)
             data = Path(tmp) / "s.ff"
-            pack(PackConfig(src=src, out=data, workers=args.workers, progress=False))
+            pack(PackConfig(src=src, out=data, format="coco", workers=args.workers, progress=False))
         store = Store(data)
         print(f"device_loader: {data} ({len(store)} images), imgsz {args.imgsz}, batch {args.batch}, "
               f"{args.workers} workers, device {args.device}, torch {torch.__version__} with "

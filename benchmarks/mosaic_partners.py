@@ -69,7 +69,7 @@ def main() -> int:
 
             src = replicate_coco(default_source(), Path(tmp) / "src", 512)
             args.data = Path(tmp) / "s.ff"
-            pack(PackConfig(src=src, out=args.data, progress=False))
+            pack(PackConfig(src=src, out=args.data, format="coco", progress=False))
         store = Store(args.data)
         cfg = LoaderConfig(imgsz=640, batch_size=16, workers=0)
         batches = epoch_batches(len(store), 16, epoch=0, seed=0)[: args.batches]

@@ -112,7 +112,8 @@ def main() -> int:
 
         def do_pack(store="original", **kw):
             out = tmp / f"{store}.ff"
-            pack(PackConfig(src=data, out=out, store=store, workers=W, overwrite=True, progress=False, **kw))
+            pack(PackConfig(src=data, out=out, format="coco", store=store, workers=W, overwrite=True, progress=False,
+                            **kw))
             return out
 
         t_pack = timed(do_pack, repeat=2)

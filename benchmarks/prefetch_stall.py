@@ -1,7 +1,7 @@
 """Stall of the cpu loader with and without the DevicePrefetcher's thread, and what device augmentation
 saves the workers.
 
-    .venv/bin/fastfeed pack ../shared/data/coco128 -o /tmp/coco128.ff      # once
+    .venv/bin/fastfeed pack ../shared/data/coco128 --format coco -o /tmp/coco128.ff      # once
     .venv/bin/python benchmarks/prefetch_stall.py [--data /tmp/coco128.ff] [--batches 48] [--rounds 2]
 
 1. Calibrate: the loader alone (imgsz 640, batch 16, 2 workers), batches/s over --batches batches.
@@ -125,7 +125,7 @@ def main() -> int:
         from fastfeed.pack import PackConfig, pack
 
         print(f"packing {COCO128} -> {args.data}", flush=True)
-        pack(PackConfig(src=COCO128, out=args.data, progress=False))
+        pack(PackConfig(src=COCO128, out=args.data, format="coco", progress=False))
     store = Store(args.data)
     cfg = LoaderConfig(imgsz=args.imgsz, batch_size=args.batch, workers=args.workers)
     print(f"store {args.data} ({len(store)} images); imgsz {args.imgsz}, batch {args.batch}, {args.workers} "

@@ -213,7 +213,7 @@ def main() -> int:
     bucket = server.bucket("bench")
     url = f"s3://{bucket}/coco.ff"
     for out in (work / "local.ff", url):
-        pack(PackConfig(src=src, out=out, shard_mb=args.shard_mb, progress=False))
+        pack(PackConfig(src=src, out=out, format="coco", shard_mb=args.shard_mb, progress=False))
     local = Store(work / "local.ff")
     size = sum(s.bytes for s in local.shards)
     largest = max(s.bytes for s in local.shards)

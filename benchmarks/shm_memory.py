@@ -107,7 +107,7 @@ def main() -> int:
         tmp = Path(tmp)
         data = replicate_coco(default_source(), tmp / "data", args.images)
         store = tmp / "data.ff"
-        subprocess.run([sys.executable, "-m", "fastfeed", "pack", str(data), "-o", str(store), "--quiet"],
+        subprocess.run([sys.executable, "-m", "fastfeed", "pack", str(data), "--format", "coco", "-o", str(store), "--quiet"],
                        check=True, capture_output=True)
 
         ctx = mp.get_context("spawn")                     # as torchrun: fresh interpreters, nothing inherited

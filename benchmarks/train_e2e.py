@@ -201,7 +201,7 @@ def main() -> int:
         tmp = Path(tmp)
         data = replicate_coco(default_source(), tmp / "data", args.images)
         store = tmp / "data.ff"
-        subprocess.run([sys.executable, "-m", "fastfeed", "pack", str(data), "-o", str(store), "--quiet"],
+        subprocess.run([sys.executable, "-m", "fastfeed", "pack", str(data), "--format", "coco", "-o", str(store), "--quiet"],
                        check=True, capture_output=True)
         (tmp / "runner.py").write_text(RUNNER)
         common = {"repo": str(REPO), "device": args.device, "model": args.model, "imgsz": args.imgsz,

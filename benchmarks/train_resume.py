@@ -64,7 +64,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         src = replicate_coco(default_source(), Path(tmp) / "src", args.images)
-        pack(PackConfig(src=src, out=Path(tmp) / "s.ff", progress=False))
+        pack(PackConfig(src=src, out=Path(tmp) / "s.ff", format="coco", progress=False))
         store = Store(Path(tmp) / "s.ff")
         cfg = LoaderConfig(imgsz=args.imgsz, batch_size=args.batch, workers=args.workers, seed=0)
         nb = len(store) // args.batch

@@ -116,7 +116,7 @@ def main() -> int:
         tmp = Path(tmp)
         data = replicate_coco(src, tmp / "data", args.images)
         store = tmp / "data.ff"
-        subprocess.run([sys.executable, "-m", "fastfeed", "pack", str(data), "-o", str(store), "--quiet"],
+        subprocess.run([sys.executable, "-m", "fastfeed", "pack", str(data), "--format", "coco", "-o", str(store), "--quiet"],
                        check=True, capture_output=True)
         files = sorted(str(p) for p in (data / "images" / "train2017").glob("*.jpg"))
         res["decode_only_img_s"] = len(files) / decode_floor(files, len(os.sched_getaffinity(0)))

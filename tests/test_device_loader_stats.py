@@ -35,7 +35,7 @@ def _stats(name: str, store, cfg: LoaderConfig, epochs: int) -> dict:
 @pytest.fixture(scope="module")
 def coco128_store(coco128, tmp_path_factory):
     out = tmp_path_factory.mktemp("coco128") / "s.ff"
-    run_pack(coco128, out, workers=2)
+    run_pack(coco128, out, format="coco", workers=2)   # coco128 holds labels/ too: two layouts
     return Store(out)
 
 

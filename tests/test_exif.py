@@ -160,22 +160,48 @@ def test_the_cli_takes_exif(tmp_path, oriented_src, capsys):
         main(["pack", str(oriented_src), "-o", str(tmp_path / "b.ff"), "--exif", "sideways"])
 
 
-def test_a_coco_set_annotated_on_raw_pixels_is_said_for_the_whole_pack(tmp_path):
+def test_a_coco_set_annotated_on_raw_pixels_stops_the_pack_and_exif_ignore_packs_it(tmp_path, capsys):
     """Orientations 2-4 keep their size when turned, so their JSON sizes cannot tell which frame the boxes are
-    in; the 5-8 images of the same set can: when they show the raw frame, the pack says so once, with the fix."""
+    in; the 5-8 images of the same set can: when they show the raw frame, no image of it may pack upright (the
+    2-4 ones would have their boxes mirrored): the pack stops, writes nothing, and names --exif ignore."""
+    from fastfeed.cli import main
+
     b = CocoBuilder(tmp_path / "src")
     for k, o in enumerate((6, 8, 6, 3, 2, 1)):
         raw, box = _upright(k)                                # painted and boxed on the raw, stored pixels
         b.add_image(f"{k}-o{o}.jpg", H, W, data=_file(raw, o, "JPEG"), boxes=[(1, box)])   # JSON: the raw frame
-    src = b.write()
-    res = run_pack(src, tmp_path / "apply.ff")
-    c = res.report.counts
-    assert c["size_mismatch"] == 3 and c["annotated_raw"] == 1 and len(Store(res.out)) == 3
-    (r,) = [r for r in rejects(res.out) if r["reason"] == "annotated_raw"]
-    assert r["file"] == "instances_train2017.json" and "3 of the 3 images with EXIF orientation 5-8" in r["detail"]
-    assert "its 2 packed image(s) with orientation 2-4" in r["detail"] and r["detail"].endswith("--exif ignore")
-    ok = run_pack(src, tmp_path / "ignore.ff", exif="ignore")   # what it says to do: everything packs, nothing said
-    assert ok.report.errors == [] and len(Store(ok.out)) == 6
+    src, out = b.write(), tmp_path / "s.ff"
+    assert main(["pack", str(src), "-o", str(out), "--quiet", "--workers", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "instances_train2017.json was annotated on the raw pixels: 3 of the 3 images with EXIF orientation 5-8" in err
+    assert "the boxes of its 2 image(s) with orientation 2-4" in err and "would be packed mirrored or upside down" in err
+    assert "Nothing was written; pack with --exif ignore" in err and not out.exists()
+    assert main(["pack", str(src), "-o", str(out), "--quiet", "--workers", "1", "--exif", "ignore"]) == 0
+    with Store(out) as st:                                   # what it says to do: every image, boxes on the paint
+        assert len(st) == 6 and st.manifest.report["errors"] == {}
+        for i in range(len(st)):
+            s, k = st[i], int(st[i].file_name[0])
+            _, (x1, y1, bw, bh) = _upright(k)
+            red = red_mask(torch.from_numpy(s.image).permute(2, 0, 1)[None])[0]
+            assert red[y1 + 2:y1 + bh - 2, x1 + 2:x1 + bw - 2].all(), s.file_name
+    assert main(["pack", str(src), "-o", str(out), "--quiet", "--workers", "1", "--force"]) == 1   # over a store:
+    assert Store(out).manifest.pack_options["exif"] == "ignore"                                 # left as it was
+
+
+def test_only_mirrored_or_upside_down_images_pack_and_the_note_says_when_exif_ignore_is_right(tmp_path, capsys):
+    """With only orientations 2-4 nothing tells the frame: the set packs upright, as labelling tools show it, and
+    the note says so plainly."""
+    from fastfeed.cli import main
+
+    b = CocoBuilder(tmp_path / "src")
+    for k, o in enumerate((3, 2, 1)):
+        img, box = _upright(k)
+        b.add_image(f"{k}-o{o}.jpg", H, W, data=_file(_stored(img, o), o, "JPEG"), boxes=[(1, box)])
+    assert main(["pack", str(b.write()), "-o", str(tmp_path / "s.ff"), "--quiet", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "note       2  oriented:" in out and "EXIF orientation 3 (upside down, the same size in both frames)" in out
+    assert "its boxes were taken in the upright frame" in out and "drawn on the raw, unturned pixels" in out
+    assert "pack with --exif ignore" in out
 
 
 def test_a_set_annotated_upright_with_a_few_stray_raw_sizes_is_not_called_raw(tmp_path):

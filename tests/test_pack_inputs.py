@@ -79,7 +79,8 @@ def test_empty_truncated_and_bomb_files_are_rejected_each_by_name(coco_builder, 
 
 def test_max_pixels_refuses_from_the_header_and_can_be_raised(coco_builder, tmp_path):
     coco_builder.add_image("big.jpg", 120, 160, boxes=[(1, [1, 1, 10, 10])])
-    coco_builder.add_image("small.png", 40, 50, data=image_bytes(paint_image(40, 50), "png"))
+    coco_builder.add_image("small.png", 40, 50, data=image_bytes(paint_image(40, 50), "png"),
+                              boxes=[(1, [1, 1, 10, 10])])
     src = coco_builder.write()
     res = run_pack(src, tmp_path / "a", max_pixels=160 * 120 - 1)
     assert [s.file_name for s in by_name(Store(tmp_path / "a")).values()] == ["small.png"]

@@ -109,7 +109,7 @@ def test_bundled_sample_packs_clean(sample_dir, tmp_path):
 
 
 def test_coco128_coco_and_yolo_layouts_agree(coco128, tmp_path):
-    rc = run_pack(coco128, tmp_path / "c", workers=2)
+    rc = run_pack(coco128, tmp_path / "c", format="coco", workers=2)   # it holds labels/ too: two layouts
     ry = run_pack(coco128, tmp_path / "y", format="yolo", workers=2)
     c, y = Store(tmp_path / "c"), Store(tmp_path / "y")
     assert len(c) == len(y) == 128
@@ -126,7 +126,7 @@ def test_coco128_coco_and_yolo_layouts_agree(coco128, tmp_path):
 
 
 def test_coco128_every_record_equals_its_source(coco128, tmp_path):
-    run_pack(coco128, tmp_path / "c", workers=2)
+    run_pack(coco128, tmp_path / "c", format="coco", workers=2)
     store = Store(tmp_path / "c")
     ann = json.loads((coco128 / "annotations" / "instances_train2017.json").read_text())
     ids = {c["id"]: k for k, c in enumerate(sorted(ann["categories"], key=lambda c: c["id"]))}

@@ -12,6 +12,7 @@ HELP = "pack a COCO or YOLO dataset into a checked LMDB store"
 
 def add_parser(sub) -> None:
     from ..pack import EXIF_MODES, STORE_MODES, PackConfig
+    from ..pack.usable import COCO_BOX_UNITS
 
     def d(name):
         return default(PackConfig, name)
@@ -32,8 +33,11 @@ def add_parser(sub) -> None:
                "  split  SRC/<split>/images/ + SRC/<split>/labels/ + SRC/data.yaml (Roboflow's YOLO export;\n"
                "  folders  --split valid or --split val), SRC/<split>/<file>.json + images (its COCO export)\n"
                "  data.yaml  the file Ultralytics trains from: its train:/val:/test: folders and names\n"
-               "A pack in which no image (or under 1%) has a label stops and says where labels were looked\n"
-               "for: that is a layout mistake; --allow-background-only packs a set that is all background.\n"
+               "A pack in which no image (or under 1%) has a label, or keeps a box once every line is checked\n"
+               "(empty label files, commas, pixels where YOLO wants 0..1), stops and says what it found;\n"
+               "--allow-background-only packs a set that is all background. A folder with both a COCO JSON and\n"
+               "YOLO labels/ stops: choose with --format. A COCO set annotated on the raw pixels of EXIF-turned\n"
+               "photos stops: --exif ignore.\n"
                "examples:\n"
                "  fastfeed pack -o sample.ff                        # the bundled 16-image sample\n"
                "  fastfeed pack datasets/coco -o coco.ff --split val2017\n"
@@ -49,7 +53,9 @@ def add_parser(sub) -> None:
                         "bundled with fastfeed)")
     p.add_argument("-o", "--out", type=store_path, required=True,
                    help="store folder to create, or a URL (s3://bucket/coco.ff, gs://..., az://...)")
-    p.add_argument("--format", choices=("coco", "yolo"), help="force the layout instead of detecting it")
+    p.add_argument("--format", choices=("coco", "yolo"),
+                   help="force the layout instead of detecting it (needed where SRC holds both a COCO JSON and YOLO "
+                        "labels/)")
     p.add_argument("--split", help="split to pack: a folder name, or data.yaml's key (train, val, test); default: "
                                    "the only one, else train2017/train")
     p.add_argument("--ann", type=Path, help="COCO JSON file (with --images, instead of SRC)")
@@ -63,6 +69,10 @@ def add_parser(sub) -> None:
                    help="apply: take every image upright by its EXIF orientation, as labelling tools and Ultralytics "
                         "show it, and its boxes in that frame (the default); ignore: boxes drawn on the raw stored "
                         "pixels (some COCO exports). Counted in the report either way")
+    p.add_argument("--coco-boxes", choices=COCO_BOX_UNITS, default=d("coco_boxes"),
+                   help="units of COCO bboxes: pixels, as the format says (default), or normalized: fractions of "
+                        "the image's width and height, as some exports write them (a set whose every bbox fits in "
+                        "0..1 stops and names this option)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--shards", type=int, help="number of shards (default: by size, see --shard-mb)")
     g.add_argument("--shard-mb", type=float,
@@ -80,7 +90,8 @@ def add_parser(sub) -> None:
                         f"(image_too_large; default {d('max_pixels'):,}, Pillow's decompression-bomb limit); raise it for "
                         "genuinely huge images")
     p.add_argument("--allow-background-only", action="store_true",
-                   help="pack even when no image (or under 1%%) has a label: a set that really is all background")
+                   help="pack even when no image (or under 1%%) has a label or keeps a box: a set that really is all "
+                        "background")
     p.add_argument("--force", action="store_true", help="replace OUT if it is an existing store")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_remote_args(p)
@@ -110,7 +121,8 @@ def run(args) -> int:
         cfg = PackConfig(src=src, out=args.out, format=args.format, split=args.split, ann=ann,
                          images=args.images, store=args.store, max_side=args.max_side, quality=args.quality,
                          shards=args.shards, shard_mb=args.shard_mb, workers=args.workers,
-                         on_error=args.on_error, check=args.check, exif=args.exif, overwrite=args.force, progress=not args.quiet,
+                         on_error=args.on_error, check=args.check, exif=args.exif, coco_boxes=args.coco_boxes,
+                         overwrite=args.force, progress=not args.quiet,
                          allow_background_only=args.allow_background_only, storage_options=options,
                          **({} if args.max_pixels is None else {"max_pixels": args.max_pixels}))
         res = pack(cfg)

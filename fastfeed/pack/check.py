@@ -62,6 +62,19 @@ def _limit(hw, max_pixels: int, when: str) -> None:
                         f"({max_pixels / 1e6:.1f} MP); raise --max-pixels if the image is genuine")
 
 
+_SAME_SIZE = {2: "mirrored", 3: "upside down", 4: "mirrored upside down"}
+
+
+def _orientation_detail(tag: int, mode: str) -> str:
+    """The note's detail; for the orientations that keep the image's size (2-4) under --exif apply, plainly
+    which frame the boxes were taken in, and when --exif ignore is right (nothing in the file can tell)."""
+    if mode != "apply" or tag not in _SAME_SIZE:
+        return f"EXIF orientation {tag}"
+    return (f"EXIF orientation {tag} ({_SAME_SIZE[tag]}, the same size in both frames): its boxes were taken in the "
+            "upright frame, as labelling tools and Ultralytics show the image; if they were drawn on the raw, "
+            "unturned pixels (some COCO exports), pack with --exif ignore")
+
+
 def _check(data, name: str, cfg) -> Checked:
     fmt = formats.image_format(data)
     hw = formats.header_size(data, fmt)
@@ -76,7 +89,7 @@ def _check(data, name: str, cfg) -> Checked:
         turn = exif.payload_orientation(data, tag, cfg.exif == "apply")
         if tag != 1:
             notes.append(Problem("oriented" if cfg.exif == "apply" else "orientation_ignored", name,
-                                 f"EXIF orientation {tag}"))
+                                 _orientation_detail(tag, cfg.exif)))
         if cfg.store == "original":   # the source bytes, and the turn that Record.decode applies to them
             size, how = codec.check_decodable(data, full=cfg.check == "full")
             if hw is None:

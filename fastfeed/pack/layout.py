@@ -8,6 +8,9 @@ The layouts, as people download them:
     split  SRC/<split>/images/ + SRC/<split>/labels/ (+ SRC/data.yaml): Roboflow's YOLO export;
     folders  SRC/<split>/<one>.json + its images: Roboflow's COCO export
     data.yaml  `fastfeed pack data.yaml [--split val]`: the folders its train:/val:/test: name
+
+A folder holding both a COCO JSON and YOLO labels/ (SRC or one of its split folders) is not guessed: the pack
+stops and `--format coco|yolo` chooses.
 """
 
 from __future__ import annotations
@@ -51,13 +54,13 @@ def _has_images(folder: Path) -> bool:
     return any(p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".") for p in folder.iterdir() if p.is_file())
 
 
-def _jsons(folder: Path) -> list[Path]:
+def jsons_in(folder: Path) -> list[Path]:
     return sorted(p for p in folder.glob("*.json") if not p.name.startswith("."))
 
 
 def _flat_coco(folder: Path) -> tuple[Path, Path] | None:
     """(the JSON, the images folder) of a flat COCO folder: one *.json beside images/ (or beside the images)."""
-    jsons = _jsons(folder)
+    jsons = jsons_in(folder)
     if len(jsons) != 1:
         return None
     if (folder / "images").is_dir():
@@ -86,7 +89,32 @@ def _yolo_split_folders(src: Path) -> dict[str, Path]:
     return found
 
 
+def _looks_coco(file: Path) -> bool:
+    try:
+        data = file.read_bytes()
+    except OSError:
+        return False
+    return b'"images"' in data and b'"annotations"' in data
+
+
+def _two_layouts(folder: Path) -> str | None:
+    """'a COCO JSON (X) and YOLO labels (Y)' when `folder` holds both: which one the user means is theirs to say
+    (a COCO export with YOLO labels added, or the reverse: they need not agree)."""
+    labels = folder / "labels"
+    if not labels.is_dir() or next(labels.rglob("*.txt"), None) is None:
+        return None
+    ann = folder / "annotations"
+    jsons = (sorted(ann.glob("instances_*.json")) if ann.is_dir() else []) + jsons_in(folder)
+    coco = next((j for j in jsons if _looks_coco(j)), None)
+    return None if coco is None else f"a COCO JSON ({coco}) and YOLO labels ({labels}/)"
+
+
 def detect_format(src: Path) -> str:
+    subdirs = [p for p in src.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    for folder in [src, *subdirs]:
+        if (both := _two_layouts(folder)) is not None:
+            raise PackError(f"{folder} holds two layouts, {both}, and they need not agree: choose one with "
+                            "--format coco or --format yolo")
     ann = src / "annotations"
     if ann.is_dir() and any(ann.glob("instances_*.json")):
         return "coco"
@@ -94,7 +122,6 @@ def detect_format(src: Path) -> str:
         return "yolo"
     if _flat_coco(src) is not None:
         return "coco"
-    subdirs = [p for p in src.iterdir() if p.is_dir() and not p.name.startswith(".")]
     if any((d / "images").is_dir() for d in subdirs) or (src / "images").is_dir():
         return "yolo"
     if any(_flat_coco(d) is not None for d in subdirs):
@@ -129,7 +156,7 @@ def _coco(src: Path, split: str | None) -> Source:
 
 def _ann_suggestion(src: Path) -> str:
     """`; try --ann X --images Y` for the JSON files near SRC, so a layout fastfeed does not guess still packs."""
-    jsons = _jsons(src) + [j for d in sorted(src.iterdir()) if d.is_dir() for j in _jsons(d)]
+    jsons = jsons_in(src) + [j for d in sorted(src.iterdir()) if d.is_dir() for j in jsons_in(d)]
     if not jsons:
         return ""
     images = next((d for d in (src / "images", jsons[0].parent / "images", jsons[0].parent) if d.is_dir()), src)
@@ -230,55 +257,3 @@ def open_source(src: Path | None, format: str | None = None, split: str | None =
     if format == "yolo":
         return _yolo(src, split, names)
     raise PackError(f"unknown --format {format!r}; valid: coco, yolo")
-
-
-LABELLED_MIN = 0.01   # a pack in which fewer images than this share have labels stops (unless all-background is meant)
-
-
-def check_labelled(source: Source) -> None:
-    """Stop a pack in which no image, or almost none (< 1%), has a label: that is a layout mistake (labels in
-    another folder, a COCO set read as YOLO), not a dataset, and would train with a box loss of 0. The error
-    names where the labels were looked for and the layouts fastfeed reads; `--allow-background-only` packs
-    a set that really is all background."""
-    n = len(source.items)
-    if not n:
-        return
-    if source.format == "yolo":
-        labelled = sum(it.label_path is not None for it in source.items)
-    else:
-        labelled = sum(len(it.coco_xywh) > 0 or len(it.coco_classes) > 0 for it in source.items)
-    if labelled >= LABELLED_MIN * n:
-        return
-    share = "none" if not labelled else f"only {labelled}"
-    under = f" (under {LABELLED_MIN:.0%})" if labelled else ""
-    if source.format == "yolo":
-        msg = _yolo_unlabelled(source, share, under)
-    else:
-        ann = source.annotation_files[0] if source.annotation_files else "the annotation file"
-        msg = (f"{share} of the {n} images listed in {ann} has a box{under}: the file holds no usable annotation "
-               "for the others (the problems above list annotations that were dropped)")
-    raise PackError(f"no labels: {msg}.\nLayouts fastfeed reads:\n{layouts()}\n"
-                    "If this set really is all background (no boxes at all), pass --allow-background-only.")
-
-
-def _yolo_unlabelled(source: Source, share: str, under: str) -> str:
-    first, labels = source.items[0], source.labels_dir
-    images_dir = first.path.parents[len(Path(first.name).parts) - 1]   # item names are relative to it
-    msg = f"{share} of the {len(source.items)} images in {images_dir} has a label file{under}"
-    if labels is None:
-        return msg
-    example = (labels / first.name).with_suffix(".txt")
-    msg += f"; fastfeed looked for {labels}/<image name>.txt (e.g. {example})"
-    if not labels.is_dir():
-        msg += f", and {labels} does not exist"
-    else:
-        unmatched = sum(1 for p in source.problems if p.reason == "label_without_image")
-        if unmatched:
-            msg += f"; the {unmatched} label file(s) there match no image's name"
-    root = Path(source.root)
-    ann = root / "annotations"
-    coco = sorted(ann.glob("instances_*.json")) if ann.is_dir() else []
-    coco = coco or _jsons(root)
-    if coco:
-        msg += f"; {coco[0]} suggests a COCO dataset: drop --format yolo (or pass --format coco)"
-    return msg

@@ -32,7 +32,8 @@ def build_manifest(cfg, source, shards: list[dict], stats, report: PackReport, w
                 "annotations": [str(a.resolve()) for a in source.annotation_files],
                 "images_seen": len(source.items), "fingerprint": source_hash.hexdigest()[:32]},
         pack_options={k: v for k, v in asdict(cfg).items()
-                      if k in ("shards", "shard_mb", "on_error", "format", "split", "check", "max_pixels", "exif")}
+                      if k in ("shards", "shard_mb", "on_error", "format", "split", "check", "max_pixels", "exif",
+                                   "coco_boxes")}
                      | {"workers": workers},
         stats={"class_boxes": [stats.class_boxes.get(c, 0) for c in range(len(names))],
                "sizes": dict(stats.sizes.most_common()), "record_bytes": stats.record_bytes,

@@ -30,6 +30,7 @@ class PayloadConfig:
     check: str = "entropy"   # 'entropy': strict JPEG decode at 1/8 scale; 'full': full-size decode
     max_pixels: int = DEFAULT_MAX_PIXELS   # refuse larger images from their header, before decoding
     exif: str = "apply"      # 'apply': boxes in the upright frame (the EXIF orientation applied); 'ignore': stored frame
+    coco_boxes: str = "pixels"   # COCO bbox units: 'pixels' (the format's), or 'normalized' (fractions of the image)
 
 
 @dataclass(slots=True)
@@ -71,7 +72,7 @@ def _clean_boxes(xyxy: np.ndarray, classes, crowd, size, name: str, problems: li
     return np.clip(xyxy[keep], 0.0, 1.0), classes[keep], crowd[keep]
 
 
-def _labels(item: Item, size, nc: int | None, problems: list[Problem]):
+def _labels(item: Item, size, nc: int | None, problems: list[Problem], cfg: PayloadConfig):
     """The item's boxes as normalised xyxy, with classes and crowd flags."""
     h, w = size
     where = None
@@ -85,7 +86,8 @@ def _labels(item: Item, size, nc: int | None, problems: list[Problem]):
         crowd = np.zeros(len(classes), bool)
     else:
         b = item.coco_xywh
-        xyxy = np.stack([b[:, 0] / w, b[:, 1] / h, (b[:, 0] + b[:, 2]) / w, (b[:, 1] + b[:, 3]) / h], 1)
+        sw, sh = (1, 1) if cfg.coco_boxes == "normalized" else (w, h)   # --coco-boxes normalized: already fractions
+        xyxy = np.stack([b[:, 0] / sw, b[:, 1] / sh, (b[:, 0] + b[:, 2]) / sw, (b[:, 1] + b[:, 3]) / sh], 1)
         classes, crowd = item.coco_classes, item.coco_crowd
     return _clean_boxes(xyxy.reshape(-1, 4), classes, crowd, size, item.name, problems, where)
 
@@ -111,19 +113,20 @@ def _annotated_frame(ann, upright, tag: int) -> str | None:
     return "upright" if ann == upright else "raw" if ann == upright[::-1] else None
 
 
-def raw_annotation_verdict(frames, annotation_files) -> Problem | None:
-    """A whole-pack `annotated_raw` error when most of a COCO set's EXIF-turned images (5-8) have the width and
-    height of their raw frame: its mirrored/upside-down ones (2-4), whose size cannot tell, were packed with
-    boxes that are most likely in the raw frame too. `frames`: a Counter of `Result.exif_frame`."""
+def raw_annotation_verdict(frames, annotation_files) -> str | None:
+    """Why a pack stops, when most of a COCO set's EXIF-turned images (5-8) have the width and height of their
+    raw frame: the set was annotated on the raw pixels, so its mirrored/upside-down images (2-4), whose size
+    cannot tell, would be packed with their boxes mirrored or upside down. `frames`: a Counter of
+    `Result.exif_frame`."""
     raw, upright, either = frames["raw"], frames["upright"], frames["either"]
     if raw == 0 or raw <= upright:
         return None
     name = ", ".join(p.name for p in annotation_files) or "the annotations"
-    return Problem("annotated_raw", name, (
-        f"{raw} of the {raw + upright} images with EXIF orientation 5-8 have the width/height of their raw, "
-        f"unturned pixels (rejected as size_mismatch): this set looks annotated on the raw pixels, so the boxes of "
-        f"its {either} packed image(s) with orientation 2-4 (mirrored or upside down: the same size either way) are "
-        "most likely mirrored or upside down as packed. Re-pack with --exif ignore"))
+    return (f"{name} was annotated on the raw pixels: {raw} of the {raw + upright} images with EXIF orientation 5-8 "
+            "have the width/height of their raw, unturned pixels (rejected as size_mismatch), so the boxes of its "
+            f"{either} image(s) with orientation 2-4 (mirrored or upside down: the same size in both frames) would be "
+            "packed mirrored or upside down. Nothing was written; pack with --exif ignore (every box in the frame the "
+            "pixels are stored in, as drawn)")
 
 
 def process_item(item: Item, cfg: PayloadConfig, nc: int | None, data=None) -> Result:
@@ -158,7 +161,7 @@ def process_item(item: Item, cfg: PayloadConfig, nc: int | None, data=None) -> R
         res.problems.append(Problem("size_mismatch", item.name, _mismatch(item.ann_size, orig, checked.tag, cfg.exif)))
         return res
     res.problems.extend(checked.notes)
-    xyxy, classes, crowd = _labels(item, orig, nc, res.problems)
+    xyxy, classes, crowd = _labels(item, orig, nc, res.problems, cfg)
     if any(p.reason == "unreadable_label" for p in res.problems):
         return res  # not packed as a background image: its boxes are in the file that could not be read
     if crowd.any():

@@ -28,8 +28,6 @@ ERRORS = {
     "unreadable_label": "label file that cannot be read, e.g. not UTF-8 (image skipped, not packed without its boxes)",
     "orphan_annotation": "annotation for an image id not in the JSON (dropped)",
     "malformed_annotation": "malformed JSON annotation or image entry (dropped)",
-    "annotated_raw": "a COCO set whose EXIF-turned images (orientation 5-8) show it was annotated on the raw "
-                     "pixels: said once for the pack, with what to do (--exif ignore)",
     "malformed_line": "malformed label line (dropped)",
     "unknown_category": "box with a category/class id not in the class list (dropped)",
     "box_degenerate": "box with zero or negative width/height (dropped)",
@@ -49,7 +47,8 @@ NOTES = {
     "converted_rgba": "image with alpha (alpha dropped, decoded to RGB)",
     "converted_format": "not a JPEG (PNG/BMP/WebP/...; decoded through OpenCV)",
     "converted_16bit": "16-bit image (scaled to 8 bits)",
-    "oriented": "image with an EXIF orientation (turned upright; its boxes are taken in that frame)",
+    "oriented": "image with an EXIF orientation (turned upright; its boxes are taken in that frame: the detail says "
+                "when --exif ignore is right)",
     "orientation_ignored": "image with an EXIF orientation left unapplied (--exif ignore: boxes in the stored frame)",
     "transcoded": "format a record cannot hold as is (HEIC, AVIF, GIF, PFM, DNG...): decoded at pack time, stored as PNG",
     "repeated_folder": "folder reached again through a link (a loop or a second link): its files are listed once",

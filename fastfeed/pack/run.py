@@ -21,11 +21,12 @@ from ..store import objstore
 from ..store.publish import publish, temp_dir_for
 from . import remote, segment
 from .check import DEFAULT_MAX_PIXELS
-from .layout import check_labelled, open_source
+from .layout import open_source
 from .manifest import build_manifest
 from .process import EXIF_MODES, STORE_MODES, PayloadConfig, raw_annotation_verdict
 from .report import PackReport
 from .source import PackError
+from .usable import COCO_BOX_UNITS, check_coco_units, check_kept, check_labelled
 from .writer import DiskSpace, pack_lock
 
 log = logging.getLogger(__name__)
@@ -51,9 +52,10 @@ class PackConfig:
     check: str = "entropy"             # how original-mode JPEGs are proven decodable (see codec)
     max_pixels: int = DEFAULT_MAX_PIXELS   # larger images are refused from their header (image_too_large)
     exif: str = "apply"                # 'apply' the EXIF orientation (boxes in the upright frame) or 'ignore' it
+    coco_boxes: str = "pixels"         # COCO bbox units: 'pixels', or 'normalized' (fractions; usable.check_coco_units)
     overwrite: bool = False
     progress: bool = True
-    allow_background_only: bool = False   # pack a set in which (almost) no image has a label (layout.check_labelled)
+    allow_background_only: bool = False   # pack a set in which (almost) no image has a box (check_labelled, check_kept)
     names: list[str] | None = None     # YOLO: the class names (data.yaml's) instead of those found beside the source
     storage_options: dict | None = None   # fsspec options for a URL SRC or OUT (credentials: never written anywhere)
 
@@ -86,6 +88,8 @@ class PackConfig:
             raise ValueError(f"max_pixels must be >= 1, got {self.max_pixels}")
         if self.exif not in EXIF_MODES:
             raise ValueError(f"exif must be one of {', '.join(EXIF_MODES)}, got {self.exif!r}")
+        if self.coco_boxes not in COCO_BOX_UNITS:
+            raise ValueError(f"coco_boxes must be one of {', '.join(COCO_BOX_UNITS)}, got {self.coco_boxes!r}")
         if self.on_error not in ("skip", "fail"):
             raise ValueError(f"on_error must be 'skip' or 'fail', got {self.on_error!r}")
 
@@ -151,11 +155,12 @@ def _open(cfg: PackConfig, src) -> tuple:
     report.extend(source.problems)
     if not source.items and not report.errors:
         raise PackError(f"no images found: {source.describe()}")
-    if not cfg.allow_background_only:
-        try:
+    try:
+        check_coco_units(source, cfg.coco_boxes)
+        if not cfg.allow_background_only:
             check_labelled(source)
-        except PackError as e:
-            raise PackError(str(e), report) from None
+    except PackError as e:
+        raise PackError(str(e), report) from None
     if cfg.on_error == "fail" and report.errors:
         raise PackError(f"--on-error fail: {report.errors[0].describe()}")
     log.info("packing %s", source.describe())
@@ -206,7 +211,7 @@ def _pack_into(tmp: Path, cfg: PackConfig, source, report: PackReport, files=Non
     """Write the shards into `tmp`, numbered as they complete (in order: `name(k)`) and each handed to
     `sink(path, name)` when given (an upload); returns the manifest, or None when every image was rejected."""
     workers = cfg.workers if cfg.workers is not None else usable_cores()
-    payload = PayloadConfig(cfg.store, cfg.max_side, cfg.quality, cfg.check, cfg.max_pixels, cfg.exif)
+    payload = PayloadConfig(cfg.store, cfg.max_side, cfg.quality, cfg.check, cfg.max_pixels, cfg.exif, cfg.coco_boxes)
     nc = len(source.class_names) or None
     jobs = [segment.SegmentJob(k, items, payload, nc, tmp, cfg.on_error == "fail", files)
             for k, items in enumerate(segment.plan(source.items, cfg, workers, objstore.is_url(cfg.out)))]
@@ -225,10 +230,14 @@ def _pack_into(tmp: Path, cfg: PackConfig, source, report: PackReport, files=Non
             shards.append(shard)
             if sink is not None:
                 sink(tmp / file, file)
-    if (verdict := raw_annotation_verdict(stats.exif_frames, source.annotation_files)) is not None:
-        report.add(verdict)
     if not shards:
         return None
+    # Nothing is published past here unless the boxes can train: a set annotated on the raw pixels, or one in
+    # which (almost) no image kept a box, stops (the caller removes what was written).
+    if (verdict := raw_annotation_verdict(stats.exif_frames, source.annotation_files)) is not None:
+        raise PackError(verdict, report)
+    if not cfg.allow_background_only:
+        check_kept(source, start, stats.boxed_images, report)
     manifest = build_manifest(cfg, source, shards, stats, report, workers)
     if files is not None:   # a source in a bucket: name it, not the local stand-in
         manifest.source["root"] = objstore.shown(files.url)

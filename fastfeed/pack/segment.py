@@ -34,6 +34,7 @@ class SegmentStats:
     class_boxes: Counter = field(default_factory=Counter)
     sizes: Counter = field(default_factory=Counter)
     num_boxes: int = 0
+    boxed_images: int = 0                                        # records that kept at least one training box
     num_crowd: int = 0
     record_bytes: int = 0
     oriented: int = 0                                            # records whose decode is turned (orientation != 1)
@@ -45,6 +46,7 @@ class SegmentStats:
         self.class_boxes.update(other.class_boxes)
         self.sizes.update(other.sizes)
         self.num_boxes += other.num_boxes
+        self.boxed_images += other.boxed_images
         self.num_crowd += other.num_crowd
         self.record_bytes += other.record_bytes
         self.oriented += other.oriented
@@ -143,6 +145,7 @@ def run(job: SegmentJob) -> SegmentResult:
                 st.class_boxes.update(r.classes.tolist())
                 st.sizes[f"{r.orig_size[1]}x{r.orig_size[0]}"] += 1
                 st.num_boxes += len(r.classes)
+                st.boxed_images += len(r.classes) > 0
                 st.num_crowd += r.n_crowd
                 st.record_bytes += len(r.record)
                 st.oriented += r.orientation != 1

@@ -1,0 +1,199 @@
+"""The checks that stop a pack whose boxes could not train, each saying what was found and what to do.
+
+* `check_labelled` (before any image is read): no image, or under 1%, has a label file or an annotation: a
+  layout mistake (labels in another folder, a COCO set read as YOLO); the error says where labels were looked for.
+* `check_coco_units` (when the annotations are read, before any image is): a COCO set whose every bbox fits
+  in 0..1 on images tens of pixels or more across was written normalised, not in pixels; packed as pixels
+  its boxes would all be specks in the top-left corner. `--coco-boxes normalized` reads them as fractions.
+* `check_kept` (after the workers, before anything is published): under 1% of the packed images kept a
+  box. `check_labelled` counts label files and annotations; this counts what survived the checks, so label
+  files that are empty, lines written with commas or boxes in pixels stop here, by name.
+
+`--allow-background-only` lifts `check_labelled` and `check_kept`, for a set that really is all background.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .. import formats
+from .layout import jsons_in, layouts
+from .report import ERRORS, PackReport
+from .source import PackError, Source
+
+COCO_BOX_UNITS = ("pixels", "normalized")
+_FITS = 1.001        # a normalised bbox may overshoot 1 by float noise
+_MIN_SIDE = 32       # px: a set whose every box fits in 1x1 px on images this large or larger is not in pixels
+_REASONS_SHOWN = 3
+LABELLED_MIN = 0.01   # a pack in which fewer images than this share have labels (or kept boxes) stops
+
+
+def check_labelled(source: Source) -> None:
+    """Stop a pack in which no image, or almost none (< 1%), has a label: that is a layout mistake (labels in
+    another folder, a COCO set read as YOLO), not a dataset, and would train with a box loss of 0. The error
+    names where the labels were looked for and the layouts fastfeed reads; `--allow-background-only` packs
+    a set that really is all background."""
+    n = len(source.items)
+    if not n:
+        return
+    if source.format == "yolo":
+        labelled = sum(it.label_path is not None for it in source.items)
+    else:
+        labelled = sum(len(it.coco_xywh) > 0 or len(it.coco_classes) > 0 for it in source.items)
+    if labelled >= LABELLED_MIN * n:
+        return
+    share = "none" if not labelled else f"only {labelled}"
+    under = f" (under {LABELLED_MIN:.0%})" if labelled else ""
+    if source.format == "yolo":
+        msg = _yolo_unlabelled(source, share, under)
+    else:
+        ann = source.annotation_files[0] if source.annotation_files else "the annotation file"
+        msg = (f"{share} of the {n} images listed in {ann} has a box{under}: the file holds no usable annotation "
+               "for the others (the problems above list annotations that were dropped)")
+    raise PackError(f"no labels: {msg}.\nLayouts fastfeed reads:\n{layouts()}\n"
+                    "If this set really is all background (no boxes at all), pass --allow-background-only.")
+
+
+def _yolo_unlabelled(source: Source, share: str, under: str) -> str:
+    first, labels = source.items[0], source.labels_dir
+    images_dir = first.path.parents[len(Path(first.name).parts) - 1]   # item names are relative to it
+    msg = f"{share} of the {len(source.items)} images in {images_dir} has a label file{under}"
+    if labels is None:
+        return msg
+    example = (labels / first.name).with_suffix(".txt")
+    msg += f"; fastfeed looked for {labels}/<image name>.txt (e.g. {example})"
+    if not labels.is_dir():
+        msg += f", and {labels} does not exist"
+    else:
+        unmatched = sum(1 for p in source.problems if p.reason == "label_without_image")
+        if unmatched:
+            msg += f"; the {unmatched} label file(s) there match no image's name"
+    root = Path(source.root)
+    ann = root / "annotations"
+    coco = sorted(ann.glob("instances_*.json")) if ann.is_dir() else []
+    coco = coco or jsons_in(root)
+    if coco:
+        msg += f"; {coco[0]} suggests a COCO dataset: drop --format yolo (or pass --format coco)"
+    return msg
+
+
+def _image_sides(source: Source, limit: int = 5) -> list[int]:
+    """The smaller side of the images with boxes: the JSON's, else (none given) a few files' headers."""
+    boxed = [it for it in source.items if it.coco_xywh is not None and len(it.coco_xywh)]
+    sides = [min(it.ann_size) for it in boxed if it.ann_size is not None]
+    for it in boxed[:limit] if not sides else ():
+        try:
+            data = it.path.read_bytes()
+            hw = formats.header_size(data, formats.image_format(data))
+        except Exception:   # a missing or broken file is rejected by name when it is packed
+            continue
+        if hw is not None:
+            sides.append(min(hw))
+    return sides
+
+
+def check_coco_units(source: Source, units: str) -> None:
+    """Stop a COCO set whose bboxes are not in the unit `units` (`--coco-boxes`) says."""
+    if source.format != "coco":
+        if units != "pixels":
+            raise PackError(f"--coco-boxes {units} is for a COCO JSON; {source.root} is read as {source.format.upper()} "
+                            "(YOLO labels are always fractions of the image): drop --coco-boxes")
+        return
+    boxed = [it for it in source.items if it.coco_xywh is not None and len(it.coco_xywh)]
+    if not boxed:
+        return
+    b = np.concatenate([it.coco_xywh for it in boxed])
+    fits = (b >= 0).all(1) & (b[:, 0] + b[:, 2] <= _FITS) & (b[:, 1] + b[:, 3] <= _FITS)
+    ann = ", ".join(str(a) for a in source.annotation_files) or "the annotations"
+    if units == "normalized":
+        if fits.mean() < 0.5:
+            raise PackError(f"--coco-boxes normalized, but {int((~fits).sum())} of the {len(b)} bboxes in {ann} reach "
+                            "beyond 1: they are in pixels; drop --coco-boxes")
+        return
+    sides = _image_sides(source)
+    if not fits.all() or not sides or min(sides) < _MIN_SIDE:
+        return
+    first = boxed[0]
+    raise PackError(
+        f"the bboxes in {ann} look normalised to 0..1, not in pixels: all {len(b)} fit inside 1x1 pixel on images "
+        f"{min(sides)} px or more across (e.g. {first.name}: bbox {[round(float(v), 4) for v in first.coco_xywh[0]]}); "
+        "COCO bboxes are [x, y, width, height] in pixels. Pack with --coco-boxes normalized to read them as fractions "
+        "of each image's width and height (or re-export the set in pixels)")
+
+
+def _shown(path, root) -> str:
+    try:
+        return os.path.relpath(path, root)
+    except ValueError:
+        return str(path)
+
+
+def _numbers(parts) -> list[float] | None:
+    try:
+        return [float(v) for v in parts]
+    except ValueError:
+        return None
+
+
+def _yolo_found(source: Source) -> list[str]:
+    """What the label files hold, read again for the message only: empty files, commas, pixels."""
+    files = [it.label_path for it in source.items if it.label_path is not None]
+    empty, commas, pixels, numeric = 0, [], [], 0
+    for path in files:
+        try:
+            lines = [ln.strip() for ln in path.read_text(encoding="utf-8-sig").splitlines()]
+        except (OSError, UnicodeDecodeError):
+            continue   # unreadable_label, among the reasons
+        if not any(lines):
+            empty += 1
+        for k, line in enumerate(lines, 1):
+            where = f"{_shown(path, source.root)}:{k}: {line[:60]!r}"
+            if "," in line and _numbers(line.replace(",", " ").split()) is not None:
+                commas.append(where)
+            vals = _numbers(line.split())
+            if vals is not None and len(vals) == 5:
+                numeric += 1
+                if max(abs(v) for v in vals[1:]) > 1.5:
+                    pixels.append(where)
+    found = []
+    if len(source.items) > len(files):
+        found.append(f"{len(source.items) - len(files)} image(s) have no label file")
+    if empty:
+        found.append(f"{empty} of the {len(files)} label files are empty")
+    if commas:
+        found.append(f"{len(commas)} line(s) separate their values with commas (e.g. {commas[0]}): YOLO lines are "
+                     "'class cx cy w h' separated by spaces")
+    if pixels and 2 * len(pixels) >= numeric:
+        found.append(f"the labels look like pixels, YOLO wants 0..1: {len(pixels)} of {numeric} lines have coordinates "
+                     f"over 1 (e.g. {pixels[0]}); divide cx and w by the image's width, cy and h by its height")
+    return found
+
+
+def _coco_found(source: Source) -> list[str]:
+    n = sum(len(it.coco_xywh) for it in source.items if it.coco_xywh is not None)
+    ann = ", ".join(str(a) for a in source.annotation_files) or "the annotations"
+    return [f"{ann} lists {n} usable annotation(s) for its {len(source.items)} images"]
+
+
+def _top_reasons(report: PackReport) -> str:
+    seen = [(n, r) for r, n in report.counts.items() if n and (r in ERRORS or r == "crowd")]
+    top = sorted(seen, key=lambda x: (-x[0], x[1]))[:_REASONS_SHOWN]
+    return "; ".join(f"{r} x{n} (e.g. {report.examples[r][0]})" for n, r in top)
+
+
+def check_kept(source: Source, packed: int, boxed: int, report: PackReport) -> None:
+    """Stop a pack in which under 1% of the `packed` images kept a box (`boxed`): it would train with a box loss
+    of 0. Says what the labels held and the most frequent reasons boxes were dropped, with an example each."""
+    if not packed or boxed >= LABELLED_MIN * packed:
+        return
+    share = "none" if not boxed else f"only {boxed}"
+    under = f" (under {LABELLED_MIN:.0%})" if boxed else ""
+    found = _yolo_found(source) if source.format == "yolo" else _coco_found(source)
+    reasons = _top_reasons(report)
+    found += [f"top reasons boxes or images were dropped: {reasons}"] if reasons else []
+    raise PackError(f"no boxes: {share} of the {packed} images packed kept a box{under}, so a model would train with a "
+                    f"box loss of 0; {'; '.join(found)}. Nothing was written; fix the labels, or pass "
+                    "--allow-background-only if this set really is all background", report)
