@@ -66,6 +66,7 @@ def test_labels_that_keep_no_box_stop_the_trainers_pack_by_name(sample_yolo):  #
                                          "packed kept a box") as e:
         prepare_store(str(train), progress=False)
     assert "separate their values with commas" in str(e.value) and "--allow-background-only" in str(e.value)
+    assert "set FASTFEED_STORE=train.ff" in str(e.value)     # the way out a trainer's user has
     assert not list(sample_yolo.glob("train2017-*.ff"))          # nothing published beside the dataset
 
 

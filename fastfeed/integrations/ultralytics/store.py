@@ -131,7 +131,12 @@ def prepare_store(train, progress: bool = True, names=None) -> Store:
         with pack_lock(stem.with_name(f"{stem.name}.ff"), wait=True):
             return _packed(images, stem, names, progress)
     except PackError as e:
-        raise ValueError(f"fastfeed cannot pack the train split {images}: {e}") from None
+        how = ""
+        if "--allow-background-only" in str(e):   # a flag of `fastfeed pack`, which this trainer cannot pass
+            how = (f"\nFastfeedTrainer packs without that option: if the set really is all background, pack it "
+                   f"yourself (`fastfeed pack {root} -o train.ff --allow-background-only`) and set "
+                   f"FASTFEED_STORE=train.ff")
+        raise ValueError(f"fastfeed cannot pack the train split {images}: {e}{how}") from None
 
 
 def _packed(images: Path, stem: Path, names: list[str] | None, progress: bool) -> Store:
