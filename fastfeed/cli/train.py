@@ -8,7 +8,7 @@ import json
 from dataclasses import fields
 from pathlib import Path
 
-from ..train.config import AMPS, DEFAULT_LR, MODELS, OPTIMIZERS, SCHEDULES, TrainConfig
+from ..train.config import AMPS, DEFAULT_IMGSZ, DEFAULT_LR, MODELS, OPTIMIZERS, SCHEDULES, TrainConfig
 from .common import (
     EXIT_FAIL,
     EXIT_OK,
@@ -91,8 +91,9 @@ def add_parser(sub) -> None:
     d.add_argument("--loader", default=D["loader"], choices=_Loaders(), metavar="NAME",
                    help="fastfeed loader feeding the training (`fastfeed loaders` lists them; default %(default)s)")
     d.add_argument("--workers", type=int, help="loader worker processes (default: one per core, up to 8)")
-    d.add_argument("--imgsz", type=int, default=D["imgsz"],
-                   help="training and evaluation size, a multiple of 32 (default %(default)s)")
+    d.add_argument("--imgsz", type=int,
+                   help=f"training and evaluation size, a multiple of 32 (default {DEFAULT_IMGSZ}; with --resume or "
+                        "--eval-only: the size the checkpoint was trained at)")
     d.add_argument("--hyp", type=Path, metavar="FILE",
                    help="YAML of augmentation gains (AugmentHyp's fields: mosaic, mixup, degrees, translate, scale, "
                         "shear, fliplr, flipud, hsv_h, hsv_s, hsv_v, ...); unknown keys are an error")
@@ -148,6 +149,9 @@ def add_parser(sub) -> None:
                    help="continue from OUT/last.pt (or CKPT): weights, EMA, optimizer, scaler, schedule, epoch, step, "
                         "the loader's position; 'auto': if OUT/last.pt exists, else start (one command for a job that "
                         "may be preempted and restarted)")
+    o.add_argument("--force", action="store_true",
+                   help="start a new run in an --out that already holds one: its last.pt and best.pt are replaced, "
+                        "its metrics.jsonl started anew (without --force or --resume such an --out is refused)")
     o.add_argument("--save-every-min", type=float, metavar="N",
                    help="also write last.pt every N minutes, mid-epoch, so a kill with no notice loses at most N "
                         "minutes (each write's time is in metrics.jsonl)")
