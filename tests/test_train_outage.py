@@ -113,7 +113,7 @@ def test_an_s3_outage_mid_epoch_writes_last_pt_and_resume_continues(remote, s3, 
         proxy.stop()                                    # the outage: from now on every connection is refused
     rc, _, err = _finish(p)
     assert rc == 1, err[-3000:]
-    assert "S3 unreachable (" in err and "retrying for up to 0 s (5 more tries" in err
+    assert "S3 unreachable (" in err and "retrying for up to 0 s of backoff (5 more tries" in err
     line = err.strip().splitlines()[-1]
     assert line.startswith("fastfeed: error: ") and "failed 6 times" in line and str(url) in line
     ck = load_checkpoint(out / "last.pt")

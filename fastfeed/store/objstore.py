@@ -221,8 +221,9 @@ def retry(op: Callable, url: str, what: str, *, fs=None, tries: int = RETRIES, s
             if attempt == 0:   # said once per operation, when its retries start (loader workers log it too)
                 budget = sum(min(BACKOFF_S[1], BACKOFF_S[0] * 2 ** a) for a in range(tries - 1))
                 service = "S3" if url.lower().startswith(("s3://", "s3a://")) else bucket_of(url)
-                log.warning("%s unreachable (%s %s: %s), retrying for up to %.0f s (%d more tries, each with its "
-                            "own timeout)", service, what, shown(url), _describe(e), budget, tries - 1)
+                log.warning("%s unreachable (%s %s: %s), retrying for up to %.0f s of backoff (%d more tries, each "
+                            "also waiting out its own connection timeout)", service, what, shown(url), _describe(e),
+                            budget, tries - 1)
             log.debug("%s %s: %s; retrying in %.1f s", what, shown(url), _describe(e), wait)
             sleep(wait)
     raise AssertionError("unreachable")
