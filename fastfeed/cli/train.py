@@ -36,7 +36,8 @@ examples:
 
 The loss is a sum over images; lr and weight decay are tuned for 64 images per optimizer step, and
 --accum defaults to what reaches 64 (batch x processes x accum). A run directory holds last.pt,
-best.pt (with --val), and metrics.jsonl (one JSON line per log interval and evaluation).
+best.pt (with --val), and metrics.jsonl (one JSON line per log interval and evaluation); a new run in a
+directory that holds one needs --force. --resume and --eval-only use the checkpoint's --imgsz unless given.
 Checkpoints load with torch.load(weights_only=True). The summary names the step's bottleneck (data,
 host->device copy, compute, DDP communication) against health thresholds for accelerator busy time,
 memory, data wait per image and DDP sync share, and says what to try. See docs/training.md.
@@ -45,7 +46,8 @@ Preemption: SIGTERM, SIGUSR1 (SLURM --signal=USR1@120) or a first Ctrl-C finish 
 write last.pt mid-epoch and exit with status 75 (EX_TEMPFAIL); --resume continues with the next batch,
 as if uninterrupted. Under torchrun a signal to any rank stops every rank after the same step. A second
 Ctrl-C aborts at once (status 130; last.pt stays the previous one). --save-every-min N also writes
-last.pt every N minutes, for kills that give no notice (kill -9, a lost node)."""
+last.pt every N minutes, for kills that give no notice (kill -9, a lost node). A store in object storage
+still unreachable after its retries: last.pt at the last finished step, then exit 1 naming --resume."""
 
 
 HELP = "train the bundled YOLOv3 / YOLOv3-tiny on a store (and evaluate COCO mAP)"
