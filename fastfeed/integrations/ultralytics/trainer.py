@@ -223,6 +223,7 @@ class FastfeedTrainer(DetectionTrainer):
         self.start_epoch = epoch
         if batches and check_position(pos, self.train_loader):
             self.train_loader.start_at(epoch, batches)
+            self._ff_done = (epoch, batches)   # a source lost before the first step keeps this position
             log.info(f"fastfeed: resuming epoch {epoch + 1} at batch {batches} of {len(self.train_loader)} (the "
                      "batches an uninterrupted run trains next)")
 
