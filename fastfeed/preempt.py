@@ -57,6 +57,7 @@ class StopSignals:
         self.agreed = False
         self._previous: dict = {}
         self._pipe = self._wakeup = self._thread = None
+        self._step: tuple[float, float | None] | None = None   # (when the step in flight began, its expected seconds)
 
     # --- handlers ---------------------------------------------------------------------------------------
 
@@ -141,9 +142,24 @@ class StopSignals:
                 elif signum == signal.SIGINT:
                     _say(self._abort_words())
 
+    def step_began(self, at: float, seconds: float | None) -> None:
+        """The trainer starts a step at `at` (time.monotonic()) expected to take `seconds` (its measured steps;
+        None before the first is measured): a signal's acknowledgement says when the step in flight should end."""
+        self._step = (at, seconds)
+
+    def _expectation(self) -> str:
+        if self._step is None:
+            return ""
+        at, seconds = self._step
+        ran = time.monotonic() - at
+        if seconds is None:
+            return f" (the first step, running for {ran:.0f} s, is not measured yet)"
+        return (f" (steps take ~{seconds:.0f} s here: the one in flight, {ran:.0f} s in, should end in ~"
+                f"{max(seconds - ran, 0.0):.0f} s)" if seconds >= 1 else f" (steps take ~{seconds:.2f} s here)")
+
     def _first_words(self, signum) -> str:
         again = "; Ctrl-C again aborts" if signum == signal.SIGINT else ""
-        return f"{signal.Signals(signum).name}: {self.what}{again}\n"
+        return f"{signal.Signals(signum).name}: {self.what}{self._expectation()}{again}\n"
 
     @staticmethod
     def _abort_words() -> str:

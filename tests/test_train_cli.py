@@ -40,7 +40,7 @@ def test_cli_trains_evaluates_and_reports(store, tmp_path, capsys):
           "--workers", "0", "--accum", "1", "--out", str(tmp_path / "ft"), "--quiet", "--json"]
     assert main(ft + ["--weights", str(tmp_path / "last.pt")]) == 0
     assert json.loads(capsys.readouterr().out)["step"] == 1
-    assert main(ft + ["--model", "yolov3", "--weights", str(tmp_path / "last.pt")]) == 1
+    assert main(ft + ["--model", "yolov3", "--force", "--weights", str(tmp_path / "last.pt")]) == 1
     assert "holds a yolov3-tiny with 80 classes; this run builds a yolov3" in capsys.readouterr().err
 
 

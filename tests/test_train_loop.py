@@ -48,7 +48,8 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(store, tmp_path):
     for va, vb in zip(a.ema.state_dict().values(), b2.ema.state_dict().values()):
         assert torch.allclose(va, vb, rtol=1e-5, atol=1e-6)
     assert [r["event"] for r in json.loads("[" + ",".join((tmp_path / "b" / "metrics.jsonl").read_text().split("\n")[:-1])
-                                           + "]") if "event" in r] == ["start", "checkpoint", "summary", "resume", "checkpoint", "summary"]
+                                           + "]") if "event" in r] == ["start", "pace", "checkpoint", "summary", "resume", "pace", "checkpoint",
+                                                                 "summary"]
 
 
 def test_checkpoints_load_weights_only_and_are_written_atomically(store, tmp_path):

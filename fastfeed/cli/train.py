@@ -8,7 +8,7 @@ import json
 from dataclasses import fields
 from pathlib import Path
 
-from ..train.config import AMPS, DEFAULT_LR, MODELS, OPTIMIZERS, SCHEDULES, TrainConfig
+from ..train.config import AMPS, DEFAULT_IMGSZ, DEFAULT_LR, MODELS, OPTIMIZERS, SCHEDULES, TrainConfig
 from .common import (
     EXIT_FAIL,
     EXIT_OK,
@@ -36,7 +36,8 @@ examples:
 
 The loss is a sum over images; lr and weight decay are tuned for 64 images per optimizer step, and
 --accum defaults to what reaches 64 (batch x processes x accum). A run directory holds last.pt,
-best.pt (with --val), and metrics.jsonl (one JSON line per log interval and evaluation).
+best.pt (with --val), and metrics.jsonl (one JSON line per log interval and evaluation); a new run in a
+directory that holds one needs --force. --resume and --eval-only use the checkpoint's --imgsz unless given.
 Checkpoints load with torch.load(weights_only=True). The summary names the step's bottleneck (data,
 host->device copy, compute, DDP communication) against health thresholds for accelerator busy time,
 memory, data wait per image and DDP sync share, and says what to try. See docs/training.md.
@@ -45,7 +46,8 @@ Preemption: SIGTERM, SIGUSR1 (SLURM --signal=USR1@120) or a first Ctrl-C finish 
 write last.pt mid-epoch and exit with status 75 (EX_TEMPFAIL); --resume continues with the next batch,
 as if uninterrupted. Under torchrun a signal to any rank stops every rank after the same step. A second
 Ctrl-C aborts at once (status 130; last.pt stays the previous one). --save-every-min N also writes
-last.pt every N minutes, for kills that give no notice (kill -9, a lost node)."""
+last.pt every N minutes, for kills that give no notice (kill -9, a lost node). A store in object storage
+still unreachable after its retries: last.pt at the last finished step, then exit 1 naming --resume."""
 
 
 HELP = "train the bundled YOLOv3 / YOLOv3-tiny on a store (and evaluate COCO mAP)"
@@ -91,8 +93,9 @@ def add_parser(sub) -> None:
     d.add_argument("--loader", default=D["loader"], choices=_Loaders(), metavar="NAME",
                    help="fastfeed loader feeding the training (`fastfeed loaders` lists them; default %(default)s)")
     d.add_argument("--workers", type=int, help="loader worker processes (default: one per core, up to 8)")
-    d.add_argument("--imgsz", type=int, default=D["imgsz"],
-                   help="training and evaluation size, a multiple of 32 (default %(default)s)")
+    d.add_argument("--imgsz", type=int,
+                   help=f"training and evaluation size, a multiple of 32 (default {DEFAULT_IMGSZ}; with --resume or "
+                        "--eval-only: the size the checkpoint was trained at)")
     d.add_argument("--hyp", type=Path, metavar="FILE",
                    help="YAML of augmentation gains (AugmentHyp's fields: mosaic, mixup, degrees, translate, scale, "
                         "shear, fliplr, flipud, hsv_h, hsv_s, hsv_v, ...); unknown keys are an error")
@@ -148,6 +151,9 @@ def add_parser(sub) -> None:
                    help="continue from OUT/last.pt (or CKPT): weights, EMA, optimizer, scaler, schedule, epoch, step, "
                         "the loader's position; 'auto': if OUT/last.pt exists, else start (one command for a job that "
                         "may be preempted and restarted)")
+    o.add_argument("--force", action="store_true",
+                   help="start a new run in an --out that already holds one: its last.pt and best.pt are replaced, "
+                        "its metrics.jsonl started anew (without --force or --resume such an --out is refused)")
     o.add_argument("--save-every-min", type=float, metavar="N",
                    help="also write last.pt every N minutes, mid-epoch, so a kill with no notice loses at most N "
                         "minutes (each write's time is in metrics.jsonl)")

@@ -218,6 +218,12 @@ def retry(op: Callable, url: str, what: str, *, fs=None, tries: int = RETRIES, s
                 raise RemoteError(f"{what} {shown(url)} failed {tries} times; the last failure: {_describe(e)}. "
                                   "Check the network and the endpoint (AWS_ENDPOINT_URL), then run again") from None
             wait = min(BACKOFF_S[1], BACKOFF_S[0] * 2 ** attempt) * (0.5 + random.random() / 2)
+            if attempt == 0:   # said once per operation, when its retries start (loader workers log it too)
+                budget = sum(min(BACKOFF_S[1], BACKOFF_S[0] * 2 ** a) for a in range(tries - 1))
+                service = "S3" if url.lower().startswith(("s3://", "s3a://")) else bucket_of(url)
+                log.warning("%s unreachable (%s %s: %s), retrying for up to %.0f s of backoff (%d more tries, each "
+                            "also waiting out its own connection timeout)", service, what, shown(url), _describe(e),
+                            budget, tries - 1)
             log.debug("%s %s: %s; retrying in %.1f s", what, shown(url), _describe(e), wait)
             sleep(wait)
     raise AssertionError("unreachable")

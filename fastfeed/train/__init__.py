@@ -9,7 +9,8 @@ LR schedule, EMA), config.py (TrainConfig, --hyp files), loop.py (the training l
 setup.py (a run's set-up), resume.py (resume, --weights, checkpoint contents), step.py (one optimizer
 step), oom.py (micro-batches, OOM replay, --batch auto), multiscale.py, norms.py (--sync-bn, --freeze-bn,
 --channels-last), timing.py and metrics.py (the step's split), verdict.py (the bottleneck verdict),
-report.py (log lines, metrics.jsonl, summary), evaluate.py (COCO mAP), checkpoint.py, distributed.py
+report.py (log lines, metrics.jsonl, summary), guards.py (--out reuse, pace, a lost data source),
+evaluate.py (COCO mAP), checkpoint.py, distributed.py
 (torchrun), device.py (AMP, batches on the device), bench.py (`bench_step` for `fastfeed bench --model`).
 
 Names resolve lazily: `fastfeed.train.model`, `.loss` and `.bench` need nothing but torch (a benchmark

@@ -10,7 +10,9 @@ position), whether that epoch's evaluation is still to do (`eval_pending`) and t
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -25,18 +27,56 @@ class CheckpointError(ValueError):
     """The file is not a fastfeed checkpoint, or does not fit the model asked for."""
 
 
+class CheckpointNoSpace(CheckpointError):
+    """A checkpoint could not be written for lack of space; the previous one is intact (writes are atomic)."""
+
+
 _TMP = ".{name}.tmp{pid}"   # a checkpoint being written, beside it
 
 
 def save_checkpoint(path: Path, state: dict) -> None:
     """A fastfeed checkpoint of `state`, written atomically (`write_atomically`)."""
-    write_atomically(path, lambda f: torch.save({"format": FORMAT, "version": VERSION, **state}, f))
+    write_atomically(path, lambda f: torch.save({"format": FORMAT, "version": VERSION, **state}, f),
+                     size=_tensor_bytes(state))
 
 
-def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
+def _tensor_bytes(x) -> int:
+    """About what torch.save writes for `x`: its tensors' bytes."""
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    if isinstance(x, dict):
+        return sum(_tensor_bytes(v) for v in x.values())
+    if isinstance(x, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in x)
+    return 0
+
+
+def _no_space(e: BaseException, folder: Path, size: int | None) -> bool:
+    """Whether a failed write was for lack of space: ENOSPC/EDQUOT, or torch's writer failing (it reports a short
+    write as `RuntimeError: [enforce fail at inline_container.cc] ... unexpected pos`) with less free than needed."""
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    if isinstance(e, RuntimeError) and "inline_container" in str(e):
+        return size is None or _free(folder) < size
+    return False
+
+
+def _free(folder: Path) -> int:
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return 0
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def write_atomically(path: Path, write: Callable[[BinaryIO], object], size: int | None = None) -> None:
     """`write(file)` into a temporary file beside `path`, fsync, rename over it, and fsync the folder: a crash,
     a kill -9 or a second Ctrl-C mid-write leaves the previous file intact, and a rename that returned
-    survives the node losing power. (`remove_stale_temporaries` cleans up after a writer that was killed.)"""
+    survives the node losing power. (`remove_stale_temporaries` cleans up after a writer that was killed.)
+    A write that fails for lack of space (`size`: the bytes it needs, when known) is CheckpointNoSpace."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(_TMP.format(name=path.name, pid=os.getpid()))
@@ -47,6 +87,15 @@ def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
         _fsync_dir(path.parent)
+    except (OSError, RuntimeError) as e:
+        tmp.unlink(missing_ok=True)
+        if not _no_space(e, path.parent, size):
+            raise
+        need = f"needs about {_mib(size)}, " if size else ""
+        kept = f"the previous {path.name} is intact" if path.is_file() else f"no {path.name} was there before"
+        raise CheckpointNoSpace(f"no space left in {path.parent} to write {path.name} ({need}{_mib(_free(path.parent))} "
+                                f"free; {kept}: checkpoints are written atomically): free space there or give "
+                                "another --out, then continue with --resume") from None
     finally:
         tmp.unlink(missing_ok=True)
 

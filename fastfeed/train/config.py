@@ -19,6 +19,7 @@ SCHEDULES = ("cosine", "linear")
 AMPS = ("bf16", "fp16")
 DEFAULT_LR = {"sgd": 0.01, "adamw": 0.001}
 NOMINAL_BATCH = 64   # images per optimizer step the default lr and weight decay are tuned for
+DEFAULT_IMGSZ = 640  # --imgsz of a new run; --eval-only and --resume take the checkpoint's unless it is given
 
 
 def load_hyp(hyp):
@@ -55,7 +56,7 @@ class TrainConfig:
     val: Path | str | None = None        # a store evaluated after each epoch (COCO mAP)
     loader: str = "cpu"
     model: str = "yolov3"
-    imgsz: int = 640
+    imgsz: int | None = None             # None: DEFAULT_IMGSZ, or the checkpoint's (--eval-only, --resume)
     batch: int | str = 16                # images per loader batch and process; 'auto': the most that fits the device
     micro_batch: int | None = None       # images per forward/backward: each batch is split in these; None: = batch
     epochs: int = 300
@@ -89,6 +90,7 @@ class TrainConfig:
     seed: int = 0
     out: Path | str = Path("runs/train")
     resume: bool | Path | str = False    # True: OUT/last.pt; 'auto': OUT/last.pt if it exists; or a checkpoint path
+    force: bool = False                  # start a new run in an --out that holds one (its last.pt, metrics.jsonl)
     save_every_min: float | None = None  # also write last.pt every N minutes, mid-epoch (for kills with no notice)
     eval_only: bool = False
     weights: Path | str | None = None    # a checkpoint to start from / to evaluate
@@ -122,7 +124,10 @@ class TrainConfig:
         need(not self.eval_only or (self.weights is not None and self.val is not None), "eval-only",
              "needs --weights CKPT and --val STORE", (self.weights, self.val))
         need(self.model in MODELS, "model", f"must be one of {', '.join(MODELS)}", self.model)
-        check_imgsz(self.imgsz)
+        if self.imgsz is None and not (self.eval_only or self.resume):   # else resume.resolve_imgsz decides
+            self.imgsz = DEFAULT_IMGSZ
+        if self.imgsz is not None:
+            check_imgsz(self.imgsz)
         need(self.batch == "auto" or (is_int(self.batch) and self.batch >= 1), "batch", "must be >= 1 or 'auto'",
              self.batch)
         need(self.micro_batch is None or (is_int(self.micro_batch) and self.micro_batch >= 1), "micro-batch",

@@ -32,9 +32,10 @@ from . import distributed
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .evaluate import evaluate
+from .guards import DataSourceFailed, pace, resume_hint, source_failure
 from .model import build_model
 from .report import Reporter
-from .resume import checkpoint_state, load_weights, start_from
+from .resume import checkpoint_state, load_weights, resolve_imgsz, start_from
 from .setup import open_run, set_up, start
 from .step import TrainingDiverged, micro_step, optimizer_step
 
@@ -89,7 +90,17 @@ def train_epoch(run) -> int:
     try:
         while done < nb:
             n = min(run.accum, nb - done)   # this step's loader batches: accum, or what is left of the epoch
-            lr = optimizer_step(run, batches, n)
+            t0 = time.monotonic()
+            run.signals.step_began(t0, run.step_s)   # a stop signal then says when this step should end
+            try:
+                lr = optimizer_step(run, batches, n)
+            except Exception as e:
+                lost_source(run, e, done)   # the data source failed for good: last.pt, then a named error
+                raise
+            took = time.monotonic() - t0
+            if run.step_s is None:
+                pace(run, took)
+            run.step_s = took if run.step_s is None else 0.7 * run.step_s + 0.3 * took
             done += n
             run.report.step_done(lr, end_of_epoch=done == nb)
             # --- step boundary: a stop signal (under DDP one every rank has: the same step on all), --max-steps,
@@ -106,6 +117,22 @@ def train_epoch(run) -> int:
         if hasattr(batches, "close"):
             batches.close()   # an abandoned epoch (--max-steps, a stop, an error) releases its batches
     return done if done < nb else 0
+
+
+def lost_source(run, e: Exception, done: int) -> None:
+    """The training store failed for good mid-epoch (object storage still out after its retries, in this process
+    or in a loader worker): on rank 0 last.pt at the last finished step (`done` batches; the step in flight is
+    undone, as an out-of-memory replay undoes it), as a stop signal would; then DataSourceFailed. Anything
+    else: nothing (the caller re-raises)."""
+    message = source_failure(e)
+    if message is None:
+        return
+    run.optimizer.zero_grad(set_to_none=True)
+    run.snapshot.restore()   # the BatchNorm statistics the unfinished step's forwards had moved
+    if run.dd.main:
+        write_last(run, done, "data source failed")
+    raise DataSourceFailed(f"{message}; training stopped at epoch {run.epoch + 1}, step {run.step} ({done} of "
+                           f"{run.nb} batches): {resume_hint(run.out / 'last.pt')}") from None
 
 
 def end_of_epoch(run, done: int) -> None:
@@ -184,7 +211,10 @@ def stopped(run) -> dict:
 def evaluate_checkpoint(cfg: TrainConfig, stack) -> TrainResult:
     """--eval-only: COCO mAP of --weights on --val (the network is the checkpoint's)."""
     run = open_run(cfg, stack)
-    name = load_checkpoint(cfg.weights, "cpu")["model_name"]
+    ckpt = load_checkpoint(cfg.weights, "cpu")
+    name = ckpt["model_name"]
+    resolve_imgsz(cfg, ckpt, cfg.weights, "evaluating")
+    del ckpt
     model = build_model(name, len(run.store.class_names)).to(run.device)
     load_weights(model, cfg.weights, run.device)
     batch = cfg.batch if cfg.batch != "auto" else TrainConfig.batch   # nothing to measure: the default

@@ -6,6 +6,7 @@ import logging
 
 from ..devices import rng_state, set_rng_state
 from .checkpoint import CheckpointError, load_checkpoint
+from .config import DEFAULT_IMGSZ
 from .optim import ModelEMA
 
 log = logging.getLogger(__name__)
@@ -21,6 +22,20 @@ def load_weights(model, path, device) -> dict:
                               f"{model.name} with {model.nc} classes (the store's)")
     model.load_state_dict(ckpt["ema"] if ckpt.get("ema") is not None else ckpt["model"])
     return ckpt
+
+
+def resolve_imgsz(cfg, ckpt: dict | None, path, doing: str) -> None:
+    """The one size rule of a run that starts from a checkpoint (--resume, --eval-only): --imgsz when given,
+    else the size the checkpoint was trained at (a new run: DEFAULT_IMGSZ), said in one line. A model trained
+    at 128 and evaluated at 640 finds almost nothing: that must never happen by default."""
+    theirs = None if ckpt is None else (ckpt.get("imgsz") or ckpt.get("config", {}).get("imgsz"))
+    if cfg.imgsz is None:
+        cfg.imgsz = theirs or DEFAULT_IMGSZ
+        if theirs:
+            log.info("%s at imgsz %d, the size %s was trained at (--imgsz to choose another)", doing, cfg.imgsz, path)
+    elif theirs and cfg.imgsz != theirs and doing == "evaluating":   # a resume says it with the other CHECKED flags
+        log.warning("evaluating at --imgsz %d; %s was trained at %d (without --imgsz it is evaluated at %d)",
+                    cfg.imgsz, path, theirs, theirs)
 
 
 def run_config(run) -> dict:

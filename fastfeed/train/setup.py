@@ -18,12 +18,14 @@ from . import distributed
 from .checkpoint import CheckpointError, load_checkpoint, remove_stale_temporaries
 from .config import NOMINAL_BATCH, TrainConfig
 from .device import AMP_DTYPES, TrainError, device_batches, grad_scaler
+from .guards import check_out
 from .loss import YoloLoss
 from .model import build_model, count_flops, count_parameters
 from .multiscale import size_range
 from .norms import prepare_model
 from .oom import BufferSnapshot, MicroBatches
 from .optim import ModelEMA, build_optimizer
+from .resume import resolve_imgsz
 from .timing import CommTimer, DeviceClock
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,7 @@ class Run:
     stopped_by: str | None = None        # the signal that stopped the run (agreed by every rank)
     eval_pending: bool = False           # the resumed checkpoint's end-of-epoch evaluation is still to do
     resumed: bool = False                # continued from a checkpoint (--resume)
+    step_s: float | None = None          # the measured seconds of an optimizer step (a moving average)
 
     @property
     def say(self):
@@ -133,18 +136,20 @@ def set_up(cfg: TrainConfig, stack) -> Run:
 
     run = open_run(cfg, stack)
     device, dd, nc = run.device, run.dd, len(run.store.class_names)
+    if resuming(run):   # read first: its imgsz is the run's unless --imgsz is given
+        path = resume_path(run)
+        run.ckpt = load_checkpoint(path, device)
+        if (run.ckpt["model_name"], run.ckpt["nc"]) != (cfg.model, nc):
+            raise CheckpointError(f"{path} is a {run.ckpt['model_name']} with {run.ckpt['nc']} classes, not a "
+                                  f"{cfg.model} with {nc}: resume with the run's --model and --data")
+    check_out(run)   # before anything is built: a new run in an --out that holds one needs --force
+    resolve_imgsz(cfg, run.ckpt, resume_path(run) if run.ckpt is not None else None, "resuming")
     model = build_model(cfg.model, nc).to(device)
     run.params, run.gflops = count_parameters(model), count_flops(cfg.model, nc, cfg.imgsz)
     run.say("%s: %.1f M parameters, %.1f GFLOPs per image at %d", cfg.model, run.params / 1e6, run.gflops, cfg.imgsz)
     model = prepare_model(model, cfg, device, dd.world_size, distributed.backend(dd, device))
     run.raw_model = model
     run.loss_fn = YoloLoss(model, cfg.imgsz, box=cfg.box, obj=cfg.obj, cls=cfg.cls, anchor_t=cfg.anchor_t)
-    if resuming(run):
-        path = resume_path(run)
-        run.ckpt = load_checkpoint(path, device)
-        if (run.ckpt["model_name"], run.ckpt["nc"]) != (cfg.model, nc):
-            raise CheckpointError(f"{path} is a {run.ckpt['model_name']} with {run.ckpt['nc']} classes, not a "
-                                  f"{cfg.model} with {nc}: resume with the run's --model and --data")
 
     # --- the batch: given, the resumed run's, or measured (--batch auto) ----------------------------------
     batch, micro = cfg.batch, cfg.micro_batch

@@ -94,6 +94,41 @@ def test_periodic_saves_bound_what_a_crash_loses(sample_yolo, tmp_path, monkeypa
     assert _files(resumed.trainer._seen) == uninterrupted[11:]
 
 
+def test_a_data_source_lost_mid_epoch_saves_last_pt_then_raises_the_named_error(sample_yolo, tmp_path,  # noqa: F811
+                                                                                monkeypatch, uninterrupted):
+    """The store's reads fail for good after 3 batches (as an s3:// store's do once its retries give up): last.pt at
+    the last optimizer step, DataSourceFailed naming the failure and the resume, and resume=True continues."""
+    from fastfeed.store.objstore import RemoteError
+    from fastfeed.store.reader import Store
+    from fastfeed.train.guards import DataSourceFailed
+
+    real, out = Store.record, {"now": False}
+
+    def record(self, *a, **k):
+        if out["now"]:
+            raise RemoteError("downloading s3://b/x.ff/shard-00001.mdb failed 6 times; the last failure: ConnectionError")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Store, "record", record)
+    model = YOLO("yolov8n.yaml")
+    model.add_callback("on_train_batch_end", lambda t: out.update(now=len(t._seen) >= 3))
+    with pytest.raises(DataSourceFailed) as lost:
+        model.train(data=str(sample_yolo / "data.yaml"), trainer=RecordingTrainer, project=str(tmp_path), name="s",
+                    **RUN)
+    before = _files(model.trainer._seen)
+    n = len(before)
+    last = tmp_path / "s" / "weights" / "last.pt"
+    assert f"failed 6 times; the last failure: ConnectionError; training stopped after {n} batches of epoch 1: " \
+           f"{last} holds them: continue with YOLO('{last}').train(resume=True" in str(lost.value)
+    _, ckpt = load_checkpoint(last)
+    assert (ckpt[KEY]["epoch"], ckpt[KEY]["batches"], ckpt[KEY]["why"]) == (0, n, "data source failed")
+    assert 3 <= n < 8 and before == uninterrupted[:n] and not list(last.parent.glob(".*.tmp*"))
+    monkeypatch.setattr(Store, "record", real)
+    resumed = YOLO(str(last))
+    resumed.train(resume=True, trainer=RecordingTrainer)
+    assert _files(resumed.trainer._seen) == uninterrupted[n:]
+
+
 def test_resuming_with_another_batch_size_says_the_epoch_starts_over(sample_yolo, tmp_path, monkeypatch,  # noqa: F811
                                                                       caplog):
     monkeypatch.setenv("FF_SIGNAL", "0:0:2")

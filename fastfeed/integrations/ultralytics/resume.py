@@ -118,7 +118,7 @@ def captured_save(trainer, save) -> tuple[object, dict[Path, bytes]]:
 
 def write_files(files: dict[Path, bytes]) -> None:
     for path, data in files.items():
-        write_atomically(path, lambda f, data=data: f.write(data))
+        write_atomically(path, lambda f, data=data: f.write(data), size=len(data))
 
 
 def mid_epoch_checkpoint(trainer, save, position: dict) -> float:

@@ -24,6 +24,7 @@ from ...devices import device_count
 from ...loaders import LoaderConfig
 from ...preempt import SaveTimer, StopSignals
 from ...train import distributed
+from ...train.guards import DataSourceFailed, source_failure
 from .args import augment_hyp, describe, loader_name, log, warn_unsupported
 from .batches import ClassFilter, read_records
 from .device import NAME as DEVICE_LOADER
@@ -82,6 +83,7 @@ class FastfeedTrainer(DetectionTrainer):
     _ff_store = None
     _ff_signals = None
     _ff_timer = None
+    _ff_done = (-1, 0)   # (epoch, batches) at the last optimizer step
 
     def __init__(self, cfg=DEFAULT_CFG, overrides=None, _callbacks=None):
         self._ff_every = save_every_min()   # a bad value fails here, before anything is built
@@ -105,13 +107,36 @@ class FastfeedTrainer(DetectionTrainer):
         try:
             return super()._do_train()
         except Preempted:
-            for loader in (getattr(self, "train_loader", None), getattr(self, "test_loader", None)):
-                if hasattr(loader, "close"):
-                    loader.close()
+            self._ff_close()
             raise
+        except Exception as e:
+            message = source_failure(e)   # the store failed for good (object storage out): save first, as a stop does
+            if message is None:
+                raise
+            self._ff_close()
+            raise DataSourceFailed(self._ff_lost_source(message)) from None
+
+    def _ff_close(self) -> None:
+        for loader in (getattr(self, "train_loader", None), getattr(self, "test_loader", None)):
+            if hasattr(loader, "close"):
+                loader.close()
+
+    def _ff_lost_source(self, message: str) -> str:
+        """Rank 0: a mid-epoch last.pt at the last optimizer step (the batches after it are trained again on
+        resume); the error's message."""
+        epoch, batches = self._ff_done if self._ff_done[0] == self.epoch else (self.epoch, 0)
+        pos = self._ff_position("data source failed", epoch_end=False) | {"epoch": epoch, "batches": batches}
+        if not self.args.save:
+            return f"{message}; training stopped after {batches} batches of epoch {epoch + 1} (save=False: no last.pt)"
+        if RANK in (-1, 0):
+            mid_epoch_checkpoint(self, super().save_model, pos)
+        return (f"{message}; training stopped after {batches} batches of epoch {epoch + 1}: {self.last} holds them: "
+                f"continue with YOLO({str(self.last)!r}).train(resume=True, trainer=FastfeedTrainer) once it is "
+                "reachable")
 
     def optimizer_step(self):
         super().optimizer_step()
+        self._ff_done = (self.epoch, getattr(self.train_loader, "position", 0))   # where a lost source saves
         self._ff_step_boundary(epoch_end=False)
 
     def run_callbacks(self, event: str):
@@ -198,6 +223,7 @@ class FastfeedTrainer(DetectionTrainer):
         self.start_epoch = epoch
         if batches and check_position(pos, self.train_loader):
             self.train_loader.start_at(epoch, batches)
+            self._ff_done = (epoch, batches)   # a source lost before the first step keeps this position
             log.info(f"fastfeed: resuming epoch {epoch + 1} at batch {batches} of {len(self.train_loader)} (the "
                      "batches an uninterrupted run trains next)")
 

@@ -1,0 +1,121 @@
+"""What keeps a run from losing work or surprising its user: an --out that already holds a run (refused
+without --resume or --force), the measured pace after the first step (with what to change on a CPU when the
+run would take hours), and a data source that fails for good mid-epoch (last.pt first, then a named error).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import re
+from pathlib import Path
+
+from ..store.objstore import RemoteError
+from . import distributed
+from .device import TrainError
+
+log = logging.getLogger(__name__)
+
+RUN_FILES = ("last.pt", "metrics.jsonl")   # what makes a folder a run's
+HOURS_HINT_S = 3600.0                      # a CPU run estimated longer than this gets the smaller settings named
+
+
+class RunExists(TrainError):
+    """--out already holds a run and neither --resume nor --force was given."""
+
+
+class DataSourceFailed(RemoteError):
+    """The training store became unreadable for good mid-run (object storage out after its retries); last.pt
+    holds the last finished step and --resume continues from it."""
+
+
+# --- an --out that holds a run ---------------------------------------------------------------------------------
+
+def check_out(run) -> None:
+    """A new run (no --resume) in a folder that holds one would append to its metrics.jsonl and replace its
+    last.pt: refused unless --force, which says what it replaces and starts metrics.jsonl (and best.pt) anew."""
+    cfg, out = run.cfg, run.out
+    if cfg.resume or cfg.eval_only:
+        return
+    found = [n for n in RUN_FILES if (out / n).is_file()] if run.dd.main else []
+    held = distributed.any_true(bool(found), run.dd, run.device)
+    if not held:
+        return
+    if not cfg.force:
+        raise RunExists(f"--out {out} already holds a run ({', '.join(found) or 'on rank 0'}): continue it with "
+                        "--resume, start a new run there with --force (replacing its last.pt, best.pt and "
+                        "metrics.jsonl), or give another --out")
+    if run.dd.main:
+        gone = [n for n in ("metrics.jsonl", "best.pt") if (out / n).is_file()]
+        for n in gone:
+            (out / n).unlink()
+        log.warning("--force: starting a new run in %s: %s%s", out,
+                    f"removed its {' and '.join(gone)}; " if gone else "",
+                    "its last.pt is replaced at the first checkpoint" if (out / "last.pt").is_file()
+                    else "nothing else there is touched")
+
+
+# --- the measured pace ------------------------------------------------------------------------------------------
+
+def _duration(s: float) -> str:
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h" if s < 48 * 3600 else f"{s / 86400:.1f} days"
+
+
+def pace(run, step_s: float) -> None:
+    """After the run's first step: its measured time, and what an epoch and the whole run take at that pace;
+    on a CPU, when that is hours, the smaller settings that would shorten it."""
+    cfg = run.cfg
+    end = min(run.total_steps, cfg.max_steps) if cfg.max_steps is not None else run.total_steps
+    left = max(end - run.step, 0)
+    epoch_s, run_s = step_s * run.steps_per_epoch, step_s * left
+    run.report.record({"event": "pace", "step": run.step, "step_s": step_s, "epoch_s": epoch_s, "run_s": run_s,
+                       "steps_left": left})
+    if not run.dd.main:
+        return
+    log.info("the first step took %s; at that pace an epoch (%d steps) takes ~%s and the %d steps left ~%s",
+             _duration(step_s) if step_s >= 1 else f"{step_s:.2f} s", run.steps_per_epoch, _duration(epoch_s), left,
+             _duration(run_s))
+    if run.device.type == "cpu" and run_s >= HOURS_HINT_S:
+        tips = []
+        if cfg.model != "yolov3-tiny":
+            tips.append("--model yolov3-tiny (about 12x less compute)")
+        if cfg.imgsz > 320:
+            tips.append(f"--imgsz 320 (about {(cfg.imgsz / 320) ** 2:.0f}x fewer pixels)")
+        tips.append(f"fewer --epochs (now {cfg.epochs}) or --max-steps N")
+        log.warning("on a CPU this run takes ~%s; to finish sooner: %s, or an accelerator (--device cuda or npu)",
+                    _duration(run_s), ", ".join(tips))
+
+
+# --- a data source that fails for good -------------------------------------------------------------------------
+
+_LAST_LINE = re.compile(r"^(?P<cls>[A-Za-z_][\w.]*): (?P<msg>.*)$")
+
+
+def source_failure(e: BaseException) -> str | None:
+    """The one-line message when `e` is the data source failing for good: a RemoteError raised in this process,
+    or one a loader worker raised (it arrives as a WorkerError carrying the worker's traceback, whose last line
+    names the exception's class). None for anything else."""
+    if isinstance(e, RemoteError):
+        return str(e)
+    from ..loaders.workers import WorkerError
+
+    if not isinstance(e, WorkerError):
+        return None
+    lines = [x for x in str(e).strip().splitlines() if x.strip()]
+    m = _LAST_LINE.match(lines[-1].strip()) if lines else None
+    if m is None or "." not in m["cls"]:
+        return None
+    module, _, name = m["cls"].rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    return m["msg"] if isinstance(cls, type) and issubclass(cls, RemoteError) else None
+
+
+def resume_hint(last: Path) -> str:
+    return f"{last} holds the last finished step: continue with the same command and --resume once it is reachable"

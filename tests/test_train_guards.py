@@ -1,0 +1,123 @@
+"""What `fastfeed train` says and keeps when a user would otherwise be misled or lose work: --eval-only and
+--resume at the checkpoint's size, the measured pace after the first step (and, at a signal, when the step in
+flight should end), an --out that already holds a run, a checkpoint disk that is full."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+
+import pytest
+from train_helpers import TINY, finish, packed_sample, rows, start_train, train_args
+
+from fastfeed.cli import main
+from fastfeed.preempt import EXIT_PREEMPTED
+from fastfeed.train import load_checkpoint
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return packed_sample(tmp_path_factory)
+
+
+def _train(store, out, *extra) -> list[str]:
+    return train_args(store, out) + list(extra)
+
+
+def test_eval_only_and_resume_use_the_checkpoint_imgsz_unless_imgsz_is_given(store, tmp_path, capsys):
+    assert main(_train(store, tmp_path, "--max-steps", "1")) == 0      # trained at 64 (TINY)
+    capsys.readouterr()
+    ev = ["train", "--val", str(store), "--eval-only", "--weights", str(tmp_path / "last.pt"), "--workers", "0",
+          "--quiet"]
+    assert main(ev) == 0
+    out, err = capsys.readouterr()
+    assert " at 64: mAP@0.5 " in out                                    # not at 640
+    assert f"evaluating at imgsz 64, the size {tmp_path / 'last.pt'} was trained at" in err
+    assert main(ev + ["--imgsz", "96"]) == 0
+    out, err = capsys.readouterr()
+    assert " at 96: mAP@0.5 " in out
+    assert f"evaluating at --imgsz 96; {tmp_path / 'last.pt'} was trained at 64" in err
+    # --resume without --imgsz continues at the run's size (no "resuming with --imgsz 640")
+    args = [a for a in _train(store, tmp_path, "--max-steps", "2", "--resume", "--json") if a]
+    i = args.index("--imgsz")
+    del args[i:i + 2]
+    assert main(args) == 0
+    out, err = capsys.readouterr()
+    assert '"imgsz": 64' in out and "resuming at imgsz 64" in err and "resuming with --imgsz" not in err
+
+
+def test_an_out_holding_a_run_is_refused_without_resume_or_force(store, tmp_path, capsys):
+    assert main(_train(store, tmp_path, "--max-steps", "1")) == 0
+    capsys.readouterr()
+    before = (tmp_path / "last.pt").read_bytes()
+    assert main(_train(store, tmp_path, "--max-steps", "1")) == 1
+    err = capsys.readouterr().err
+    assert f"--out {tmp_path} already holds a run (last.pt, metrics.jsonl): continue it with --resume" in err
+    assert "--force" in err and len(err.strip().splitlines()) == 1
+    assert (tmp_path / "last.pt").read_bytes() == before and len(rows(tmp_path, "start")) == 1   # untouched
+    assert main(_train(store, tmp_path, "--max-steps", "2", "--force")) == 0
+    err = capsys.readouterr().err
+    assert f"--force: starting a new run in {tmp_path}: removed its metrics.jsonl" in err
+    assert "its last.pt is replaced at the first checkpoint" in err
+    assert len(rows(tmp_path, "start")) == 1 and load_checkpoint(tmp_path / "last.pt")["step"] == 2   # anew
+    (tmp_path / "last.pt").unlink()                                     # metrics.jsonl alone is a run too
+    assert main(_train(store, tmp_path, "--max-steps", "1")) == 1
+    assert "already holds a run (metrics.jsonl)" in capsys.readouterr().err
+
+
+def test_the_pace_after_the_first_step_and_what_a_signal_waits_for(store, tmp_path):
+    """A run of hours on the CPU: after step 1 the measured step time, the epoch's and the run's estimate, and the
+    smaller settings; a SIGTERM in step 2 says when that step should end."""
+    marker = tmp_path / "steps"
+    proc = start_train(train_args(store, tmp_path / "run", epochs=20000), slow_steps=1.5, marker=marker)
+    try:
+        import time
+
+        deadline = time.monotonic() + 120
+        while not (marker.is_file() and len(marker.read_text().splitlines()) >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-3000:]
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGTERM)
+    finally:
+        rc, _, err = finish(proc, timeout=120)
+    assert rc == EXIT_PREEMPTED, err[-3000:]
+    pace = next(x for x in err.splitlines() if "the first step took" in x)
+    assert "an epoch (8 steps) takes ~" in pace and "the 159999 steps left ~" in pace and pace.endswith("days")
+    assert "on a CPU this run takes ~" in err and "fewer --epochs (now 20000) or --max-steps N" in err
+    ack = next(x for x in err.splitlines() if x.startswith("fastfeed: SIGTERM:"))
+    assert "steps take ~" in ack and "the one in flight" in ack and "should end in ~" in ack
+    row = rows(tmp_path / "run", "pace")[0]
+    assert row["step"] == 1 and row["step_s"] >= 1.5 and row["run_s"] == pytest.approx(row["step_s"] * 159999)
+
+
+@contextlib.contextmanager
+def tmpfs(path, size: int):
+    path.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def test_a_checkpoint_disk_that_fills_is_one_line_and_the_previous_checkpoint_stays(store, tmp_path, capsys):
+    """A real small filesystem: room for one checkpoint, not for the second beside it (writes are atomic)."""
+    assert main(_train(store, tmp_path / "probe", "--max-steps", "1")) == 0
+    one = (tmp_path / "probe" / "last.pt").stat().st_size
+    capsys.readouterr()
+    with tmpfs(tmp_path / "small", int(one * 1.5)) as out:
+        assert main(_train(store, out)) == 1                            # 2 epochs: a checkpoint at each end
+        err = capsys.readouterr().err
+        line = next(x for x in err.splitlines() if "error:" in x)
+        assert f"no space left in {out} to write last.pt (needs about " in line
+        assert "the previous last.pt is intact: checkpoints are written atomically" in line
+        assert "--resume" in line and "Traceback" not in err and "inline_container" not in err
+        ck = load_checkpoint(out / "last.pt")                           # the first epoch's, whole
+        assert (ck["epoch"], ck["step"], ck["batches_done"]) == (1, 8, 0)
+        assert sorted(p.name for p in out.iterdir()) == ["last.pt", "metrics.jsonl"]   # no half-written temporary
+    assert TINY["epochs"] == 2
