@@ -84,12 +84,14 @@ def _no_gpu(monkeypatch, cuda_build: str | None):
 
 
 @pytest.mark.parametrize("command", ["bench", "train"])
-def test_device_cuda_with_a_cuda_build_and_no_gpu_says_none_is_visible(command, store, monkeypatch, capsys):
+def test_device_cuda_with_a_cuda_build_and_no_gpu_says_none_is_visible(command, store, tmp_path, monkeypatch,
+                                                                        capsys):
     from fastfeed.cli import main
 
     _no_gpu(monkeypatch, "13.0")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    extra = FAST if command == "bench" else ["--imgsz", "64", "--epochs", "1", "--batch", "2"]
+    extra = FAST if command == "bench" else ["--imgsz", "64", "--epochs", "1", "--batch", "2", "--out",
+                                             str(tmp_path / "run")]
     assert main([command, "--data", str(store), "--device", "cuda", *extra]) == 1
     err = capsys.readouterr().err
     assert "sees no CUDA device; this torch is a GPU build, so no GPU is visible to it: check CUDA_VISIBLE_DEVICES ('')" in err

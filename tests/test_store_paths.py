@@ -3,13 +3,16 @@ is and what to do, from the one place stores are opened (`Store`, via `store/not
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import roboflow_export
 
 from fastfeed.cli import main
 
 COMMANDS = {
-    "train": lambda p: ["train", "--data", p, "--imgsz", "64", "--epochs", "1", "--batch", "2"],
+    "train": lambda p: ["train", "--data", p, "--imgsz", "64", "--epochs", "1", "--batch", "2", "--out",
+                        str(Path(p).parent / "run")],   # not ./runs/: the test leaves nothing in the checkout
     "bench": lambda p: ["bench", "--data", p, "--imgsz", "64", "--batch", "2", "--seconds", "1", "--quiet"],
     "inspect": lambda p: ["inspect", p],
     "verify": lambda p: ["verify", p],
