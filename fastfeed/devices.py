@@ -51,11 +51,27 @@ def accelerator_module(device):
         _import_torch_npu()
     mod = getattr(torch, kind, None)
     if mod is None or not mod.is_available():
-        hint = ("install a CUDA build of torch (make TORCH_SPEC='torch>=2.6')" if kind == "cuda"
-                else "install torch_npu with Ascend CANN")
-        raise DeviceError(f"device {str(device)!r}: torch {torch.__version__} sees no {_NAMES[kind]} device; {hint}, "
-                          "or use 'cpu'")
+        raise DeviceError(f"device {str(device)!r}: torch {torch.__version__} sees no {_NAMES[kind]} device; "
+                          f"{_no_device_hint(kind, mod)}, or use 'cpu'")
     return mod
+
+
+def _no_device_hint(kind: str, mod) -> str:
+    """What to do when torch sees no device of `kind`: a build of torch without it needs another build; a build
+    with it (torch.version.cuda / .hip set, torch.npu registered) sees none, which is the machine's doing."""
+    if kind == "cuda" and (getattr(torch.version, "cuda", None) or getattr(torch.version, "hip", None)):
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        shown = "unset" if visible is None else repr(visible)
+        return (f"this torch is a GPU build, so no GPU is visible to it: check CUDA_VISIBLE_DEVICES ({shown}), "
+                "the NVIDIA driver and that `nvidia-smi` lists a GPU")
+    if kind == "cuda":
+        return "this torch is a CPU-only build: install a CUDA build of torch (README, Install)"
+    if mod is not None:
+        visible = os.environ.get("ASCEND_RT_VISIBLE_DEVICES")
+        shown = "unset" if visible is None else repr(visible)
+        return (f"torch_npu is installed, so no NPU is visible to it: check ASCEND_RT_VISIBLE_DEVICES ({shown}), "
+                "the Ascend driver and CANN, and that `npu-smi info` lists an NPU")
+    return "install torch_npu with Ascend CANN"
 
 
 def _npu_present() -> bool:

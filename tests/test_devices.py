@@ -6,6 +6,7 @@ import sys
 
 import pytest
 import torch
+from bench_helpers import FAST, store  # noqa: F401  (the packed sample: a fixture)
 
 from fastfeed.devices import (
     DeviceError,
@@ -31,7 +32,7 @@ def test_cpu_and_auto_without_an_accelerator():
     synchronize(torch.device("cpu"))   # nothing to wait for
     if not torch.cuda.is_available():
         assert resolve_device("auto") == torch.device("cpu")
-        with pytest.raises(DeviceError, match="device 'cuda': torch .* sees no CUDA device; install a CUDA build"):
+        with pytest.raises(DeviceError, match="device 'cuda': torch .* sees no CUDA device; "):
             resolve_device("cuda")
 
 
@@ -71,4 +72,50 @@ def test_npu_imports_torch_npu_only_when_asked_and_checks_the_index(monkeypatch)
         resolve_device("npu:3")
     monkeypatch.setattr(torch, "npu", _FakeNpu(0), raising=False)
     with pytest.raises(DeviceError, match="sees no Ascend NPU device"):
+        resolve_device("npu")
+
+
+# --- no device seen: a build of torch without it needs another build; a build with it sees none (the machine) -----
+
+def _no_gpu(monkeypatch, cuda_build: str | None):
+    monkeypatch.setattr(torch.version, "cuda", cuda_build)
+    monkeypatch.setattr(torch.version, "hip", None, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+@pytest.mark.parametrize("command", ["bench", "train"])
+def test_device_cuda_with_a_cuda_build_and_no_gpu_says_none_is_visible(command, store, tmp_path, monkeypatch,
+                                                                        capsys):
+    from fastfeed.cli import main
+
+    _no_gpu(monkeypatch, "13.0")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    extra = FAST if command == "bench" else ["--imgsz", "64", "--epochs", "1", "--batch", "2", "--out",
+                                             str(tmp_path / "run")]
+    assert main([command, "--data", str(store), "--device", "cuda", *extra]) == 1
+    err = capsys.readouterr().err
+    assert "sees no CUDA device; this torch is a GPU build, so no GPU is visible to it: check CUDA_VISIBLE_DEVICES ('')" in err
+    assert "`nvidia-smi`" in err and "install a CUDA build" not in err
+
+
+def test_device_cuda_with_a_cpu_build_says_install_a_cuda_build(monkeypatch):
+    _no_gpu(monkeypatch, None)
+    with pytest.raises(DeviceError, match="sees no CUDA device; this torch is a CPU-only build: install a CUDA build of "
+                                          "torch \\(README, Install\\), or use 'cpu'"):
+        resolve_device("cuda")
+    _no_gpu(monkeypatch, "12.8")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with pytest.raises(DeviceError, match="no GPU is visible to it: check CUDA_VISIBLE_DEVICES \\(unset\\)"):
+        resolve_device("cuda:0")
+
+
+def test_device_npu_with_torch_npu_and_no_npu_says_none_is_visible(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch_npu", type(sys)("torch_npu"))
+    monkeypatch.setattr(torch, "npu", _FakeNpu(0), raising=False)
+    monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "3")
+    with pytest.raises(DeviceError, match="sees no Ascend NPU device; torch_npu is installed, so no NPU is visible to it: "
+                                          "check ASCEND_RT_VISIBLE_DEVICES \\('3'\\).*`npu-smi info`"):
+        resolve_device("npu")
+    monkeypatch.delattr(torch, "npu", raising=False)    # a torch_npu that registered nothing: install it properly
+    with pytest.raises(DeviceError, match="install torch_npu with Ascend CANN"):
         resolve_device("npu")

@@ -64,7 +64,7 @@ def test_sample_fields_and_reduced_decode(sample_store):
 
 
 def test_store_rejects_other_versions_and_non_stores(sample_store, tmp_path):
-    with pytest.raises(FormatError, match="not a directory"):
+    with pytest.raises(FormatError, match="nothing does not exist: not a fastfeed store"):
         Store(tmp_path / "nothing")
     with pytest.raises(FormatError, match="not a fastfeed store"):
         Store(tmp_path)
@@ -179,5 +179,5 @@ def test_a_store_whose_first_pack_is_running_says_so(tmp_path):
     with pack_lock(out):
         with pytest.raises(FormatError, match=r"new.ff is being packed right now \(fastfeed pack, pid \d+\): wait"):
             Store(out)
-    with pytest.raises(FormatError, match="not a directory"):   # nobody packing: the usual message
+    with pytest.raises(FormatError, match="new.ff does not exist: not a fastfeed store"):   # nobody packing: the usual message
         Store(out)

@@ -15,13 +15,20 @@ sees the old manifest or the new one). Under `--force`, the old pack's shards ke
 manifest is in place, so a reader holding the old manifest never reads a new shard; they are removed after,
 along with any shard object no manifest names (what an interrupted pack into the URL left). A reader that
 then needs an old shard it has not cached gets an error saying the store was re-packed.
+
+Both stage in one known place, `<temp>/fastfeed-url-packs/staging/`, in folders named with the pack's pid
+(`pack-PID-x`, `source-PID-x`): removed by the pack when it ends; what a killed pack left (`kill -9`: up to a
+shard per worker) is removed by the next pack on the machine once that pid runs no more (`publish.alive`,
+the rule of the local pack's lock).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -31,12 +38,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..store import format as fmt
-from ..store import objstore
+from ..store import objstore, publish
 from .report import Problem
 from .source import IMAGE_SUFFIXES, PackError
 
 _SMALL_SUFFIXES = {".json", ".txt", ".yaml", ".yml"}   # what the layout readers read: downloaded while staging
 _UPLOAD_THREADS = 4
+_STAGING = re.compile(r"(?:pack|source)-(\d+)-\w+")   # a staging folder: its pack's pid
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -77,7 +87,7 @@ def staged(src: str, options: dict | None):
     listing = _list(fs, root, top_url)
     if not listing:
         raise PackError(f"{objstore.shown(top_url)} holds no objects: expected a COCO or YOLO dataset there")
-    tmp = Path(tempfile.mkdtemp(prefix="fastfeed-source-"))
+    tmp = staging_dir("source")
     try:
         small = []
         for key, size in listing.items():
@@ -127,11 +137,38 @@ def _list(fs, root: str, url: str) -> dict[str, int]:
 
 # --- to a bucket --------------------------------------------------------------------------------------------------
 
-def stand_in_lock_path(url: str) -> Path:
-    """A local path whose pack lock (`.NAME.lock` beside it) keeps two packs on this machine out of one URL."""
+def _packs_dir() -> Path:
     folder = Path(tempfile.gettempdir()) / "fastfeed-url-packs"
     folder.mkdir(exist_ok=True)
-    return folder / hashlib.sha256(url.encode()).hexdigest()[:16]
+    return folder
+
+
+def stand_in_lock_path(url: str) -> Path:
+    """A local path whose pack lock (`.NAME.lock` beside it) keeps two packs on this machine out of one URL."""
+    return _packs_dir() / hashlib.sha256(url.encode()).hexdigest()[:16]
+
+
+def staging_dir(kind: str) -> Path:
+    """A new folder for this pack's local files (`kind`: "pack", the shards before upload; "source", a bucket's
+    stand-in), in the known staging place, named with this pid; what dead packs left there is removed first."""
+    root = _packs_dir() / "staging"
+    root.mkdir(exist_ok=True)
+    remove_dead_staging(root)
+    return Path(tempfile.mkdtemp(prefix=f"{kind}-{os.getpid()}-", dir=root))
+
+
+def remove_dead_staging(root: Path) -> list[Path]:
+    """Remove the staging folders under `root` whose pack no longer runs (its pid is gone); returns them."""
+    removed = []
+    for p in sorted(root.iterdir()) if root.is_dir() else []:
+        m = _STAGING.fullmatch(p.name)
+        if m is None or int(m.group(1)) == os.getpid() or publish.alive(int(m.group(1))):
+            continue
+        shutil.rmtree(p, ignore_errors=True)
+        if not os.path.lexists(p):
+            log.warning("removed %s, left by a pack (pid %s) that was killed", p, m.group(1))
+            removed.append(p)
+    return removed
 
 
 def new_pack_id() -> str:

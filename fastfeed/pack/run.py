@@ -7,7 +7,6 @@ import logging
 import multiprocessing as mp
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -257,7 +256,7 @@ def _pack_to_url(cfg: PackConfig, src, files) -> PackResult:
                             "until the new manifest is in place)")
         source, report = _open(cfg, src)
         pack_id = remote.new_pack_id()
-        tmp = Path(tempfile.mkdtemp(prefix="fastfeed-pack-"))
+        tmp = remote.staging_dir("pack")   # named with this pid: a killed pack's is removed by the next
         try:
             manifest = (_pack_into(tmp, cfg, source, report, files, lambda k: fmt.shard_file(k, pack_id), dest.add_shard)
                         if source.items else None)

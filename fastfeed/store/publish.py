@@ -121,15 +121,15 @@ def locked(out: Path, settle_s: float = 0.0, owner: bool = True, wait: bool = Fa
             pass
         os.close(fd)
     try:
-        os.ftruncate(fd, 0)   # a reader leaves it empty: whoever comes meanwhile waits instead of failing
-        if owner:
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        with parent_only(fd):
-            try:
+        try:
+            os.ftruncate(fd, 0)   # a reader leaves it empty: whoever comes meanwhile waits instead of failing
+            if owner:   # a full disk refuses even the pid: the file is removed below, not left empty
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            with parent_only(fd):
                 yield
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)  # now, not when a child holding a copy of fd exits
         os.close(fd)

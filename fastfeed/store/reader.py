@@ -13,6 +13,7 @@ import numpy as np
 from . import changed, objstore, publish
 from . import format as fmt
 from .format import Record
+from .not_store import not_a_store
 
 
 @dataclass(slots=True)
@@ -120,9 +121,8 @@ class Store:
         if not (self.path / fmt.MANIFEST).is_file() and (pid := publish.pack_in_progress(self.path)) is not None:
             raise fmt.FormatError(f"{self.path} is being packed right now (fastfeed pack, pid {pid}): wait for the "
                                   "pack to finish, then open it")
-        if not self.path.is_dir():
-            raise fmt.FormatError(f"{self.path} is not a directory: not a fastfeed store "
-                                  "(create one with `fastfeed pack SRC -o OUT`)")
+        if not (self.path / fmt.MANIFEST).is_file() and (error := not_a_store(self.path)) is not None:
+            raise error   # missing, a file, a data.yaml, a dataset folder: each named, with what to do
         manifest_path = self.path / fmt.MANIFEST
         self.manifest = fmt.read_manifest(manifest_path)
         self._identity = _identity(manifest_path)
