@@ -66,8 +66,11 @@ def test_layout_errors_say_what_was_expected(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(PackError, match="cannot tell the layout"):
         run_pack(tmp_path / "empty", tmp_path / "o")
-    with pytest.raises(PackError, match="not a directory"):
+    with pytest.raises(PackError, match="nope does not exist; expected a dataset folder"):
         run_pack(tmp_path / "nope", tmp_path / "o")
+    (tmp_path / "a.txt").write_text("x")
+    with pytest.raises(PackError, match="a.txt is a file, not a directory; expected a dataset folder"):
+        run_pack(tmp_path / "a.txt", tmp_path / "o")
     with pytest.raises(PackError, match="no dataset given"):
         run_pack(None, tmp_path / "o")
 

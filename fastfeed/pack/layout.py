@@ -249,8 +249,8 @@ def open_source(src: Path | None, format: str | None = None, split: str | None =
         raise PackError(f"{src} is a JSON file: for a COCO file, give it with its images folder: "
                         f"fastfeed pack --ann {src} --images DIR -o OUT")
     if not src.is_dir():
-        what = "is a file" if src.exists() else "does not exist"
-        raise PackError(f"{src} is not a directory ({what}); expected a dataset folder or a data.yaml:\n{layouts()}")
+        what = "is a file, not a directory" if src.exists() else "does not exist"
+        raise PackError(f"{src} {what}; expected a dataset folder or a data.yaml:\n{layouts()}")
     format = format or detect_format(src)
     if format == "coco":
         return _coco(src, split)
