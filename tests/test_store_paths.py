@@ -52,6 +52,7 @@ def test_a_missing_path_does_not_exist(command, tmp_path, capsys):
     err = _error(capsys, command, missing)
     assert f"{missing} does not exist" in err and "`fastfeed pack SRC -o OUT`" in err   # train checks --data itself
     assert "not a directory" not in err
+    assert not (tmp_path / "run").exists()   # train names a bad --data before it makes its run folder
 
 
 def test_a_file_and_an_empty_folder(tmp_path, capsys):

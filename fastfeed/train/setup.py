@@ -97,16 +97,17 @@ def open_run(cfg: TrainConfig, stack) -> Run:
         log.debug("CUDA allocator: %s", alloc)
     dd = distributed.setup(device)
     stack.callback(distributed.teardown, dd)
-    out = Path(cfg.out)
-    if dd.main:
-        out.mkdir(parents=True, exist_ok=True)
-        remove_stale_temporaries(out)   # what a kill during a checkpoint write left
-    torch.manual_seed(cfg.seed)   # the same initial weights on every rank (DDP broadcasts rank 0's anyway)
+    # The stores first: a --data that is not a store is named before the run directory exists.
     val_store = Store(cfg.val) if cfg.val is not None else None
     store = Store(cfg.data) if not cfg.eval_only else val_store
     if val_store is not None and val_store.class_names != store.class_names:
         raise TrainError(f"--val {cfg.val} has other classes than --data {cfg.data}: pack both with the same "
                          "categories")
+    out = Path(cfg.out)
+    if dd.main:
+        out.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(out)   # what a kill during a checkpoint write left
+    torch.manual_seed(cfg.seed)   # the same initial weights on every rank (DDP broadcasts rank 0's anyway)
     return Run(cfg, device, dd, out, store, val_store)
 
 
