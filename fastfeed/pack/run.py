@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from tqdm import tqdm
-
 from ..procs import usable_cores, worker_context
+from ..progress import bar as progress_bar
 from ..store import format as fmt
 from ..store import objstore
 from ..store.publish import publish, temp_dir_for
@@ -121,7 +120,7 @@ def _check_out(cfg: PackConfig) -> bool:
 
 def _run_segments(jobs: list[segment.SegmentJob], workers: int, progress: bool, total: int):
     """Run every job; yield results in segment order. Stops early on a --on-error fail result."""
-    with tqdm(total=total, unit="img", desc="pack", disable=not progress) as bar:
+    with progress_bar(progress=progress, total=total, unit="img", desc="pack") as bar:
         with worker_context() as ctx:
             counter, abort = ctx.Value("q", 0), ctx.Event()
             pool = ctx.Pool(workers, segment.init, (counter, abort)) if workers > 1 else None

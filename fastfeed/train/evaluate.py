@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from ..augment import letterbox_geometry
+from ..progress import bar as progress_bar
 from .boxes import postprocess
 from .device import autocast, device_batches
 
@@ -132,8 +132,8 @@ def evaluate(model, store, *, imgsz: int, batch_size: int, device: torch.device,
     feed = device_batches(ld, device, torch.float32, channels_last=channels_last)
     try:
         feed.set_epoch(0)
-        for images, _ in tqdm(feed, total=len(ld), desc="eval", unit="batch", leave=False,
-                              disable=None if progress else True):   # a bar on a terminal only
+        for images, _ in progress_bar(progress=progress, iterable=feed, total=len(ld), desc="eval", unit="batch",
+                                      leave=False):
             if stop is not None and stop():
                 return None
             with autocast(device, amp):

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from ...devices import free_memory
 from ...procs import usable_cores, worker_context
+from ...progress import bar as progress_bar
 from .decode import load_items
 from .plan import SHIP_DECODED, SHIP_ENCODED, Item, ship_record
 from .render import chunk_pixels
@@ -111,7 +111,7 @@ def build_cache(store, imgsz: int, batch_size: int, device: torch.device, decode
     def put(i: int, img: torch.Tensor) -> None:
         pixels[starts[i]:starts[i] + rows[i]] = img.reshape(-1, 3)
 
-    bar = tqdm(total=n, desc=f"VRAM cache ({device})", unit="img", disable=None)
+    bar = progress_bar(total=n, desc=f"VRAM cache ({device})", unit="img")
     try:
         if decoder.on_host:    # libjpeg-turbo holds the GIL: decode on every core in processes
             jobs = [list(range(s, min(s + 16, n))) for s in range(0, n, 16)]
