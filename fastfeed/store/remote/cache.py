@@ -42,6 +42,7 @@ from .. import format as fmt
 from ..checksum import sha256_file
 from ..objstore import RemoteError, shown
 from ..publish import alive
+from .locks import evict, fetched_in, flocked, log_line, open_lock
 from .pins import pins_of
 from .sizes import CACHE_ENV, LIMIT_ENV, STORE_PREFIX, gib
 
@@ -55,22 +56,12 @@ class CacheFull(RemoteError):
 
 
 class ShardDamaged(RemoteError):
-    """A shard whose downloaded bytes do not match the manifest's checksum, twice."""
+    """The bucket's copy of a shard is damaged: downloaded twice, not what the manifest says (or read damaged from a
+    fresh download)."""
 
 
-@contextlib.contextmanager
-def _flock(path: Path, how: int):
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, how)
-    except BaseException:
-        os.close(fd)
-        raise
-    try:
-        yield fd
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+class CacheReadOnly(CacheFull):
+    """A read-only shard cache that lacks a shard this read needs."""
 
 
 @dataclass
@@ -113,12 +104,23 @@ class ShardCache:
     # --- in use ---------------------------------------------------------------------------------------------
     def use(self, info: fmt.ShardInfo) -> int:
         """Mark the shard in use by this process (a shared flock, held until `unuse`); returns its fd."""
-        fd = os.open(self.dir / f"{info.file}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        fcntl.flock(fd, fcntl.LOCK_SH)
+        fd = open_lock(self.dir / f"{info.file}.lock", self.prepare)
+        if fd >= 0:   # -1: a read-only cache without the lock file (nobody can evict there)
+            fcntl.flock(fd, fcntl.LOCK_SH)
         return fd
+
+    def identity(self, info: fmt.ShardInfo) -> tuple[int, int] | None:
+        """(device, inode) of the cached copy, None when absent: which copy a process maps."""
+        try:
+            st = os.stat(self.file(info))
+        except FileNotFoundError:
+            return None
+        return st.st_dev, st.st_ino
 
     @staticmethod
     def unuse(fd: int) -> None:
+        if fd < 0:
+            return
         with contextlib.suppress(OSError):
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
@@ -139,13 +141,27 @@ class ShardCache:
         return self._pinned[1]
 
     # --- downloads ------------------------------------------------------------------------------------------
-    def fetch(self, info: fmt.ShardInfo, get: Callable[[int], None], where: str, *, wait: bool) -> bool:
+    def fetch(self, info: fmt.ShardInfo, get: Callable[[int], None], where: str, *, wait: bool,
+              stale: tuple | None = None) -> bool:
         """Make the shard present: download it with `get(fd)` unless it is there. `wait` (a read that needs it
         now): wait for another process's download, for room, and evict pinned shards nobody maps if needed.
-        Without (a prefetch): False when another process is downloading it or there is no room now."""
-        if self.present(info):
+        Without (a prefetch): False when another process is downloading it or there is no room now. `stale`: the
+        identity (`identity()`) of a cached copy not to trust (damaged, or `verify` checking the bucket): it is
+        downloaded again and replaced (processes mapping it keep their map), unless another process has
+        replaced it already."""
+        def usable() -> bool:
+            return self.present(info) and (stale is None or self.identity(info) != stale)
+
+        if usable():
             return True
-        lock = os.open(self.dir / f"{info.file}.dl", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            lock = open_lock(self.dir / f"{info.file}.dl", self.prepare)
+        except OSError as e:
+            raise CacheFull(f"cannot download shard {where} into the shard cache {self.root} ({e.strerror})") from None
+        if lock < 0:
+            raise CacheReadOnly(f"the shard cache {self.root} is read-only and lacks shard {where}: point {CACHE_ENV} "
+                                "(or Store(url, cache_dir=...)) at a writable local disk, or fill this cache where it "
+                                "is writable first (`fastfeed verify URL` downloads every shard)")
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
@@ -153,7 +169,7 @@ class ShardCache:
             return False
         try:
             for attempt in (1, 2):
-                if self.present(info):
+                if usable():
                     return True
                 part = self.dir / f"{info.file}.part-{os.getpid()}"
                 fd = self._reserve(info, part, urgent=wait)
@@ -171,29 +187,23 @@ class ShardCache:
                     part.unlink(missing_ok=True)
                     raise
                 if size == info.bytes and digest == info.sha256:
-                    os.rename(part, self.file(info))
+                    os.rename(part, self.file(info))   # over a stale copy: its mappers keep their map
                     self._log_fetch(info, time.monotonic() - t0, attempt)
                     return True
                 part.unlink(missing_ok=True)
                 why = (f"{size} bytes, the manifest says {info.bytes}" if size != info.bytes else
                        f"sha256 {digest[:16]}..., the manifest says {info.sha256[:16]}...")
                 log.warning("shard %s downloaded damaged (%s); downloading it again", where, why)
-            raise ShardDamaged(f"shard {where} is damaged: downloaded twice, both times {why}. The object in the "
-                               "bucket does not hold what the manifest says: re-pack the store (fastfeed pack --force) "
-                               "or restore the object")
+            raise ShardDamaged(f"the bucket's copy of shard {where} is damaged: downloaded twice, both times {why}, "
+                               "not what the manifest says. Restore the object, or re-pack the store (fastfeed pack "
+                               "--force)")
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
             os.close(lock)
 
     def _log_fetch(self, info: fmt.ShardInfo, seconds: float, attempt: int) -> None:
-        line = json.dumps({"shard": info.file, "bytes": info.bytes, "pid": os.getpid(), "seconds": round(seconds, 3),
-                           "attempt": attempt, "time": round(time.time(), 3)}) + "\n"
-        with contextlib.suppress(OSError):
-            fd = os.open(self.dir / "fetched.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            try:
-                os.write(fd, line.encode())
-            finally:
-                os.close(fd)
+        log_line(self.dir, {"shard": info.file, "bytes": info.bytes, "pid": os.getpid(), "seconds": round(seconds, 3),
+                            "attempt": attempt, "time": round(time.time(), 3)})
 
     def fetched(self) -> list[dict]:
         """Every completed download into this store's cache, oldest first."""
@@ -208,7 +218,7 @@ class ShardCache:
                             "Store(url, cache_limit=...)) or re-pack with a smaller --shard-mb")
         deadline = time.monotonic() + self.wait_s
         while True:
-            with _flock(self.root / ".space.lock", fcntl.LOCK_EX):
+            with flocked(self.root / ".space.lock", fcntl.LOCK_EX):
                 room = self._make_room(info.bytes, urgent)
                 if room:
                     fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
@@ -275,24 +285,3 @@ class ShardCache:
                 + f". Raise the limit ({LIMIT_ENV} or Store(url, cache_limit=...)), run fewer ranks or workers "
                   "per node, or re-pack with a smaller --shard-mb")
 
-
-def evict(path: Path) -> bool:
-    """Delete a complete shard nobody maps (its lock taken exclusively, without waiting)."""
-    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        path.unlink(missing_ok=True)
-        return True
-    finally:
-        os.close(fd)
-
-
-def fetched_in(store_dir: Path) -> list[dict]:
-    """The downloads logged in one store's part of the cache, oldest first."""
-    try:
-        return [json.loads(line) for line in (store_dir / "fetched.jsonl").read_text().splitlines() if line.strip()]
-    except (OSError, ValueError):
-        return []
