@@ -9,7 +9,7 @@ rank and worker on it, within a size limit.
         <shard file>.lock                    a shared flock per process that maps the shard (in use); the evictor
                                              takes it exclusively (without waiting) before deleting the shard
         <shard file>.dl                      an exclusive flock while one process downloads the shard
-        <shard file>.part-<pid>              a download in progress, reserved at full size (a full disk fails here)
+        <shard file>.part-<pid>.<thread>     a download in progress, reserved at full size (a full disk fails here)
         pins/<pid>-<n>.json                  the shards one loader's order needs now and next (`PinFile`)
         fetched.jsonl                        one line per completed download (shard, bytes, pid, seconds)
 
@@ -33,6 +33,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -154,14 +155,13 @@ class ShardCache:
 
         if usable():
             return True
-        try:
-            lock = open_lock(self.dir / f"{info.file}.dl", self.prepare)
-        except OSError as e:
-            raise CacheFull(f"cannot download shard {where} into the shard cache {self.root} ({e.strerror})") from None
-        if lock < 0:
-            raise CacheReadOnly(f"the shard cache {self.root} is read-only and lacks shard {where}: point {CACHE_ENV} "
-                                "(or Store(url, cache_dir=...)) at a writable local disk, or fill this cache where it "
-                                "is writable first (`fastfeed verify URL` downloads every shard)")
+        lock = open_lock(self.dir / f"{info.file}.dl", self.prepare)
+        if lock < 0 or not os.access(self.dir, os.W_OK):
+            if lock >= 0:
+                os.close(lock)
+            raise CacheReadOnly(f"the shard cache {self.root} is read-only (it cannot be written here) and lacks shard "
+                                f"{where}: point {CACHE_ENV} (or --shard-cache, Store(url, cache_dir=...)) at a "
+                                "writable local disk, or fill this cache where it is writable first")
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
@@ -171,7 +171,7 @@ class ShardCache:
             for attempt in (1, 2):
                 if usable():
                     return True
-                part = self.dir / f"{info.file}.part-{os.getpid()}"
+                part = self.dir / f"{info.file}.part-{os.getpid()}.{threading.get_native_id()}"   # per thread
                 fd = self._reserve(info, part, urgent=wait)
                 if fd is None:
                     return False
@@ -183,11 +183,15 @@ class ShardCache:
                         os.close(fd)
                     size = os.stat(part).st_size
                     digest = sha256_file(part) if info.sha256 else None
+                    if size == info.bytes and digest == info.sha256:
+                        os.rename(part, self.file(info))   # over a stale copy: its mappers keep their map
+                except FileNotFoundError:   # `fastfeed cache clear --force` removed the store's folder meanwhile
+                    raise CacheFull(f"the shard cache {self.root} was cleared (fastfeed cache clear --force) while "
+                                    f"shard {where} was downloading into it: read it again") from None
                 except BaseException:
                     part.unlink(missing_ok=True)
                     raise
                 if size == info.bytes and digest == info.sha256:
-                    os.rename(part, self.file(info))   # over a stale copy: its mappers keep their map
                     self._log_fetch(info, time.monotonic() - t0, attempt)
                     return True
                 part.unlink(missing_ok=True)
@@ -265,7 +269,7 @@ class ShardCache:
                 except FileNotFoundError:
                     continue
                 if ".mdb.part-" in f.name:
-                    pid = f.name.rsplit("-", 1)[1]
+                    pid = f.name.rsplit(".part-", 1)[1].split(".")[0]
                     if pid.isdigit() and not alive(int(pid)):
                         f.unlink(missing_ok=True)
                         continue
