@@ -15,8 +15,9 @@ rank and worker on it, within a size limit.
 
 One download per shard per node: whoever needs a missing shard takes its `.dl` lock, downloads into a
 temporary name, checks size and sha256 against the manifest, and renames; the others wait on the lock and
-then find it there. A checksum mismatch is downloaded once more, then an error names the shard. A partial
-or damaged shard is never opened.
+then find it there. A checksum mismatch is downloaded once more, then an error says the bucket's copy is
+damaged. A partial or mismatched download is never opened; a copy damaged later is replaced (`fetch(stale=)`,
+see damaged.py).
 
 The limit: before a download reserves room, shards are evicted, least recently used first, among those no
 process maps (their lock is free) and no live process pins. A read that needs a shard now may also evict a
