@@ -161,8 +161,9 @@ def test_a_crashed_user_is_pruned_and_its_segment_reused(painted_store, shm_dir)
     results = CTX.Queue()
     with processes(_attach_and_die, [(painted_store, shm_dir, results)]):
         assert results.get(timeout=30) is True
-    assert [i.users for i in list_caches(shm_dir)] == [[]]      # its pid is dead: no users
-    with acquire(painted_store, 96, shm_dir) as lease:
+    segment = layout.segment_path(shm_dir, painted_store.fingerprint, 96)
+    assert users.read_path(users_path(segment)).pids == []      # its pid is dead: no users
+    with acquire(painted_store, 96, shm_dir) as lease:          # (`fastfeed cache ls` would have reclaimed it)
         assert not lease.built                                # nothing to rebuild: it was complete
         assert users.read_path(users_path(lease.path)).pids == [os.getpid()]
 

@@ -8,6 +8,7 @@ augmentations scale anyway, and upscaled pixels would only cost memory).
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import mmap
@@ -131,7 +132,12 @@ def _build(store: Store, imgsz: int, segment: Path, partial: bool, workers: int 
                       builder_pid=os.getpid(), created=time.time())
     h = lay.header
     tmp = temp_path(segment, os.getpid())
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except OSError as e:   # a tmpfs out of inodes says ENOSPC too
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise budget.disk_full(segment.parent, h.total_bytes, e) from None
+        raise
     try:
         try:  # reserve every page now: a full tmpfs fails here, not with SIGBUS half-way through
             if hasattr(os, "posix_fallocate"):
@@ -158,8 +164,10 @@ def _build(store: Store, imgsz: int, segment: Path, partial: bool, workers: int 
             except BufferError:   # a view still held by a traceback: unmapped when that is collected
                 pass
         os.rename(tmp, segment)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise budget.disk_full(segment.parent, h.total_bytes, e) from None
         raise
     finally:
         os.close(fd)

@@ -12,13 +12,14 @@ size or version, a builder that died) is removed and rebuilt; so are temporary f
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
 from pathlib import Path
 
 from ..store.reader import Store
-from . import build, layout, users
+from . import budget, build, layout, users
 from .users import CacheError
 
 log = logging.getLogger(__name__)
@@ -184,6 +185,10 @@ def acquire(store: Store, imgsz: int, cache_dir="/dev/shm", *, partial: bool = F
         raise CacheError(f"cache directory {cache_dir} does not exist (LoaderConfig.cache_dir; /dev/shm is a tmpfs "
                          "on Linux)")
     segment = layout.segment_path(cache_dir, store.fingerprint, imgsz)
+    from .manage import reclaim  # here: manage reads this module's helpers
+
+    for info in reclaim(cache_dir, spare=segment):   # a restarted run reuses its own
+        log.warning("the shm cache %s: %s", info.path, info.note)
     try:
         return _acquire(store, imgsz, segment, partial, wait, keep, workers, progress)
     except PermissionError as e:
@@ -200,15 +205,22 @@ def _acquire(store: Store, imgsz: int, segment: Path, partial: bool, wait: float
 
     with users.locked(users_path(segment), wait, _busy_reason(segment, wait), waiting) as fd:
         u = users.read(fd)
+        alone = not u.entries and not u.keep
+        header = built = None
         try:
+            users.write(fd, u)   # its page first: a segment that fills the disk must leave room for our line
             header, built = _usable_or_built(store, imgsz, segment, u, partial, workers, progress)
-        except BaseException:
-            if not u.entries and not u.keep and not segment.exists():
+            u.add(os.getpid())
+            u.keep = u.keep or keep
+            users.write(fd, u)
+        except BaseException as e:
+            if built and alone:
+                segment.unlink(missing_ok=True)   # built by us, used by nobody: not left filling the disk
+            if alone and not segment.exists():
                 users_path(segment).unlink(missing_ok=True)   # leave nothing behind (still locked)
+            if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise budget.disk_full(segment.parent, header.total_bytes if header else None, e) from None
             raise
-        u.add(os.getpid())
-        u.keep = u.keep or keep
-        users.write(fd, u)
     return CacheLease(segment, header, built, keep)
 
 

@@ -16,7 +16,7 @@ _NAME = re.compile(rf"^{layout.PREFIX}(?P<fp>[0-9A-Za-z]+)-(?P<imgsz>\d+)-v(?P<v
 @dataclass
 class CacheInfo:
     path: Path                      # the segment (which may not exist: a build in progress, a lone lock file)
-    state: str                      # complete | building | stale | lock only
+    state: str                      # complete | building | stale | lock only | reclaimed (its users all died)
     bytes: int = 0                  # on disk: the segment, or what temporary files hold
     fingerprint: str = ""
     imgsz: int = 0
@@ -62,12 +62,48 @@ def _describe(segment: Path) -> CacheInfo:
     return info
 
 
+def reclaim(cache_dir, spare: Path | None = None) -> list[CacheInfo]:
+    """Remove the complete segments whose users have all died (a loader killed with SIGKILL never detaches) and
+    that nobody asked to keep; returns them (state "reclaimed"). A segment whose lock is held (being built or
+    attached to right now) is left alone, and so is `spare` (the one a cache open is about to reuse). Run at every
+    cache open and `fastfeed cache ls`."""
+    out = []
+    for seg in _segments(Path(cache_dir)):
+        if seg == spare:
+            continue
+        lock = users_path(seg)
+        try:
+            recorded = users.parse(lock.read_text("ascii", "replace"))
+        except OSError:
+            continue
+        if not recorded.entries or recorded.keep or not seg.exists():
+            continue
+        try:
+            with users.locked(lock, 0.0) as fd:
+                u = users.read(fd)
+                dead = sorted({p for p, _ in recorded.entries} - set(u.pids))
+                if u.entries or u.keep or probe(seg)[0] is None:   # a live user, kept, or not a complete segment
+                    continue
+                info = _describe(seg)
+                seg.unlink(missing_ok=True)
+                lock.unlink(missing_ok=True)
+        except (CacheError, OSError):
+            continue
+        info.state = "reclaimed"
+        info.note = (f"every process that used it (pid {', '.join(map(str, dead))}) died without detaching: "
+                     "reclaimed (removed)")
+        out.append(info)
+    return out
+
+
 def list_caches(cache_dir="/dev/shm") -> list[CacheInfo]:
-    """Every fastfeed cache segment in `cache_dir` (with builds in progress and leftovers)."""
+    """Every fastfeed cache segment in `cache_dir` (with builds in progress and leftovers), after removing those
+    whose users all died (listed first, state "reclaimed")."""
     cache_dir = Path(cache_dir)
     if not cache_dir.is_dir():
         raise CacheError(f"cache directory {cache_dir} does not exist")
-    return [_describe(s) for s in _segments(cache_dir)]
+    gone = reclaim(cache_dir)
+    return gone + [_describe(s) for s in _segments(cache_dir)]
 
 
 def _remove(segment: Path, all_temps: bool) -> None:
@@ -83,6 +119,9 @@ def clear_caches(cache_dir="/dev/shm", force: bool = False) -> tuple[list[CacheI
     their map (memory is freed when they exit); new ones cannot attach to it."""
     removed, kept = [], []
     for info in list_caches(cache_dir):
+        if info.state == "reclaimed":
+            removed.append(info)
+            continue
         seg = info.path
         try:
             with users.locked(users_path(seg), 1.0) as fd:

@@ -54,8 +54,8 @@ def cmd_inspect(args) -> int:
 
 def add_verify(sub) -> None:
     p = sub.add_parser("verify", help=VERIFY_HELP)
-    p.add_argument("store", type=store_path, help="a store folder, or its URL (every shard is downloaded into the "
-                                                  "shard cache, its sha256 checked)")
+    p.add_argument("store", type=store_path, help="a store folder, or its URL (every shard is downloaded afresh from "
+                                                  "the bucket into the shard cache, its sha256 checked)")
     p.add_argument("--decode", action="store_true", help="also decode every image")
     p.add_argument("--workers", type=int, help="processes (default: all cores)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -65,6 +65,7 @@ def add_verify(sub) -> None:
 
 def cmd_verify(args) -> int:
     from ..procs import usable_cores
+    from ..store import objstore
     from ..store.format import FormatError
     from ..store.verify import verify
 
@@ -83,5 +84,8 @@ def cmd_verify(args) -> int:
         print(f"  {d['shard']} record {d['index']}: {d['error']}" if d["index"] is not None else f"  {d['error']}")
     if len(res.damaged) > 50:
         print(f"  ... and {len(res.damaged) - 50} more")
-    print("re-pack the dataset (or restore the damaged shard from a copy)")
+    if objstore.is_url(args.store):
+        print("the bucket holds damaged objects: restore them, or re-pack the store (fastfeed pack SRC -o URL --force)")
+    else:
+        print("re-pack the dataset (or restore the damaged shard from a copy)")
     return EXIT_FAIL

@@ -25,21 +25,28 @@ def register(store) -> None:
 
 
 def changed_shards() -> list[str]:
-    """Shards of this process's Stores whose file is not (or no longer) the size their manifest gives."""
+    """Shards of this process's Stores whose file is not (or no longer) the size their manifest gives, and the
+    shard files it maps (a local store's or a shard cache's) that are no longer the size they were mapped at."""
     found, seen = [], set()
     for store in list(_STORES):
+        cache = getattr(store, "cache", None)   # a store at a URL: its shards are the copies in the shard cache
         for s in store.shards:
-            file = store.path / s.file
+            file = store.path / s.file if cache is None else cache.file(s)
             if file in seen:
                 continue
             seen.add(file)
             try:
                 size = os.stat(file).st_size
             except OSError:
-                found.append(f"shard {file} is gone")
+                if cache is None:   # a cached copy may be absent: not downloaded yet, or evicted
+                    found.append(f"shard {file} is gone")
                 continue
             if size != s.bytes:
                 found.append(f"shard {file} is now {size} bytes, {s.bytes} when packed")
+    handles = sys.modules.get(f"{__package__}.handles")   # no import in a signal handler
+    if handles is not None:
+        named = {str(f) for f in seen}
+        found += [c for c in handles.mapped_changes() if c.split(" is now ", 1)[0][len("shard "):] not in named]
     return found
 
 
@@ -57,7 +64,8 @@ def under_reader(changed: list[str]) -> str:
             "read (truncated, copied over, re-packed in place): restore it, or pack into a new folder, and restart")
 
 
-_BUS_HANDLER = None   # the installed callback (kept alive) and the handler it chains to
+_BUS_HANDLER = None   # the installed callback (kept alive)
+_BUS_PREVIOUS: list = []   # the handler it chains to
 _BUS_PID = None
 
 
@@ -67,33 +75,38 @@ def watch_for_bus_errors() -> None:
     A shard truncated under its map faults the reading thread (SIGBUS, a bus error with no message). Most
     changes are caught at the next `record()` (StoreChanged); this names the one that lands mid-read. The
     handler only writes a line, puts the previous handler back (SIG_DFL, or faulthandler's traceback) and
-    raises the signal again, so the process ends the way it would have."""
+    raises the signal again, so the process ends the way it would have.
+
+    Checked in every process that maps a shard, not only once: a forked child inherits the handler, but what
+    runs in it may have put its own in place since (a torch DataLoader worker installs one that blames shared
+    memory, and faulthandler's), so a child whose handler is no longer ours installs it again, chaining to
+    that one."""
     global _BUS_HANDLER, _BUS_PID
-    if _BUS_PID is not None or not sys.platform.startswith("linux"):
+    if _BUS_PID == os.getpid() or not sys.platform.startswith("linux"):
         return
-    _BUS_PID = os.getpid()   # inherited through fork: the handler stays installed in children
+    _BUS_PID = os.getpid()
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.signal.restype = ctypes.c_void_p
         libc.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
     except (OSError, AttributeError):
         return
-    previous = []
+    if _BUS_HANDLER is None:
+        def on_bus(signum):
+            libc.signal(signal.SIGBUS, _BUS_PREVIOUS[0] if _BUS_PREVIOUS else None)
+            try:
+                os.write(2, f"fastfeed: bus error in pid {os.getpid()} reading a memory map: "
+                            f"{store_changed_reason()}\n".encode(errors="replace"))
+            except BaseException:  # noqa: BLE001 - nothing may escape a signal handler
+                pass
+            # Pending until this returns (a handled signal is blocked meanwhile), then the previous handler's: so a
+            # SIGBUS sent with kill() ends the process too, not only a fault that repeats.
+            signal.pthread_kill(threading.get_ident(), signal.SIGBUS)
 
-    def on_bus(signum):
-        libc.signal(signal.SIGBUS, previous[0] if previous else None)
-        try:
-            os.write(2, f"fastfeed: bus error in pid {os.getpid()} reading a memory map: "
-                        f"{store_changed_reason()}\n".encode(errors="replace"))
-        except BaseException:  # noqa: BLE001 - nothing may escape a signal handler
-            pass
-        # Pending until this returns (a handled signal is blocked meanwhile), then the previous handler's: so a
-        # SIGBUS sent with kill() ends the process too, not only a fault that repeats.
-        signal.pthread_kill(threading.get_ident(), signal.SIGBUS)
-
-    cb = ctypes.CFUNCTYPE(None, ctypes.c_int)(on_bus)
-    prev = libc.signal(signal.SIGBUS, ctypes.cast(cb, ctypes.c_void_p))
+        _BUS_HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_int)(on_bus)
+    ours = ctypes.cast(_BUS_HANDLER, ctypes.c_void_p).value
+    prev = libc.signal(signal.SIGBUS, ours)
     if prev == ctypes.c_void_p(-1).value:   # SIG_ERR
         return
-    previous.append(prev)
-    _BUS_HANDLER = cb
+    if prev != ours:   # inherited and still in place: keep chaining to what it chained to
+        _BUS_PREVIOUS[:] = [prev]

@@ -13,63 +13,8 @@ import numpy as np
 from . import changed, objstore, publish
 from . import format as fmt
 from .format import Record
+from .handles import _HANDLES, _acquire, _release, lmdb_failed
 from .not_store import not_a_store
-
-
-@dataclass(slots=True)
-class _Handle:
-    pid: int
-    env: lmdb.Environment
-    txn: lmdb.Transaction
-    fd: int                # the shard file, to see it change under the map (a truncated map faults: SIGBUS)
-    users: int = 0
-
-
-# py-lmdb refuses to open one file twice in a process, and a forked child inherits the parent's open
-# environments; so handles live here, shared by every Store of this process. They are keyed by the
-# file's identity (device, inode), not its path: a store re-packed in place (`fastfeed pack --force`)
-# has new files under the old names, and a Store opened after that must read those, never a map of
-# the old ones.
-_HANDLES: dict[tuple[int, int], _Handle] = {}
-
-
-def _acquire(key: tuple[int, int], file: str) -> lmdb.Transaction:
-    h = _HANDLES.get(key)
-    if h is not None and h.pid != os.getpid():
-        # Inherited through fork: LMDB handles must not cross processes. Dropping them here only
-        # unmaps this child's copy (read-only, lock=False: no reader slots or lock files to disturb).
-        try:
-            h.txn.abort()
-            h.env.close()
-        except lmdb.Error:
-            pass
-        os.close(h.fd)
-        h = None
-    if h is None:
-        changed.watch_for_bus_errors()
-        fd = os.open(file, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            env = lmdb.open(file, subdir=False, readonly=True, lock=False, readahead=False,
-                            max_readers=2048, meminit=False)
-        except BaseException:
-            os.close(fd)
-            raise
-        # One long read transaction per process: the store is immutable, and buffers stay valid.
-        h = _HANDLES[key] = _Handle(os.getpid(), env, env.begin(buffers=True), fd)
-    h.users += 1
-    return h
-
-
-def _release(key: tuple[int, int]) -> None:
-    h = _HANDLES.get(key)
-    if h is None or h.pid != os.getpid():
-        return
-    h.users -= 1
-    if h.users <= 0:
-        h.txn.abort()
-        h.env.close()
-        os.close(h.fd)
-        del _HANDLES[key]
 
 
 def _identity(path: Path) -> tuple[int, int, int]:
@@ -225,7 +170,10 @@ class Store:
         """Records LMDB holds in shard number `shard` (verify compares it with the manifest)."""
         if self._pid != os.getpid():
             self._open()
-        return _HANDLES[self._keys[shard]].env.stat()["entries"]
+        try:
+            return _HANDLES[self._keys[shard]].env.stat()["entries"]
+        except lmdb.Error as e:
+            raise lmdb_failed(e, str(self.path / self.shards[shard].file)) from None
 
     def __enter__(self):
         return self
@@ -264,7 +212,11 @@ class Store:
         if (size := os.fstat(h.fd).st_size) != info.bytes:   # reading a shrunk map would kill us (SIGBUS)
             raise fmt.StoreChanged(f"record {index}: " + changed.under_reader(
                 [f"shard {self.path / name} is now {size} bytes, {info.bytes} when packed"]))
-        buf = h.txn.get(fmt.record_key(index - self._starts[shard]))
+        try:
+            buf = h.txn.get(fmt.record_key(index - self._starts[shard]))
+        except lmdb.Error as e:
+            raise fmt.RecordCorrupt(f"{lmdb_failed(e, str(self.path / name), index)}; run `fastfeed verify` and "
+                                    "re-pack") from None
         if buf is None:
             raise fmt.RecordCorrupt(f"record {index} missing from shard {name}; run `fastfeed verify` and re-pack")
         return fmt._parse_record(buf, index, name, self.check_crc if check_crc is None else check_crc)

@@ -14,7 +14,7 @@ from ..procs import worker_context
 from . import format as fmt
 from .checksum import sha256_file
 from .reader import Store
-from .remote import RemoteStore
+from .remote import RemoteStore, ShardDamaged
 
 _CHUNK = 256
 
@@ -52,9 +52,10 @@ def _check_range(args) -> tuple[int, list[dict]]:
 
 
 def _check_shards(store: Store, changed: list) -> list[dict]:
-    """Shard files present, of the checksum the manifest gives, holding exactly the records it says (a store at a
-    URL: each shard downloaded into the shard cache, which checks size and sha256). A local shard whose sha256
-    differs goes into `changed` (its records are still checked, to name the damaged ones)."""
+    """Shard files present, of the checksum the manifest gives, holding exactly the records it says. A store at a
+    URL: what is in the bucket, not what the node's shard cache holds: each shard downloaded afresh into the cache
+    (replacing the cached copy), its size and sha256 checked. A local shard whose sha256 differs goes into `changed`
+    (its records are still checked, to name the damaged ones)."""
     remote = isinstance(store, RemoteStore)
     damaged = [] if remote else [
         {"shard": s.file, "index": None, "error": f"shard file {s.file} is missing (records {s.start}..{s.start + s.count - 1})"}
@@ -63,11 +64,15 @@ def _check_shards(store: Store, changed: list) -> list[dict]:
         return damaged
     for k, s in enumerate(store.shards):
         try:
-            store.fetch(k)
-            if not remote and s.sha256 and (digest := sha256_file(store.path / s.file)) != s.sha256:
+            if remote:
+                store.fetch(k, stale=store.cache.identity(s))
+            elif s.sha256 and (digest := sha256_file(store.path / s.file)) != s.sha256:
                 changed.append({"shard": s.file, "index": None, "error": f"sha256 {digest[:16]}..., the manifest says "
                                                                          f"{s.sha256[:16]}...: the shard changed"})
             entries = store.shard_entries(k)
+        except ShardDamaged as e:   # the bucket's object: the others are still checked
+            damaged.append({"shard": s.file, "index": None, "error": str(e)})
+            continue
         except fmt.FormatError as e:
             return [{"shard": s.file, "index": None, "error": str(e)}]
         if entries != s.count:

@@ -9,14 +9,15 @@ rank and worker on it, within a size limit.
         <shard file>.lock                    a shared flock per process that maps the shard (in use); the evictor
                                              takes it exclusively (without waiting) before deleting the shard
         <shard file>.dl                      an exclusive flock while one process downloads the shard
-        <shard file>.part-<pid>              a download in progress, reserved at full size (a full disk fails here)
+        <shard file>.part-<pid>.<thread>     a download in progress, reserved at full size (a full disk fails here)
         pins/<pid>-<n>.json                  the shards one loader's order needs now and next (`PinFile`)
         fetched.jsonl                        one line per completed download (shard, bytes, pid, seconds)
 
 One download per shard per node: whoever needs a missing shard takes its `.dl` lock, downloads into a
 temporary name, checks size and sha256 against the manifest, and renames; the others wait on the lock and
-then find it there. A checksum mismatch is downloaded once more, then an error names the shard. A partial
-or damaged shard is never opened.
+then find it there. A checksum mismatch is downloaded once more, then an error says the bucket's copy is
+damaged. A partial or mismatched download is never opened; a copy damaged later is replaced (`fetch(stale=)`,
+see damaged.py).
 
 The limit: before a download reserves room, shards are evicted, least recently used first, among those no
 process maps (their lock is free) and no live process pins. A read that needs a shard now may also evict a
@@ -33,6 +34,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,6 +44,7 @@ from .. import format as fmt
 from ..checksum import sha256_file
 from ..objstore import RemoteError, shown
 from ..publish import alive
+from .locks import evict, fetched_in, flocked, log_line, open_lock
 from .pins import pins_of
 from .sizes import CACHE_ENV, LIMIT_ENV, STORE_PREFIX, gib
 
@@ -55,22 +58,12 @@ class CacheFull(RemoteError):
 
 
 class ShardDamaged(RemoteError):
-    """A shard whose downloaded bytes do not match the manifest's checksum, twice."""
+    """The bucket's copy of a shard is damaged: downloaded twice, not what the manifest says (or read damaged from a
+    fresh download)."""
 
 
-@contextlib.contextmanager
-def _flock(path: Path, how: int):
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, how)
-    except BaseException:
-        os.close(fd)
-        raise
-    try:
-        yield fd
-    finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+class CacheReadOnly(CacheFull):
+    """A read-only shard cache that lacks a shard this read needs."""
 
 
 @dataclass
@@ -113,12 +106,23 @@ class ShardCache:
     # --- in use ---------------------------------------------------------------------------------------------
     def use(self, info: fmt.ShardInfo) -> int:
         """Mark the shard in use by this process (a shared flock, held until `unuse`); returns its fd."""
-        fd = os.open(self.dir / f"{info.file}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        fcntl.flock(fd, fcntl.LOCK_SH)
+        fd = open_lock(self.dir / f"{info.file}.lock", self.prepare)
+        if fd >= 0:   # -1: a read-only cache without the lock file (nobody can evict there)
+            fcntl.flock(fd, fcntl.LOCK_SH)
         return fd
+
+    def identity(self, info: fmt.ShardInfo) -> tuple[int, int] | None:
+        """(device, inode) of the cached copy, None when absent: which copy a process maps."""
+        try:
+            st = os.stat(self.file(info))
+        except FileNotFoundError:
+            return None
+        return st.st_dev, st.st_ino
 
     @staticmethod
     def unuse(fd: int) -> None:
+        if fd < 0:
+            return
         with contextlib.suppress(OSError):
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
@@ -139,13 +143,26 @@ class ShardCache:
         return self._pinned[1]
 
     # --- downloads ------------------------------------------------------------------------------------------
-    def fetch(self, info: fmt.ShardInfo, get: Callable[[int], None], where: str, *, wait: bool) -> bool:
+    def fetch(self, info: fmt.ShardInfo, get: Callable[[int], None], where: str, *, wait: bool,
+              stale: tuple | None = None) -> bool:
         """Make the shard present: download it with `get(fd)` unless it is there. `wait` (a read that needs it
         now): wait for another process's download, for room, and evict pinned shards nobody maps if needed.
-        Without (a prefetch): False when another process is downloading it or there is no room now."""
-        if self.present(info):
+        Without (a prefetch): False when another process is downloading it or there is no room now. `stale`: the
+        identity (`identity()`) of a cached copy not to trust (damaged, or `verify` checking the bucket): it is
+        downloaded again and replaced (processes mapping it keep their map), unless another process has
+        replaced it already."""
+        def usable() -> bool:
+            return self.present(info) and (stale is None or self.identity(info) != stale)
+
+        if usable():
             return True
-        lock = os.open(self.dir / f"{info.file}.dl", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        lock = open_lock(self.dir / f"{info.file}.dl", self.prepare)
+        if lock < 0 or not os.access(self.dir, os.W_OK):
+            if lock >= 0:
+                os.close(lock)
+            raise CacheReadOnly(f"the shard cache {self.root} is read-only (it cannot be written here) and lacks shard "
+                                f"{where}: point {CACHE_ENV} (or --shard-cache, Store(url, cache_dir=...)) at a "
+                                "writable local disk, or fill this cache where it is writable first")
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
@@ -153,9 +170,9 @@ class ShardCache:
             return False
         try:
             for attempt in (1, 2):
-                if self.present(info):
+                if usable():
                     return True
-                part = self.dir / f"{info.file}.part-{os.getpid()}"
+                part = self.dir / f"{info.file}.part-{os.getpid()}.{threading.get_native_id()}"   # per thread
                 fd = self._reserve(info, part, urgent=wait)
                 if fd is None:
                     return False
@@ -167,33 +184,31 @@ class ShardCache:
                         os.close(fd)
                     size = os.stat(part).st_size
                     digest = sha256_file(part) if info.sha256 else None
+                    if size == info.bytes and digest == info.sha256:
+                        os.rename(part, self.file(info))   # over a stale copy: its mappers keep their map
+                except FileNotFoundError:   # `fastfeed cache clear --force` removed the store's folder meanwhile
+                    raise CacheFull(f"the shard cache {self.root} was cleared (fastfeed cache clear --force) while "
+                                    f"shard {where} was downloading into it: read it again") from None
                 except BaseException:
                     part.unlink(missing_ok=True)
                     raise
                 if size == info.bytes and digest == info.sha256:
-                    os.rename(part, self.file(info))
                     self._log_fetch(info, time.monotonic() - t0, attempt)
                     return True
                 part.unlink(missing_ok=True)
                 why = (f"{size} bytes, the manifest says {info.bytes}" if size != info.bytes else
                        f"sha256 {digest[:16]}..., the manifest says {info.sha256[:16]}...")
                 log.warning("shard %s downloaded damaged (%s); downloading it again", where, why)
-            raise ShardDamaged(f"shard {where} is damaged: downloaded twice, both times {why}. The object in the "
-                               "bucket does not hold what the manifest says: re-pack the store (fastfeed pack --force) "
-                               "or restore the object")
+            raise ShardDamaged(f"the bucket's copy of shard {where} is damaged: downloaded twice, both times {why}, "
+                               "not what the manifest says. Restore the object, or re-pack the store (fastfeed pack "
+                               "--force)")
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
             os.close(lock)
 
     def _log_fetch(self, info: fmt.ShardInfo, seconds: float, attempt: int) -> None:
-        line = json.dumps({"shard": info.file, "bytes": info.bytes, "pid": os.getpid(), "seconds": round(seconds, 3),
-                           "attempt": attempt, "time": round(time.time(), 3)}) + "\n"
-        with contextlib.suppress(OSError):
-            fd = os.open(self.dir / "fetched.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            try:
-                os.write(fd, line.encode())
-            finally:
-                os.close(fd)
+        log_line(self.dir, {"shard": info.file, "bytes": info.bytes, "pid": os.getpid(), "seconds": round(seconds, 3),
+                            "attempt": attempt, "time": round(time.time(), 3)})
 
     def fetched(self) -> list[dict]:
         """Every completed download into this store's cache, oldest first."""
@@ -208,7 +223,7 @@ class ShardCache:
                             "Store(url, cache_limit=...)) or re-pack with a smaller --shard-mb")
         deadline = time.monotonic() + self.wait_s
         while True:
-            with _flock(self.root / ".space.lock", fcntl.LOCK_EX):
+            with flocked(self.root / ".space.lock", fcntl.LOCK_EX):
                 room = self._make_room(info.bytes, urgent)
                 if room:
                     fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
@@ -255,7 +270,7 @@ class ShardCache:
                 except FileNotFoundError:
                     continue
                 if ".mdb.part-" in f.name:
-                    pid = f.name.rsplit("-", 1)[1]
+                    pid = f.name.rsplit(".part-", 1)[1].split(".")[0]
                     if pid.isdigit() and not alive(int(pid)):
                         f.unlink(missing_ok=True)
                         continue
@@ -275,24 +290,3 @@ class ShardCache:
                 + f". Raise the limit ({LIMIT_ENV} or Store(url, cache_limit=...)), run fewer ranks or workers "
                   "per node, or re-pack with a smaller --shard-mb")
 
-
-def evict(path: Path) -> bool:
-    """Delete a complete shard nobody maps (its lock taken exclusively, without waiting)."""
-    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        path.unlink(missing_ok=True)
-        return True
-    finally:
-        os.close(fd)
-
-
-def fetched_in(store_dir: Path) -> list[dict]:
-    """The downloads logged in one store's part of the cache, oldest first."""
-    try:
-        return [json.loads(line) for line in (store_dir / "fetched.jsonl").read_text().splitlines() if line.strip()]
-    except (OSError, ValueError):
-        return []

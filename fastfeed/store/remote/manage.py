@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..publish import alive
-from .cache import STORE_PREFIX, evict, fetched_in
-from .sizes import default_dir
+from .locks import evict, fetched_in, open_lock
+from .sizes import STORE_PREFIX, default_dir
 
 
 @dataclass
@@ -32,7 +32,12 @@ class ShardCacheInfo:
 
 
 def _in_use(shard: Path) -> bool:
-    fd = os.open(shard.with_name(shard.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fd = open_lock(shard.with_name(shard.name + ".lock"), lambda: None)
+    except OSError:
+        return False
+    if fd < 0:   # a read-only cache without the lock file: nobody has marked it
+        return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

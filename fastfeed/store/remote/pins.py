@@ -21,7 +21,8 @@ def pins_of(store_dir: Path) -> frozenset:
         except (OSError, ValueError):
             continue
         if not alive(d.get("pid")):
-            f.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):   # a read-only cache keeps it
+                f.unlink(missing_ok=True)
             continue
         names.update(d.get("shards", ()))
     return frozenset(names)
@@ -50,4 +51,5 @@ class PinFile:
 
     def remove(self) -> None:
         self.names = ()
-        self.path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self.path.unlink(missing_ok=True)

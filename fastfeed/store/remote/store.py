@@ -21,9 +21,10 @@ import os
 import weakref
 from collections import OrderedDict
 
+from .. import changed, handles, objstore
 from .. import format as fmt
-from .. import objstore, reader
 from ..reader import Store
+from . import damaged
 from .cache import ShardCache
 from .sizes import default_dir, default_limit, parse_size
 
@@ -95,6 +96,7 @@ class RemoteStore(Store):
         self._maps: OrderedDict = OrderedDict()   # shard number -> (lock fd, handle key, handle)
         self._prefetchers: list = []
         _STORES.add(self)
+        changed.register(self)   # a cached shard truncated under a read is named (SIGBUS)
 
     def _forget(self) -> None:
         """In a forked child: the parent's maps and locks are not ours (closing our copy of a lock's fd leaves
@@ -149,16 +151,21 @@ class RemoteStore(Store):
                                        "read the new pack") from None
         return get
 
-    def fetch(self, shard: int, wait: bool = True) -> bool:
-        """Make shard number `shard` present in the node's cache (download it unless it is there)."""
-        return self.cache.fetch(self.shards[shard], self._getter(shard), self.shard_url(shard), wait=wait)
+    def fetch(self, shard: int, wait: bool = True, stale: tuple | None = None) -> bool:
+        """Make shard number `shard` present in the node's cache (download it unless it is there; `stale`: the
+        identity of a cached copy to download again, see `ShardCache.fetch`)."""
+        return self.cache.fetch(self.shards[shard], self._getter(shard), self.shard_url(shard), wait=wait, stale=stale)
 
-    def _handle(self, shard: int):
+    def _handle(self, shard: int, seen: list | None = None):
+        """The shard's LMDB handle, downloaded and mapped first if needed; appends the identity of the cached copy
+        it maps (or tried to) to `seen`."""
         if self._pid != os.getpid():
             self._forget()
         entry = self._maps.get(shard)
         if entry is not None:
             self._maps.move_to_end(shard)
+            if seen is not None:
+                seen.append(entry[1])
             return entry[2]
         info = self.shards[shard]
         missing = not self.cache.present(info)
@@ -171,11 +178,12 @@ class RemoteStore(Store):
             file = self.cache.file(info)
             st = os.stat(file)
             key = (st.st_dev, st.st_ino)
+            if seen is not None:
+                seen.append(key)
             try:
-                h = reader._acquire(key, str(file))
-            except reader.lmdb.Error as e:
-                raise fmt.FormatError(f"shard {self.shard_url(shard)} cannot be opened ({e}) although its checksum "
-                                      "matched; re-pack the store") from None
+                h = handles._acquire(key, str(file))
+            except handles.lmdb.Error as e:   # a damaged cached copy: damaged.read downloads it again
+                raise handles.lmdb_failed(e, f"{self.shard_url(shard)} (cached at {file})") from None
         except BaseException:
             self.cache.unuse(fd)
             raise
@@ -195,7 +203,7 @@ class RemoteStore(Store):
 
     def _close_shard(self, k: int) -> None:
         fd, key, _ = self._maps.pop(k)
-        reader._release(key)
+        handles._release(key)
         self.cache.unuse(fd)
 
     def close(self) -> None:
@@ -212,16 +220,8 @@ class RemoteStore(Store):
     # --- reads ------------------------------------------------------------------------------------------------
     def record(self, index: int, check_crc: bool | None = None) -> fmt.Record:
         """Record `index` (as `Store.record`), its shard downloaded into the node's cache first if needed. The
-        record owns its bytes."""
-        index = int(index)
-        shard = self._locate(index)
-        info = self.shards[shard]
-        h = self._handle(shard)
-        buf = h.txn.get(fmt.record_key(index - self._starts[shard]))
-        if buf is None:
-            raise fmt.RecordCorrupt(f"record {index} missing from shard {self.shard_url(shard)}; run `fastfeed verify` "
-                                    "and re-pack")
-        return fmt._parse_record(bytes(buf), index, info.file, self.check_crc if check_crc is None else check_crc)
+        record owns its bytes. A damaged cached copy is downloaded again once (`damaged.py`)."""
+        return damaged.read(self, int(index), check_crc)
 
     # --- the order ----------------------------------------------------------------------------------------------
     def default_depth(self) -> int:

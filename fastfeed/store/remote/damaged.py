@@ -1,0 +1,80 @@
+"""Reading a record of a store at a URL, and what a damaged cached copy of its shard does.
+
+The node's shard cache checked each shard's size and sha256 when it was downloaded, but a copy on local disk can
+be damaged afterwards (a bad disk, a stray write). So a CRC error or an LMDB error in a cached shard blames the
+copy first: it is replaced by a fresh download (processes mapping the old copy keep their map, and download it
+again themselves when they meet the damage, unless another one already has) and the read is tried once more.
+Only if the fresh copy fails too is the store damaged, and the error says it is the bucket's copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+
+from .. import format as fmt
+from .. import handles
+from ..changed import under_reader
+from .cache import ShardDamaged
+
+log = logging.getLogger(__name__)
+_ADVICE = "; run `fastfeed verify` and re-pack"
+
+
+def read(store, index: int, check_crc: bool | None) -> fmt.Record:
+    """Record `index` of `store` (a RemoteStore), its shard downloaded first if needed, copied out of the map."""
+    shard = store._locate(index)
+    seen: list = []
+    try:
+        return _read(store, index, shard, check_crc, seen)
+    except fmt.RecordCorrupt as e:
+        first = e
+    cached = store.cache.file(store.shards[shard])
+    log.warning("%s (the node's cached copy %s); downloading the shard again", _plain(first), cached)
+    _refresh(store, shard, seen[-1] if seen else None)
+    try:
+        return _read(store, index, shard, check_crc, [])
+    except fmt.RecordCorrupt as e:
+        raise ShardDamaged(f"the bucket's copy of shard {store.shard_url(shard)} is damaged: {_plain(e)}, in the "
+                           "node's cached copy and again in a fresh download whose sha256 matches the manifest (it was "
+                           "damaged when packed). Re-pack the store (fastfeed pack --force)") from None
+
+
+def _plain(e: Exception) -> str:
+    text = str(e)
+    return text[:-len(_ADVICE)] if text.endswith(_ADVICE) else text
+
+
+def _read(store, index: int, shard: int, check_crc: bool | None, seen: list) -> fmt.Record:
+    info = store.shards[shard]
+    where = store.shard_url(shard)
+    h = store._handle(shard, seen)
+    if (size := os.fstat(h.fd).st_size) != info.bytes:   # reading a shrunk map would kill us (SIGBUS)
+        raise fmt.StoreChanged(f"record {index}: " + under_reader(
+            [f"the cached copy {store.cache.file(info)} of shard {where} is now {size} bytes, {info.bytes} when "
+             "downloaded"]))
+    try:
+        buf = h.txn.get(fmt.record_key(index - store._starts[shard]))
+    except handles.lmdb.Error as e:
+        raise handles.lmdb_failed(e, where, index) from None
+    if buf is None:
+        raise fmt.RecordCorrupt(f"record {index} missing from shard {where}{_ADVICE}")
+    return fmt._parse_record(bytes(buf), index, where, store.check_crc if check_crc is None else check_crc)
+
+
+def _refresh(store, shard: int, bad: tuple | None) -> None:
+    """Replace the damaged cached copy `bad` (its identity; None: whatever is cached) of shard `shard` with a fresh
+    download. A fresh download that does not match the manifest raises ShardDamaged (the bucket's copy); the damaged
+    copy is then removed, so no process reads it again."""
+    info = store.shards[shard]
+    if shard in store._maps:
+        store._close_shard(shard)
+    stale = store.cache.identity(info) if bad is None else bad
+    try:
+        store.fetch(shard, wait=True, stale=stale)
+    except ShardDamaged:
+        if stale is not None and store.cache.identity(info) == stale:
+            with contextlib.suppress(OSError):
+                store.cache.file(info).unlink()
+        raise
