@@ -18,10 +18,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from .. import codec
 from ..procs import usable_cores, worker_context
+from ..progress import bar as progress_bar
 from ..store import FormatError
 from ..store.reader import Store
 from . import budget, layout
@@ -184,7 +184,7 @@ def _fill_all(store: Store, tmp: Path, mm: mmap.mmap, lay: layout.Layout, shapes
     workers = max(1, min(workers, math.ceil(k / 16)))
     chunk = max(4, min(128, k // (workers * 8) or 1))
     jobs = [(np.arange(a, min(a + chunk, k)), lay.offsets[a:a + chunk], shapes[a:a + chunk]) for a in range(0, k, chunk)]
-    with tqdm(total=k, unit="img", desc=f"shm cache {lay.header.imgsz}", disable=None if progress is None else not progress) as bar:
+    with progress_bar(progress=progress is not False, total=k, unit="img", desc=f"shm cache {lay.header.imgsz}") as bar:
         if workers == 1:   # in this process, through the builder's own map
             _W["store"], _W["mem"] = store, np.frombuffer(mm, np.uint8)
             try:

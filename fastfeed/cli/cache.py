@@ -22,7 +22,8 @@ def add_parser(sub) -> None:
         description="The shm loader keeps one decoded-image cache per store and imgsz in shared memory\n"
                     "(/dev/shm/fastfeed-<store fingerprint>-<imgsz>-v<version>.cache), built by the first process\n"
                     "that asks and shared by every worker and rank on the node. It is removed when its last user\n"
-                    "exits, unless it was built with keep; a crashed run leaves it behind with no live users.\n\n"
+                    "exits, unless it was built with keep; one that a killed run left with no live user is removed\n"
+                    "by the next cache open and by `ls` (listed as reclaimed).\n\n"
                     "A store in object storage (s3://...) is read through a node-local shard cache\n"
                     "($FASTFEED_SHARD_CACHE, default ~/.cache/fastfeed/shards): `ls` and `clear` show and remove it\n"
                     "too (--shards: only it; --shm: only the shm caches).",

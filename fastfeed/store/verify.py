@@ -7,10 +7,10 @@ from pathlib import Path
 
 import lmdb
 import numpy as np
-from tqdm import tqdm
 
 from .. import codec
 from ..procs import worker_context
+from ..progress import bar as progress_bar
 from . import format as fmt
 from .checksum import sha256_file
 from .reader import Store
@@ -94,7 +94,7 @@ def verify(path, decode: bool = False, workers: int = 1, progress: bool = True) 
     reader = Store(path, check_crc=False) if not isinstance(store, RemoteStore) else store
     reader.check_crc = False
     jobs = [(reader, a, min(a + _CHUNK, n), decode) for a in range(0, n, _CHUNK)]
-    with tqdm(total=n, unit="rec", desc="verify", disable=not progress) as bar:
+    with progress_bar(progress=progress, total=n, unit="rec", desc="verify") as bar:
         if workers > 1 and len(jobs) > 1:
             with worker_context() as ctx:
                 pool = ctx.Pool(workers)
