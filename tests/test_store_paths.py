@@ -61,3 +61,14 @@ def test_a_file_and_an_empty_folder(tmp_path, capsys):
         capsys, "verify", tmp_path / "notes.txt")
     (tmp_path / "empty").mkdir()
     assert "empty/manifest.json not found: not a fastfeed store" in _error(capsys, "inspect", tmp_path / "empty")
+
+
+@pytest.mark.parametrize("command", ["inspect", "bench"])
+def test_a_folder_with_two_layouts_names_format(command, tmp_path, capsys, coco_builder):
+    coco_builder.add_image("a.jpg", boxes=[(1, [1, 1, 5, 5])])
+    coco = coco_builder.write()
+    (coco / "labels").mkdir()
+    (coco / "labels" / "a.txt").write_text("0 0.5 0.5 0.2 0.2\n")
+    err = _error(capsys, command, coco)
+    assert f"{coco} is a dataset folder with both a COCO JSON and YOLO labels, not a fastfeed store: pack it with " \
+           f"`fastfeed pack {coco} -o {coco.name}.ff --format coco` (or `--format yolo`)" in err

@@ -109,11 +109,15 @@ def _two_layouts(folder: Path) -> str | None:
     return None if coco is None else f"a COCO JSON ({coco}) and YOLO labels ({labels}/)"
 
 
+class TwoLayouts(PackError):
+    """A folder holds both a COCO JSON and YOLO labels: --format must say which one is meant."""
+
+
 def detect_format(src: Path) -> str:
     subdirs = [p for p in src.iterdir() if p.is_dir() and not p.name.startswith(".")]
     for folder in [src, *subdirs]:
         if (both := _two_layouts(folder)) is not None:
-            raise PackError(f"{folder} holds two layouts, {both}, and they need not agree: choose one with "
+            raise TwoLayouts(f"{folder} holds two layouts, {both}, and they need not agree: choose one with "
                             "--format coco or --format yolo")
     ann = src / "annotations"
     if ann.is_dir() and any(ann.glob("instances_*.json")):

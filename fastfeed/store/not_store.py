@@ -25,16 +25,24 @@ def not_a_store(path: Path) -> FormatError | None:
         return FormatError(f"{path} is not a folder: not a fastfeed store ({_PACK})")
     kind = _dataset_kind(path)
     if kind is not None:
+        name = path.resolve().name or "data"
+        if kind == "two":
+            return FormatError(f"{path} is a dataset folder with both a COCO JSON and YOLO labels, not a fastfeed "
+                               f"store: pack it with `fastfeed pack {path} -o {name}.ff --format coco` (or "
+                               "`--format yolo`), then pass the .ff folder")
         return FormatError(f"{path} is a {kind} dataset, not a fastfeed store: pack it with "
-                           f"`fastfeed pack {path} -o {path.resolve().name or 'data'}.ff`, then pass the .ff folder")
+                           f"`fastfeed pack {path} -o {name}.ff`, then pass the .ff folder")
     return None
 
 
 def _dataset_kind(path: Path) -> str | None:
-    """'COCO' / 'YOLO' when `path` is a source `fastfeed pack` reads (its own layout rule), else None."""
-    from ..pack.layout import detect_format  # only on this error path: reading stores needs no packing code
+    """'COCO' / 'YOLO' when `path` is a source `fastfeed pack` reads (its own layout rule), 'two' when it holds
+    both layouts (pack then asks for --format), else None."""
+    from ..pack.layout import TwoLayouts, detect_format  # only on this error path: reading needs no packing code
 
     try:
         return detect_format(path).upper()
+    except TwoLayouts:
+        return "two"
     except Exception:   # not a layout pack knows (or an unreadable folder): then it is no dataset either
         return None
