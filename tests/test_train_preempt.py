@@ -52,6 +52,7 @@ def _resume(store, out) -> dict:
     return load_checkpoint(out / "last.pt")
 
 
+@pytest.mark.slow
 def test_sigterm_at_a_random_mid_epoch_step_costs_at_most_that_step_and_resume_matches(store, tmp_path, uninterrupted):
     seed = int(os.environ.get("FF_TEST_SEED", time.time_ns() % 10_000))
     k = random.Random(seed).choice([s for s in range(1, STEPS) if s % 8])   # not at an epoch's end
@@ -78,6 +79,7 @@ def test_sigterm_at_a_random_mid_epoch_step_costs_at_most_that_step_and_resume_m
     _same_run(_resume(store, tmp_path), uninterrupted)
 
 
+@pytest.mark.slow
 def test_save_every_min_bounds_what_a_kill_9_loses(store, tmp_path, uninterrupted):
     proc = start_train(train_args(store, tmp_path, save_every_min=1e-4, **RUN))   # 6 ms: after every step
     saves = wait_for_rows(tmp_path, 5, proc, event="checkpoint")
@@ -90,6 +92,7 @@ def test_save_every_min_bounds_what_a_kill_9_loses(store, tmp_path, uninterrupte
     assert not list(tmp_path.glob(".last.pt.tmp*"))   # a write the kill cut short was cleaned up
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_aborts_at_once(store, tmp_path):
     marker = tmp_path / "steps-started"
     proc = start_train(train_args(store, tmp_path, **RUN), slow_steps=3.0, marker=marker)

@@ -70,6 +70,7 @@ class _SlowFeed:
         self.feed.close()
 
 
+@pytest.mark.slow
 def test_the_verdict_names_data_for_a_slow_loader(store, tmp_path, monkeypatch, capsys):
     real = setup_mod.device_batches
     # 2 s a batch: far above a step of this tiny model even on a 2-core machine other processes load (its step
