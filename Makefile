@@ -9,20 +9,26 @@ TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= dev,plot,dali
 PY := $(VENV)/bin/python
 OUT ?= build/demo
-# --no-compile: pip would byte-compile every installed module (torch, DALI, matplotlib...: minutes of CPU);
-# Python compiles the few a run imports on first use instead.
+# --no-compile: pip would byte-compile every installed module (torch, DALI, matplotlib...); Python compiles
+# the ones a run imports on first use instead.
 PIP_INSTALL ?= -m pip install --quiet --no-compile
+# The versions each venv was built and tested with, as pip constraints: without them pip's resolver spends
+# minutes of CPU backtracking through every release of boto3/botocore/aiobotocore on the index. For CPython
+# 3.11 (what they were frozen on); on another Python, or to resolve afresh: make CONSTRAINTS= ULTRA_CONSTRAINTS=
+# venv. After changing dependencies: make lock (rewrites both files from the venvs).
+PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+CONSTRAINTS ?= $(if $(filter 3.11,$(PY_VERSION)),constraints/venv.txt)
+ULTRA_CONSTRAINTS ?= $(if $(filter 3.11,$(PY_VERSION)),constraints/venv-ultralytics.txt)
 # pytest's exit code 5 means "no tests collected" (e.g. every test of a tier deselected), not a failure.
 PYTEST_RC5 = rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
-.PHONY: venv venv-ultralytics demo test test-slow test-all test-ultralytics ci lint bench-pack clean
+.PHONY: venv venv-ultralytics demo test test-slow test-all test-ultralytics ci lock lint bench-pack clean
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) $(PIP_INSTALL) "$(TORCH_SPEC)"
-	$(PY) $(PIP_INSTALL) -e ".[$(EXTRAS)]" "$(TORCH_SPEC)"
+	$(PY) $(PIP_INSTALL) $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e ".[$(EXTRAS)]" "$(TORCH_SPEC)"
 	touch $@
 
 demo: venv
@@ -56,10 +62,9 @@ ULTRA_PY := $(ULTRA_VENV)/bin/python
 
 venv-ultralytics: $(ULTRA_VENV)/.installed
 
-$(ULTRA_VENV)/.installed: pyproject.toml
+$(ULTRA_VENV)/.installed: pyproject.toml $(ULTRA_CONSTRAINTS)
 	$(PYTHON) -m venv $(ULTRA_VENV)
-	$(ULTRA_PY) $(PIP_INSTALL) $(ULTRA_TORCH)
-	$(ULTRA_PY) $(PIP_INSTALL) -e ".[dev,ultralytics]" $(ULTRA_TORCH)
+	$(ULTRA_PY) $(PIP_INSTALL) $(if $(ULTRA_CONSTRAINTS),-c $(ULTRA_CONSTRAINTS)) -e ".[dev,ultralytics]" $(ULTRA_TORCH)
 	touch $@
 
 # All of tests/integrations, slow ones included (they skip in .venv, which has no Ultralytics).
@@ -68,6 +73,11 @@ test-ultralytics: venv-ultralytics
 
 # What .ci/run runs (it also times each step): ruff, the fast tier, the slow tier, the Ultralytics tier.
 ci: lint test test-slow test-ultralytics
+
+# Freeze both venvs' versions into constraints/ (after a dependency change; torch comes from the specs above).
+lock:
+	@for pair in "$(VENV) constraints/venv.txt ^torch==" "$(ULTRA_VENV) constraints/venv-ultralytics.txt ^torch==\|^torchvision=="; do \
+	  set -- $$pair; { sed -n '/^#/p' $$2; $$1/bin/python -m pip freeze --exclude-editable | grep -v -e '^-e' -e '^fastfeed' -e "$$3"; } > $$2.new && mv $$2.new $$2; done
 
 lint: venv
 	$(VENV)/bin/ruff check fastfeed tests benchmarks tools
