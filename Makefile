@@ -9,9 +9,9 @@ TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= dev,plot,dali
 PY := $(VENV)/bin/python
 OUT ?= build/demo
-# --no-compile: pip would byte-compile every installed module (torch, DALI, matplotlib...); Python compiles
-# the ones a run imports on first use instead.
-PIP_INSTALL ?= -m pip install --quiet --no-compile
+# (pip's byte-compiling of what it installs is kept: where PYTHONDONTWRITEBYTECODE is set, as on this project's
+# machines, nothing would cache the compiled modules later, and every process would compile torch afresh.)
+PIP_INSTALL ?= -m pip install --quiet
 # The versions each venv was built and tested with, as pip constraints: without them pip's resolver spends
 # minutes of CPU backtracking through every release of boto3/botocore/aiobotocore on the index. For CPython
 # 3.11 (what they were frozen on); on another Python, or to resolve afresh: make CONSTRAINTS= ULTRA_CONSTRAINTS=
