@@ -12,8 +12,8 @@ OUT ?= build/demo
 # (pip's byte-compiling of what it installs is kept: where PYTHONDONTWRITEBYTECODE is set, as on this project's
 # machines, nothing would cache the compiled modules later, and every process would compile torch afresh.)
 PIP_INSTALL ?= -m pip install --quiet
-# The versions each venv was built and tested with, as pip constraints: without them pip's resolver spends
-# minutes of CPU backtracking through every release of boto3/botocore/aiobotocore on the index. For CPython
+# The versions each venv was built and tested with, as pip constraints: without them pip's resolver spent
+# ~5 of the 7 minutes of a venv build weighing the releases on the indexes (PyPI too). For CPython
 # 3.11 (what they were frozen on); on another Python, or to resolve afresh: make CONSTRAINTS= ULTRA_CONSTRAINTS=
 # venv. After changing dependencies: make lock (rewrites both files from the venvs).
 PY_VERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
