@@ -176,6 +176,7 @@ def _wait(procs, timeout=300):
     return outs
 
 
+@pytest.mark.slow
 def test_fastfeed_train_from_a_url(remote, tmp_path):
     url, local = remote
     limit = str(int(store_bytes(local) * 0.6))

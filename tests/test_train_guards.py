@@ -67,6 +67,7 @@ def test_an_out_holding_a_run_is_refused_without_resume_or_force(store, tmp_path
     assert "already holds a run (metrics.jsonl)" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_pace_after_the_first_step_and_what_a_signal_waits_for(store, tmp_path):
     """A run of hours on the CPU: after step 1 the measured step time, the epoch's and the run's estimate, and the
     smaller settings; a SIGTERM in step 2 says when that step should end."""

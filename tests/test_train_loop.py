@@ -139,6 +139,7 @@ def _ddp_worker(rank, world, port, store, out):
                    out / f"rank{rank}.pt")
 
 
+@pytest.mark.slow
 def test_ddp_two_processes_keep_identical_weights(store, tmp_path):
     torch.multiprocessing.spawn(_ddp_worker, args=(2, free_port(), store, tmp_path), nprocs=2, join=True)
     r0, r1 = (torch.load(tmp_path / f"rank{k}.pt", weights_only=True) for k in (0, 1))

@@ -148,6 +148,7 @@ def _ddp_oom_worker(rank, world, port, store, out, where, k):
             mp.undo()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where, k", [("forward", 1), ("backward", 0)])
 def test_ddp_ranks_agree_on_an_oom_and_replay_together(store, tmp_path, where, k):
     """rank 1 runs out of memory, rank 0 does not. forward, k=1: in the micro-batch whose backward all-reduces

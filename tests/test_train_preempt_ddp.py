@@ -44,6 +44,7 @@ def _ddp(store, out, signal_rank_1_after: int | None = None, **extra) -> list[di
     return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
 
 
+@pytest.mark.slow
 def test_a_sigterm_to_one_rank_stops_both_at_the_same_step_and_resume_matches(store, tmp_path):
     seed = int(os.environ.get("FF_TEST_SEED", time.time_ns() % 10_000))
     k = random.Random(seed).choice([1, 2, 3, 5, 6, 7])   # mid-epoch (4 steps per epoch)

@@ -52,29 +52,53 @@ def test_the_verdict_names_the_largest_part_unless_compute_keeps_the_device_busy
     assert v["bottleneck"] == "compute" and not v["health"][1]["ok"] and "--amp" not in v["advice"]
 
 
-class _SlowFeed:
-    """The trainer's device feed with `delay` seconds before each batch: a loader that cannot keep up."""
+class _StepClock:
+    """The clock the trainer's step times its parts with (fastfeed.train.step's `time`), plus the seconds a test
+    adds: a slow loader or a slow forward without sleeping, so the shares follow what the test built, never how
+    busy the machine is (a real sleep of 2 s a batch against a step the load made slower was a race)."""
 
-    def __init__(self, feed, delay):
-        self.feed, self.delay, self.on_device = feed, delay, False
+    def __init__(self):
+        self.added = 0.0
+
+    def perf_counter(self) -> float:
+        return time.perf_counter() + self.added
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+
+@pytest.fixture
+def step_clock(monkeypatch):
+    import fastfeed.train.step as step
+
+    clock = _StepClock()
+    monkeypatch.setattr(step, "time", clock)
+    return clock
+
+
+class _SlowFeed:
+    """The trainer's device feed with `delay` seconds (of `clock`) before each batch: a loader that cannot keep
+    up."""
+
+    def __init__(self, feed, delay, clock):
+        self.feed, self.delay, self.clock, self.on_device = feed, delay, clock, False
 
     def set_epoch(self, epoch, start=0):
         self.feed.set_epoch(epoch, start)
 
     def __iter__(self):
         for batch in self.feed:
-            time.sleep(self.delay)
+            self.clock.added += self.delay
             yield batch
 
     def close(self):
         self.feed.close()
 
 
-def test_the_verdict_names_data_for_a_slow_loader(store, tmp_path, monkeypatch, capsys):
+def test_the_verdict_names_data_for_a_slow_loader(store, tmp_path, monkeypatch, capsys, step_clock):
     real = setup_mod.device_batches
-    # 2 s a batch: far above a step of this tiny model even on a 2-core machine other processes load (its step
-    # was seen at 0.85 s there; 0.25 s and 0.8 s delays were not enough)
-    monkeypatch.setattr(setup_mod, "device_batches", lambda *a, **kw: _SlowFeed(real(*a, **kw), 2.0))
+    # 20 s a batch on the step's clock: far above any real step of this tiny model, however loaded the machine
+    monkeypatch.setattr(setup_mod, "device_batches", lambda *a, **kw: _SlowFeed(real(*a, **kw), 20.0, step_clock))
     args = ["train", "--data", str(store), "--model", "yolov3-tiny", "--imgsz", "64", "--batch", "2", "--workers", "0",
             "--accum", "1", "--max-steps", "4", "--out", str(tmp_path), "--quiet", "--json"]
     assert main(args) == 0
@@ -85,12 +109,12 @@ def test_the_verdict_names_data_for_a_slow_loader(store, tmp_path, monkeypatch, 
     assert rows(tmp_path)[-1]["data_ms"] >= 2000 and rows(tmp_path, "summary")[0]["bottleneck"]["bottleneck"] == "data"
 
 
-def test_the_verdict_names_compute_for_a_slow_step(store, tmp_path, monkeypatch):
+def test_the_verdict_names_compute_for_a_slow_step(store, tmp_path, monkeypatch, step_clock):
     real = YOLO.forward
 
     def slow(self, x):
         if self.training:
-            time.sleep(0.25)
+            step_clock.added += 5.0   # 5 s a forward on the step's clock: loading a batch takes milliseconds
         return real(self, x)
 
     monkeypatch.setattr(YOLO, "forward", slow)

@@ -106,6 +106,7 @@ def test_a_child_of_either_start_method_dies_with_its_parent(method):
         proc.wait()
 
 
+@pytest.mark.slow
 def test_a_stopped_worker_is_a_worker_error_and_close_still_returns(painted_store):
     cfg = LoaderConfig(imgsz=64, batch_size=4, workers=2, timeout=3)
     loader = create_loader("cpu", painted_store, cfg)
@@ -131,6 +132,7 @@ def test_a_stopped_worker_is_a_worker_error_and_close_still_returns(painted_stor
         loader.close()
 
 
+@pytest.mark.slow
 def test_fastfeed_train_stopped_with_sigterm_leaves_no_worker(tmp_path_factory, tmp_path):
     store = packed_sample(tmp_path_factory)
     proc = start_script("import sys; from fastfeed.cli import main; sys.exit(main(sys.argv[1:]))",

@@ -81,21 +81,24 @@ def train_args(store, out, **flags) -> list[str]:
     return args
 
 
-def start_train(args: list[str], *, slow_steps: float = 0.0, marker=None):
+def start_train(args: list[str], *, slow_steps: float = 0.0, slow_from: int = 1, marker=None):
     """`python -m fastfeed <args>` in its own session (so the test can signal its whole process group, as SLURM
     and torchrun do, and kill whatever is left by group); one thread, so runs compare bit for bit.
-    `slow_steps`: each optimizer step sleeps that long first (a step long enough to signal inside it); with
-    `marker` (a path), a line is appended to it as each step starts its sleep (so a test knows a step is in flight)."""
+    `slow_steps`: each optimizer step from step `slow_from` on (1-based) sleeps that long first (a step long
+    enough to signal inside it); with `marker` (a path), a line is appended to it as each step starts (so a test
+    knows a step is in flight)."""
     import os
     import subprocess
     import sys
 
     code = ("import sys, time\n"
             "import fastfeed.train.loop as loop\n"
-            "real = loop.optimizer_step\n"
+            "real, started = loop.optimizer_step, [0]\n"
             "def slow(*a, **k):\n"
+            "    started[0] += 1\n"
             + (f"    open({str(marker)!r}, 'a').write('step\\n')\n" if marker else "")
-            + f"    time.sleep({slow_steps})\n    return real(*a, **k)\n"
+            + f"    if started[0] >= {slow_from}:\n        time.sleep({slow_steps})\n"
+            "    return real(*a, **k)\n"
             "loop.optimizer_step = slow\n"
             "from fastfeed.cli import main\n"
             "sys.exit(main(sys.argv[1:]))\n")
