@@ -24,7 +24,7 @@ def test_only_store_parses_records_and_only_cli_prints():
         rel = p.relative_to(PKG)
         text = p.read_text()
         if rel.parts[0] != "store":
-            assert not re.search(r"_parse_record|decode_record|raw_record|record\[\d+:\d+\]", text), \
+            assert not re.search(r"parse_record|decode_record|raw_record|record\[\d+:\d+\]", text), \
                 f"{rel} reads record bytes itself (use Store.record / Record.decode)"
         if rel.parts[0] != "cli":
             assert not re.search(r"^\s*print\(", text, re.M), f"{rel} prints (only fastfeed/cli may)"
