@@ -44,12 +44,6 @@ class StoreOptions:
             object.__setattr__(self, "prefetch_depth", depth)
         object.__setattr__(self, "storage_options", dict(self.storage_options or {}))
 
-    @property
-    def given(self) -> bool:
-        """Whether any option was given (a local folder takes none)."""
-        return any(getattr(self, f.name) for f in fields(self) if f.name != "prefetch_depth") or \
-            self.prefetch_depth is not None
-
     def depth(self) -> int | None:
         """The prefetch depth given, else `$FASTFEED_PREFETCH_SHARDS`, else None (the store sizes it)."""
         if self.prefetch_depth is not None:

@@ -8,7 +8,7 @@ shards of 0.46 MB at 50 ms and 100 MB/s want 12. The lead never exceeds what the
 window was sized with), and never falls below the floor (2) before anything is measured.
 
 d is measured on small requests (the manifest's read; its first request may also set up the connection, which
-only makes the lead longer), and kept under 9/10 of the quickest download (a download is its delay and then its
+only makes the lead longer), and kept under 98% of the quickest download (a download is its delay and then its
 transfer); b from each download as S / (seconds - d). Both keep the last WINDOW samples (medians: one slow request does not swing the lead).
 """
 
@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 
 WINDOW = 16           # samples kept of each kind
-_DELAY_SHARE = 0.9    # the most of a download's time taken to be its delay
+_DELAY_SHARE = 0.98   # the most of a download's time taken to be its delay
 
 
 class Link:
