@@ -41,7 +41,7 @@ from fastfeed import Store  # noqa: E402
 from fastfeed.augment import AugmentHyp, batch_rng, draw_batch  # noqa: E402
 from fastfeed.loaders import LoaderConfig, create_loader  # noqa: E402
 from fastfeed.loaders.partners import history  # noqa: E402
-from fastfeed.loaders.sampler import ShuffledOrder  # noqa: E402
+from fastfeed.loaders.sampler import ShuffledOrder, default_order  # noqa: E402
 from fastfeed.pack import PackConfig, pack  # noqa: E402
 
 
@@ -237,7 +237,7 @@ def main() -> int:
         proxy = server.proxy(latency=ms / 1e3, jitter=ms / 4e3, bandwidth=bw, seed=ms + 1000 * rnd)
         server.use(proxy)
         store = Store(url, cache_dir=work / f"cache-{ms}-{rnd}", cache_limit=limit)   # cold: a cache of its own
-        probe = store.epoch_order(cfg, 0, 1)
+        probe = default_order(store, cfg, 0, 1)
         per_shard = len(store) / len(store.shards)
         window_batches = int(np.ceil(probe.describe().get("window_shards", 1) * per_shard / cfg.batch_size))
         net0, t0 = server.cpu_seconds(), time.perf_counter()
@@ -301,7 +301,7 @@ def main() -> int:
           f"{counts['requests']} requests cut, epoch {'complete' if complete else 'INCOMPLETE'}: "
           f"{len(r['epoch0'])} of {len(r['expected0'])} records")
 
-    order_w = Store(url, cache_dir=work / "cache-0", cache_limit=limit).epoch_order(cfg, 0, 1).base
+    order_w = default_order(Store(url, cache_dir=work / "cache-0", cache_limit=limit), cfg, 0, 1).base
     order_g = ShuffledOrder.for_loader(len(local), cfg, 0, 1)
     stats = {"windowed": batch_stats(order_w, local, cfg, args.epochs),
              "global": batch_stats(order_g, local, cfg, args.epochs), "window_shards": order_w.window}

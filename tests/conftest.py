@@ -47,7 +47,8 @@ REMOTE_ENV = ("FASTFEED_SHARD_CACHE", "FASTFEED_SHARD_CACHE_LIMIT", "FASTFEED_ST
 
 @pytest.fixture
 def remote_env():
-    """The object-storage environment as it was, put back after the test (`fastfeed` flags set it directly)."""
+    """The object-storage environment as it was, put back after a test that sets it itself (the `fastfeed` flags
+    never do: they are passed as StoreOptions)."""
     saved = {k: os.environ.get(k) for k in REMOTE_ENV}
     yield
     for k, v in saved.items():

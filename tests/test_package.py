@@ -24,7 +24,7 @@ def test_only_store_parses_records_and_only_cli_prints():
         rel = p.relative_to(PKG)
         text = p.read_text()
         if rel.parts[0] != "store":
-            assert not re.search(r"_parse_record|decode_record|raw_record|record\[\d+:\d+\]", text), \
+            assert not re.search(r"parse_record|decode_record|raw_record|record\[\d+:\d+\]", text), \
                 f"{rel} reads record bytes itself (use Store.record / Record.decode)"
         if rel.parts[0] != "cli":
             assert not re.search(r"^\s*print\(", text, re.M), f"{rel} prints (only fastfeed/cli may)"
@@ -72,3 +72,80 @@ def test_the_prefetcher_and_the_loader_contract_import_on_a_bare_gpu_machine():
         "print('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PKG.parent, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def _imports_of(path: Path) -> set[str]:
+    """The fastfeed modules `path` imports, at the top and inside functions alike (relative imports resolved)."""
+    import ast
+
+    rel = path.relative_to(PKG.parent).with_suffix("")
+    parts = list(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+    package = parts if rel.name == "__init__" else parts[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("fastfeed")}
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            mod = ".".join(base + ([node.module] if node.module else []))
+            if mod.startswith("fastfeed"):
+                found.add(mod)
+                found |= {f"{mod}.{a.name}" for a in node.names}   # `from . import format`: a module too
+    return found
+
+
+def _module_graph() -> dict[str, set[str]]:
+    names = {}
+    for p in _modules():
+        rel = p.relative_to(PKG.parent).with_suffix("")
+        names[".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)] = p
+    return {m: {i for i in _imports_of(p) if i in names and i != m} for m, p in names.items()}
+
+
+def test_no_import_circle_inside_the_store():
+    """store/ modules import one another one way only (top-level and in-function imports alike): a circle there is
+    what made `Store` a switch over its subclasses."""
+    graph = {m: {i for i in deps if i.startswith("fastfeed.store")} for m, deps in _module_graph().items()
+             if m.startswith("fastfeed.store")}
+
+    def parent(m):   # importing a.b.c runs a/__init__ and a/b/__init__ first: not an edge we draw
+        return m.rsplit(".", 1)[0]
+
+    state: dict[str, int] = {}
+
+    def visit(m, path):
+        state[m] = 1
+        for n in sorted(graph.get(m, ())):
+            if n == parent(m) or m.startswith(n + "."):
+                continue
+            if state.get(n) == 1:
+                raise AssertionError("import circle: " + " -> ".join(path[path.index(n):] + [n]))
+            if n not in state:
+                visit(n, path + [n])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+
+
+def test_the_store_never_imports_the_loaders():
+    """The store exposes facts (shard sizes, the cache's limit, whether reads are remote); the loaders choose the
+    order (docs/design.md): nothing in fastfeed/store imports fastfeed.loaders, not even inside a function."""
+    for m, deps in _module_graph().items():
+        if m.startswith("fastfeed.store"):
+            bad = sorted(d for d in deps if d.startswith("fastfeed.loaders"))
+            assert not bad, f"{m} imports {bad}: the store must not choose an order"
+
+
+def test_the_import_rules_see_a_circle_and_a_loader_import(tmp_path, monkeypatch):
+    """The two rules above are not vacuous: a store module importing the loaders inside a function is found."""
+    fake = tmp_path / "fastfeed" / "store"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "a.py").write_text("def f():\n    from ..loaders.sampler import default_order\n    from . import b\n")
+    (fake / "b.py").write_text("from .a import f\n")
+    monkeypatch.setattr(__import__(__name__), "PKG", tmp_path / "fastfeed")
+    deps = _imports_of(fake / "a.py")
+    assert "fastfeed.loaders.sampler" in deps and "fastfeed.store.b" in deps
+    assert "fastfeed.store.a" in _imports_of(fake / "b.py")

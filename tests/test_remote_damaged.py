@@ -54,7 +54,7 @@ def record_span(store, index: int) -> tuple[Path, int, int]:
     """(cached shard file, byte offset, length) of record `index`'s bytes, from the map the store reads it through
     (where LMDB put it: the layout of a pack is not assumed)."""
     shard = store.shard_of(index)
-    h = store._handle(shard)
+    h = store.provider.handle(shard)
     buf = h.txn.get(record_key(index - store.shards[shard].start))
     addr = np.frombuffer(buf, np.uint8).ctypes.data
     file = store.cache.file(store.shards[shard])

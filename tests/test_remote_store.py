@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 
 import numpy as np
 import pytest
@@ -15,11 +16,13 @@ from s3_helpers import upload_dir
 from fastfeed import Store
 from fastfeed.cli import main
 from fastfeed.loaders import LoaderConfig, create_loader
+from fastfeed.loaders.sampler import default_order
 from fastfeed.pack import PackConfig, PackError, pack
 from fastfeed.store import FormatError
 from fastfeed.store.format import StoreChanged
 from fastfeed.store.objstore import RemoteError
-from fastfeed.store.remote import CacheFull, RemoteStore, ShardDamaged
+from fastfeed.store.options import StoreOptions
+from fastfeed.store.remote import CacheFull, ShardDamaged
 
 
 @pytest.fixture(autouse=True)
@@ -67,7 +70,7 @@ def records_equal(a, b):
 
 def test_pack_to_a_bucket_reads_as_the_local_pack(url_store, local_store, s3, tmp_path):
     store = Store(url_store, cache_dir=tmp_path / "cache")
-    assert isinstance(store, RemoteStore) and isinstance(store, Store)
+    assert type(store) is Store and store.remote and not local_store.remote   # one Store, its provider differs
     records_equal(store, local_store)
     names = {o["Key"] for o in s3.client().list_objects_v2(Bucket=url_store.split("/")[2])["Contents"]}
     assert {"coco.ff/manifest.json", "coco.ff/rejects.jsonl"} <= names
@@ -243,31 +246,35 @@ def test_a_cache_too_small_or_a_full_disk_is_one_line(url_store, tmp_path):
         assert os.system(f"umount {disk}") == 0
 
 
-def test_the_prefetch_lead_is_at_least_16_mb_by_default_and_a_quarter_of_the_cache_at_most(url_store, tmp_path,
-                                                                                           monkeypatch):
+def test_the_prefetch_lead_is_at_least_16_mb_by_default_and_half_the_cache_at_most(url_store, tmp_path,
+                                                                                      monkeypatch):
     from dataclasses import replace
 
-    from fastfeed.store.remote.store import DEFAULT_DEPTH, LEAD_BYTES
+    from fastfeed.store.remote.shards import DEFAULT_DEPTH, LEAD_BYTES
 
     probe = Store(url_store, cache_dir=tmp_path / "c")
     largest = max(s.bytes for s in probe.shards)
     assert LEAD_BYTES // largest > len(probe.shards)          # tiny shards: the lead wants more than the store
-    # Capped by a quarter of the shards the cache holds (the rest is the window), never below 2 ...
-    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest).depth == 3
-    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=5 * largest).depth == DEFAULT_DEPTH
+    # Capped by half the shards the cache holds (the rest is the window), never below 2 ...
+    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest).prefetch_depth == 6
+    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=3 * largest).prefetch_depth == DEFAULT_DEPTH
     # ... and by the store's shards.
-    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=400 * largest).depth == len(probe.shards)
+    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=400 * largest).prefetch_depth == len(probe.shards)
     # Shards of the URL default (128 MB): two ahead are already seconds of training.
-    big = Store(url_store, cache_dir=tmp_path / "c", cache_limit=64 << 30)
+    big = Store(url_store, cache_dir=tmp_path / "c", cache_limit=64 << 30).provider
     big.shards = [replace(s, bytes=128 << 20) for s in big.shards]
     assert big.default_depth() == DEFAULT_DEPTH
     big.shards = [replace(s, bytes=4 << 20) for s in big.shards]   # 4 MB ones: four make the lead
     assert big.default_depth() == 4
-    # What is asked for is what is used, from Python and from the environment.
-    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest, prefetch_depth=1).depth == 1
+    # What is asked for is what is used, from Python (keywords or StoreOptions) and from the environment.
+    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest, prefetch_depth=1).prefetch_depth == 1
+    opts = StoreOptions(cache_dir=tmp_path / "c", cache_limit=12 * largest, prefetch_depth=3)
+    assert Store(url_store, options=opts).prefetch_depth == 3 and Store(url_store, options=opts).depth_given
     monkeypatch.setenv("FASTFEED_PREFETCH_SHARDS", "5")
     store = Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest)
-    assert store.depth == 5 and store.reopen().depth == 5
+    assert store.prefetch_depth == 5 and store.reopen().prefetch_depth == 5
+    assert pickle.loads(pickle.dumps(store)).prefetch_depth == 5
+    assert Store(url_store, options=opts).prefetch_depth == 3                     # given beats the environment
     monkeypatch.setenv("FASTFEED_PREFETCH_SHARDS", "two")
     with pytest.raises(ValueError, match="FASTFEED_PREFETCH_SHARDS='two': give a whole number"):
         Store(url_store, cache_dir=tmp_path / "c")
@@ -280,12 +287,12 @@ def test_a_tight_cache_shortens_the_default_lead_before_it_refuses(coco_src, s3,
     largest = max(s.bytes for s in probe.shards)
     cfg = LoaderConfig(imgsz=64, batch_size=1, workers=2, prefetch=7)   # 15 batches in flight: 16 shards leaving
     store = Store(url, cache_dir=tmp_path / "c", cache_limit=20 * largest)
-    assert store.depth == 5
-    order = store.epoch_order(cfg, 0, 1)
+    assert store.prefetch_depth == 10
+    order = default_order(store, cfg, 0, 1)                             # the loaders choose it, from the facts
     assert order.describe()["prefetch_shards"] == 2 and order.describe()["window_shards"] == 1
     asked = Store(url, cache_dir=tmp_path / "c", cache_limit=20 * largest, prefetch_depth=5)
     with pytest.raises(ValueError, match="5 fetched ahead .* lower prefetch_depth"):
-        asked.epoch_order(cfg, 0, 1)                                  # asked for: used, or refused
+        default_order(asked, cfg, 0, 1)                                  # asked for: used, or refused
     for s in (probe, store, asked):
         s.close()
 
@@ -296,9 +303,9 @@ def test_the_shards_a_read_waits_for_download_alone_then_the_next_ones(url_store
 
     from fastfeed.store.remote.prefetch import Prefetcher
 
-    store = Store(url_store, cache_dir=tmp_path / "c", cache_limit="1G")
+    store = Store(url_store, cache_dir=tmp_path / "c", cache_limit="1G", prefetch_depth=3)   # asked: all 3 ahead
     events, lock = [], threading.Lock()
-    real = store.fetch
+    real = store.provider.fetch
 
     def slow_fetch(k, wait=True):
         with lock:
@@ -309,8 +316,8 @@ def test_the_shards_a_read_waits_for_download_alone_then_the_next_ones(url_store
             events.append(("end", k))
         return True
 
-    store.fetch = slow_fetch
-    p = Prefetcher(store)
+    store.provider.fetch = slow_fetch
+    p = Prefetcher(store.provider)
     try:
         p.want([0, 1], [2, 3, 4])
         deadline = time.monotonic() + 20
@@ -338,10 +345,11 @@ def test_cli_pack_inspect_verify_bench_and_the_shard_cache(coco_src, s3, tmp_pat
     limit = str(int(sum(s.bytes for s in Store(url, cache_dir=cache).shards) * 0.9))
     assert main(["bench", "--data", url, "--loader", "cpu", "--batches", "3", "--warmup", "1", "--workers", "1",
                  "--imgsz", "64", "--batch", "4", "--quiet", "--shard-cache", str(tmp_path / "b"),
-                 "--shard-cache-limit", limit]) == 0
-    monkeypatch.delenv("FASTFEED_SHARD_CACHE_LIMIT")
+                 "--shard-cache-limit", limit, "--prefetch-shards", "1"]) == 0
+    assert "FASTFEED_SHARD_CACHE_LIMIT" not in os.environ and "FASTFEED_PREFETCH_SHARDS" not in os.environ
+    assert os.environ["FASTFEED_SHARD_CACHE"] != str(tmp_path / "b")      # the flags are passed, never set
     out = capsys.readouterr().out
-    assert "order windowed (shard-aware): a window of" in out
+    assert "order windowed (shard-aware): a window of" in out and "shards prefetched ahead: 1," in out
     assert main(["cache", "ls", "--shards", "--shard-dir", cache]) == 0
     out = capsys.readouterr().out
     assert url in out and " 12 " in out
@@ -378,7 +386,11 @@ def test_storage_options_from_the_cli_and_python_are_never_written(coco_src, s3,
             "--storage-option", f"secret={secret}"]
     assert main(["pack", str(coco_src), "-o", url, "--shards", "2", "--quiet", *opts]) == 0
     capsys.readouterr()
-    monkeypatch.delenv("FASTFEED_STORAGE_OPTIONS")
+    assert "FASTFEED_STORAGE_OPTIONS" not in os.environ                         # passed, never set
+    _forget_filesystems()
+    # verify's worker processes get them with the pickled Store (the environment has no credentials)
+    assert main(["verify", url, "--quiet", "--workers", "2", "--shard-cache", str(tmp_path / "v"), *opts]) == 0
+    assert "OK, 40 records" in capsys.readouterr().out
     _forget_filesystems()
     store = Store(url, cache_dir=tmp_path / "c", storage_options={"endpoint_url": s3.endpoint, "key": "fastfeed-test",
                                                                   "secret": secret})

@@ -63,7 +63,7 @@ from fastfeed import Store
 from fastfeed.store.format import record_key
 store = Store(sys.argv[1], cache_dir=sys.argv[2])
 store.record(0)
-h = store._handle(0)
+h = store.provider.handle(0)
 view = h.txn.get(record_key(0))                  # a read in progress: a view of the cached shard's map
 print(store.cache.file(store.shards[0]), flush=True)
 sys.stdin.readline()

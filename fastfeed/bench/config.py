@@ -36,6 +36,7 @@ class BenchConfig:
     model: str | None = None
     seed: int = 0
     progress: bool = True
+    store_options: object = None   # StoreOptions for a store at a URL (never in to_dict: credentials)
     sweep_seconds: float | None = None    # per worker count in --workers auto (default: seconds/4, 1..3 s)
     monitor_interval: float = 0.2         # seconds between CPU/memory samples
 
@@ -91,6 +92,7 @@ class BenchConfig:
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d.pop("store_options", None)
         d["data"] = str(self.data)
         d["loaders"] = list(self.loaders)
         return d

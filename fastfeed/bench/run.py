@@ -71,7 +71,7 @@ def run_bench(cfg: BenchConfig) -> BenchResult:
     that is not there. A loader that cannot run is reported in its result, not raised.
     """
     names = cfg.resolved_loaders()
-    store = Store(cfg.data)
+    store = Store(cfg.data, options=cfg.store_options)
     if len(store) < cfg.batch_size:
         raise ValueError(f"--batch {cfg.batch_size} is larger than the store ({len(store)} images); "
                          f"use --batch {len(store)} or less")

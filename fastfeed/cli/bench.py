@@ -12,10 +12,10 @@ from .common import (
     EXIT_OK,
     EXIT_USAGE,
     add_remote_args,
-    apply_remote_args,
     default,
     fail,
     progress_lines,
+    store_options,
     store_path,
 )
 
@@ -94,8 +94,7 @@ def run(args) -> int:
     from ..store.format import FormatError
 
     try:
-        apply_remote_args(args)
-        cfg = BenchConfig(data=args.data, loaders=tuple(args.loaders or ("cpu",)), imgsz=args.imgsz,
+        cfg = BenchConfig(data=args.data, store_options=store_options(args), loaders=tuple(args.loaders or ("cpu",)), imgsz=args.imgsz,
                           batch_size=args.batch, workers=args.workers, seconds=args.seconds, batches=args.batches,
                           warmup=args.warmup, augment=args.augment, device=args.device, step_ms=args.step_ms,
                           model=args.model, seed=args.seed, progress=not args.quiet)

@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 
-from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, add_remote_args, apply_remote_args, default, fail, store_path
+from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, add_remote_args, default, fail, store_options, store_path
 
 HELP = "list, remove or pre-build the shm loader's decoded-image caches (in /dev/shm) and the shard caches of stores in object storage"
 
@@ -182,8 +182,7 @@ def cmd_build(args) -> int:
     if (msg := imgsz_error(args.imgsz)) is not None:
         return fail(msg, EXIT_USAGE)
     try:
-        apply_remote_args(args)
-        store = Store(args.store)
+        store = Store(args.store, options=store_options(args))
         lease = acquire(store, args.imgsz, args.dir, partial=args.partial, keep=True, workers=args.workers,
                         progress=False if args.quiet else None)
     except (FormatError, CacheError, ValueError, ImportError) as e:

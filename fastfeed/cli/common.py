@@ -89,23 +89,22 @@ def add_remote_args(p) -> None:
     g.add_argument("--shard-cache-limit", metavar="SIZE",
                    help="most the shard cache may hold: 50G, 500M, 40%% of its disk (default "
                         "$FASTFEED_SHARD_CACHE_LIMIT, else 80%% of what the disk can give)")
+    g.add_argument("--prefetch-shards", metavar="N", type=int,
+                   help="most shards downloaded ahead of the ones being read (default $FASTFEED_PREFETCH_SHARDS, "
+                        "else as many as the link needs, within a share of the shard cache)")
 
 
-def apply_remote_args(args) -> dict:
-    """Put the object-storage flags where every Store of this command (and its workers) reads them: the
-    environment variables they stand for. Returns the storage options (for `pack`). ValueError for a bad flag."""
-    import json
-    import os
-
-    from ..store.objstore import OPTIONS_ENV, parse_option, storage_options
-    from ..store.remote.sizes import CACHE_ENV, LIMIT_ENV, parse_size
+def store_options(args):
+    """The object-storage flags as the `StoreOptions` every Store of this command is opened with (they travel into
+    its workers with the Store; the environment is left as it was). ValueError for a bad flag."""
+    from ..store.objstore import parse_option
+    from ..store.options import StoreOptions
+    from ..store.remote.sizes import default_dir, parse_size
 
     opts = dict(parse_option(o) for o in getattr(args, "storage_option", None) or [])
-    if opts:
-        os.environ[OPTIONS_ENV] = json.dumps(storage_options(opts))
-    if getattr(args, "shard_cache", None):
-        os.environ[CACHE_ENV] = args.shard_cache
-    if getattr(args, "shard_cache_limit", None):
-        parse_size(args.shard_cache_limit, os.environ.get(CACHE_ENV))   # refused here, not in a worker
-        os.environ[LIMIT_ENV] = args.shard_cache_limit
-    return storage_options()
+    cache_dir = getattr(args, "shard_cache", None) or None
+    limit = getattr(args, "shard_cache_limit", None) or None
+    if limit is not None:
+        parse_size(limit, cache_dir or default_dir())   # refused here, not in a worker
+    return StoreOptions(cache_dir=cache_dir, cache_limit=limit, prefetch_depth=getattr(args, "prefetch_shards", None),
+                        storage_options=opts)

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from .. import sample_path
-from .common import EXIT_OK, EXIT_USAGE, add_remote_args, apply_remote_args, default, fail, store_path
+from .common import EXIT_OK, EXIT_USAGE, add_remote_args, default, fail, store_options, store_path
 
 HELP = "pack a COCO or YOLO dataset into a checked LMDB store"
 
@@ -110,14 +110,14 @@ def _print_report(report, rejects) -> None:
 
 def run(args) -> int:
     from ..pack import PackConfig, PackError, pack
-    from ..store.objstore import RemoteError
+    from ..store.objstore import RemoteError, storage_options
 
     src, ann = args.src, args.ann
     if src is None and ann is None:
         src = sample_path()
         print(f"no SRC given: packing the bundled sample ({src})")
     try:
-        options = apply_remote_args(args)
+        options = storage_options(store_options(args).storage_options)
         cfg = PackConfig(src=src, out=args.out, format=args.format, split=args.split, ann=ann,
                          images=args.images, store=args.store, max_side=args.max_side, quality=args.quality,
                          shards=args.shards, shard_mb=args.shard_mb, workers=args.workers,

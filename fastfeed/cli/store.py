@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .common import EXIT_FAIL, EXIT_OK, add_remote_args, apply_remote_args, fail, store_path
+from .common import EXIT_FAIL, EXIT_OK, add_remote_args, fail, store_options, store_path
 
 INSPECT_HELP = "summarise a store: counts, classes, image sizes, bytes"
 VERIFY_HELP = "re-check every record's CRC (and decode every image)"
@@ -22,8 +22,7 @@ def cmd_inspect(args) -> int:
     from ..store.verify import summarize
 
     try:
-        apply_remote_args(args)
-        s = summarize(args.store)
+        s = summarize(args.store, options=store_options(args))
     except (FormatError, ValueError, ImportError) as e:
         return fail(str(e))
     if args.json:
@@ -70,9 +69,8 @@ def cmd_verify(args) -> int:
     from ..store.verify import verify
 
     try:
-        apply_remote_args(args)
         res = verify(args.store, decode=args.decode, workers=args.workers or usable_cores(),
-                     progress=not args.quiet)
+                     progress=not args.quiet, options=store_options(args))
     except (FormatError, ValueError, ImportError) as e:
         return fail(str(e))
     if res.ok:

@@ -15,9 +15,9 @@ from .common import (
     EXIT_PREEMPTED,
     EXIT_USAGE,
     add_remote_args,
-    apply_remote_args,
     fail,
     progress_lines,
+    store_options,
     store_path,
 )
 
@@ -206,8 +206,8 @@ def run(args) -> int:
 
     try:
         # Every flag is a TrainConfig field of the same name; one not given (None) keeps the field's default.
-        apply_remote_args(args)
-        cfg = TrainConfig(**{f.name: v for f in fields(TrainConfig) if (v := getattr(args, f.name, None)) is not None})
+        cfg = TrainConfig(**{f.name: v for f in fields(TrainConfig) if (v := getattr(args, f.name, None)) is not None},
+                          store_options=store_options(args))
         for flag, path in (("--data", cfg.data), ("--val", cfg.val)):
             if isinstance(path, Path) and not path.exists():
                 return fail(f"{flag} {path} does not exist (make a store with `fastfeed pack SRC -o OUT`)")

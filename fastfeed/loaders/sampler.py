@@ -1,7 +1,7 @@
 """Which records each rank reads in which order: seeded per epoch, sharded across ranks.
 
-`epoch_batches` is the global shuffle; `EpochOrder` is what a loader is given (the seam a store with its own
-order plugs into: `default_order`; the shard-aware windows of a store in object storage are `windowed.py`)."""
+`epoch_batches` is the global shuffle; `EpochOrder` is what a loader is given (`default_order` picks one from the
+store's facts; the shard-aware windows of a store in object storage are `windowed.py`, chosen in `shard_order.py`)."""
 
 from __future__ import annotations
 
@@ -110,11 +110,11 @@ class ShuffledOrder(EpochOrder):
 
 
 def default_order(store, cfg, rank: int, world_size: int) -> EpochOrder:
-    """The order a loader uses unless it is given one: the store's own (`store.epoch_order(cfg, rank,
-    world_size)`, when it defines one), else the global shuffle."""
-    own = getattr(store, "epoch_order", None)
-    if own is not None:
-        order = own(cfg, rank, world_size)
-        if order is not None:
-            return order
+    """The order a loader uses unless it is given one: for a store whose reads download shards (`store.remote`),
+    the one its shard cache can follow (`shard_order.py`: the global shuffle when the cache holds the store, else
+    shard-aware windows); else the global shuffle."""
+    if getattr(store, "remote", False):
+        from .shard_order import shard_order
+
+        return shard_order(store, cfg, rank, world_size)
     return ShuffledOrder.for_loader(len(store), cfg, rank, world_size)

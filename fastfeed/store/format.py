@@ -173,7 +173,7 @@ class Record:
         return self.boxes * np.array([w, h, w, h], np.float32)
 
 
-def _parse_record(buf, index: int, shard: str, check: bool = True) -> Record:
+def parse_record(buf, index: int, shard: str, check: bool = True) -> Record:
     """Split a record's bytes (a memoryview into the map is fine: the payload stays a view of it).
     Raises RecordCorrupt naming the record when the magic, layout or (with `check`) the CRC is wrong."""
     def bad(why: str) -> RecordCorrupt:

@@ -31,7 +31,7 @@ class _Handle:
 _HANDLES: dict[tuple[int, int], _Handle] = {}
 
 
-def _acquire(key: tuple[int, int], file: str) -> lmdb.Transaction:
+def acquire(key: tuple[int, int], file: str) -> _Handle:
     h = _HANDLES.get(key)
     if h is not None and h.pid != os.getpid():
         # Inherited through fork: LMDB handles must not cross processes. Dropping them here only
@@ -59,7 +59,7 @@ def _acquire(key: tuple[int, int], file: str) -> lmdb.Transaction:
     return h
 
 
-def _release(key: tuple[int, int]) -> None:
+def release(key: tuple[int, int]) -> None:
     h = _HANDLES.get(key)
     if h is None or h.pid != os.getpid():
         return

@@ -1,25 +1,16 @@
-"""`Store`: random-access, read-only, fork- and spawn-safe reads of a packed store."""
+"""`Store`: random-access, read-only, fork- and spawn-safe reads of a packed store, through its shard provider:
+a local folder's (`local.LocalShards`) or, for a URL, the node's shard cache (`remote.shards.RemoteShards`)."""
 
 from __future__ import annotations
 
 import bisect
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
-import lmdb
 import numpy as np
 
-from . import changed, objstore, publish
-from . import format as fmt
+from . import objstore
 from .format import Record
-from .handles import _HANDLES, _acquire, _release, lmdb_failed
-from .not_store import not_a_store
-
-
-def _identity(path: Path) -> tuple[int, int, int]:
-    st = os.stat(path)
-    return st.st_dev, st.st_ino, st.st_mtime_ns
+from .options import StoreOptions
 
 
 @dataclass(slots=True)
@@ -45,40 +36,39 @@ class Store:
     """Read a fastfeed store. `len(store)`, `store[i] -> Sample`, `store.record(i) -> Record`: the
     `source.RecordSource` protocol every loader reads through.
 
+    `path`: a folder, or a URL (s3://, gs://, any fsspec URL) whose shards are downloaded into the node's shard
+    cache as reads need them. `options` (`StoreOptions`, or its fields as keywords: cache_dir, cache_limit,
+    prefetch_depth, storage_options): how a store at a URL is read; each one not given is taken from the
+    environment (see `options.py`). A folder takes no keyword options.
+
     LMDB environments open lazily in each process (read-only, no lock file), so a `Store` pickles
-    cheaply into worker processes and is safe after fork. Every read checks the record's CRC32
+    cheaply into worker processes (with its options) and is safe after fork. Every read checks the record's CRC32
     unless `check_crc=False`. A Store keeps reading the pack it was opened on; if the store is
     re-packed in place before this process first reads it, reads raise FormatError (open it again).
     """
 
-    def __new__(cls, path=None, *args, **kwargs):
-        if cls is Store and objstore.is_url(path):   # a store in object storage: the same reads, its shards cached
-            from .remote import RemoteStore
-
-            return super().__new__(RemoteStore)
-        return super().__new__(cls)
-
-    def __init__(self, path, check_crc: bool = True, **remote):
+    def __init__(self, path, check_crc: bool = True, options: StoreOptions | None = None, **given):
+        remote = objstore.is_url(path)
+        if given and not remote:
+            raise ValueError(f"{', '.join(sorted(given))}: options of a store at a URL (s3://...); {path} is a folder")
+        self.options = StoreOptions.of(options, **given)
         if remote:
-            raise ValueError(f"{', '.join(sorted(remote))}: options of a store at a URL (s3://...); {path} is a folder")
-        self.path = Path(path)
-        publish.tidy(self.path)   # what an interrupted pack left: the old store put back, the rest removed
-        if not (self.path / fmt.MANIFEST).is_file() and (pid := publish.pack_in_progress(self.path)) is not None:
-            raise fmt.FormatError(f"{self.path} is being packed right now (fastfeed pack, pid {pid}): wait for the "
-                                  "pack to finish, then open it")
-        if not (self.path / fmt.MANIFEST).is_file() and (error := not_a_store(self.path)) is not None:
-            raise error   # missing, a file, a data.yaml, a dataset folder: each named, with what to do
-        manifest_path = self.path / fmt.MANIFEST
-        self.manifest = fmt.read_manifest(manifest_path)
-        self._identity = _identity(manifest_path)
+            from .remote.shards import RemoteShards  # fsspec and the shard cache only for a URL
+
+            self.provider = RemoteShards(path, self.options)
+        else:
+            from .local import LocalShards
+
+            self.provider = LocalShards(path)
         self.check_crc = check_crc
+        self._index()
+
+    def _index(self) -> None:
+        self.path = self.provider.path
+        self.manifest = self.provider.manifest
         self.shards = self.manifest.shards
         self._starts = [s.start for s in self.shards]
         self._len = int(self.manifest.num_images)
-        self._pid = None
-        self._handles: list = []
-        self._keys: list = []
-        changed.register(self)
 
     # --- metadata ---------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -99,81 +89,65 @@ class Store:
         return self.manifest.fingerprint
 
     def __repr__(self) -> str:
-        return f"Store({str(self.path)!r}, images={len(self)}, classes={len(self.class_names)})"
+        cache = f", cache={str(self.cache.root)!r}" if self.cache is not None else ""
+        return f"Store({str(self.path)!r}, images={len(self)}, classes={len(self.class_names)}{cache})"
 
-    # --- process-local LMDB handles ---------------------------------------------------------------
+    # --- facts the loaders decide the order from (the store never chooses one) ----------------------------
+    @property
+    def remote(self) -> bool:
+        """Whether reads download shards (a store at a URL) rather than map local files."""
+        return self.provider.remote
+
+    @property
+    def cache(self):
+        """The node's shard cache of a store at a URL (`remote.cache.ShardCache`); None for a folder."""
+        return getattr(self.provider, "cache", None)
+
+    @property
+    def cache_limit(self) -> int | None:
+        """Bytes of this store's shards the node's cache can hold; None when every shard is local."""
+        return self.provider.cache_limit
+
+    @property
+    def prefetch_depth(self) -> int | None:
+        """Most shards downloaded ahead of the ones being read (given, or sized to the link within the cache); None
+        when nothing is downloaded."""
+        return self.provider.prefetch_depth
+
+    @property
+    def depth_given(self) -> bool:
+        """Whether `prefetch_depth` was asked for (StoreOptions, $FASTFEED_PREFETCH_SHARDS) rather than sized."""
+        return getattr(self.provider, "depth_given", False)
+
+    def follower(self):
+        """What an order reports the shards it needs now and next to (`want(now, upcoming)`: downloaded ahead and
+        kept in the cache), or None when the shards are all here. One per order."""
+        return self.provider.follower() if self.remote else None
+
+    # --- process-local handles --------------------------------------------------------------------
     def __getstate__(self):
-        return {k: getattr(self, k) for k in ("path", "manifest", "_identity", "check_crc", "shards", "_starts",
-                                              "_len")}
+        return {"provider": self.provider, "options": self.options, "check_crc": self.check_crc}
 
     def __setstate__(self, state):
-        for k, v in state.items():
-            setattr(self, k, v)
-        self._pid, self._handles, self._keys = None, [], []
-        changed.register(self)
-
-    def _repacked(self) -> bool:
-        try:
-            return _identity(self.path / fmt.MANIFEST) != self._identity
-        except OSError:
-            return True
-
-    def _open(self) -> None:
-        if self._repacked():
-            raise fmt.FormatError(f"the store at {self.path} was re-packed or removed after this Store was opened; "
-                                  "open it again (Store(path)) to read the new pack")
-        found = []
-        for s in self.shards:
-            file = self.path / s.file
-            try:
-                st = os.stat(file)
-            except FileNotFoundError:
-                raise fmt.FormatError(f"shard {s.file} is missing from {self.path}; restore it or re-pack") from None
-            if st.st_size != s.bytes:  # reading a truncated map would kill us with SIGBUS
-                raise fmt.FormatError(f"shard {s.file} of {self.path} is {st.st_size} bytes, the manifest "
-                                      f"says {s.bytes}: truncated or replaced; re-pack or restore it")
-            found.append(((st.st_dev, st.st_ino), str(file)))
-        self._handles, self._keys = [], []
-        try:
-            for (key, file), s in zip(found, self.shards):
-                try:
-                    self._handles.append(_acquire(key, file))
-                except lmdb.Error as e:
-                    raise fmt.FormatError(f"shard {s.file} of {self.path} cannot be opened ({e}); "
-                                          "the store is damaged: re-pack it or restore the shard") from None
-                self._keys.append(key)
-            if self._repacked():   # swapped while we opened: these maps may mix two packs
-                raise fmt.FormatError(f"the store at {self.path} was re-packed while this Store was opening it; "
-                                      "open it again")
-        except BaseException:
-            for key in self._keys:
-                _release(key)
-            self._handles, self._keys = [], []
-            raise
-        self._pid = os.getpid()
+        self.__dict__.update(state)
+        self._index()
 
     def close(self) -> None:
-        if self._pid == os.getpid():
-            for key in self._keys:
-                _release(key)
-        self._pid, self._handles, self._keys = None, [], []
+        """Release this process's handles (maps, lock files); reads reopen them."""
+        self.provider.close()
 
     def shard_url(self, shard: int) -> str:
         """Where shard number `shard` is (a file path here; a URL for a store in object storage)."""
-        return str(self.path / self.shards[shard].file)
+        return self.provider.shard_url(shard)
 
     def fetch(self, shard: int, wait: bool = True) -> bool:
-        """Make shard `shard` readable here: a local shard is (a remote store downloads it into its cache)."""
-        return True
+        """Make shard `shard` readable here: a local shard is; a store at a URL downloads it into its cache (without
+        `wait`: False when another process is downloading it or there is no room now)."""
+        return self.provider.fetch(shard, wait=wait)
 
     def shard_entries(self, shard: int) -> int:
         """Records LMDB holds in shard number `shard` (verify compares it with the manifest)."""
-        if self._pid != os.getpid():
-            self._open()
-        try:
-            return _HANDLES[self._keys[shard]].env.stat()["entries"]
-        except lmdb.Error as e:
-            raise lmdb_failed(e, str(self.path / self.shards[shard].file)) from None
+        return self.provider.shard_entries(shard)
 
     def __enter__(self):
         return self
@@ -195,31 +169,16 @@ class Store:
         return self.shards[self._locate(index)].file
 
     def reopen(self) -> Store:
-        """A new Store over the same folder as it is now (after a re-pack: the new pack), same settings."""
-        return Store(self.path, check_crc=self.check_crc)
+        """A new Store over the same place as it is now (after a re-pack: the new pack), same settings."""
+        return Store(self.provider.location, check_crc=self.check_crc, options=self.options)
 
     # --- reads ------------------------------------------------------------------------------------
     def record(self, index: int, check_crc: bool | None = None) -> Record:
         """Record `index`, parsed, CRC-checked (unless `check_crc` is False, default: the Store's), not
-        decoded: the one way every reader gets a record. Its payload is a view valid while the Store is open.
-        A damaged record raises RecordCorrupt naming it and its shard."""
-        if self._pid != os.getpid():
-            self._open()
+        decoded: the one way every reader gets a record. A local record's payload is a view valid while the Store
+        is open; one from a URL owns its bytes. A damaged record raises RecordCorrupt naming it and its shard."""
         index = int(index)
-        shard = self._locate(index)
-        info, h = self.shards[shard], self._handles[shard]
-        name = info.file
-        if (size := os.fstat(h.fd).st_size) != info.bytes:   # reading a shrunk map would kill us (SIGBUS)
-            raise fmt.StoreChanged(f"record {index}: " + changed.under_reader(
-                [f"shard {self.path / name} is now {size} bytes, {info.bytes} when packed"]))
-        try:
-            buf = h.txn.get(fmt.record_key(index - self._starts[shard]))
-        except lmdb.Error as e:
-            raise fmt.RecordCorrupt(f"{lmdb_failed(e, str(self.path / name), index)}; run `fastfeed verify` and "
-                                    "re-pack") from None
-        if buf is None:
-            raise fmt.RecordCorrupt(f"record {index} missing from shard {name}; run `fastfeed verify` and re-pack")
-        return fmt._parse_record(buf, index, name, self.check_crc if check_crc is None else check_crc)
+        return self.provider.record(index, self._locate(index), self.check_crc if check_crc is None else check_crc)
 
     def __getitem__(self, index: int) -> Sample:
         return self.get(int(index))

@@ -1,8 +1,8 @@
-"""`RecordSource`: what loaders, the shm cache and the trainers need from a store, as a protocol.
+"""`RecordSource`: what loaders, the shm cache, the trainers and `verify` need from a store, as a protocol.
 
-`Store` (a local folder) implements it; so can any other kind of store (one in object storage, a test's
-in-memory stand-in) without the loaders changing. Nothing outside `fastfeed/store/` reads a store in any
-other way.
+`Store` implements it, over a folder or a URL alike (it reads through a shard provider: `local.LocalShards`,
+`remote.shards.RemoteShards`); so can any other kind of store (a test's in-memory stand-in) without the loaders
+changing. Nothing outside `fastfeed/store/` reads a store in any other way.
 
     len(src)                         records in the store
     src.record(i, check_crc=None)    Record i: parsed, CRC-checked (errors name it and its shard)
@@ -15,9 +15,15 @@ other way.
     src.check_crc                    whether record() checks CRCs by default
     src.reopen()                     a fresh source over the same place (what is there now), same settings
     src.close()                      release this process's handles (maps, files); reads reopen them
-    src.epoch_order(cfg, rank, world_size)   optional: the EpochOrder this source wants (None: the default)
+    src.shard_url(k), src.shard_entries(k), src.fetch(k, wait=True)
+                                     where shard k is; the records LMDB holds in it; make it readable here
+  The facts the loaders choose the order from (`loaders/sampler.default_order`); the store never chooses one:
+    src.remote                       whether reads download shards (then the order must suit the shard cache)
+    src.cache_limit                  bytes of its shards the node's cache holds (None: all are local)
+    src.prefetch_depth, src.depth_given   most shards to keep downloaded ahead, and whether it was asked for
+    src.follower()                   `want(now, upcoming)`, told by the order what it needs (None: nothing to fetch)
 
-A source must pickle cheaply (it travels into every worker process) and be safe to use after fork.
+A source must pickle cheaply (it travels into every worker process, with its options) and be safe to use after fork.
 """
 
 from __future__ import annotations
@@ -43,6 +49,26 @@ class RecordSource(Protocol):
     def reopen(self) -> RecordSource: ...
 
     def close(self) -> None: ...
+
+    def shard_url(self, shard: int) -> str: ...
+
+    def shard_entries(self, shard: int) -> int: ...
+
+    def fetch(self, shard: int, wait: bool = True) -> bool: ...
+
+    def follower(self): ...
+
+    @property
+    def remote(self) -> bool: ...
+
+    @property
+    def cache_limit(self) -> int | None: ...
+
+    @property
+    def prefetch_depth(self) -> int | None: ...
+
+    @property
+    def depth_given(self) -> bool: ...
 
     @property
     def fingerprint(self) -> str: ...

@@ -12,9 +12,8 @@ from .. import codec
 from ..procs import worker_context
 from ..progress import bar as progress_bar
 from . import format as fmt
-from .checksum import sha256_file
 from .reader import Store
-from .remote import RemoteStore, ShardDamaged
+from .remote.cache import ShardDamaged
 
 _CHUNK = 256
 
@@ -56,19 +55,14 @@ def _check_shards(store: Store, changed: list) -> list[dict]:
     URL: what is in the bucket, not what the node's shard cache holds: each shard downloaded afresh into the cache
     (replacing the cached copy), its size and sha256 checked. A local shard whose sha256 differs goes into `changed`
     (its records are still checked, to name the damaged ones)."""
-    remote = isinstance(store, RemoteStore)
-    damaged = [] if remote else [
-        {"shard": s.file, "index": None, "error": f"shard file {s.file} is missing (records {s.start}..{s.start + s.count - 1})"}
-        for s in store.shards if not (store.path / s.file).is_file()]
+    damaged = [{"shard": s.file, "index": None, "error": f"shard file {s.file} is missing (records {s.start}.."
+                                                          f"{s.start + s.count - 1})"} for s in store.provider.missing()]
     if damaged:
         return damaged
     for k, s in enumerate(store.shards):
         try:
-            if remote:
-                store.fetch(k, stale=store.cache.identity(s))
-            elif s.sha256 and (digest := sha256_file(store.path / s.file)) != s.sha256:
-                changed.append({"shard": s.file, "index": None, "error": f"sha256 {digest[:16]}..., the manifest says "
-                                                                         f"{s.sha256[:16]}...: the shard changed"})
+            if (differs := store.provider.check_source(k)) is not None:
+                changed.append({"shard": s.file, "index": None, "error": differs})
             entries = store.shard_entries(k)
         except ShardDamaged as e:   # the bucket's object: the others are still checked
             damaged.append({"shard": s.file, "index": None, "error": str(e)})
@@ -81,9 +75,10 @@ def _check_shards(store: Store, changed: list) -> list[dict]:
     return damaged
 
 
-def verify(path, decode: bool = False, workers: int = 1, progress: bool = True) -> VerifyResult:
-    """Check every record's CRC and layout (and with `decode`, that its image decodes)."""
-    store = Store(path)
+def verify(path, decode: bool = False, workers: int = 1, progress: bool = True, options=None) -> VerifyResult:
+    """Check every record's CRC and layout (and with `decode`, that its image decodes). `options`: the
+    `StoreOptions` of a store at a URL."""
+    store = Store(path, options=options)
     result = VerifyResult(store.path)
     changed: list[dict] = []
     result.damaged = _check_shards(store, changed)
@@ -91,7 +86,7 @@ def verify(path, decode: bool = False, workers: int = 1, progress: bool = True) 
     if result.damaged:
         return result  # records cannot be trusted to be where the manifest says
     n = len(store)
-    reader = Store(path, check_crc=False) if not isinstance(store, RemoteStore) else store
+    reader = store   # pickled into the workers with its options (a store at a URL: its shard cache)
     reader.check_crc = False
     jobs = [(reader, a, min(a + _CHUNK, n), decode) for a in range(0, n, _CHUNK)]
     with progress_bar(progress=progress, total=n, unit="rec", desc="verify") as bar:
@@ -118,17 +113,16 @@ def verify(path, decode: bool = False, workers: int = 1, progress: bool = True) 
 _BUCKETS = (256, 512, 640, 1024, 2048)
 
 
-def summarize(path) -> dict:
+def summarize(path, options=None) -> dict:
     """Counts, classes with box counts, image size histogram and bytes, for `fastfeed inspect`."""
-    store = Store(path)
+    store = Store(path, options=options)
     m = store.manifest
     hist = {f"<= {b}": 0 for b in _BUCKETS} | {f"> {_BUCKETS[-1]}": 0}
     for size, count in m.stats["sizes"].items():
         long_side = max(int(v) for v in size.split("x"))
         key = next((f"<= {b}" for b in _BUCKETS if long_side <= b), f"> {_BUCKETS[-1]}")
         hist[key] += count
-    shard_bytes = (sum(s.bytes for s in store.shards) if isinstance(store, RemoteStore) else
-                   sum((store.path / s.file).stat().st_size for s in store.shards if (store.path / s.file).is_file()))
+    shard_bytes = store.provider.stored_bytes()
     return {
         "path": str(store.path), "format_version": m.format_version, "created": m.created,
         "images": m.num_images, "boxes": m.num_boxes, "crowd_boxes": m.num_crowd,

@@ -100,6 +100,7 @@ class TrainConfig:
     conf_thres: float = 0.001
     iou_thres: float = 0.6
     progress: bool = False
+    store_options: object = None         # StoreOptions for --data/--val at a URL (never in to_dict: credentials)
 
     def __post_init__(self):
         def need(ok, flag, rule, value):
@@ -182,4 +183,4 @@ class TrainConfig:
                 return str(v)
             return dict(vars(v)) if hasattr(v, "__dataclass_fields__") else v
 
-        return {f.name: plain(getattr(self, f.name)) for f in fields(self)}
+        return {f.name: plain(getattr(self, f.name)) for f in fields(self) if f.name != "store_options"}

@@ -98,8 +98,8 @@ def open_run(cfg: TrainConfig, stack) -> Run:
     dd = distributed.setup(device)
     stack.callback(distributed.teardown, dd)
     # The stores first: a --data that is not a store is named before the run directory exists.
-    val_store = Store(cfg.val) if cfg.val is not None else None
-    store = Store(cfg.data) if not cfg.eval_only else val_store
+    val_store = Store(cfg.val, options=cfg.store_options) if cfg.val is not None else None
+    store = Store(cfg.data, options=cfg.store_options) if not cfg.eval_only else val_store
     if val_store is not None and val_store.class_names != store.class_names:
         raise TrainError(f"--val {cfg.val} has other classes than --data {cfg.data}: pack both with the same "
                          "categories")

@@ -110,7 +110,6 @@ def test_one_epoch_from_a_store_in_object_storage(sample_yolo, s3, tmp_path, mon
     """FASTFEED_STORE=s3://...: the trainer reads a store in a bucket (moto's S3 API on 127.0.0.1) through the
     node's shard cache."""
     from fastfeed.pack import PackConfig, pack
-    from fastfeed.store.remote import RemoteStore
 
     url = f"s3://{s3.bucket()}/train.ff"
     pack(PackConfig(src=sample_yolo / "data.yaml", out=url, workers=1, shards=4, progress=False))
@@ -120,7 +119,7 @@ def test_one_epoch_from_a_store_in_object_storage(sample_yolo, s3, tmp_path, mon
     model.train(data=str(sample_yolo / "data.yaml"), trainer=FastfeedTrainer, epochs=1, cache=False,
                 project=str(tmp_path), name="s3", **FAST)
     loader = model.trainer.train_loader.loader
-    assert isinstance(loader.store, RemoteStore) and loader.store.path == url
+    assert loader.store.remote and loader.store.path == url
     assert loader.stage_times().samples == 16                                # the epoch came from the bucket
     assert len(loader.store.cache.fetched()) == 4                            # each shard downloaded once
     assert (model.trainer.save_dir / "weights" / "best.pt").is_file()

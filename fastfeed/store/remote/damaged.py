@@ -22,9 +22,9 @@ log = logging.getLogger(__name__)
 _ADVICE = "; run `fastfeed verify` and re-pack"
 
 
-def read(store, index: int, check_crc: bool | None) -> fmt.Record:
-    """Record `index` of `store` (a RemoteStore), its shard downloaded first if needed, copied out of the map."""
-    shard = store._locate(index)
+def read(store, index: int, shard: int, check_crc: bool) -> fmt.Record:
+    """Record `index` (in shard number `shard`) of `store` (a `RemoteShards`), its shard downloaded first if needed,
+    copied out of the map."""
     seen: list = []
     try:
         return _read(store, index, shard, check_crc, seen)
@@ -46,21 +46,21 @@ def _plain(e: Exception) -> str:
     return text[:-len(_ADVICE)] if text.endswith(_ADVICE) else text
 
 
-def _read(store, index: int, shard: int, check_crc: bool | None, seen: list) -> fmt.Record:
+def _read(store, index: int, shard: int, check_crc: bool, seen: list) -> fmt.Record:
     info = store.shards[shard]
     where = store.shard_url(shard)
-    h = store._handle(shard, seen)
+    h = store.handle(shard, seen)
     if (size := os.fstat(h.fd).st_size) != info.bytes:   # reading a shrunk map would kill us (SIGBUS)
         raise fmt.StoreChanged(f"record {index}: " + under_reader(
             [f"the cached copy {store.cache.file(info)} of shard {where} is now {size} bytes, {info.bytes} when "
              "downloaded"]))
     try:
-        buf = h.txn.get(fmt.record_key(index - store._starts[shard]))
+        buf = h.txn.get(fmt.record_key(index - info.start))
     except handles.lmdb.Error as e:
         raise handles.lmdb_failed(e, where, index) from None
     if buf is None:
         raise fmt.RecordCorrupt(f"record {index} missing from shard {where}{_ADVICE}")
-    return fmt._parse_record(bytes(buf), index, where, store.check_crc if check_crc is None else check_crc)
+    return fmt.parse_record(bytes(buf), index, where, check_crc)
 
 
 def _refresh(store, shard: int, bad: tuple | None) -> None:
@@ -68,8 +68,8 @@ def _refresh(store, shard: int, bad: tuple | None) -> None:
     download. A fresh download that does not match the manifest raises ShardDamaged (the bucket's copy); the damaged
     copy is then removed, so no process reads it again."""
     info = store.shards[shard]
-    if shard in store._maps:
-        store._close_shard(shard)
+    if shard in store.maps:
+        store.close_shard(shard)
     stale = store.cache.identity(info) if bad is None else bad
     try:
         store.fetch(shard, wait=True, stale=stale)

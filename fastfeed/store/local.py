@@ -1,0 +1,155 @@
+"""`LocalShards`: the shards of a store in a local folder, mapped with LMDB (the shard provider `Store` reads a
+folder through; `remote/shards.py` is the one for a URL)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import lmdb
+
+from . import changed, publish
+from . import format as fmt
+from .checksum import sha256_file
+from .handles import acquire, lmdb_failed, release
+from .not_store import not_a_store
+
+
+def _identity(path: Path) -> tuple[int, int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino, st.st_mtime_ns
+
+
+class LocalShards:
+    """A folder's manifest and shards. Every shard is mapped on the first read in a process (each checked against the
+    manifest's size first); a pack swapped in after that is refused (open the store again)."""
+
+    remote = False          # reads are local
+    cache_limit = None      # every shard is here: nothing to hold in a cache
+    prefetch_depth = None   # nor to download ahead
+
+    def __init__(self, path):
+        self.path = Path(path)
+        publish.tidy(self.path)   # what an interrupted pack left: the old store put back, the rest removed
+        if not (self.path / fmt.MANIFEST).is_file() and (pid := publish.pack_in_progress(self.path)) is not None:
+            raise fmt.FormatError(f"{self.path} is being packed right now (fastfeed pack, pid {pid}): wait for the "
+                                  "pack to finish, then open it")
+        if not (self.path / fmt.MANIFEST).is_file() and (error := not_a_store(self.path)) is not None:
+            raise error   # missing, a file, a data.yaml, a dataset folder: each named, with what to do
+        manifest_path = self.path / fmt.MANIFEST
+        self.manifest = fmt.read_manifest(manifest_path)
+        self._identity = _identity(manifest_path)
+        self.shards = self.manifest.shards
+        self._pid = None
+        self._handles: list = []
+        self._keys: list = []
+        changed.register(self)
+
+    @property
+    def location(self) -> Path:
+        """What `Store(...)` opens this provider again from."""
+        return self.path
+
+    def __getstate__(self):
+        return {k: getattr(self, k) for k in ("path", "manifest", "_identity", "shards")}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._pid, self._handles, self._keys = None, [], []
+        changed.register(self)
+
+    def _repacked(self) -> bool:
+        try:
+            return _identity(self.path / fmt.MANIFEST) != self._identity
+        except OSError:
+            return True
+
+    def _open(self) -> None:
+        if self._repacked():
+            raise fmt.FormatError(f"the store at {self.path} was re-packed or removed after this Store was opened; "
+                                  "open it again (Store(path)) to read the new pack")
+        found = []
+        for s in self.shards:
+            file = self.path / s.file
+            try:
+                st = os.stat(file)
+            except FileNotFoundError:
+                raise fmt.FormatError(f"shard {s.file} is missing from {self.path}; restore it or re-pack") from None
+            if st.st_size != s.bytes:  # reading a truncated map would kill us with SIGBUS
+                raise fmt.FormatError(f"shard {s.file} of {self.path} is {st.st_size} bytes, the manifest "
+                                      f"says {s.bytes}: truncated or replaced; re-pack or restore it")
+            found.append(((st.st_dev, st.st_ino), str(file)))
+        self._handles, self._keys = [], []
+        try:
+            for (key, file), s in zip(found, self.shards):
+                try:
+                    self._handles.append(acquire(key, file))
+                except lmdb.Error as e:
+                    raise fmt.FormatError(f"shard {s.file} of {self.path} cannot be opened ({e}); "
+                                          "the store is damaged: re-pack it or restore the shard") from None
+                self._keys.append(key)
+            if self._repacked():   # swapped while we opened: these maps may mix two packs
+                raise fmt.FormatError(f"the store at {self.path} was re-packed while this Store was opening it; "
+                                      "open it again")
+        except BaseException:
+            for key in self._keys:
+                release(key)
+            self._handles, self._keys = [], []
+            raise
+        self._pid = os.getpid()
+
+    def handle(self, shard: int):
+        if self._pid != os.getpid():
+            self._open()
+        return self._handles[shard]
+
+    def close(self) -> None:
+        if self._pid == os.getpid():
+            for key in self._keys:
+                release(key)
+        self._pid, self._handles, self._keys = None, [], []
+
+    # --- shards -------------------------------------------------------------------------------------------------
+    def shard_url(self, shard: int) -> str:
+        return str(self.path / self.shards[shard].file)
+
+    def fetch(self, shard: int, wait: bool = True) -> bool:
+        return True   # a local shard is readable here
+
+    def shard_entries(self, shard: int) -> int:
+        h = self.handle(shard)
+        try:
+            return h.env.stat()["entries"]
+        except lmdb.Error as e:
+            raise lmdb_failed(e, self.shard_url(shard)) from None
+
+    def missing(self) -> list:
+        """The shards whose file is not there."""
+        return [s for s in self.shards if not (self.path / s.file).is_file()]
+
+    def check_source(self, shard: int) -> str | None:
+        """How the shard's file differs from the manifest's checksum (None: it does not, or no checksum)."""
+        s = self.shards[shard]
+        if s.sha256 and (digest := sha256_file(self.path / s.file)) != s.sha256:
+            return f"sha256 {digest[:16]}..., the manifest says {s.sha256[:16]}...: the shard changed"
+        return None
+
+    def stored_bytes(self) -> int:
+        return sum((self.path / s.file).stat().st_size for s in self.shards if (self.path / s.file).is_file())
+
+    # --- reads --------------------------------------------------------------------------------------------------
+    def record(self, index: int, shard: int, check_crc: bool) -> fmt.Record:
+        """Record `index` (in shard number `shard`), a view into the map."""
+        info, h = self.shards[shard], self.handle(shard)
+        name = info.file
+        if (size := os.fstat(h.fd).st_size) != info.bytes:   # reading a shrunk map would kill us (SIGBUS)
+            raise fmt.StoreChanged(f"record {index}: " + changed.under_reader(
+                [f"shard {self.path / name} is now {size} bytes, {info.bytes} when packed"]))
+        try:
+            buf = h.txn.get(fmt.record_key(index - info.start))
+        except lmdb.Error as e:
+            raise fmt.RecordCorrupt(f"{lmdb_failed(e, str(self.path / name), index)}; run `fastfeed verify` and "
+                                    "re-pack") from None
+        if buf is None:
+            raise fmt.RecordCorrupt(f"record {index} missing from shard {name}; run `fastfeed verify` and re-pack")
+        return fmt.parse_record(buf, index, name, check_crc)

@@ -1,0 +1,245 @@
+"""`RemoteShards`: the shards of a store in object storage (`Store("s3://bucket/coco.ff")`), read through the node's
+shard cache: the shard provider `Store` reads a URL through.
+
+The manifest is read from the URL when the store is opened (small; the shards are not touched). A shard is
+downloaded into the node-local shard cache (`cache.py`) the first time any process on the node needs
+it, then opened with LMDB like a local shard. Each process maps only the shards it is reading: when it opens
+another one it closes those that no order on the node pins and that are not among its last two, so the
+cache can evict them. A remote store's records own their bytes (a copy out of the map), so closing a shard
+never invalidates a record handed out.
+
+It chooses no order: it tells the loaders what the cache can hold (`cache_limit`) and how many shards to keep
+ahead (`prefetch_depth`), and gives each order a `Prefetcher` (`follower()`) that pins the shards the order says it
+needs now and next and downloads them in the background (`loaders/shard_order.py` builds the order).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import weakref
+from collections import OrderedDict
+
+from .. import changed, handles, objstore
+from .. import format as fmt
+from ..options import StoreOptions
+from . import damaged
+from .cache import ShardCache
+from .link import Link
+from .sizes import default_dir, default_limit, parse_size
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DEPTH = 2        # shards downloaded ahead of the ones being read, at least
+LEAD_BYTES = 16 << 20    # ... and by default at least this much (small shards: more of them ahead)
+_KEEP_RECENT = 2         # shards a process keeps mapped besides the pinned ones
+_STORES: weakref.WeakSet = weakref.WeakSet()
+
+
+def _forget_inherited() -> None:
+    for s in list(_STORES):
+        s._forget()
+
+
+os.register_at_fork(after_in_child=_forget_inherited)
+
+
+class RemoteShards:
+    """A store at a URL (any fsspec protocol), its shards in the node's cache. See the module docstring.
+
+    options.cache_dir: the node-local shard cache; options.cache_limit: bytes or a size such as "50G" / "40%";
+    options.storage_options: fsspec options (credentials, endpoint; never written anywhere); options.prefetch_depth:
+    most shards downloaded ahead (default `default_depth`). Each not given comes from the environment (`options.py`).
+    """
+
+    remote = True
+
+    def __init__(self, path, options: StoreOptions):
+        self.url = objstore.location(str(path))
+        self.path = objstore.shown(self.url)
+        self.storage_options = dict(options.storage_options)
+        self.link = Link()
+        fs, root = self._filesystem()
+        where = objstore.join(self.path, fmt.MANIFEST)
+        try:
+            with self.link.timed():   # a small request: a sample of the link's delay
+                data = objstore.read_bytes(fs, objstore.join(root, fmt.MANIFEST), where, "reading the manifest")
+        except objstore.RemoteMissing:
+            raise fmt.FormatError(f"{self.path} is not a fastfeed store: it has no {fmt.MANIFEST} (it is being "
+                                  f"packed, or was never packed: `fastfeed pack SRC -o {self.path}`)") from None
+        self.manifest = fmt.parse_manifest(data, where)
+        self.shards = self.manifest.shards
+        root_dir = default_dir() if options.cache_dir is None else options.cache_dir
+        limit = default_limit(root_dir) if options.cache_limit is None else parse_size(options.cache_limit, root_dir)
+        self.cache = ShardCache(root_dir, limit, self.url)
+        self.cache.prepare()
+        depth = options.depth()
+        self.depth_given = depth is not None
+        self.prefetch_depth = self.default_depth() if depth is None else depth
+        self._reset()
+
+    @property
+    def location(self) -> str:
+        return self.url
+
+    @property
+    def cache_limit(self) -> int:
+        return self.cache.limit
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._fs = None
+        self.maps: OrderedDict = OrderedDict()   # shard number -> (lock fd, handle key, handle)
+        self._prefetchers: list = []
+        _STORES.add(self)
+        changed.register(self)   # a cached shard truncated under a read is named (SIGBUS)
+
+    def _forget(self) -> None:
+        """In a forked child: the parent's maps and locks are not ours (closing our copy of a lock's fd leaves
+        the parent's lock alone); nothing is released, everything reopens on use."""
+        for fd, _, _ in self.maps.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.maps = OrderedDict()
+        self._prefetchers = []
+        self._fs = None
+        self._pid = os.getpid()
+
+    def _filesystem(self):
+        if getattr(self, "_fs", None) is None:
+            self._fs = objstore.filesystem(self.url, self.storage_options)
+        return self._fs
+
+    def __getstate__(self):
+        return {k: getattr(self, k) for k in ("url", "path", "storage_options", "manifest", "shards", "cache",
+                                              "prefetch_depth", "depth_given", "link")}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._reset()
+
+    # --- shards -------------------------------------------------------------------------------------------
+    def shard_url(self, shard: int) -> str:
+        return objstore.join(self.path, self.shards[shard].file)
+
+    def _getter(self, shard: int):
+        info = self.shards[shard]
+        fs, root = self._filesystem()
+        where = self.shard_url(shard)
+
+        def get(fd: int) -> None:
+            try:
+                with self.link.timed(info.bytes):
+                    objstore.download(fs, objstore.join(root, info.file), where, fd, info.bytes)
+            except objstore.RemoteMissing:
+                raise fmt.StoreChanged(f"shard {where} is gone: the store at {self.path} was re-packed (or its shards "
+                                       "removed) after this Store read its manifest; open it again (Store(url)) to "
+                                       "read the new pack") from None
+        return get
+
+    def fetch(self, shard: int, wait: bool = True, stale: tuple | None = None) -> bool:
+        """Make shard number `shard` present in the node's cache (download it unless it is there; `stale`: the
+        identity of a cached copy to download again, see `ShardCache.fetch`)."""
+        return self.cache.fetch(self.shards[shard], self._getter(shard), self.shard_url(shard), wait=wait, stale=stale)
+
+    def handle(self, shard: int, seen: list | None = None):
+        """The shard's LMDB handle, downloaded and mapped first if needed; appends the identity of the cached copy
+        it maps (or tried to) to `seen`."""
+        if self._pid != os.getpid():
+            self._forget()
+        entry = self.maps.get(shard)
+        if entry is not None:
+            self.maps.move_to_end(shard)
+            if seen is not None:
+                seen.append(entry[1])
+            return entry[2]
+        info = self.shards[shard]
+        missing = not self.cache.present(info)
+        self._release_stale(keep=0 if missing else _KEEP_RECENT)   # about to wait for a download: hold nothing extra
+        fd = self.cache.use(info)
+        try:
+            if missing:
+                self.fetch(shard, wait=True)
+            self.cache.touch(info)
+            file = self.cache.file(info)
+            st = os.stat(file)
+            key = (st.st_dev, st.st_ino)
+            if seen is not None:
+                seen.append(key)
+            try:
+                h = handles.acquire(key, str(file))
+            except handles.lmdb.Error as e:   # a damaged cached copy: damaged.read downloads it again
+                raise handles.lmdb_failed(e, f"{self.shard_url(shard)} (cached at {file})") from None
+        except BaseException:
+            self.cache.unuse(fd)
+            raise
+        self.maps[shard] = (fd, key, h)
+        return h
+
+    def _release_stale(self, keep: int = _KEEP_RECENT) -> None:
+        """Close the maps no order on the node pins, except the last `keep` used; with keep=0 every map (this
+        process is about to wait for a download: what it holds must not be what keeps the cache full)."""
+        if not self.maps or len(self.maps) < keep:
+            return
+        pinned = self.cache.pinned() if keep else frozenset()
+        recent = list(self.maps)[-keep:] if keep else []
+        for k in list(self.maps):
+            if k not in recent and self.shards[k].file not in pinned:
+                self.close_shard(k)
+
+    def close_shard(self, k: int) -> None:
+        fd, key, _ = self.maps.pop(k)
+        handles.release(key)
+        self.cache.unuse(fd)
+
+    def close(self) -> None:
+        if self._pid == os.getpid():
+            for k in list(self.maps):
+                self.close_shard(k)
+            for p in self._prefetchers:
+                p.stop()
+        self.maps, self._prefetchers = OrderedDict(), []
+
+    def shard_entries(self, shard: int) -> int:
+        return self.handle(shard).env.stat()["entries"]
+
+    # --- reads ------------------------------------------------------------------------------------------------
+    def record(self, index: int, shard: int, check_crc: bool) -> fmt.Record:
+        """Record `index` (in shard number `shard`), its shard downloaded into the node's cache first if needed. The
+        record owns its bytes. A damaged cached copy is downloaded again once (`damaged.py`)."""
+        return damaged.read(self, index, shard, check_crc)
+
+    def missing(self) -> list:
+        return []   # what the bucket holds is checked by downloading it (check_source)
+
+    def check_source(self, shard: int) -> None:
+        """Download the shard afresh from the bucket, replacing the cached copy: its size and sha256 are checked
+        against the manifest (ShardDamaged when the bucket's copy is damaged)."""
+        self.fetch(shard, stale=self.cache.identity(self.shards[shard]))
+
+    def stored_bytes(self) -> int:
+        return sum(s.bytes for s in self.shards)
+
+    # --- what the loaders' order needs ----------------------------------------------------------------------
+    def default_depth(self) -> int:
+        """Most shards fetched ahead when nobody says: 2, or as many as make LEAD_BYTES when the shards are smaller
+        (with 4 MB shards two are a fraction of a second of training, with 128 MB ones seconds), but never more
+        than half the shards the cache holds (the rest is the window, which is what mixes). The prefetcher
+        keeps fewer ahead while its downloads show the link does not need them (`link.Link`)."""
+        sizes = [s.bytes for s in self.shards]
+        if not sizes:
+            return DEFAULT_DEPTH
+        want = math.ceil(LEAD_BYTES / max(sum(sizes) / len(sizes), 1))
+        room = self.cache.limit // max(max(sizes), 1) // 2
+        return max(DEFAULT_DEPTH, min(want, room, len(sizes)))
+
+    def follower(self):
+        """A new `Prefetcher` for one order: `want(now, upcoming)` pins and downloads what the order needs."""
+        from .prefetch import Prefetcher
+
+        prefetcher = Prefetcher(self, floor=min(DEFAULT_DEPTH, self.prefetch_depth))
+        self._prefetchers.append(prefetcher)
+        return prefetcher.want
