@@ -157,6 +157,18 @@ def state_of(loader, epoch: int, batches: int) -> dict:
             "partner_buffer": getattr(opts, "partner_buffer", None), "imgsz": c.imgsz, "augment": c.augment}
 
 
+def legacy_state(loader, epoch: int, batches: int, *, batch_size: int | None = None,
+                 world_size: int | None = None) -> dict:
+    """The state of a checkpoint written before this contract (its position, and the batch size and world size
+    it may name): taken as of `loader`'s own order with those two, the rest unknown and so assumed unchanged."""
+    state = state_of(loader, epoch, 0) | {"epoch": int(epoch), "batches": int(batches)}
+    order = dict(state["order"])
+    for k, v in (("batch_size", batch_size), ("world_size", world_size)):
+        if v is not None and k in order:
+            state[k] = order[k] = int(v)
+    return state | {"order": order}
+
+
 def _changes(saved: dict, ours: dict, keys) -> list[str]:
     return [f"{k.replace('_', ' ')} {saved.get(k)} -> {ours.get(k)}" for k in keys if saved.get(k) != ours.get(k)]
 
