@@ -148,3 +148,29 @@ def test_a_state_of_another_store_or_not_a_state_is_refused():
         loaders(80, 2)[0].load_state_dict(state)
     with pytest.raises(ResumeError, match="not a fastfeed loader state"):
         loaders(64, 2)[0].load_state_dict({"epoch": 0})
+
+
+def test_the_cpu_loaders_workers_follow_a_remainder(tmp_path_factory):
+    """A real pool loader (2 workers, mosaic) resumed from 2 ranks x 2 workers onto 1 rank x 1 worker: its
+    batches are the remainder's records, each once, built by workers whose partner buffers were replayed."""
+    from train_helpers import packed_sample
+
+    from fastfeed import Store
+    from fastfeed.loaders import create_loader
+
+    store = Store(packed_sample(tmp_path_factory))
+    cfg = dict(imgsz=64, batch_size=2, workers=2)
+    old = [create_loader("cpu", store, LoaderConfig(**cfg, rank=r, world_size=2)) for r in range(2)]
+    first = [np.asarray(b) for ld in old for b in ld.order.batches(0)[:1]]
+    state = old[0].state_dict(0, 1)
+    for ld in old:
+        ld.close()
+    with create_loader("cpu", store, LoaderConfig(**(cfg | {"workers": 1}), rank=0, world_size=1)) as new:
+        line = new.load_state_dict(state)
+        assert "world size 2 -> 1, workers 2 -> 1" in line and new.start == 2
+        rest = []
+        for b in new:
+            assert tuple(b.images.shape) == (2, 3, 64, 64)
+            rest.append(b.indices.numpy().copy())
+        assert len(rest) == 6
+    once(first + rest, range(16))
