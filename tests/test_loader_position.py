@@ -174,3 +174,21 @@ def test_the_cpu_loaders_workers_follow_a_remainder(tmp_path_factory):
             rest.append(b.indices.numpy().copy())
         assert len(rest) == 6
     once(first + rest, range(16))
+
+
+def test_a_shard_cache_follows_the_remainders_batches():
+    """Under a FollowedOrder (a store in object storage) the remainder goes inside it: the shards the cache is
+    told are needed now are those of the batches actually read."""
+    from fastfeed.loaders.windowed import FollowedOrder
+
+    n, starts, told = 24 * 37, [s for s, _ in SHARDS], []
+    old = loaders(n, 2, order=windowed(4))
+    state = old[0].state_dict(0, 30)
+    follow = lambda now, ahead: told.append(now)   # noqa: E731
+    new, _ = resumed(state, n, 1, order=lambda r, w: FollowedOrder(windowed(4)(r, w), starts, depth=2, follow=follow))
+    ld = new[0]
+    assert isinstance(ld.order, FollowedOrder) and ld.order.identity()["kind"] == "remainder"
+    batches = ld.order.batches(0)
+    for k in range(ld.start, ld.start + 5):
+        ld.order.reached(0, k)
+        assert set((batches[k] // 37).tolist()) <= set(told[-1])

@@ -19,8 +19,6 @@ It returns one line saying what changed and what the resume does about it, for t
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 
 from .sampler import EpochOrder, ShuffledOrder
@@ -134,10 +132,7 @@ def with_remainder(order: EpochOrder, epoch: int, prior: dict, done: int) -> Epo
     from .windowed import FollowedOrder
 
     if isinstance(order, FollowedOrder):
-        followed = copy.copy(order)
-        followed.base = Remainder(order.base, epoch, prior, done)
-        followed._spans, followed._last = {}, None
-        return followed
+        return order.with_base(Remainder(order.base, epoch, prior, done))
     return Remainder(order, epoch, prior, done)
 
 

@@ -139,6 +139,11 @@ class FollowedOrder(EpochOrder):
     def identity(self) -> dict:
         return self.base.identity()
 
+    def with_base(self, base: EpochOrder) -> FollowedOrder:
+        """The same following (cache, depth, lookback) of another base order (a resumed epoch's remainder)."""
+        return FollowedOrder(base, self.starts, depth=self.depth, lookback=self.lookback, follow=self._follow,
+                             note=self.note)
+
     def describe(self) -> dict:
         return self.base.describe() | {"prefetch_shards": "all" if self.depth is None else self.depth} | self.note
 
