@@ -128,7 +128,8 @@ def test_an_s3_outage_mid_epoch_writes_last_pt_and_resume_continues(remote, s3, 
     with FaultProxy(s3.port) as again:                  # the store is back: --resume continues from that step
         rc, _, err = _finish(_start(remote, out, cache, again.url, "--resume", "--json"))
     assert rc == 0, err[-3000:]
-    assert f"resumed at epoch 0, step {step} ({step} batches into the epoch)" in err
+    assert f"resumed at step {step}: resuming epoch 1 after {step} batches per rank: the batches an uninterrupted " \
+           "run trains next" in err
     assert load_checkpoint(out / "last.pt")["step"] == IMAGES // BATCH
 
 

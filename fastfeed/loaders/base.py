@@ -143,7 +143,8 @@ class Loader(ABC):
 
     What a consumer (the DevicePrefetcher, a trainer) may rely on: `store`, `cfg` (the LoaderConfig),
     `rank` / `world_size` (this process's share), `order` (the `EpochOrder` its batches follow), `len()`,
-    `set_epoch(epoch, start)`, iteration (each `Batch` with its record `indices`), `close()`, `device_hyp`
+    `set_epoch(epoch, start)`, `state_dict()` / `load_state_dict()` (the position
+    and what makes the batches: position.py), iteration (each `Batch` with its record `indices`), `close()`, `device_hyp`
     (augmentation left for the device to do) and `on_device` (batches that are already on the device: no
     prefetcher needed). A subclass calls `Loader.__init__`, which also refuses a config that would give
     empty epochs. `store` is anything with the `fastfeed.store.RecordSource` protocol (a `Store`).
@@ -175,6 +176,27 @@ class Loader(ABC):
         if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= len(self):
             raise ValueError(f"start must be a batch index in 0..{len(self)}, got {start!r}")
         self.epoch, self.start = int(epoch), start
+
+    def state_dict(self, epoch: int | None = None, batches: int | None = None) -> dict:
+        """The position (`batches` consumed into `epoch` on every rank: by default the last `set_epoch`) and what
+        makes the batches (the order's identity, world size, batch size, seed, workers, partner buffer, imgsz):
+        plain values, for a checkpoint (position.py)."""
+        from .position import state_of
+
+        return state_of(self, self.epoch if epoch is None else int(epoch), self.start if batches is None else int(batches))
+
+    def load_state_dict(self, state: dict) -> str:
+        """Continue where `state` (a `state_dict()`, maybe of another topology) left off: the exact continuation when
+        the order is the same, else the records of the interrupted epoch not yet trained re-dealt to this loader's
+        ranks (position.py). Sets the epoch and its first batch (`epoch`, `start`); returns the one line saying what
+        changed and what the resume does about it. A `position.ResumeError` when it cannot."""
+        from .position import resume
+
+        return resume(self, state)
+
+    def use_order(self, order: EpochOrder) -> None:
+        """Follow `order` from now on (before the next iteration; a resumed epoch's remainder)."""
+        self.order = order
 
     #: True for a loader whose batches are already on `cfg.device`, images float in [0,1] (it does what the
     #: DevicePrefetcher does itself): iterate it directly. False: uint8 host batches, for a DevicePrefetcher.

@@ -112,6 +112,10 @@ class PoolLoader(Loader):
         """Worker pids; empty until the first iteration starts the pool."""
         return self._pool.pids() if self._pool else []
 
+    def use_order(self, order) -> None:
+        super().use_order(order)
+        self._ahead, self._pos = None, None   # nothing queued from the old order; the partner buffers are replayed
+
     def _plan(self, epoch: int, start: int = 0) -> _Epoch:
         return _Epoch(epoch, self.order.batches(epoch), self.cfg.mosaic_on(epoch), start)
 

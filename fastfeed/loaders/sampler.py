@@ -63,6 +63,11 @@ class EpochOrder:
     def describe(self) -> dict:
         return {"order": type(self).__name__}
 
+    def identity(self) -> dict:
+        """What makes every rank's batches (no rank): equal identities give equal batches; a saved one rebuilds the
+        order (`position.build_order`: the built-in kinds) to find what a mid-epoch checkpoint had trained."""
+        return {"kind": type(self).__name__, "world_size": self.world_size}
+
     def reached(self, epoch: int, batch: int) -> None:
         """The loader is about to hand batch `batch` of `epoch` out to be read (called in order, by every
         built-in loader where it submits batches). An order that drives a shard cache (`windowed.FollowedOrder`)
@@ -107,6 +112,10 @@ class ShuffledOrder(EpochOrder):
 
     def describe(self) -> dict:
         return {"order": "shuffle" if self.shuffle else "sequential", "scope": "global"}
+
+    def identity(self) -> dict:
+        return {"kind": "shuffle", "n": self.n, "batch_size": self.batch_size, "seed": self.seed,
+                "world_size": self.world_size, "shuffle": self.shuffle, "drop_last": self.drop_last}
 
 
 def default_order(store, cfg, rank: int, world_size: int) -> EpochOrder:

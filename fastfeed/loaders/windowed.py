@@ -106,6 +106,11 @@ class WindowedOrder(EpochOrder):
         return {"order": "windowed", "scope": "node", "window_shards": self.window, "window_bytes": self.window_bytes,
                 "shards": len(self.shards), "nodes": self.nodes, "local_ranks": self.local_world}
 
+    def identity(self) -> dict:
+        return {"kind": "windowed", "shards": [list(s) for s in self.shards], "batch_size": self.batch_size,
+                "seed": self.seed, "window": self.window, "world_size": self.world_size,
+                "local_world": self.local_world, "drop_last": self.drop_last}
+
 
 class FollowedOrder(EpochOrder):
     """`base`'s batches, with the shards needed now and next reported to `follow` as the loader moves on
@@ -130,6 +135,14 @@ class FollowedOrder(EpochOrder):
 
     def samples(self) -> int:
         return self.base.samples()
+
+    def identity(self) -> dict:
+        return self.base.identity()
+
+    def with_base(self, base: EpochOrder) -> FollowedOrder:
+        """The same following (cache, depth, lookback) of another base order (a resumed epoch's remainder)."""
+        return FollowedOrder(base, self.starts, depth=self.depth, lookback=self.lookback, follow=self._follow,
+                             note=self.note)
 
     def describe(self) -> dict:
         return self.base.describe() | {"prefetch_shards": "all" if self.depth is None else self.depth} | self.note

@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 
 from ..devices import rng_state, set_rng_state
+from ..loaders.position import legacy_state
 from .checkpoint import CheckpointError, load_checkpoint
 from .config import DEFAULT_IMGSZ
 from .optim import ModelEMA
 
 log = logging.getLogger(__name__)
 
-CHECKED = ("batch", "accum", "imgsz", "optimizer", "lr", "epochs")   # a change here changes the run: say so
+CHECKED = ("accum", "optimizer", "lr", "epochs")   # a change here changes the run: say so (the loader's: its state)
 
 
 def load_weights(model, path, device) -> dict:
@@ -53,7 +54,8 @@ def checkpoint_state(run, batches_done: int, *, eval_pending: bool = False, stop
             "imgsz": run.cfg.imgsz, "config": run_config(run), "model": run.raw_model.state_dict(),
             "ema": ema.ema.state_dict() if ema else None, "ema_updates": ema.updates if ema else 0,
             "optimizer": run.optimizer.state_dict(), "scaler": run.scaler.state_dict(), "epoch": run.epoch,
-            "step": run.step, "batches_done": batches_done, "micro_batch": run.micro.size, "best_map": run.best,
+            "step": run.step, "batches_done": batches_done, "loader": run.loader.state_dict(run.epoch, batches_done),
+            "micro_batch": run.micro.size, "best_map": run.best,
             "rng": rng_state(run.device), "eval_pending": eval_pending, "stopped_by": stopped_by}
 
 
@@ -69,11 +71,17 @@ def restore(run) -> None:
     if run.ema is not None and ckpt.get("ema") is not None:
         run.ema.ema.load_state_dict(ckpt["ema"])
         run.ema.updates = ckpt["ema_updates"]
-    run.epoch, run.step, run.skip, run.best = ckpt["epoch"], ckpt["step"], ckpt["batches_done"], ckpt["best_map"]
+    run.step, run.best = ckpt["step"], ckpt["best_map"]
+    # the loader's position and what made its batches, checked in one place (loaders/position.py); a checkpoint
+    # from before it was kept: the position alone, taken as of this run's order with the run's batch size
+    state = ckpt.get("loader") or legacy_state(run.loader, ckpt["epoch"], ckpt["batches_done"],
+                                               batch_size=ckpt["config"].get("batch"))
+    line = run.loader.load_state_dict(state)
+    run.epoch, run.skip = run.loader.epoch, run.loader.start
     run.eval_pending = bool(ckpt.get("eval_pending")) and run.val_store is not None
     set_rng_state(ckpt["rng"], run.device)
-    log.info("resumed at epoch %d, step %d (%d batches into the epoch)%s", run.epoch, run.step, run.skip,
-             "; the evaluation of the epoch before is still to do" if run.eval_pending else "")
+    run.say("resumed at step %d: %s%s", run.step, line,
+            "; the evaluation of the epoch before is still to do" if run.eval_pending else "")
     run.ckpt, run.resumed = None, True   # its tensors are in place now
 
 

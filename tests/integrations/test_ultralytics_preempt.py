@@ -129,17 +129,23 @@ def test_a_data_source_lost_mid_epoch_saves_last_pt_then_raises_the_named_error(
     assert _files(resumed.trainer._seen) == uninterrupted[n:]
 
 
-def test_resuming_with_another_batch_size_says_the_epoch_starts_over(sample_yolo, tmp_path, monkeypatch,  # noqa: F811
-                                                                      caplog):
+def test_resuming_with_another_batch_size_re_deals_the_rest_of_the_epoch(sample_yolo, tmp_path, monkeypatch,  # noqa: F811
+                                                                         caplog):
     monkeypatch.setenv("FF_SIGNAL", "0:0:2")
+    model = YOLO("yolov8n.yaml")
     with pytest.raises(Preempted):
-        _train(sample_yolo, tmp_path, "b")
+        model.train(data=str(sample_yolo / "data.yaml"), trainer=RecordingTrainer, project=str(tmp_path), name="b",
+                    **RUN)
+    before = [f for files in _files(model.trainer._seen) for f in files]
+    assert len(before) == 6
     monkeypatch.delenv("FF_SIGNAL", raising=False)
     resumed = YOLO(str(tmp_path / "b" / "weights" / "last.pt"))
-    with caplog.at_level("WARNING", logger="ultralytics"):
+    with caplog.at_level("INFO", logger="ultralytics"):
         resumed.train(resume=True, trainer=RecordingTrainer, batch=4)   # Ultralytics lets batch change on resume
-    assert "with batch 2 x 1 rank(s); this run has batch 4 x 1" in caplog.text and "starts over" in caplog.text
-    assert len(_files(resumed.trainer._seen, epoch=0)) == 4                # all of epoch 0, in batches of 4
+    assert "resuming epoch 1 after 3 batches per rank: batch size 2 -> 4: the 10 records of the epoch not yet " \
+           "trained are dealt to 1 rank(s), 3 batches each" in caplog.text
+    rest = [f for files in _files(resumed.trainer._seen, epoch=0) for f in files]
+    assert len(rest) == len(set(rest)) == 10 and not set(rest) & set(before)   # the 10 not trained, once each
 
 
 def test_a_bad_save_interval_is_named(sample_yolo, tmp_path, monkeypatch):  # noqa: F811

@@ -80,6 +80,7 @@ class FastfeedTrainLoader:
         self.epoch = 0
         self.position = 0          # batches of `epoch` handed out so far (a mid-epoch checkpoint's position)
         self._start: tuple[int, int] | None = None   # (epoch, batch): a resumed epoch starts there
+        self._resumed: dict | None = None             # the loader state resumed from, until its epoch begins
         self.mosaic_closed = False
         self._epoch_of = epoch_of
         self._copy_event = None
@@ -110,11 +111,24 @@ class FastfeedTrainLoader:
         uninterrupted run trains from there; those before it are neither built nor trained)."""
         self._start = (int(epoch), int(batch))
 
+    def state_dict(self, epoch: int, batches: int) -> dict:
+        """The loader's state (`Loader.state_dict`): `batches` of `epoch` consumed on every rank."""
+        return self.loader.state_dict(epoch, batches)
+
+    def resume_from(self, state: dict) -> str:
+        """Continue where a loader `state` left off (`Loader.load_state_dict`: exactly on the same order, else the
+        interrupted epoch's untrained records re-dealt to these ranks); returns the line saying what it does."""
+        line = self.loader.load_state_dict(state)
+        self._resumed = state
+        self.start_at(self.loader.epoch, self.loader.start)
+        return line
+
     def _batches(self):
         epoch = self.epoch = int(self._epoch_of()) if self._epoch_of is not None else self.epoch
         start = 0
         if self._start is not None and self._start[0] == epoch:
             start, self._start = self._start[1], None
+        self._resumed = None
         loader = self.loader
         clock = self.clock = FeedClock.started()
         asked = clock.start
@@ -152,6 +166,8 @@ class FastfeedTrainLoader:
             self.cfg = replace(self.cfg, hyp=replace(self.cfg.hyp, mosaic=0.0, mixup=0.0))   # as Ultralytics closes both
             old, self.loader = self.loader, create_loader(self.name, self.store, self.cfg, **self.options)
             old.close()          # after the new one holds its own lease on a shared cache
+            if self._resumed is not None:   # the resumed epoch, not begun yet: the new loader continues it too
+                self.loader.load_state_dict(self._resumed)
             log.info(f"fastfeed: mosaic off from epoch {epoch + 1}")
 
     def reset(self) -> None:

@@ -11,12 +11,13 @@ A mid-epoch last.pt is exactly what Ultralytics' `save_model` writes (its bytes 
 copied), with `epoch` set to the epoch before the interrupted one (Ultralytics resumes at the epoch after
 `epoch`; 0 in the first epoch, which only FastfeedTrainer resumes inside) and one more entry, `fastfeed`:
 the loader's position (`epoch`, `batches` done in it, `batch_size`
-and `world_size` that make the epoch's order, what stopped it). Every FastfeedTrainer checkpoint write,
+and `world_size`, what stopped it) and `loader`: the loader's state (`Loader.state_dict()`: what makes its batches). Every FastfeedTrainer checkpoint write,
 the epoch-end ones included, is atomic (`write_atomically`): a kill -9 mid-write leaves the previous file.
 
 On `resume=True` Ultralytics restores the optimizer, EMA and counters as usual; FastfeedTrainer then starts
-at the interrupted epoch and its loader at batch `batches` (`set_epoch(epoch, start)`): the batches that
-follow are those the uninterrupted run trains, none of the epoch is trained twice. Two things of
+at the interrupted epoch and its loader where the state says (`resume_feed`, `Loader.load_state_dict`): on the
+same ranks at batch `batches`, the batches the uninterrupted run trains; on another number of ranks (or batch
+size) the epoch's records not yet trained, re-dealt to the new ranks. None of the epoch is trained twice. Two things of
 Ultralytics' loop count batches from 0 in the resumed epoch: the warmup ramp (if the stop fell in the
 warmup epochs, the rest of that epoch ramps from where the epoch started) and the epoch's mean loss in
 results.csv (over the batches after the resume).
@@ -41,7 +42,6 @@ import torch
 
 from ...preempt import EXIT_PREEMPTED
 from ...train.checkpoint import write_atomically
-from .args import log
 
 SAVE_ENV = "FASTFEED_SAVE_EVERY_MIN"
 KEY = "fastfeed"                      # the position's entry in a mid-epoch last.pt
@@ -144,17 +144,21 @@ def position_of(ckpt) -> dict | None:
     return pos if isinstance(pos, dict) and {"epoch", "batches"} <= set(pos) else None
 
 
-def check_position(pos: dict, feed) -> bool:
-    """Whether the interrupted epoch's order is this run's (same batch x ranks); a warning naming what changed
-    when it is not (the epoch then starts over)."""
-    theirs = (pos.get("batch_size"), pos.get("world_size"))
-    ours = (feed.batch_size, feed.world_size)
-    if theirs == ours:
-        return True
-    log.warning(f"fastfeed: the checkpoint stopped {pos['batches']} batches into epoch {pos['epoch'] + 1} with batch "
-                f"{theirs[0]} x {theirs[1]} rank(s); this run has batch {ours[0]} x {ours[1]}, which orders the epoch "
-                f"otherwise: epoch {pos['epoch'] + 1} starts over from its first batch")
-    return False
+def resume_feed(pos: dict, feed) -> str:
+    """Put the train loader where `pos` stopped, through the loader's own contract (`Loader.load_state_dict`: the
+    exact continuation on the same order, else the interrupted epoch's untrained records re-dealt to this run's
+    ranks); returns the line saying what changed and what the resume does. A position written before the loader
+    kept its state (no `loader` entry) is taken as of this run's order with its batch size and world size."""
+    from ...loaders.position import legacy_state
+
+    epoch, batches = int(pos["epoch"]), int(pos["batches"])
+    state = pos.get("loader")
+    if isinstance(state, dict):
+        state = {**state, "epoch": epoch, "batches": batches}   # the position is the entry's (a lost source's)
+    else:
+        state = legacy_state(feed.loader, epoch, batches, batch_size=pos.get("batch_size"),
+                             world_size=pos.get("world_size"))
+    return feed.resume_from(state)
 
 
 def write_stop_file(save_dir: Path, position: dict) -> None:

@@ -35,11 +35,11 @@ from .resume import (
     STOP_FILE,
     Preempted,
     captured_save,
-    check_position,
     describe_stop,
     launch_ranks,
     mid_epoch_checkpoint,
     position_of,
+    resume_feed,
     save_every_min,
     write_files,
     write_stop_file,
@@ -165,6 +165,7 @@ class FastfeedTrainer(DetectionTrainer):
         feed = self.train_loader
         epoch, batches = (self.epoch + 1, 0) if epoch_end else (self.epoch, feed.position)
         return {"epoch": epoch, "batches": batches, "batch_size": feed.batch_size, "world_size": feed.world_size,
+                "loader": feed.state_dict(epoch, batches),
                 "stopped_by": self._ff_signals.reason() if why == "signal" else None, "why": why,
                 "saved_at": time.time()}
 
@@ -221,11 +222,10 @@ class FastfeedTrainer(DetectionTrainer):
         if epoch == 0 and getattr(model, "criterion", None) is not criterion:
             model.criterion = criterion
         self.start_epoch = epoch
-        if batches and check_position(pos, self.train_loader):
-            self.train_loader.start_at(epoch, batches)
-            self._ff_done = (epoch, batches)   # a source lost before the first step keeps this position
-            log.info(f"fastfeed: resuming epoch {epoch + 1} at batch {batches} of {len(self.train_loader)} (the "
-                     "batches an uninterrupted run trains next)")
+        if batches:   # the loader's contract says what changed and continues the epoch (resume.resume_feed)
+            line = resume_feed(pos, self.train_loader)
+            self._ff_done = (epoch, self.train_loader.loader.start)   # a source lost before the first step keeps it
+            log.info(f"fastfeed: {line} ({len(self.train_loader)} batches an epoch)")
 
     def train_store(self, dataset_path, rank: int = -1):
         """The store for the train split, prepared once per trainer (local rank 0 first under DDP); never one

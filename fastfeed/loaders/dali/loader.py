@@ -170,6 +170,10 @@ class DaliLoader(Loader):
                         return str(err)
         return None
 
+    def use_order(self, order) -> None:
+        super().use_order(order)
+        self.close()   # the next iteration builds a pipeline whose source reads the new order
+
     def close(self) -> None:
         self._it = None
         pipe, self._pipe = self._pipe, None

@@ -60,6 +60,10 @@ class DeviceLoader(Loader):
         super().set_epoch(epoch, start)
         self.feed.set_epoch(epoch, start)
 
+    def use_order(self, order) -> None:
+        super().use_order(order)
+        self.host.use_order(order)   # the planning workers' loader reads the order itself
+
     def __iter__(self):
         if self.opts.cache == "device" and self.cache is None:
             raise RuntimeError("this device loader was closed, which freed its VRAM tier; create a new loader")

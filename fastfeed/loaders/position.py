@@ -1,0 +1,202 @@
+"""The loader's position, a contract: `Loader.state_dict()` / `Loader.load_state_dict()` (both trainers' checkpoints).
+
+A state is the position (`epoch`, `batches` consumed into it: the same count on every rank, which step together)
+and what makes the batches: the order's identity (`EpochOrder.identity()`: its kind, records, batch size, seed,
+world size, the windowed order's shards, window and local ranks) and the plans' (workers, partner buffer, imgsz,
+augment). `resume(loader, state)` is the one place a saved state is compared with a loader:
+
+- the same order: the exact continuation, `set_epoch(epoch, batches)` (other workers or another partner buffer
+  change only the mosaic partners, which are then the ones an uninterrupted run with them draws);
+- another order (ranks, batch size, window...) mid-epoch: the records of the interrupted epoch not yet trained are
+  those the saved order gave every one of its ranks at positions >= `batches`; they are dealt to the new ranks
+  (`Remainder`), equal batches on every rank, the tail dropped or padded as `drop_last` has an epoch's tail; the
+  remainder fills the last batches of the epoch (the loader starts at `len(loader) - remainder`), and later
+  epochs follow the new order;
+- at an epoch's start (`batches` 0): that epoch in the new order.
+
+It returns one line saying what changed and what the resume does about it, for the trainer to log.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .sampler import EpochOrder, ShuffledOrder
+
+FORMAT = "fastfeed-loader-state"
+VERSION = 1
+_PLANS = ("workers", "partner_buffer", "imgsz", "augment")   # they shape the plans, not which records
+
+
+class ResumeError(ValueError):
+    """A saved loader state that cannot be continued by this loader (another store, an order it cannot rebuild)."""
+
+
+def build_order(identity: dict, rank: int) -> EpochOrder:
+    """The order `identity` describes, for `rank` (what recomputes a saved run's batches)."""
+    from .windowed import WindowedOrder
+
+    i = identity
+    kind = i.get("kind")
+    if kind == "shuffle":
+        return ShuffledOrder(i["n"], i["batch_size"], seed=i["seed"], rank=rank, world_size=i["world_size"],
+                             shuffle=i["shuffle"], drop_last=i["drop_last"])
+    if kind == "windowed":
+        return WindowedOrder([tuple(s) for s in i["shards"]], i["batch_size"], window=i["window"], seed=i["seed"],
+                             rank=rank, world_size=i["world_size"], local_world=i["local_world"],
+                             drop_last=i["drop_last"])
+    if kind == "remainder":
+        return Remainder(build_order(i["base"], rank), i["epoch"], i["prior"], i["done"])
+    raise ResumeError(f"the checkpoint's epoch order ({kind}) cannot be rebuilt here: resume on the same topology "
+                      "(ranks, batch size) or at an epoch's end")
+
+
+def identity_at(identity: dict, epoch: int) -> dict:
+    """The identity of the order that gives `epoch`'s batches (a remainder's own epoch only; else its base)."""
+    while identity.get("kind") == "remainder" and identity["epoch"] != epoch:
+        identity = identity["base"]
+    return identity
+
+
+class Remainder(EpochOrder):
+    """`base`'s batches, except in `epoch`: the records the `prior` order (an identity) had not given any of its
+    ranks in its first `done` batches, dealt to `base`'s ranks (module docstring). That epoch keeps `len(base)`
+    batches, the first ones empty (already trained): the loader starts after them."""
+
+    def __init__(self, base: EpochOrder, epoch: int, prior: dict, done: int):
+        self.base, self.epoch, self.prior, self.done = base, int(epoch), dict(prior), int(done)
+        self.rank, self.world_size = base.rank, base.world_size
+        self.batch_size, self.drop_last = base.batch_size, getattr(base, "drop_last", True)
+        self.local_world = getattr(base, "local_world", 1)
+        self._mine: list[np.ndarray] | None = None
+        self.rest = self.left_out = 0   # records not yet trained; those drop_last left out (all ranks together)
+
+    def remaining(self) -> np.ndarray:
+        """The records of `epoch` the prior order had not reached, in its reading order (batch by batch, rank by
+        rank)."""
+        olds = [build_order(self.prior, r).batches(self.epoch) for r in range(self.prior["world_size"])]
+        parts = [np.asarray(b[k], np.int64) for k in range(self.done, max(map(len, olds))) for b in olds if k < len(b)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    def own(self) -> list[np.ndarray]:
+        """This rank's batches of the rest of `epoch` (the same count on every rank)."""
+        if self._mine is None:
+            from .windowed import node_layout
+
+            seq, world, b, drop = self.remaining(), self.world_size, self.batch_size, self.drop_last
+            self.rest = len(seq)
+            per_rank = len(seq) // world if drop else -(-len(seq) // world)
+            if per_rank * world > len(seq):   # padded by wrapping around, as an epoch's tail
+                seq = np.tile(seq, -(-per_rank * world // len(seq)))[:per_rank * world]
+            node, _, local, lw = node_layout(self.rank, world, self.local_world)
+            part = per_rank * lw   # a node reads one contiguous part of the rest (a windowed order's shards stay near)
+            mine = seq[node * part:(node + 1) * part][local::lw][:per_rank]
+            if drop:
+                mine = mine[:len(mine) // b * b]
+            self.left_out = self.rest - len(mine) * world if drop else 0
+            self._mine = [mine[i:i + b] for i in range(0, len(mine), b)]
+            if len(self._mine) > len(self.base):
+                raise ResumeError(f"the rest of epoch {self.epoch + 1} takes {len(self._mine)} batches per rank, more "
+                                  f"than an epoch's {len(self.base)}")
+        return self._mine
+
+    def skipped(self) -> int:
+        """The empty batches that open `epoch` (where the loader starts)."""
+        return len(self.base) - len(self.own())
+
+    def batches(self, epoch: int) -> list[np.ndarray]:
+        if int(epoch) != self.epoch:
+            return self.base.batches(epoch)
+        return [np.zeros(0, np.int64)] * self.skipped() + self.own()
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def samples(self) -> int:
+        return self.base.samples()
+
+    def describe(self) -> dict:
+        return self.base.describe()
+
+    def identity(self) -> dict:
+        return {"kind": "remainder", "world_size": self.world_size, "epoch": self.epoch, "prior": self.prior,
+                "done": self.done, "base": self.base.identity()}
+
+    def __getstate__(self):
+        return self.__dict__ | {"_mine": None}
+
+
+def with_remainder(order: EpochOrder, epoch: int, prior: dict, done: int) -> EpochOrder:
+    """`order` with `epoch` replaced by the rest of `prior`'s; inside a `FollowedOrder` (a shard cache follows the
+    batches actually read)."""
+    from .windowed import FollowedOrder
+
+    if isinstance(order, FollowedOrder):
+        return order.with_base(Remainder(order.base, epoch, prior, done))
+    return Remainder(order, epoch, prior, done)
+
+
+def _remainder_of(order: EpochOrder) -> Remainder:
+    return order.base if not isinstance(order, Remainder) else order
+
+
+def state_of(loader, epoch: int, batches: int) -> dict:
+    """`loader.state_dict()`: `batches` consumed into `epoch` on every rank, and what makes them."""
+    if batches >= len(loader):
+        epoch, batches = epoch + 1, 0
+    opts = getattr(loader, "opts", None)
+    c = loader.cfg
+    return {"format": FORMAT, "version": VERSION, "epoch": int(epoch), "batches": int(batches),
+            "records": len(loader.store), "order": identity_at(loader.order.identity(), epoch),
+            "world_size": loader.world_size, "batch_size": c.batch_size, "seed": c.seed, "workers": c.workers,
+            "partner_buffer": getattr(opts, "partner_buffer", None), "imgsz": c.imgsz, "augment": c.augment}
+
+
+def legacy_state(loader, epoch: int, batches: int, *, batch_size: int | None = None,
+                 world_size: int | None = None) -> dict:
+    """The state of a checkpoint written before this contract (its position, and the batch size and world size
+    it may name): taken as of `loader`'s own order with those two, the rest unknown and so assumed unchanged."""
+    state = state_of(loader, epoch, 0) | {"epoch": int(epoch), "batches": int(batches)}
+    order = dict(state["order"])
+    for k, v in (("batch_size", batch_size), ("world_size", world_size)):
+        if v is not None and k in order:
+            state[k] = order[k] = int(v)
+    return state | {"order": order}
+
+
+def _changes(saved: dict, ours: dict, keys) -> list[str]:
+    return [f"{k.replace('_', ' ')} {saved.get(k)} -> {ours.get(k)}" for k in keys if saved.get(k) != ours.get(k)]
+
+
+def resume(loader, state: dict) -> str:
+    """Put `loader` where `state` (a `state_dict()`) left off (module docstring); returns the line that says so."""
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise ResumeError(f"not a fastfeed loader state (no '{FORMAT}' marker): {type(state).__name__}")
+    if state.get("version") != VERSION:
+        raise ResumeError(f"loader state version {state.get('version')}; this fastfeed reads version {VERSION}")
+    epoch, done = int(state["epoch"]), int(state["batches"])
+    ours = state_of(loader, epoch, 0)
+    if state["records"] != ours["records"]:
+        raise ResumeError(f"the checkpoint's loader read a store of {state['records']} records; this one holds "
+                          f"{ours['records']}: resume with the run's own data")
+    where = f"epoch {epoch + 1} after {done} batches per rank" if done else f"epoch {epoch + 1} from its start"
+    plans = _changes(state, ours, _PLANS)
+    if identity_at(state["order"], epoch) == ours["order"]:
+        loader.set_epoch(epoch, done)
+        what = ("the batches an uninterrupted run trains next" if not plans else
+                "the same records in the same batches; mosaic partners and plans as an uninterrupted run with the new "
+                "settings draws them")
+        return f"resuming {where}: " + "; ".join(plans + [what])
+    changed = _changes(state, ours, ("world_size", "batch_size", "seed")) + plans
+    if not done:
+        loader.set_epoch(epoch, 0)
+        return f"resuming {where}: " + ", ".join(changed or ["another epoch order"]) + "; the epoch follows the new order"
+    order = with_remainder(loader.order, epoch, state["order"], done)
+    rest = _remainder_of(order)
+    start = rest.skipped()
+    loader.use_order(order)
+    loader.set_epoch(epoch, start)
+    dropped = f", {rest.left_out} left out (drop_last: they fill no batch on every rank)" if rest.left_out else ""
+    return (f"resuming {where}: " + ", ".join(changed or ["another epoch order"]) + f": the {rest.rest} "
+            f"records of the epoch not yet trained are dealt to {loader.world_size} rank(s), {len(rest.own())} batches "
+            f"each{dropped}; later epochs follow the new order")
