@@ -42,6 +42,7 @@ import torch
 from ...preempt import EXIT_PREEMPTED
 from ...train.checkpoint import write_atomically
 from .args import log
+from .exact import STATE_KEY
 
 SAVE_ENV = "FASTFEED_SAVE_EVERY_MIN"
 KEY = "fastfeed"                      # the position's entry in a mid-epoch last.pt
@@ -121,8 +122,9 @@ def write_files(files: dict[Path, bytes]) -> None:
         write_atomically(path, lambda f, data=data: f.write(data), size=len(data))
 
 
-def mid_epoch_checkpoint(trainer, save, position: dict) -> float:
-    """last.pt for `position` (`batches` of `epoch` done), in Ultralytics' format; returns seconds taken."""
+def mid_epoch_checkpoint(trainer, save, position: dict, state: dict | None = None) -> float:
+    """last.pt for `position` (`batches` of `epoch` done), in Ultralytics' format, with `state` (exact.py) beside
+    it; returns seconds taken."""
     t0 = time.perf_counter()
     epoch = trainer.epoch
     # Ultralytics resumes at the epoch after the checkpoint's, and takes only epoch >= 0 as resumable
@@ -135,6 +137,8 @@ def mid_epoch_checkpoint(trainer, save, position: dict) -> float:
         trainer.epoch, trainer.save_period = epoch, period
     ckpt = torch.load(io.BytesIO(files[Path(trainer.last)]), map_location="cpu", weights_only=False)
     ckpt[KEY] = position
+    if state is not None:
+        ckpt[STATE_KEY] = state
     write_atomically(trainer.last, lambda f: torch.save(ckpt, f))
     return time.perf_counter() - t0
 

@@ -29,6 +29,7 @@ from .args import augment_hyp, describe, loader_name, log, warn_unsupported
 from .batches import ClassFilter, read_records
 from .device import NAME as DEVICE_LOADER
 from .device import finish_batch, for_plots, loader_setup
+from .exact import STATE_KEY, Rhythm, restore_training_state, training_state
 from .feed import FastfeedTrainLoader
 from .report import FEED_CSV, append_row, epoch_line
 from .resume import (
@@ -84,6 +85,8 @@ class FastfeedTrainer(DetectionTrainer):
     _ff_signals = None
     _ff_timer = None
     _ff_done = (-1, 0)   # (epoch, batches) at the last optimizer step
+    _ff_last_step = -1   # the loop's batch count (epoch x batches per epoch + batch) at the last optimizer step
+    _ff_rhythm = None    # after a mid-epoch resume: the uninterrupted run's step schedule, continued (exact.py)
 
     def __init__(self, cfg=DEFAULT_CFG, overrides=None, _callbacks=None):
         self._ff_every = save_every_min()   # a bad value fails here, before anything is built
@@ -129,7 +132,7 @@ class FastfeedTrainer(DetectionTrainer):
         if not self.args.save:
             return f"{message}; training stopped after {batches} batches of epoch {epoch + 1} (save=False: no last.pt)"
         if RANK in (-1, 0):
-            mid_epoch_checkpoint(self, super().save_model, pos)
+            mid_epoch_checkpoint(self, super().save_model, pos, self._ff_state())
         return (f"{message}; training stopped after {batches} batches of epoch {epoch + 1}: {self.last} holds them: "
                 f"continue with YOLO({str(self.last)!r}).train(resume=True, trainer=FastfeedTrainer) once it is "
                 "reachable")
@@ -137,9 +140,17 @@ class FastfeedTrainer(DetectionTrainer):
     def optimizer_step(self):
         super().optimizer_step()
         self._ff_done = (self.epoch, getattr(self.train_loader, "position", 0))   # where a lost source saves
+        self._ff_last_step = self.epoch * len(self.train_loader) + self._ff_done[1] - 1
+        if self._ff_rhythm is not None:
+            self._ff_rhythm.stepped()
         self._ff_step_boundary(epoch_end=False)
 
     def run_callbacks(self, event: str):
+        rhythm = self._ff_rhythm
+        if rhythm is not None and event == "on_train_batch_end":
+            self.accumulate = rhythm.nominal   # what the loop's check read was Rhythm's step-or-not
+        elif rhythm is not None and event == "on_train_epoch_end":   # the resumed epoch's mean loss: all its batches
+            self.tloss = rhythm.epoch_mean(self.epoch, self.tloss, self.train_loader.position)
         super().run_callbacks(event)
         if event == "on_fit_epoch_end":   # every rank, after validation and the epoch's save_model
             self._ff_step_boundary(epoch_end=True)
@@ -174,11 +185,17 @@ class FastfeedTrainer(DetectionTrainer):
         if not self.args.save:
             log.warning("fastfeed: save=False: no mid-epoch last.pt written")
             return pos
-        seconds = mid_epoch_checkpoint(self, super().save_model, pos)
+        seconds = mid_epoch_checkpoint(self, super().save_model, pos, self._ff_state())
         self._ff_timer.saved()
         log.info(f"fastfeed: {self.last} at epoch {pos['epoch'] + 1}, batch {pos['batches']} of {len(self.train_loader)} "
                  f"({why}; written in {seconds:.2f} s)")
         return pos
+
+    def _ff_state(self) -> dict:
+        """What an exact resume needs beyond Ultralytics' checkpoint (exact.py)."""
+        feed, rhythm = self.train_loader, self._ff_rhythm
+        loss = rhythm.epoch_mean(self.epoch, self.tloss, feed.position) if rhythm else self.tloss
+        return training_state(self, self._ff_last_step, loss)
 
     def _ff_stop(self, epoch_end: bool) -> None:
         """Every rank: rank 0 writes (mid-epoch: last.pt; at an epoch's end Ultralytics just wrote it) and leaves
@@ -221,9 +238,16 @@ class FastfeedTrainer(DetectionTrainer):
         if epoch == 0 and getattr(model, "criterion", None) is not criterion:
             model.criterion = criterion
         self.start_epoch = epoch
+        state = ckpt.get(STATE_KEY)
+        if state is not None:   # the weights, EMA and optimizer as they were, not Ultralytics' fp16 copies
+            restore_training_state(self, state, one_process=RANK == -1)
         if batches and check_position(pos, self.train_loader):
             self.train_loader.start_at(epoch, batches)
             self._ff_done = (epoch, batches)   # a source lost before the first step keeps this position
+            if state is not None:   # the loop counts this epoch's batches from 0: continue its count from ours
+                self._ff_last_step = state["last_step"]
+                self._ff_rhythm = Rhythm(epoch, batches, state["last_step"], self.accumulate,
+                                         self._get_warmup_iterations(len(self.train_loader)), state["epoch_loss"])
             log.info(f"fastfeed: resuming epoch {epoch + 1} at batch {batches} of {len(self.train_loader)} (the "
                      "batches an uninterrupted run trains next)")
 
@@ -269,6 +293,8 @@ class FastfeedTrainer(DetectionTrainer):
 
     def preprocess_batch(self, batch: dict) -> dict:
         feed = getattr(self, "train_loader", None)
+        if self._ff_rhythm is not None:   # after the loop's warmup code, before its optimizer-step check
+            self._ff_rhythm.before_check(self, self.epoch, feed.position - 1, len(feed))
         if isinstance(feed, FastfeedTrainLoader) and feed.on_device:
             return finish_batch(self, batch, feed)   # on the device in the training dtype: nothing to convert
         batch = super().preprocess_batch(batch)     # to the device, /255 there, multi_scale: Ultralytics' own
