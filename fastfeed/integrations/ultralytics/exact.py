@@ -52,12 +52,13 @@ def _set_rng_states(states: dict) -> None:
         torch.cuda.set_rng_state_all(cuda)
 
 
-def training_state(trainer, last_step: int, epoch_loss) -> dict:
-    """The state a mid-epoch last.pt keeps for an exact resume; `last_step`: the loop's batch count (epoch x
-    batches per epoch + batch) at the last optimizer step."""
+def training_state(trainer) -> dict:
+    """The state a mid-epoch last.pt of FastfeedTrainer `trainer` keeps for an exact resume."""
+    rhythm, feed = trainer._ff_rhythm, trainer.train_loader
+    epoch_loss = rhythm.epoch_mean(trainer.epoch, trainer.tloss, feed.position) if rhythm else trainer.tloss
     return {"model": _cpu(unwrap_model(trainer.model).state_dict()), "ema": _cpu(trainer.ema.ema.state_dict()),
             "updates": int(trainer.ema.updates), "optimizer": _cpu(trainer.optimizer.state_dict()),
-            "scaler": trainer.scaler.state_dict(), "rng": _rng_states(), "last_step": int(last_step),
+            "scaler": trainer.scaler.state_dict(), "rng": _rng_states(), "last_step": int(trainer._ff_last_step),
             "epoch_loss": _cpu(epoch_loss)}
 
 
@@ -86,23 +87,29 @@ class Rhythm:
     resume its count is short by `start` batches in the resumed epoch and its last step is unknown to it.
     `before_check` (called once per batch after the loop's warmup code, before its check) sets
     `trainer.accumulate` to 1 when the uninterrupted run steps at this batch and to NO_STEP when it does not;
-    `stepped` records a step; `nominal` is the accumulation the uninterrupted run shows at this batch."""
+    after the batch, `on_event` puts back the accumulation the uninterrupted run shows there (`nominal`)."""
 
-    def __init__(self, epoch: int, start: int, last_step: int, acc0: int, warmup: int, epoch_loss=None):
-        self.epoch, self.start, self.last_step = epoch, start, last_step
-        self.acc0, self.warmup = acc0, warmup
+    def __init__(self, epoch: int, start: int, acc0: int, warmup: int, epoch_loss=None):
+        self.epoch, self.start, self.acc0, self.warmup = epoch, start, acc0, warmup
         self.epoch_loss = epoch_loss          # the resumed epoch's mean loss over its first `start` batches
         self.nominal = acc0
 
-    def before_check(self, trainer, epoch: int, batch: int, nb: int) -> None:
-        count = epoch * nb + batch
-        moved = epoch == self.epoch and self.start
-        if self.warmup and count - (self.start if moved else 0) <= self.warmup:
-            self._ramp(trainer, count, epoch)   # the loop ramped at its own count: set the values of ours
+    @classmethod
+    def resumed(cls, trainer, state: dict, epoch: int, start: int) -> Rhythm:
+        """For a trainer resumed at batch `start` of `epoch` (its accumulate: the nominal one, before any warmup)."""
+        warmup = trainer._get_warmup_iterations(len(trainer.train_loader))
+        return cls(epoch, start, trainer.accumulate, warmup, state.get("epoch_loss"))
+
+    def before_check(self, trainer, count: int) -> None:
+        """Batch count `count` (epoch x batches per epoch + batch) is in flight; the last step was at
+        `trainer._ff_last_step`."""
+        epoch = trainer.epoch
+        behind = self.start if epoch == self.epoch else 0   # how far the loop's count is behind ours
+        if self.warmup and count - behind <= self.warmup:
+            self._ramp(trainer, count, epoch)   # the loop ramped at its own count: set the values at ours
         else:
             self.nominal = self.acc0
-        trainer.accumulate = 1 if count - self.last_step >= self.nominal else NO_STEP
-        self._count = count
+        trainer.accumulate = 1 if count - trainer._ff_last_step >= self.nominal else NO_STEP
 
     def _ramp(self, trainer, count: int, epoch: int) -> None:
         """The warmup's values at batch count `count` (past the ramp: its end values)."""
@@ -115,8 +122,11 @@ class Rhythm:
             if "momentum" in group:
                 group["momentum"] = float(np.interp(count, span, (args.warmup_momentum, args.momentum)))
 
-    def stepped(self) -> None:
-        self.last_step = self._count
+    def on_event(self, trainer, event: str) -> None:
+        if event == "on_train_batch_end":
+            trainer.accumulate = self.nominal   # the loop's check has read Rhythm's step-or-not
+        elif event == "on_train_epoch_end":     # the resumed epoch's mean loss over all its batches
+            trainer.tloss = self.epoch_mean(trainer.epoch, trainer.tloss, trainer.train_loader.position)
 
     def epoch_mean(self, epoch: int, tloss, done: int):
         """The resumed epoch's mean loss over all its `done` batches (the loop's covers those after the resume)."""

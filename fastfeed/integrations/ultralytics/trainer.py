@@ -20,12 +20,11 @@ from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.utils import DEFAULT_CFG, RANK
 from ultralytics.utils.torch_utils import torch_distributed_zero_first, unwrap_model
 
-from ...devices import device_count
 from ...loaders import LoaderConfig
 from ...preempt import SaveTimer, StopSignals
 from ...train import distributed
 from ...train.guards import DataSourceFailed, source_failure
-from .args import augment_hyp, describe, loader_name, log, warn_unsupported
+from .args import augment_hyp, describe, loader_name, loader_workers, log, warn_unsupported
 from .batches import ClassFilter, read_records
 from .device import NAME as DEVICE_LOADER
 from .device import finish_batch, for_plots, loader_setup
@@ -46,13 +45,6 @@ from .resume import (
     write_stop_file,
 )
 from .store import check_boxes, check_classes, prepare_store
-
-
-def _workers(requested: int, device) -> int:
-    """Ultralytics' cap, honoured as its loader does: at most the cores per local device."""
-    if device.type in ("cpu", "mps"):
-        return requested     # the trainer has already set 0 on CPU: the model step dominates there
-    return max(0, min(requested, (os.cpu_count() or 1) // max(device_count(device), 1)))
 
 
 def _fresh_feed_file(trainer) -> None:
@@ -132,7 +124,7 @@ class FastfeedTrainer(DetectionTrainer):
         if not self.args.save:
             return f"{message}; training stopped after {batches} batches of epoch {epoch + 1} (save=False: no last.pt)"
         if RANK in (-1, 0):
-            mid_epoch_checkpoint(self, super().save_model, pos, self._ff_state())
+            mid_epoch_checkpoint(self, super().save_model, pos, training_state(self))
         return (f"{message}; training stopped after {batches} batches of epoch {epoch + 1}: {self.last} holds them: "
                 f"continue with YOLO({str(self.last)!r}).train(resume=True, trainer=FastfeedTrainer) once it is "
                 "reachable")
@@ -141,16 +133,11 @@ class FastfeedTrainer(DetectionTrainer):
         super().optimizer_step()
         self._ff_done = (self.epoch, getattr(self.train_loader, "position", 0))   # where a lost source saves
         self._ff_last_step = self.epoch * len(self.train_loader) + self._ff_done[1] - 1
-        if self._ff_rhythm is not None:
-            self._ff_rhythm.stepped()
         self._ff_step_boundary(epoch_end=False)
 
     def run_callbacks(self, event: str):
-        rhythm = self._ff_rhythm
-        if rhythm is not None and event == "on_train_batch_end":
-            self.accumulate = rhythm.nominal   # what the loop's check read was Rhythm's step-or-not
-        elif rhythm is not None and event == "on_train_epoch_end":   # the resumed epoch's mean loss: all its batches
-            self.tloss = rhythm.epoch_mean(self.epoch, self.tloss, self.train_loader.position)
+        if self._ff_rhythm is not None:
+            self._ff_rhythm.on_event(self, event)
         super().run_callbacks(event)
         if event == "on_fit_epoch_end":   # every rank, after validation and the epoch's save_model
             self._ff_step_boundary(epoch_end=True)
@@ -185,17 +172,11 @@ class FastfeedTrainer(DetectionTrainer):
         if not self.args.save:
             log.warning("fastfeed: save=False: no mid-epoch last.pt written")
             return pos
-        seconds = mid_epoch_checkpoint(self, super().save_model, pos, self._ff_state())
+        seconds = mid_epoch_checkpoint(self, super().save_model, pos, training_state(self))
         self._ff_timer.saved()
         log.info(f"fastfeed: {self.last} at epoch {pos['epoch'] + 1}, batch {pos['batches']} of {len(self.train_loader)} "
                  f"({why}; written in {seconds:.2f} s)")
         return pos
-
-    def _ff_state(self) -> dict:
-        """What an exact resume needs beyond Ultralytics' checkpoint (exact.py)."""
-        feed, rhythm = self.train_loader, self._ff_rhythm
-        loss = rhythm.epoch_mean(self.epoch, self.tloss, feed.position) if rhythm else self.tloss
-        return training_state(self, self._ff_last_step, loss)
 
     def _ff_stop(self, epoch_end: bool) -> None:
         """Every rank: rank 0 writes (mid-epoch: last.pt; at an epoch's end Ultralytics just wrote it) and leaves
@@ -245,9 +226,7 @@ class FastfeedTrainer(DetectionTrainer):
             self.train_loader.start_at(epoch, batches)
             self._ff_done = (epoch, batches)   # a source lost before the first step keeps this position
             if state is not None:   # the loop counts this epoch's batches from 0: continue its count from ours
-                self._ff_last_step = state["last_step"]
-                self._ff_rhythm = Rhythm(epoch, batches, state["last_step"], self.accumulate,
-                                         self._get_warmup_iterations(len(self.train_loader)), state["epoch_loss"])
+                self._ff_last_step, self._ff_rhythm = state["last_step"], Rhythm.resumed(self, state, epoch, batches)
             log.info(f"fastfeed: resuming epoch {epoch + 1} at batch {batches} of {len(self.train_loader)} (the "
                      "batches an uninterrupted run trains next)")
 
@@ -273,7 +252,7 @@ class FastfeedTrainer(DetectionTrainer):
         if name == DEVICE_LOADER:   # batches finished on this trainer's device, in the dtype it trains in
             hyp, options = loader_setup(self, hyp)
         cfg = LoaderConfig(imgsz=int(self.args.imgsz), batch_size=max(1, min(batch_size, len(store))),
-                           workers=_workers(self.args.workers, self.device), seed=int(self.args.seed),
+                           workers=loader_workers(self.args.workers, self.device), seed=int(self.args.seed),
                            shuffle=True, drop_last=bool(self.args.compile), epochs=int(self.epochs),
                            close_mosaic=int(self.args.close_mosaic), hyp=hyp,
                            device=str(self.device) if self.device.type in ("cuda", "npu") else "cpu",
@@ -294,7 +273,7 @@ class FastfeedTrainer(DetectionTrainer):
     def preprocess_batch(self, batch: dict) -> dict:
         feed = getattr(self, "train_loader", None)
         if self._ff_rhythm is not None:   # after the loop's warmup code, before its optimizer-step check
-            self._ff_rhythm.before_check(self, self.epoch, feed.position - 1, len(feed))
+            self._ff_rhythm.before_check(self, self.epoch * len(feed) + feed.position - 1)
         if isinstance(feed, FastfeedTrainLoader) and feed.on_device:
             return finish_batch(self, batch, feed)   # on the device in the training dtype: nothing to convert
         batch = super().preprocess_batch(batch)     # to the device, /255 there, multi_scale: Ultralytics' own
