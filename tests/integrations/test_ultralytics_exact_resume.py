@@ -1,6 +1,6 @@
-"""A FastfeedTrainer run stopped mid-epoch (SIGTERM) and resumed with Ultralytics' `resume=True` takes the optimizer
-steps the uninterrupted run takes (the accumulation rhythm and the warmup ramp continue from the checkpoint's
-batch) and ends with its weights, tensor for tensor: the model, the EMA and its update count."""
+"""A FastfeedTrainer run stopped by a SIGTERM (mid-epoch, or at an epoch's end with gradients pending) and resumed with
+Ultralytics' `resume=True` takes the optimizer steps the uninterrupted run takes (the accumulation rhythm and the
+warmup ramp continue from the checkpoint's batch) and ends with its weights, tensor for tensor (model, EMA, updates)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,12 @@ def _weights(trainer) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
-def test_a_resumed_run_ends_with_the_uninterrupted_runs_weights(sample_yolo, tmp_path, monkeypatch):  # noqa: F811
+@pytest.mark.parametrize(("signal", "stop", "done"), [
+    ("0:0:2", "stopped after 4 batches of epoch 1", 3),   # in batch 2, which takes no step: the stop comes after 3
+    ("0:0:7", "stopped at the end of epoch 1", 4),        # no step after batch 5: gradients of 6 and 7 are pending
+])
+def test_a_resumed_run_ends_with_the_uninterrupted_runs_weights(sample_yolo, tmp_path, monkeypatch,  # noqa: F811
+                                                               signal, stop, done):
     monkeypatch.delenv("FF_SIGNAL", raising=False)
     data = str(sample_yolo / "data.yaml")
     whole = YOLO("yolov8n.yaml")
@@ -48,17 +53,18 @@ def test_a_resumed_run_ends_with_the_uninterrupted_runs_weights(sample_yolo, tmp
     reference = whole.trainer
     assert reference.steps == [(0, 0), (0, 1), (0, 3), (0, 5), (1, 0), (1, 3), (1, 6)]
 
-    monkeypatch.setenv("FF_SIGNAL", "0:0:2")   # SIGTERM in batch 2, which takes no step: the stop comes after 3
+    monkeypatch.setenv("FF_SIGNAL", signal)
     stopped = YOLO("yolov8n.yaml")
-    with pytest.raises(Preempted, match="stopped after 4 batches of epoch 1"):
+    with pytest.raises(Preempted, match=stop):
         stopped.train(data=data, trainer=StepTrainer, project=str(tmp_path), name="a", **RUN)
     last = tmp_path / "a" / "weights" / "last.pt"
     _, ckpt = load_checkpoint(last)
-    assert ckpt[STATE_KEY]["last_step"] == 3 and ckpt[STATE_KEY]["updates"] == 3
+    assert ckpt[STATE_KEY]["last_step"] == reference.steps[done - 1][1] and ckpt[STATE_KEY]["updates"] == done
 
     resumed = YOLO(str(last))
     resumed.train(resume=True, trainer=StepTrainer)
-    assert stopped.trainer.steps + resumed.trainer.steps == reference.steps   # 3 + 4 (without the rhythm: 3 + 6)
+    assert stopped.trainer.steps == reference.steps[:done]
+    assert resumed.trainer.steps == reference.steps[done:]   # after batch 2 without the rhythm: 6 steps, not 4
     assert resumed.trainer.ema.updates == reference.ema.updates == 7
     ours, theirs = _weights(resumed.trainer), _weights(reference)
     assert ours.keys() == theirs.keys()

@@ -7,7 +7,8 @@ ramp and the gradient-accumulation rhythm would restart from where the epoch beg
 
 FastfeedTrainer adds to a mid-epoch last.pt, under `STATE_KEY`: the model's and the EMA's weights in their
 training dtype, the EMA's update count, the optimizer's and the scaler's state, the random generators'
-states (one process), the batch count at the last optimizer step and the epoch's mean loss so far.
+states (one process), the batch count at the last optimizer step, the epoch's mean loss so far and the gradients of the batches
+trained since the last step (at an epoch's end, where a stop can fall between two steps).
 On resume they replace what Ultralytics restored, and `Rhythm` continues the loop's bookkeeping from the
 checkpoint's position: before each batch's optimizer-step check it sets the accumulation (and, in a ramp the
 resume moved, the learning rates and momentum) that the uninterrupted run has at that batch.
@@ -59,7 +60,8 @@ def training_state(trainer) -> dict:
     return {"model": _cpu(unwrap_model(trainer.model).state_dict()), "ema": _cpu(trainer.ema.ema.state_dict()),
             "updates": int(trainer.ema.updates), "optimizer": _cpu(trainer.optimizer.state_dict()),
             "scaler": trainer.scaler.state_dict(), "rng": _rng_states(), "last_step": int(trainer._ff_last_step),
-            "epoch_loss": _cpu(epoch_loss)}
+            "epoch_loss": _cpu(epoch_loss),   # and the gradients of batches after the last step (at an epoch's end)
+            "grads": [_cpu(p.grad) for p in unwrap_model(trainer.model).parameters()]}
 
 
 def restore_training_state(trainer, state: dict, one_process: bool) -> None:
@@ -93,16 +95,24 @@ class Rhythm:
         self.epoch, self.start, self.acc0, self.warmup = epoch, start, acc0, warmup
         self.epoch_loss = epoch_loss          # the resumed epoch's mean loss over its first `start` batches
         self.nominal = acc0
+        self.grads = None          # gradients accumulated before the stop, added back before the first backward
 
     @classmethod
     def resumed(cls, trainer, state: dict, epoch: int, start: int) -> Rhythm:
         """For a trainer resumed at batch `start` of `epoch` (its accumulate: the nominal one, before any warmup)."""
         warmup = trainer._get_warmup_iterations(len(trainer.train_loader))
-        return cls(epoch, start, trainer.accumulate, warmup, state.get("epoch_loss"))
+        rhythm = cls(epoch, start, trainer.accumulate, warmup, state.get("epoch_loss"))
+        if any(g is not None for g in state.get("grads") or ()):
+            rhythm.grads = state["grads"]
+        return rhythm
 
     def before_check(self, trainer, count: int) -> None:
         """Batch count `count` (epoch x batches per epoch + batch) is in flight; the last step was at
         `trainer._ff_last_step`."""
+        if self.grads is not None:   # the loop zeroed them at its start; this batch's backward adds to them
+            for p, g in zip(unwrap_model(trainer.model).parameters(), self.grads):
+                p.grad = None if g is None else g.to(p.device)
+            self.grads = None
         epoch = trainer.epoch
         behind = self.start if epoch == self.epoch else 0   # how far the loop's count is behind ours
         if self.warmup and count - behind <= self.warmup:

@@ -179,12 +179,14 @@ class FastfeedTrainer(DetectionTrainer):
         return pos
 
     def _ff_stop(self, epoch_end: bool) -> None:
-        """Every rank: rank 0 writes (mid-epoch: last.pt; at an epoch's end Ultralytics just wrote it) and leaves
-        STOP_FILE; then all raise Preempted together."""
+        """Every rank: rank 0 writes (mid-epoch: last.pt; at an epoch's end Ultralytics' last.pt again, with what
+        an exact resume needs) and leaves STOP_FILE; then all raise Preempted together."""
         pos = self._ff_position("signal", epoch_end)
         if RANK in (-1, 0):
             if not epoch_end:
                 self._ff_save("signal")
+            elif self.args.save:
+                mid_epoch_checkpoint(self, super().save_model, pos, training_state(self))
             write_stop_file(self.save_dir, pos)
         if self.world_size > 1 and RANK != -1:
             distributed.barrier(distributed.Dist(RANK, self.world_size))   # nobody leaves before last.pt is on disk
@@ -222,11 +224,12 @@ class FastfeedTrainer(DetectionTrainer):
         state = ckpt.get(STATE_KEY)
         if state is not None:   # the weights, EMA and optimizer as they were, not Ultralytics' fp16 copies
             restore_training_state(self, state, one_process=RANK == -1)
-        if batches and check_position(pos, self.train_loader):
+        continues = bool(batches) and check_position(pos, self.train_loader)
+        if state is not None and (continues or not batches):   # the loop counts from 0 again: continue ours
+            self._ff_last_step, self._ff_rhythm = state["last_step"], Rhythm.resumed(self, state, epoch, batches)
+        if continues:
             self.train_loader.start_at(epoch, batches)
             self._ff_done = (epoch, batches)   # a source lost before the first step keeps this position
-            if state is not None:   # the loop counts this epoch's batches from 0: continue its count from ours
-                self._ff_last_step, self._ff_rhythm = state["last_step"], Rhythm.resumed(self, state, epoch, batches)
             log.info(f"fastfeed: resuming epoch {epoch + 1} at batch {batches} of {len(self.train_loader)} (the "
                      "batches an uninterrupted run trains next)")
 
