@@ -16,10 +16,9 @@ the epoch-end ones included, is atomic (`write_atomically`): a kill -9 mid-write
 
 On `resume=True` Ultralytics restores the optimizer, EMA and counters as usual; FastfeedTrainer then starts
 at the interrupted epoch and its loader at batch `batches` (`set_epoch(epoch, start)`): the batches that
-follow are those the uninterrupted run trains, none of the epoch is trained twice. Two things of
-Ultralytics' loop count batches from 0 in the resumed epoch: the warmup ramp (if the stop fell in the
-warmup epochs, the rest of that epoch ramps from where the epoch started) and the epoch's mean loss in
-results.csv (over the batches after the resume).
+follow are those the uninterrupted run trains, none of the epoch is trained twice. The checkpoint also
+holds what training exactly as the uninterrupted run needs (exact.py: fp32 weights, EMA, optimizer, RNG,
+the batch count at the last step), and the resumed loop's accumulation and warmup ramp continue from it.
 
 Under DDP the launching process forwards SIGTERM/SIGUSR1 to the rank processes (Kubernetes and docker
 signal PID 1 only) and turns the ranks' failure into `Preempted` when they stopped for a signal (rank 0
