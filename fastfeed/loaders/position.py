@@ -168,6 +168,12 @@ def _changes(saved: dict, ours: dict, keys) -> list[str]:
     return [f"{k.replace('_', ' ')} {saved.get(k)} -> {ours.get(k)}" for k in keys if saved.get(k) != ours.get(k)]
 
 
+def same_order(loader, state: dict) -> bool:
+    """Whether `state`'s epoch goes on in `loader`'s own order (the exact continuation `resume` takes for it)."""
+    epoch = int(state["epoch"])
+    return identity_at(state["order"], epoch) == state_of(loader, epoch, 0)["order"]
+
+
 def resume(loader, state: dict) -> str:
     """Put `loader` where `state` (a `state_dict()`) left off (module docstring); returns the line that says so."""
     if not isinstance(state, dict) or state.get("format") != FORMAT:
@@ -181,7 +187,7 @@ def resume(loader, state: dict) -> str:
                           f"{ours['records']}: resume with the run's own data")
     where = f"epoch {epoch + 1} after {done} batches per rank" if done else f"epoch {epoch + 1} from its start"
     plans = _changes(state, ours, _PLANS)
-    if identity_at(state["order"], epoch) == ours["order"]:
+    if same_order(loader, state):
         loader.set_epoch(epoch, done)
         what = ("the batches an uninterrupted run trains next" if not plans else
                 "the same records in the same batches; mosaic partners and plans as an uninterrupted run with the new "

@@ -9,6 +9,7 @@ import os
 from dataclasses import fields
 
 from ...augment import AugmentHyp
+from ...devices import device_count
 from ...loaders import list_loaders
 
 # Ultralytics' own logger: messages appear where its users read its output, silenced on ranks > 0 as its are.
@@ -26,6 +27,13 @@ HYP_ARGS = ("mosaic", "mixup", "degrees", "translate", "scale", "shear", "fliplr
 # The loaders FastfeedTrainer takes: uint8 host batches that Ultralytics' preprocess_batch moves and converts
 # (cpu, shm, dali), and the device loader's, finished on the trainer's device already (device.py).
 TRAINER_LOADERS = ("cpu", "shm", "dali", "device")
+
+
+def loader_workers(requested: int, device) -> int:
+    """Ultralytics' `workers` cap, honoured as its loader does: at most the cores per local device."""
+    if device.type in ("cpu", "mps"):
+        return requested     # the trainer has already set 0 on CPU: the model step dominates there
+    return max(0, min(requested, (os.cpu_count() or 1) // max(device_count(device), 1)))
 
 
 def loader_name(cache) -> str:

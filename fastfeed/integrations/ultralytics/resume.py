@@ -20,7 +20,9 @@ same ranks at batch `batches`, the batches the uninterrupted run trains; on anot
 size) the epoch's records not yet trained, re-dealt to the new ranks. None of the epoch is trained twice. Two things of
 Ultralytics' loop count batches from 0 in the resumed epoch: the warmup ramp (if the stop fell in the
 warmup epochs, the rest of that epoch ramps from where the epoch started) and the epoch's mean loss in
-results.csv (over the batches after the resume).
+results.csv (over the batches after the resume). The checkpoint also holds what training exactly as the
+uninterrupted run needs (exact.py: fp32 weights, EMA, optimizer, RNG, the batch count at the last step); on the
+same order the resumed loop's accumulation, warmup ramp and epoch loss continue from it, so the weights end equal.
 
 Under DDP the launching process forwards SIGTERM/SIGUSR1 to the rank processes (Kubernetes and docker
 signal PID 1 only) and turns the ranks' failure into `Preempted` when they stopped for a signal (rank 0
@@ -42,6 +44,7 @@ import torch
 
 from ...preempt import EXIT_PREEMPTED
 from ...train.checkpoint import write_atomically
+from .exact import STATE_KEY
 
 SAVE_ENV = "FASTFEED_SAVE_EVERY_MIN"
 KEY = "fastfeed"                      # the position's entry in a mid-epoch last.pt
@@ -121,8 +124,9 @@ def write_files(files: dict[Path, bytes]) -> None:
         write_atomically(path, lambda f, data=data: f.write(data), size=len(data))
 
 
-def mid_epoch_checkpoint(trainer, save, position: dict) -> float:
-    """last.pt for `position` (`batches` of `epoch` done), in Ultralytics' format; returns seconds taken."""
+def mid_epoch_checkpoint(trainer, save, position: dict, state: dict | None = None) -> float:
+    """last.pt for `position` (`batches` of `epoch` done), in Ultralytics' format, with `state` (exact.py) beside
+    it; returns seconds taken."""
     t0 = time.perf_counter()
     epoch = trainer.epoch
     # Ultralytics resumes at the epoch after the checkpoint's, and takes only epoch >= 0 as resumable
@@ -135,6 +139,8 @@ def mid_epoch_checkpoint(trainer, save, position: dict) -> float:
         trainer.epoch, trainer.save_period = epoch, period
     ckpt = torch.load(io.BytesIO(files[Path(trainer.last)]), map_location="cpu", weights_only=False)
     ckpt[KEY] = position
+    if state is not None:
+        ckpt[STATE_KEY] = state
     write_atomically(trainer.last, lambda f: torch.save(ckpt, f))
     return time.perf_counter() - t0
 
@@ -144,11 +150,9 @@ def position_of(ckpt) -> dict | None:
     return pos if isinstance(pos, dict) and {"epoch", "batches"} <= set(pos) else None
 
 
-def resume_feed(pos: dict, feed) -> str:
-    """Put the train loader where `pos` stopped, through the loader's own contract (`Loader.load_state_dict`: the
-    exact continuation on the same order, else the interrupted epoch's untrained records re-dealt to this run's
-    ranks); returns the line saying what changed and what the resume does. A position written before the loader
-    kept its state (no `loader` entry) is taken as of this run's order with its batch size and world size."""
+def saved_state(pos: dict, loader) -> dict:
+    """The loader state of a mid-epoch position `pos`. A position written before the loader kept its state (no
+    `loader` entry) is taken as of this run's order with its batch size and world size."""
     from ...loaders.position import legacy_state
 
     epoch, batches = int(pos["epoch"]), int(pos["batches"])
@@ -156,9 +160,16 @@ def resume_feed(pos: dict, feed) -> str:
     if isinstance(state, dict):
         state = {**state, "epoch": epoch, "batches": batches}   # the position is the entry's (a lost source's)
     else:
-        state = legacy_state(feed.loader, epoch, batches, batch_size=pos.get("batch_size"),
+        state = legacy_state(loader, epoch, batches, batch_size=pos.get("batch_size"),
                              world_size=pos.get("world_size"))
-    return feed.resume_from(state)
+    return state
+
+
+def resume_feed(pos: dict, feed) -> str:
+    """Put the train loader where `pos` stopped, through the loader's own contract (`Loader.load_state_dict`: the
+    exact continuation on the same order, else the interrupted epoch's untrained records re-dealt to this run's
+    ranks); returns the line saying what changed and what the resume does."""
+    return feed.resume_from(saved_state(pos, feed.loader))
 
 
 def write_stop_file(save_dir: Path, position: dict) -> None:

@@ -20,15 +20,16 @@ from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.utils import DEFAULT_CFG, RANK
 from ultralytics.utils.torch_utils import torch_distributed_zero_first, unwrap_model
 
-from ...devices import device_count
 from ...loaders import LoaderConfig
+from ...loaders.position import same_order
 from ...preempt import SaveTimer, StopSignals
 from ...train import distributed
 from ...train.guards import DataSourceFailed, source_failure
-from .args import augment_hyp, describe, loader_name, log, warn_unsupported
+from .args import augment_hyp, describe, loader_name, loader_workers, log, warn_unsupported
 from .batches import ClassFilter, read_records
 from .device import NAME as DEVICE_LOADER
 from .device import finish_batch, for_plots, loader_setup
+from .exact import STATE_KEY, Rhythm, restore_training_state, training_state
 from .feed import FastfeedTrainLoader
 from .report import FEED_CSV, append_row, epoch_line
 from .resume import (
@@ -41,17 +42,11 @@ from .resume import (
     position_of,
     resume_feed,
     save_every_min,
+    saved_state,
     write_files,
     write_stop_file,
 )
 from .store import check_boxes, check_classes, prepare_store
-
-
-def _workers(requested: int, device) -> int:
-    """Ultralytics' cap, honoured as its loader does: at most the cores per local device."""
-    if device.type in ("cpu", "mps"):
-        return requested     # the trainer has already set 0 on CPU: the model step dominates there
-    return max(0, min(requested, (os.cpu_count() or 1) // max(device_count(device), 1)))
 
 
 def _fresh_feed_file(trainer) -> None:
@@ -84,6 +79,8 @@ class FastfeedTrainer(DetectionTrainer):
     _ff_signals = None
     _ff_timer = None
     _ff_done = (-1, 0)   # (epoch, batches) at the last optimizer step
+    _ff_last_step = -1   # the loop's batch count (epoch x batches per epoch + batch) at the last optimizer step
+    _ff_rhythm = None    # after a mid-epoch resume: the uninterrupted run's step schedule, continued (exact.py)
 
     def __init__(self, cfg=DEFAULT_CFG, overrides=None, _callbacks=None):
         self._ff_every = save_every_min()   # a bad value fails here, before anything is built
@@ -129,7 +126,7 @@ class FastfeedTrainer(DetectionTrainer):
         if not self.args.save:
             return f"{message}; training stopped after {batches} batches of epoch {epoch + 1} (save=False: no last.pt)"
         if RANK in (-1, 0):
-            mid_epoch_checkpoint(self, super().save_model, pos)
+            mid_epoch_checkpoint(self, super().save_model, pos, training_state(self))
         return (f"{message}; training stopped after {batches} batches of epoch {epoch + 1}: {self.last} holds them: "
                 f"continue with YOLO({str(self.last)!r}).train(resume=True, trainer=FastfeedTrainer) once it is "
                 "reachable")
@@ -137,9 +134,12 @@ class FastfeedTrainer(DetectionTrainer):
     def optimizer_step(self):
         super().optimizer_step()
         self._ff_done = (self.epoch, getattr(self.train_loader, "position", 0))   # where a lost source saves
+        self._ff_last_step = self.epoch * len(self.train_loader) + self._ff_done[1] - 1
         self._ff_step_boundary(epoch_end=False)
 
     def run_callbacks(self, event: str):
+        if self._ff_rhythm is not None:
+            self._ff_rhythm.on_event(self, event)
         super().run_callbacks(event)
         if event == "on_fit_epoch_end":   # every rank, after validation and the epoch's save_model
             self._ff_step_boundary(epoch_end=True)
@@ -175,19 +175,21 @@ class FastfeedTrainer(DetectionTrainer):
         if not self.args.save:
             log.warning("fastfeed: save=False: no mid-epoch last.pt written")
             return pos
-        seconds = mid_epoch_checkpoint(self, super().save_model, pos)
+        seconds = mid_epoch_checkpoint(self, super().save_model, pos, training_state(self))
         self._ff_timer.saved()
         log.info(f"fastfeed: {self.last} at epoch {pos['epoch'] + 1}, batch {pos['batches']} of {len(self.train_loader)} "
                  f"({why}; written in {seconds:.2f} s)")
         return pos
 
     def _ff_stop(self, epoch_end: bool) -> None:
-        """Every rank: rank 0 writes (mid-epoch: last.pt; at an epoch's end Ultralytics just wrote it) and leaves
-        STOP_FILE; then all raise Preempted together."""
+        """Every rank: rank 0 writes (mid-epoch: last.pt; at an epoch's end Ultralytics' last.pt again, with what
+        an exact resume needs) and leaves STOP_FILE; then all raise Preempted together."""
         pos = self._ff_position("signal", epoch_end)
         if RANK in (-1, 0):
             if not epoch_end:
                 self._ff_save("signal")
+            elif self.args.save:
+                mid_epoch_checkpoint(self, super().save_model, pos, training_state(self))
             write_stop_file(self.save_dir, pos)
         if self.world_size > 1 and RANK != -1:
             distributed.barrier(distributed.Dist(RANK, self.world_size))   # nobody leaves before last.pt is on disk
@@ -222,10 +224,16 @@ class FastfeedTrainer(DetectionTrainer):
         if epoch == 0 and getattr(model, "criterion", None) is not criterion:
             model.criterion = criterion
         self.start_epoch = epoch
+        state = ckpt.get(STATE_KEY)
+        if state is not None:   # the weights, EMA and optimizer as they were, not Ultralytics' fp16 copies
+            restore_training_state(self, state, one_process=RANK == -1)
+        exact = same_order(self.train_loader.loader, saved_state(pos, self.train_loader.loader))
         if batches:   # the loader's contract says what changed and continues the epoch (resume.resume_feed)
             line = resume_feed(pos, self.train_loader)
             self._ff_done = (epoch, self.train_loader.loader.start)   # a source lost before the first step keeps it
             log.info(f"fastfeed: {line} ({len(self.train_loader)} batches an epoch)")
+        if state is not None and exact:   # the loop counts from 0 again: continue the uninterrupted run's steps
+            self._ff_last_step, self._ff_rhythm = state["last_step"], Rhythm.resumed(self, state, epoch, batches)
 
     def train_store(self, dataset_path, rank: int = -1):
         """The store for the train split, prepared once per trainer (local rank 0 first under DDP); never one
@@ -249,7 +257,7 @@ class FastfeedTrainer(DetectionTrainer):
         if name == DEVICE_LOADER:   # batches finished on this trainer's device, in the dtype it trains in
             hyp, options = loader_setup(self, hyp)
         cfg = LoaderConfig(imgsz=int(self.args.imgsz), batch_size=max(1, min(batch_size, len(store))),
-                           workers=_workers(self.args.workers, self.device), seed=int(self.args.seed),
+                           workers=loader_workers(self.args.workers, self.device), seed=int(self.args.seed),
                            shuffle=True, drop_last=bool(self.args.compile), epochs=int(self.epochs),
                            close_mosaic=int(self.args.close_mosaic), hyp=hyp,
                            device=str(self.device) if self.device.type in ("cuda", "npu") else "cpu",
@@ -269,6 +277,8 @@ class FastfeedTrainer(DetectionTrainer):
 
     def preprocess_batch(self, batch: dict) -> dict:
         feed = getattr(self, "train_loader", None)
+        if self._ff_rhythm is not None:   # after the loop's warmup code, before its optimizer-step check
+            self._ff_rhythm.before_check(self, self.epoch * len(feed) + feed.position - 1)
         if isinstance(feed, FastfeedTrainLoader) and feed.on_device:
             return finish_batch(self, batch, feed)   # on the device in the training dtype: nothing to convert
         batch = super().preprocess_batch(batch)     # to the device, /255 there, multi_scale: Ultralytics' own
