@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from ultralytics.utils.torch_utils import unwrap_model
 
+from ...devices import rng_state, set_rng_state
+
 STATE_KEY = "fastfeed_state"   # beside Ultralytics' entries and the position (resume.KEY) in a mid-epoch last.pt
 NO_STEP = sys.maxsize           # an accumulation no batch count reaches: the loop takes no step at this batch
 
@@ -37,20 +39,15 @@ def _cpu(value):
     return value
 
 
-def _rng_states() -> dict:
-    states = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
+def _rng_states(device) -> dict:
+    """Python's, numpy's and torch's generators (the accelerator's through fastfeed.devices, the one device rule)."""
+    return {"python": random.getstate(), "numpy": np.random.get_state(), **rng_state(torch.device(device))}
 
 
-def _set_rng_states(states: dict) -> None:
+def _set_rng_states(states: dict, device) -> None:
     random.setstate(states["python"])
     np.random.set_state(states["numpy"])
-    torch.set_rng_state(states["torch"])
-    cuda = states.get("cuda")
-    if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(cuda)
+    set_rng_state(states, torch.device(device))
 
 
 def training_state(trainer) -> dict:
@@ -59,7 +56,7 @@ def training_state(trainer) -> dict:
     epoch_loss = rhythm.epoch_mean(trainer.epoch, trainer.tloss, feed.position) if rhythm else trainer.tloss
     return {"model": _cpu(unwrap_model(trainer.model).state_dict()), "ema": _cpu(trainer.ema.ema.state_dict()),
             "updates": int(trainer.ema.updates), "optimizer": _cpu(trainer.optimizer.state_dict()),
-            "scaler": trainer.scaler.state_dict(), "rng": _rng_states(), "last_step": int(trainer._ff_last_step),
+            "scaler": trainer.scaler.state_dict(), "rng": _rng_states(trainer.device), "last_step": int(trainer._ff_last_step),
             "epoch_loss": _cpu(epoch_loss),   # and the gradients of batches after the last step (at an epoch's end)
             "grads": [_cpu(p.grad) for p in unwrap_model(trainer.model).parameters()]}
 
@@ -79,7 +76,7 @@ def restore_training_state(trainer, state: dict, one_process: bool) -> None:
     if state.get("scaler"):
         trainer.scaler.load_state_dict(state["scaler"])
     if one_process:
-        _set_rng_states(state["rng"])
+        _set_rng_states(state["rng"], trainer.device)
 
 
 class Rhythm:
