@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import objstore
-from .format import Record
 from .options import StoreOptions
+from .record import Record
 
 
 @dataclass(slots=True)

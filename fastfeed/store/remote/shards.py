@@ -24,6 +24,7 @@ from collections import OrderedDict
 from .. import changed, handles, objstore
 from .. import format as fmt
 from ..options import StoreOptions
+from ..record import Record
 from . import damaged
 from .cache import ShardCache
 from .link import Link
@@ -207,7 +208,7 @@ class RemoteShards:
         return self.handle(shard).env.stat()["entries"]
 
     # --- reads ------------------------------------------------------------------------------------------------
-    def record(self, index: int, shard: int, check_crc: bool) -> fmt.Record:
+    def record(self, index: int, shard: int, check_crc: bool) -> Record:
         """Record `index` (in shard number `shard`), its shard downloaded into the node's cache first if needed. The
         record owns its bytes. A damaged cached copy is downloaded again once (`damaged.py`)."""
         return damaged.read(self, index, shard, check_crc)
