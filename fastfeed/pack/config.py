@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..store import objstore
+from ..store import urls
 from .check import DEFAULT_MAX_PIXELS
 from .process import EXIF_MODES, STORE_MODES
 from .usable import COCO_BOX_UNITS
@@ -39,10 +39,10 @@ class PackConfig:
     storage_options: dict | None = None   # fsspec options for a URL SRC or OUT (credentials: never written anywhere)
 
     def __post_init__(self):
-        self.out = objstore.location(self.out)   # a folder (Path) or a URL (str)
-        self.src = objstore.location(self.src)
+        self.out = urls.location(self.out)   # a folder (Path) or a URL (str)
+        self.src = urls.location(self.src)
         for name in ("ann", "images"):
-            if objstore.is_url(getattr(self, name)):
+            if urls.is_url(getattr(self, name)):
                 raise ValueError(f"--{name} must be local; for a dataset in a bucket give its folder as SRC")
         if self.format not in (None, "coco", "yolo"):
             raise ValueError(f"format must be 'coco' or 'yolo' (or None to detect), got {self.format!r}")

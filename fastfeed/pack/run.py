@@ -15,7 +15,7 @@ from typing import NoReturn
 from ..procs import usable_cores, worker_context
 from ..progress import bar as progress_bar
 from ..store import format as fmt
-from ..store import objstore
+from ..store import urls
 from ..store.publish import publish, temp_dir_for
 from . import remote, segment
 from .config import PackConfig
@@ -108,9 +108,9 @@ def pack(cfg: PackConfig) -> PackResult:
     packing started, and `.rejects`, the file listing every rejection, when it was written)."""
     with contextlib.ExitStack() as stack:
         src, files = cfg.src, None
-        if objstore.is_url(cfg.src):   # the layout readers read a local stand-in; the images come from the bucket
+        if urls.is_url(cfg.src):   # the layout readers read a local stand-in; the images come from the bucket
             src, files = stack.enter_context(remote.staged(cfg.src, cfg.storage_options))
-        if objstore.is_url(cfg.out):
+        if urls.is_url(cfg.out):
             return _pack_to_url(cfg, src, files)
         return _pack_local(cfg, src, files)
 
@@ -150,7 +150,7 @@ def _pack_into(tmp: Path, cfg: PackConfig, source, report: PackReport, files=Non
     payload = PayloadConfig(cfg.store, cfg.max_side, cfg.quality, cfg.check, cfg.max_pixels, cfg.exif, cfg.coco_boxes)
     nc = len(source.class_names) or None
     jobs = [segment.SegmentJob(k, items, payload, nc, tmp, cfg.on_error == "fail", files)
-            for k, items in enumerate(segment.plan(source.items, cfg, workers, objstore.is_url(cfg.out)))]
+            for k, items in enumerate(segment.plan(source.items, cfg, workers, urls.is_url(cfg.out)))]
     stats, shards, start = segment.SegmentStats(), [], 0
     for res in _run_segments(jobs, workers, cfg.progress, len(source.items)):
         report.extend(res.problems)
@@ -176,8 +176,8 @@ def _pack_into(tmp: Path, cfg: PackConfig, source, report: PackReport, files=Non
         check_kept(source, start, stats.boxed_images, report)
     manifest = build_manifest(cfg, source, shards, stats, report, workers)
     if files is not None:   # a source in a bucket: name it, not the local stand-in
-        manifest.source["root"] = objstore.shown(files.url)
-        manifest.source["annotations"] = [objstore.shown(files.url_of(a)) for a in source.annotation_files]
+        manifest.source["root"] = urls.shown(files.url)
+        manifest.source["annotations"] = [urls.shown(files.url_of(a)) for a in source.annotation_files]
     return manifest
 
 
@@ -212,7 +212,7 @@ def _pack_to_url(cfg: PackConfig, src, files) -> PackResult:
             shutil.rmtree(tmp, ignore_errors=True)
             dest.close()
     return PackResult(cfg.out, manifest, report, time.perf_counter() - t0, source.describe(),
-                      objstore.join(objstore.shown(cfg.out), fmt.REJECTS))
+                      urls.join(urls.shown(cfg.out), fmt.REJECTS))
 
 
 def _keep_rejects(tmp: Path, out: Path, report: PackReport, n: int) -> NoReturn:

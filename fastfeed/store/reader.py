@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import objstore
+from . import urls
 from .options import StoreOptions
 from .record import Record
 
@@ -48,7 +48,7 @@ class Store:
     """
 
     def __init__(self, path, check_crc: bool = True, options: StoreOptions | None = None, **given):
-        remote = objstore.is_url(path)
+        remote = urls.is_url(path)
         if given and not remote:
             raise ValueError(f"{', '.join(sorted(given))}: options of a store at a URL (s3://...); {path} is a folder")
         self.options = StoreOptions.of(options, **given)

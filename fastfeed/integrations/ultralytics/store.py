@@ -24,7 +24,7 @@ from ...pack.signature import source_signature
 from ...pack.writer import pack_lock
 from ...store import Store
 from ...store.format import FormatError
-from ...store.objstore import is_url
+from ...store.urls import is_url
 from .args import log
 
 STORE_ENV = "FASTFEED_STORE"
