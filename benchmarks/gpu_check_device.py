@@ -122,7 +122,7 @@ def _sample_copies(root: Path | None):
 
 
 def _memory_store() -> MemoryStore:
-    from fastfeed.store.format import Record
+    from fastfeed.store.record import Record
 
     coco, data = _sample_copies(None)
     cats = sorted(c["id"] for c in coco["categories"])

@@ -60,6 +60,7 @@ def replace_record(store_dir, index, orientation=None, **changes):
     import lmdb
 
     from fastfeed.store import format as fmt
+    from fastfeed.store.record import crc32, encode_record
 
     store = Store(store_dir)
     r = store.record(index)
@@ -70,10 +71,10 @@ def replace_record(store_dir, index, orientation=None, **changes):
                   crowd_boxes=r.crowd_boxes, crowd_classes=r.crowd_classes, payload=bytes(r.payload),
                   orientation=r.orientation if orientation in (None, 0) else orientation) | changes
     store.close()
-    rec = bytearray(fmt.encode_record(**fields))
+    rec = bytearray(encode_record(**fields))
     if orientation == 0:
         struct.pack_into("<H", rec, 10, 0)
-        struct.pack_into("<I", rec, 4, fmt.crc32(memoryview(rec)[8:]))
+        struct.pack_into("<I", rec, 4, crc32(memoryview(rec)[8:]))
     shard = store_dir / fmt.shard_file(shard_no)
     env = lmdb.open(str(shard), subdir=False, lock=False)
     with env.begin(write=True) as txn:

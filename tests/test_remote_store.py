@@ -402,7 +402,7 @@ def test_storage_options_from_the_cli_and_python_are_never_written(coco_src, s3,
 def test_what_is_retried_and_what_is_not():
     import botocore.exceptions
 
-    from fastfeed.store import objstore
+    from fastfeed.store import objstore, urls
 
     def client_error(code, status):
         return botocore.exceptions.ClientError({"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
@@ -426,4 +426,4 @@ def test_what_is_retried_and_what_is_not():
     with pytest.raises(RemoteError, match=r"reading s3://b/x failed 6 times; the last failure: ConnectionResetError"):
         objstore.retry(lambda: (_ for _ in ()).throw(ConnectionResetError("reset")), "s3://b/x", "reading",
                        sleep=waits.append)
-    assert objstore.shown("s3://user:pw@bucket/a") == "s3://bucket/a"
+    assert urls.shown("s3://user:pw@bucket/a") == "s3://bucket/a"

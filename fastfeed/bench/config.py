@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..devices import DEVICES
 from ..imgsz import check_imgsz
-from ..store.objstore import location
+from ..store.urls import location
 from ..train.config import MODELS
 
 

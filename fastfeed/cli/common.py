@@ -71,7 +71,7 @@ def progress_lines(verbose: bool = False, name: str = "fastfeed"):
 
 def store_path(text: str):
     """argparse type of a store or dataset location: a URL stays a string (`Path` would eat a slash)."""
-    from ..store.objstore import location
+    from ..store.urls import location
 
     return location(text)
 

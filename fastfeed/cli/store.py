@@ -64,7 +64,7 @@ def add_verify(sub) -> None:
 
 def cmd_verify(args) -> int:
     from ..procs import usable_cores
-    from ..store import objstore
+    from ..store import urls
     from ..store.format import FormatError
     from ..store.verify import verify
 
@@ -82,7 +82,7 @@ def cmd_verify(args) -> int:
         print(f"  {d['shard']} record {d['index']}: {d['error']}" if d["index"] is not None else f"  {d['error']}")
     if len(res.damaged) > 50:
         print(f"  ... and {len(res.damaged) - 50} more")
-    if objstore.is_url(args.store):
+    if urls.is_url(args.store):
         print("the bucket holds damaged objects: restore them, or re-pack the store (fastfeed pack SRC -o URL --force)")
     else:
         print("re-pack the dataset (or restore the damaged shard from a copy)")

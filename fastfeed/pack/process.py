@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import codec
 from ..augment.boxes import cxcywh_to_xyxy
-from ..store import format as fmt
+from ..store.record import crc32, encode_record
 from .check import DEFAULT_MAX_PIXELS, check_image
 from .report import Problem
 from .source import Item
@@ -144,10 +144,10 @@ def process_item(item: Item, cfg: PayloadConfig, nc: int | None, data=None) -> R
     except OSError as e:
         res.problems.append(Problem("unreadable_image", item.name, str(e)))
         return res
-    res.source_crc = fmt.crc32(data)
+    res.source_crc = crc32(data)
     if item.label_path is not None:  # a YOLO label file is part of the source too
         try:
-            res.source_crc = fmt.crc32(item.label_path.read_bytes(), res.source_crc)
+            res.source_crc = crc32(item.label_path.read_bytes(), res.source_crc)
         except OSError:
             pass  # parse_label reports an unreadable label file
     checked, rejected = check_image(data, item.name, cfg)
@@ -175,7 +175,7 @@ def process_item(item: Item, cfg: PayloadConfig, nc: int | None, data=None) -> R
         payload = codec.encode_jpeg(checked.pixels, cfg.quality)
     else:
         payload = np.ascontiguousarray(checked.pixels).tobytes()
-    res.record = fmt.encode_record(
+    res.record = encode_record(
         codec=how, height=size[0], width=size[1], orig_height=orig[0], orig_width=orig[1],
         image_id=item.image_id, file_name=item.name, boxes=xyxy[~crowd], classes=classes[~crowd],
         crowd_boxes=xyxy[crowd], crowd_classes=classes[crowd], payload=payload, orientation=checked.orientation)

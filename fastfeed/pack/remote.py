@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..store import format as fmt
-from ..store import objstore, publish
+from ..store import objstore, publish, urls
 from .report import Problem
 from .source import IMAGE_SUFFIXES, PackError
 
@@ -59,14 +59,14 @@ class RemoteFiles:
     options: dict
 
     def url_of(self, path: Path) -> str:
-        return objstore.join(self.url, os.path.relpath(path, self.local))
+        return urls.join(self.url, os.path.relpath(path, self.local))
 
     def read(self, items) -> dict:
         """{item.name: bytes or a Problem} for the items whose object is listed (a missing one has no placeholder
         and is reported by process_item as it reads the placeholder path)."""
         fs, root = objstore.filesystem(self.url, self.options)
         listed = [it for it in items if os.path.exists(it.path)]
-        paths = {objstore.join(root, os.path.relpath(it.path, self.local)): it for it in listed}
+        paths = {urls.join(root, os.path.relpath(it.path, self.local)): it for it in listed}
         got = objstore.fetch_many(fs, list(paths), lambda p: self.url_of(paths[p].path))
         out = {}
         for p, it in paths.items():
@@ -78,7 +78,7 @@ class RemoteFiles:
 @contextlib.contextmanager
 def staged(src: str, options: dict | None):
     """(local stand-in of `src` for the layout readers, RemoteFiles) while inside; the stand-in is removed after."""
-    url = objstore.location(src)
+    url = urls.location(src)
     top_url = url
     yaml_name = None
     if url.lower().endswith((".yaml", ".yml")):
@@ -86,7 +86,7 @@ def staged(src: str, options: dict | None):
     fs, root = objstore.filesystem(top_url, options)
     listing = _list(fs, root, top_url)
     if not listing:
-        raise PackError(f"{objstore.shown(top_url)} holds no objects: expected a COCO or YOLO dataset there")
+        raise PackError(f"{urls.shown(top_url)} holds no objects: expected a COCO or YOLO dataset there")
     tmp = staging_dir("source")
     try:
         small = []
@@ -101,7 +101,7 @@ def staged(src: str, options: dict | None):
                 continue
             with open(local, "wb") as f:
                 f.truncate(size)   # sparse: the size the readers estimate shards from, no data
-        got = objstore.fetch_many(fs, [k for k, _ in small], lambda k: objstore.join(top_url, k[len(root):].lstrip("/")))
+        got = objstore.fetch_many(fs, [k for k, _ in small], lambda k: urls.join(top_url, k[len(root):].lstrip("/")))
         for key, local in small:
             data = got[key]
             if not isinstance(data, bytes):
@@ -116,7 +116,7 @@ def staged(src: str, options: dict | None):
 def _list(fs, root: str, url: str) -> dict[str, int]:
     """{object key: size} under `root`: its first two levels of folders listed in parallel."""
     def ls(path):
-        return objstore.retry(lambda: fs.ls(path, detail=True), objstore.join(url, path[len(root):]), "listing", fs=fs)
+        return objstore.retry(lambda: fs.ls(path, detail=True), urls.join(url, path[len(root):]), "listing", fs=fs)
 
     top = ls(root)
     files = {e["name"]: int(e.get("size") or 0) for e in top if e.get("type") == "file"}
@@ -128,7 +128,7 @@ def _list(fs, root: str, url: str) -> dict[str, int]:
             second += [e["name"] for e in entries if e.get("type") == "directory"]
 
         def find(path):
-            return objstore.retry(lambda: fs.find(path, detail=True), objstore.join(url, path[len(root):]),
+            return objstore.retry(lambda: fs.find(path, detail=True), urls.join(url, path[len(root):]),
                                   "listing", fs=fs)
         for found in pool.map(find, second):
             files.update({k: int(v.get("size") or 0) for k, v in found.items() if v.get("type") != "directory"})
@@ -181,7 +181,7 @@ class Destination:
 
     def __init__(self, url: str, options: dict | None):
         self.url = url
-        self.where = objstore.shown(url)
+        self.where = urls.shown(url)
         self.fs, self.root = objstore.filesystem(url, options)
         self.pool = ThreadPoolExecutor(_UPLOAD_THREADS, thread_name_prefix="fastfeed-upload")
         self.pending: list = []
@@ -189,12 +189,12 @@ class Destination:
         self._lock = threading.Lock()
 
     def key(self, name: str) -> str:
-        return objstore.join(self.root, name)
+        return urls.join(self.root, name)
 
     def existing(self) -> fmt.Manifest | None:
         """The manifest there now (None: no store). Refuses a prefix holding other objects but no store."""
         try:
-            data = objstore.read_bytes(self.fs, self.key(fmt.MANIFEST), objstore.join(self.where, fmt.MANIFEST))
+            data = objstore.read_bytes(self.fs, self.key(fmt.MANIFEST), urls.join(self.where, fmt.MANIFEST))
         except objstore.RemoteMissing:
             names = self._names()
             others = [n for n in names if not (n.startswith("shard-") and n.endswith(".mdb")) and n != fmt.REJECTS]
@@ -202,7 +202,7 @@ class Destination:
                 raise PackError(f"refusing to write a store into {self.where}: it holds other objects ({', '.join(others[:3])}"
                                 f"{', ...' if len(others) > 3 else ''}) and no fastfeed store; choose an empty prefix") from None
             return None
-        return fmt.parse_manifest(data, objstore.join(self.where, fmt.MANIFEST))
+        return fmt.parse_manifest(data, urls.join(self.where, fmt.MANIFEST))
 
     def _names(self) -> list[str]:
         try:
@@ -217,7 +217,7 @@ class Destination:
                 raise f.exception()
 
         def up():
-            objstore.upload(self.fs, local, self.key(name), objstore.join(self.where, name))
+            objstore.upload(self.fs, local, self.key(name), urls.join(self.where, name))
             local.unlink(missing_ok=True)
             with self._lock:
                 self.uploaded.append(name)
@@ -231,13 +231,13 @@ class Destination:
             self.pending = []
 
     def put(self, name: str, data: bytes) -> None:
-        objstore.write_bytes(self.fs, self.key(name), data, objstore.join(self.where, name))
+        objstore.write_bytes(self.fs, self.key(name), data, urls.join(self.where, name))
 
     def put_rejects(self, data: bytes, beside: bool) -> str:
         """Every image rejected: the reasons go into URL/rejects.jsonl, or beside a store that stays as it was
         (`URL.rejects.jsonl`); returns where, as shown."""
         key = f"{self.root}.{fmt.REJECTS}" if beside else self.key(fmt.REJECTS)
-        where = f"{self.where}.{fmt.REJECTS}" if beside else objstore.join(self.where, fmt.REJECTS)
+        where = f"{self.where}.{fmt.REJECTS}" if beside else urls.join(self.where, fmt.REJECTS)
         objstore.write_bytes(self.fs, key, data, where)
         return where
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..store import format as fmt
+from ..store.record import record_crc
 from .process import PayloadConfig, process_item
 from .report import Problem
 from .source import Item
@@ -149,7 +150,7 @@ def run(job: SegmentJob) -> SegmentResult:
                 st.num_crowd += r.n_crowd
                 st.record_bytes += len(r.record)
                 st.oriented += r.orientation != 1
-                st.record_crcs += fmt.record_crc(r.record)
+                st.record_crcs += record_crc(r.record)
             if _PROGRESS is not None:
                 with _PROGRESS.get_lock():
                     _PROGRESS.value += 1

@@ -13,6 +13,7 @@ from . import format as fmt
 from .checksum import sha256_file
 from .handles import acquire, lmdb_failed, release
 from .not_store import not_a_store
+from .record import Record, parse_record
 
 
 def _identity(path: Path) -> tuple[int, int, int]:
@@ -138,7 +139,7 @@ class LocalShards:
         return sum((self.path / s.file).stat().st_size for s in self.shards if (self.path / s.file).is_file())
 
     # --- reads --------------------------------------------------------------------------------------------------
-    def record(self, index: int, shard: int, check_crc: bool) -> fmt.Record:
+    def record(self, index: int, shard: int, check_crc: bool) -> Record:
         """Record `index` (in shard number `shard`), a view into the map."""
         info, h = self.shards[shard], self.handle(shard)
         name = info.file
@@ -152,4 +153,4 @@ class LocalShards:
                                     "re-pack") from None
         if buf is None:
             raise fmt.RecordCorrupt(f"record {index} missing from shard {name}; run `fastfeed verify` and re-pack")
-        return fmt.parse_record(buf, index, name, check_crc)
+        return parse_record(buf, index, name, check_crc)

@@ -1,7 +1,7 @@
 """Object storage through fsspec: URLs, file systems, retries, and errors that say what to do.
 
 Every read or write of a store or a dataset in a bucket (`s3://`, `gs://`, `az://`, any fsspec protocol) goes
-through here. Credentials and endpoints come the standard ways: the environment (`AWS_ACCESS_KEY_ID`,
+through here (what a location is, and how a URL is shown: `urls.py`). Credentials and endpoints come the standard ways: the environment (`AWS_ACCESS_KEY_ID`,
 `AWS_PROFILE`, `AWS_ENDPOINT_URL`, `GOOGLE_APPLICATION_CREDENTIALS`, ...), the cloud's profile files, and
 fsspec `storage_options` (given in Python, `--storage-option KEY=VALUE` on the command line, or the JSON
 object in `$FASTFEED_STORAGE_OPTIONS`). Storage options are never written to a manifest or a log line: a URL
@@ -19,13 +19,13 @@ import json
 import logging
 import os
 import random
-import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .format import FormatError
+from .urls import bucket_of, protocol, shown
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,6 @@ RETRIES = 6                  # tries of one operation (the first and five retrie
 BACKOFF_S = (0.2, 8.0)       # the first wait, the longest
 PART_BYTES = 16 << 20        # ranged reads of a large object: parts of this size, fetched in parallel
 PART_THREADS = 8
-_URL = re.compile(r"^(?P<proto>[A-Za-z][A-Za-z0-9+.\-]*)://(?P<rest>.*)$")
 _EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure",
            "adl": "azure"}
 
@@ -45,42 +44,6 @@ class RemoteError(FormatError):
 
 class RemoteMissing(RemoteError):
     """An object that is not there (the bucket is)."""
-
-
-def is_url(x) -> bool:
-    """Whether `x` names something in object storage (a `proto://` URL other than `file://`)."""
-    if not isinstance(x, str):
-        return False
-    m = _URL.match(x)
-    return m is not None and m["proto"].lower() not in ("file", "local")
-
-
-def location(x):
-    """A store or dataset location as given: a URL stays a string (without a trailing '/'), anything else a
-    Path (`Path('s3://b/x')` would lose a slash)."""
-    if x is None:
-        return None
-    if isinstance(x, str) and is_url(x):
-        return x.rstrip("/")
-    if isinstance(x, str) and x.startswith("file://"):
-        return Path(x[len("file://"):])
-    return Path(x)
-
-
-def shown(url: str) -> str:
-    """`url` as it may appear in a message or a manifest: any user:password@ removed."""
-    m = _URL.match(url)
-    if not m:
-        return url
-    rest = m["rest"]
-    host, sep, tail = rest.partition("/")
-    if "@" in host:
-        host = host.rsplit("@", 1)[1]
-    return f"{m['proto']}://{host}{sep}{tail}"
-
-
-def join(url: str, *names: str) -> str:
-    return "/".join([url.rstrip("/"), *names])
 
 
 def storage_options(given: dict | None = None) -> dict:
@@ -127,8 +90,7 @@ def filesystem(url: str, options: dict | None = None):
 
 
 def _extra(url: str) -> str:
-    m = _URL.match(url)
-    return _EXTRAS.get(m["proto"].lower(), "s3") if m else "s3"
+    return _EXTRAS.get((protocol(url) or "s3").lower(), "s3")
 
 
 # --- failures ---------------------------------------------------------------------------------------------------
@@ -164,11 +126,6 @@ def kind(e: BaseException) -> str:
 def _describe(e: BaseException) -> str:
     text = str(e).strip().splitlines()[0] if str(e).strip() else ""
     return f"{type(e).__name__}: {text}"[:300] if text else type(e).__name__
-
-
-def bucket_of(url: str) -> str:
-    m = _URL.match(url)
-    return f"{m['proto']}://{m['rest'].split('/', 1)[0]}" if m else url
 
 
 def explain(e: BaseException, url: str, what: str, fs=None) -> RemoteError:

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import objstore
-from .format import Record
+from . import urls
 from .options import StoreOptions
+from .record import Record
 
 
 @dataclass(slots=True)
@@ -48,7 +48,7 @@ class Store:
     """
 
     def __init__(self, path, check_crc: bool = True, options: StoreOptions | None = None, **given):
-        remote = objstore.is_url(path)
+        remote = urls.is_url(path)
         if given and not remote:
             raise ValueError(f"{', '.join(sorted(given))}: options of a store at a URL (s3://...); {path} is a folder")
         self.options = StoreOptions.of(options, **given)

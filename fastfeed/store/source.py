@@ -30,7 +30,8 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from .format import Manifest, Record
+from .format import Manifest
+from .record import Record
 
 
 @runtime_checkable

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from ..imgsz import check_imgsz
-from ..store.objstore import location
+from ..store.urls import location
 
 MODELS = ("yolov3", "yolov3-tiny")   # the networks model.build_model builds
 OPTIMIZERS = ("sgd", "adamw")

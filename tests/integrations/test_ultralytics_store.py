@@ -166,3 +166,40 @@ def test_warnings_go_to_ultralytics_log():
 def test_store_is_where_pack_put_it(sample_yolo):  # noqa: F811
     store = prepare_store(str(sample_yolo / "images" / "train2017"), progress=False)
     assert Path(store.manifest.source["root"]) == sample_yolo.resolve() and store.manifest.source["split"] == "train2017"
+
+
+def test_store_options_given_on_the_trainer_read_the_bucket_store_and_the_environment_stays_the_default(
+        sample_yolo, bucket, remote_env, tmp_path, monkeypatch):  # noqa: F811
+    """`FastfeedTrainer.with_store_options(...)` reaches the Store a trainer reads (FASTFEED_STORE=s3://...): its shards
+    go to the cache folder given, not to $FASTFEED_SHARD_CACHE, which a plain FastfeedTrainer still uses."""
+    from ultra_data import first_batches, train_loader_of
+
+    from fastfeed.integrations.ultralytics import FastfeedTrainer
+    from fastfeed.pack import PackConfig, pack
+    from fastfeed.store.options import StoreOptions
+
+    url = f"s3://{bucket}/train.ff"
+    pack(PackConfig(src=sample_yolo / "images" / "train2017", out=url, format="yolo", shards=2, progress=False))
+    env_cache, given_cache = tmp_path / "env-cache", tmp_path / "given-cache"
+    monkeypatch.setenv("FASTFEED_STORE", url)
+    monkeypatch.setenv("FASTFEED_SHARD_CACHE", str(env_cache))
+
+    def shards_in(folder):
+        return sorted(p.name for p in folder.rglob("*.mdb"))
+
+    trainer_cls = FastfeedTrainer.with_store_options(cache_dir=given_cache, prefetch_depth=1)
+    assert issubclass(trainer_cls, FastfeedTrainer) and FastfeedTrainer.store_options is None
+    assert trainer_cls.store_options == StoreOptions(cache_dir=given_cache, prefetch_depth=1)
+    trainer, loader = train_loader_of(trainer_cls, sample_yolo, tmp_path / "given")
+    assert trainer.train_store(None).options.cache_dir == given_cache
+    first_batches(loader, 1)
+    loader.close()
+    assert shards_in(given_cache) and not shards_in(env_cache)
+
+    trainer, loader = train_loader_of(FastfeedTrainer, sample_yolo, tmp_path / "env")   # the environment's default
+    first_batches(loader, 1)
+    loader.close()
+    assert shards_in(env_cache)
+
+    with pytest.raises(TypeError, match="unknown store option.*cache_limt.*give cache_dir, cache_limit"):
+        FastfeedTrainer.with_store_options(cache_limt="1G")

@@ -5,7 +5,7 @@
 
     YOLO("yolov8n.yaml").train(data="data.yaml", trainer=FastfeedTrainer, epochs=100, imgsz=640, batch=16)
 
-Modules: `trainer` (FastfeedTrainer), `feed` (the train loader the trainer sees), `batches` (batch and
+Modules: `trainer` (FastfeedTrainer), `stopping` (stopping, saving and resuming mid-epoch), `feed` (the train loader the trainer sees), `batches` (batch and
 label formats), `store` (packing data.yaml's train split), `args` (argument mapping and warnings),
 `resume` (mid-epoch checkpoints, stop signals, FASTFEED_SAVE_EVERY_MIN).
 """

@@ -24,7 +24,8 @@ from ...pack.signature import source_signature
 from ...pack.writer import pack_lock
 from ...store import Store
 from ...store.format import FormatError
-from ...store.objstore import is_url
+from ...store.options import StoreOptions
+from ...store.urls import is_url
 from .args import log
 
 STORE_ENV = "FASTFEED_STORE"
@@ -95,8 +96,9 @@ def _recorded_signature(out: Path) -> str | None:
         return None
 
 
-def open_env_store() -> Store | None:
-    """The store $FASTFEED_STORE names, or None when it is not set; errors name the variable."""
+def open_env_store(options: StoreOptions | None = None) -> Store | None:
+    """The store $FASTFEED_STORE names (a URL read with `options`: fields not given from the environment), or None
+    when it is not set; errors name the variable."""
     path = os.environ.get(STORE_ENV)
     if not path:
         return None
@@ -104,7 +106,7 @@ def open_env_store() -> Store | None:
         raise ValueError(f"{STORE_ENV}={path}: no such store (the path does not exist); pack one there "
                          f"(`fastfeed pack data.yaml -o {path}`) or unset {STORE_ENV} to pack data.yaml's train split")
     try:
-        store = Store(path)
+        store = Store(path, options=options)
     except FormatError as e:
         raise ValueError(f"{STORE_ENV}={path}: {e}") from None
     log.info(f"fastfeed: training from {store.path} ({len(store)} images; {STORE_ENV})")
@@ -117,10 +119,11 @@ def _names(names) -> list[str] | None:
     return [str(names[k]) for k in sorted(names)] if isinstance(names, dict) else [str(n) for n in names]
 
 
-def prepare_store(train, progress: bool = True, names=None) -> Store:
+def prepare_store(train, progress: bool = True, names=None, options: StoreOptions | None = None) -> Store:
     """The store for data.yaml's `train` entry: $FASTFEED_STORE, or packed/reused as described above.
-    `names`: data.yaml's class names (a list or {id: name}), the store's classes."""
-    store = open_env_store()
+    `names`: data.yaml's class names (a list or {id: name}), the store's classes; `options`: how a store at a URL
+    is read (`FastfeedTrainer.store_options`)."""
+    store = open_env_store(options)
     if store is not None:
         return store
     images, root, name = train_source(train)

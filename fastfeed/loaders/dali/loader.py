@@ -178,11 +178,24 @@ class DaliLoader(Loader):
         self._it = None
         pipe, self._pipe = self._pipe, None
         if pipe is not None:
-            pipe._shutdown()
-            pool = getattr(pipe, "_py_pool", None)
-            if pool is not None:
-                pool.close()
+            _shut_down(pipe)
         self._active = False
+
+
+def _shut_down(pipe) -> None:
+    """Stop a DALI pipeline's executor threads and its parallel external source's worker processes now.
+
+    DALI has no public call for this (checked in 2.4.0: `Pipeline` has no close(); its context manager only makes
+    it the current pipeline): a pipeline stops in `__del__` (which calls `_shutdown`) and its worker pool in a
+    weakref finalizer, that is once the last reference is gone, which an exception's traceback or an iterator still
+    holding it can delay past close() (threads and worker processes left running). So the private calls, here only;
+    a DALI without them falls back to dropping the reference."""
+    shutdown = getattr(pipe, "_shutdown", None)
+    if shutdown is not None:
+        shutdown()
+    pool = getattr(pipe, "_py_pool", None)
+    if pool is not None:
+        pool.close()
 
 
 def _first_lines(msg: str, n: int = 12) -> str:

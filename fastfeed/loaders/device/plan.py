@@ -27,7 +27,7 @@ import torch
 
 from ...augment import SamplePlan, letterbox_boxes, letterbox_geometry, make_targets, sample_layout
 from ...augment.paste import region_crop
-from ...store.format import Record
+from ...store.record import Record
 from ..base import LoaderConfig
 from ..partners import PartnerBuffer
 from . import boxes as tboxes

@@ -16,13 +16,14 @@ import os
 from .. import format as fmt
 from .. import handles
 from ..changed import under_reader
+from ..record import Record, parse_record
 from .cache import ShardDamaged
 
 log = logging.getLogger(__name__)
 _ADVICE = "; run `fastfeed verify` and re-pack"
 
 
-def read(store, index: int, shard: int, check_crc: bool) -> fmt.Record:
+def read(store, index: int, shard: int, check_crc: bool) -> Record:
     """Record `index` (in shard number `shard`) of `store` (a `RemoteShards`), its shard downloaded first if needed,
     copied out of the map."""
     seen: list = []
@@ -46,7 +47,7 @@ def _plain(e: Exception) -> str:
     return text[:-len(_ADVICE)] if text.endswith(_ADVICE) else text
 
 
-def _read(store, index: int, shard: int, check_crc: bool, seen: list) -> fmt.Record:
+def _read(store, index: int, shard: int, check_crc: bool, seen: list) -> Record:
     info = store.shards[shard]
     where = store.shard_url(shard)
     h = store.handle(shard, seen)
@@ -60,7 +61,7 @@ def _read(store, index: int, shard: int, check_crc: bool, seen: list) -> fmt.Rec
         raise handles.lmdb_failed(e, where, index) from None
     if buf is None:
         raise fmt.RecordCorrupt(f"record {index} missing from shard {where}{_ADVICE}")
-    return fmt.parse_record(bytes(buf), index, where, check_crc)
+    return parse_record(bytes(buf), index, where, check_crc)
 
 
 def _refresh(store, shard: int, bad: tuple | None) -> None:

@@ -21,9 +21,10 @@ import os
 import weakref
 from collections import OrderedDict
 
-from .. import changed, handles, objstore
+from .. import changed, handles, objstore, urls
 from .. import format as fmt
 from ..options import StoreOptions
+from ..record import Record
 from . import damaged
 from .cache import ShardCache
 from .link import Link
@@ -56,15 +57,15 @@ class RemoteShards:
     remote = True
 
     def __init__(self, path, options: StoreOptions):
-        self.url = objstore.location(str(path))
-        self.path = objstore.shown(self.url)
+        self.url = urls.location(str(path))
+        self.path = urls.shown(self.url)
         self.storage_options = dict(options.storage_options)
         self.link = Link()
         fs, root = self._filesystem()
-        where = objstore.join(self.path, fmt.MANIFEST)
+        where = urls.join(self.path, fmt.MANIFEST)
         try:
             with self.link.timed():   # a small request: a sample of the link's delay
-                data = objstore.read_bytes(fs, objstore.join(root, fmt.MANIFEST), where, "reading the manifest")
+                data = objstore.read_bytes(fs, urls.join(root, fmt.MANIFEST), where, "reading the manifest")
         except objstore.RemoteMissing:
             raise fmt.FormatError(f"{self.path} is not a fastfeed store: it has no {fmt.MANIFEST} (it is being "
                                   f"packed, or was never packed: `fastfeed pack SRC -o {self.path}`)") from None
@@ -123,7 +124,7 @@ class RemoteShards:
 
     # --- shards -------------------------------------------------------------------------------------------
     def shard_url(self, shard: int) -> str:
-        return objstore.join(self.path, self.shards[shard].file)
+        return urls.join(self.path, self.shards[shard].file)
 
     def _getter(self, shard: int):
         info = self.shards[shard]
@@ -133,7 +134,7 @@ class RemoteShards:
         def get(fd: int) -> None:
             try:
                 with self.link.timed(info.bytes):
-                    objstore.download(fs, objstore.join(root, info.file), where, fd, info.bytes)
+                    objstore.download(fs, urls.join(root, info.file), where, fd, info.bytes)
             except objstore.RemoteMissing:
                 raise fmt.StoreChanged(f"shard {where} is gone: the store at {self.path} was re-packed (or its shards "
                                        "removed) after this Store read its manifest; open it again (Store(url)) to "
@@ -207,7 +208,7 @@ class RemoteShards:
         return self.handle(shard).env.stat()["entries"]
 
     # --- reads ------------------------------------------------------------------------------------------------
-    def record(self, index: int, shard: int, check_crc: bool) -> fmt.Record:
+    def record(self, index: int, shard: int, check_crc: bool) -> Record:
         """Record `index` (in shard number `shard`), its shard downloaded into the node's cache first if needed. The
         record owns its bytes. A damaged cached copy is downloaded again once (`damaged.py`)."""
         return damaged.read(self, index, shard, check_crc)

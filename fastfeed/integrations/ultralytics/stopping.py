@@ -1,0 +1,198 @@
+"""`StoppableTrainer`: Ultralytics' DetectionTrainer that stops between optimizer steps and resumes mid-epoch.
+
+A stop signal (SIGTERM, SIGUSR1, a first Ctrl-C) ends training after the optimizer step in flight, every DDP rank
+after the same one, with a mid-epoch last.pt that `resume=True` continues from the next batch, the uninterrupted
+run's optimizer steps continued (exact.py); FASTFEED_SAVE_EVERY_MIN=N also writes one every N minutes; a data
+source lost for good saves the same way before the error. The checkpoint's content, the stop file and the DDP
+launcher are resume.py's. `FastfeedTrainer` (trainer.py) is this trainer with its batches from a fastfeed loader:
+`train_loader` must be a `FastfeedTrainLoader` (its `position` and `state_dict` are what is saved).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ultralytics.models.yolo.detect import DetectionTrainer
+from ultralytics.utils import DEFAULT_CFG, RANK
+from ultralytics.utils.torch_utils import unwrap_model
+
+from ...loaders.position import same_order
+from ...preempt import SaveTimer, StopSignals
+from ...train import distributed
+from ...train.guards import DataSourceFailed, source_failure
+from .args import log
+from .exact import STATE_KEY, Rhythm, restore_training_state, training_state
+from .resume import (
+    STOP_FILE,
+    Preempted,
+    captured_save,
+    describe_stop,
+    launch_ranks,
+    mid_epoch_checkpoint,
+    position_of,
+    resume_feed,
+    save_every_min,
+    saved_state,
+    write_files,
+    write_stop_file,
+)
+
+
+class StoppableTrainer(DetectionTrainer):
+    """Stopping on a signal, saving and resuming mid-epoch (see the module); no loader of its own."""
+
+    _ff_signals = None
+    _ff_timer = None
+    _ff_done = (-1, 0)   # (epoch, batches) at the last optimizer step
+    _ff_last_step = -1   # the loop's batch count (epoch x batches per epoch + batch) at the last optimizer step
+    _ff_rhythm = None    # after a mid-epoch resume: the uninterrupted run's step schedule, continued (exact.py)
+
+    def __init__(self, cfg=DEFAULT_CFG, overrides=None, _callbacks=None):
+        self._ff_every = save_every_min()   # a bad value fails here, before anything is built
+        super().__init__(cfg, overrides, _callbacks)
+
+    def train(self):
+        if self.ddp:   # this process launches the ranks: it forwards signals and reads how they stopped
+            return launch_ranks(self, super().train)
+        self._ff_signals = StopSignals(what="finishing the optimizer step in flight and saving a mid-epoch last.pt")
+        self._ff_timer = SaveTimer(self._ff_every)
+        with self._ff_signals:
+            return super().train()
+
+    def _do_train(self):
+        if RANK in (-1, 0):
+            (Path(self.save_dir) / STOP_FILE).unlink(missing_ok=True)   # a previous stop's, now resumed
+        try:
+            return super()._do_train()
+        except Preempted:
+            self._ff_close()
+            raise
+        except Exception as e:
+            message = source_failure(e)   # the store failed for good (object storage out): save first, as a stop does
+            if message is None:
+                raise
+            self._ff_close()
+            raise DataSourceFailed(self._ff_lost_source(message)) from None
+
+    def _ff_close(self) -> None:
+        for loader in (getattr(self, "train_loader", None), getattr(self, "test_loader", None)):
+            if hasattr(loader, "close"):
+                loader.close()
+
+    def _ff_lost_source(self, message: str) -> str:
+        """Rank 0: a mid-epoch last.pt at the last optimizer step (the batches after it are trained again on
+        resume); the error's message."""
+        epoch, batches = self._ff_done if self._ff_done[0] == self.epoch else (self.epoch, 0)
+        pos = self._ff_position("data source failed", epoch_end=False) | {"epoch": epoch, "batches": batches}
+        if not self.args.save:
+            return f"{message}; training stopped after {batches} batches of epoch {epoch + 1} (save=False: no last.pt)"
+        if RANK in (-1, 0):
+            mid_epoch_checkpoint(self, super().save_model, pos, training_state(self))
+        return (f"{message}; training stopped after {batches} batches of epoch {epoch + 1}: {self.last} holds them: "
+                f"continue with YOLO({str(self.last)!r}).train(resume=True, trainer=FastfeedTrainer) once it is "
+                "reachable")
+
+    def optimizer_step(self):
+        super().optimizer_step()
+        self._ff_done = (self.epoch, getattr(self.train_loader, "position", 0))   # where a lost source saves
+        self._ff_last_step = self.epoch * len(self.train_loader) + self._ff_done[1] - 1
+        self._ff_step_boundary(epoch_end=False)
+
+    def run_callbacks(self, event: str):
+        if self._ff_rhythm is not None:
+            self._ff_rhythm.on_event(self, event)
+        super().run_callbacks(event)
+        if event == "on_fit_epoch_end":   # every rank, after validation and the epoch's save_model
+            self._ff_step_boundary(epoch_end=True)
+
+    def _ff_step_boundary(self, epoch_end: bool) -> None:
+        """After an optimizer step (or an epoch's end): stop on an agreed signal, or save on the timer."""
+        signals = self._ff_signals
+        if signals is None:   # _do_train called without train(): no handlers, nothing to do
+            return
+        world = self.world_size if RANK != -1 else 1
+        stop = signals.requested is not None
+        if world > 1:   # one all-reduce of one number per optimizer step: every rank stops after the same one
+            stop = distributed.any_true(stop, distributed.Dist(RANK, world), self.device)
+        if stop:
+            signals.note(1.0)
+            if epoch_end and self.epoch + 1 >= self.epochs:
+                return   # the last epoch is done: let the run finish (resume would have nothing to do)
+            self._ff_stop(epoch_end)
+        elif not epoch_end and RANK in (-1, 0) and self._ff_timer.due():
+            self._ff_save("timer")
+
+    def _ff_position(self, why: str, epoch_end: bool) -> dict:
+        feed = self.train_loader
+        epoch, batches = (self.epoch + 1, 0) if epoch_end else (self.epoch, feed.position)
+        return {"epoch": epoch, "batches": batches, "batch_size": feed.batch_size, "world_size": feed.world_size,
+                "loader": feed.state_dict(epoch, batches),
+                "stopped_by": self._ff_signals.reason() if why == "signal" else None, "why": why,
+                "saved_at": time.time()}
+
+    def _ff_save(self, why: str) -> dict:
+        """Rank 0: a mid-epoch last.pt at the loader's position."""
+        pos = self._ff_position(why, epoch_end=False)
+        if not self.args.save:
+            log.warning("fastfeed: save=False: no mid-epoch last.pt written")
+            return pos
+        seconds = mid_epoch_checkpoint(self, super().save_model, pos, training_state(self))
+        self._ff_timer.saved()
+        log.info(f"fastfeed: {self.last} at epoch {pos['epoch'] + 1}, batch {pos['batches']} of {len(self.train_loader)} "
+                 f"({why}; written in {seconds:.2f} s)")
+        return pos
+
+    def _ff_stop(self, epoch_end: bool) -> None:
+        """Every rank: rank 0 writes (mid-epoch: last.pt; at an epoch's end Ultralytics' last.pt again, with what
+        an exact resume needs) and leaves STOP_FILE; then all raise Preempted together."""
+        pos = self._ff_position("signal", epoch_end)
+        if RANK in (-1, 0):
+            if not epoch_end:
+                self._ff_save("signal")
+            elif self.args.save:
+                mid_epoch_checkpoint(self, super().save_model, pos, training_state(self))
+            write_stop_file(self.save_dir, pos)
+        if self.world_size > 1 and RANK != -1:
+            distributed.barrier(distributed.Dist(RANK, self.world_size))   # nobody leaves before last.pt is on disk
+        message = describe_stop(pos, self.last)
+        if RANK in (-1, 0):
+            log.warning(message)
+        raise Preempted(message)
+
+    def save_model(self):
+        """Ultralytics' save_model, every file it writes written atomically."""
+        saved, files = captured_save(self, super().save_model)
+        write_files(files)
+        if self._ff_timer is not None:
+            self._ff_timer.saved()
+        return saved
+
+    def resume_training(self, ckpt):
+        """Ultralytics' resume; a mid-epoch checkpoint continues its epoch at the loader's position."""
+        pos = position_of(ckpt) if self.resume else None
+        if pos is None:
+            return super().resume_training(ckpt)
+        epoch, batches = int(pos["epoch"]), int(pos["batches"])
+        model = unwrap_model(self.model)
+        criterion, epochs = getattr(model, "criterion", None), self.epochs
+        # Ultralytics resumes at ckpt["epoch"] + 1 and insists that is 1..epochs-1; in epoch 0 of a run ask
+        # it for epoch 1 (and undo what that did to an end-to-end head's criterion, fresh in epoch 0).
+        self.epochs = max(epochs, epoch + 2)
+        try:
+            super().resume_training({**ckpt, "epoch": max(epoch - 1, 0)})
+        finally:
+            self.epochs = epochs
+        if epoch == 0 and getattr(model, "criterion", None) is not criterion:
+            model.criterion = criterion
+        self.start_epoch = epoch
+        state = ckpt.get(STATE_KEY)
+        if state is not None:   # the weights, EMA and optimizer as they were, not Ultralytics' fp16 copies
+            restore_training_state(self, state, one_process=RANK == -1)
+        exact = same_order(self.train_loader.loader, saved_state(pos, self.train_loader.loader))
+        if batches:   # the loader's contract says what changed and continues the epoch (resume.resume_feed)
+            line = resume_feed(pos, self.train_loader)
+            self._ff_done = (epoch, self.train_loader.loader.start)   # a source lost before the first step keeps it
+            log.info(f"fastfeed: {line} ({len(self.train_loader)} batches an epoch)")
+        if state is not None and exact:   # the loop counts from 0 again: continue the uninterrupted run's steps
+            self._ff_last_step, self._ff_rhythm = state["last_step"], Rhythm.resumed(self, state, epoch, batches)

@@ -1,0 +1,73 @@
+"""`PackConfig`: everything `fastfeed pack` (and `fastfeed.pack.pack`) accepts, validated when it is made."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..store import urls
+from .check import DEFAULT_MAX_PIXELS
+from .process import EXIF_MODES, STORE_MODES
+from .usable import COCO_BOX_UNITS
+
+
+@dataclass
+class PackConfig:
+    """Everything `fastfeed pack` accepts; validated on creation."""
+
+    src: Path | None
+    out: Path
+    format: str | None = None          # 'coco' | 'yolo' | None (detect)
+    split: str | None = None
+    ann: Path | None = None
+    images: Path | None = None
+    store: str = "original"
+    max_side: int | None = None
+    quality: int = 90
+    shards: int | None = None
+    shard_mb: float | None = None
+    workers: int | None = None
+    on_error: str = "skip"
+    check: str = "entropy"             # how original-mode JPEGs are proven decodable (see codec)
+    max_pixels: int = DEFAULT_MAX_PIXELS   # larger images are refused from their header (image_too_large)
+    exif: str = "apply"                # 'apply' the EXIF orientation (boxes in the upright frame) or 'ignore' it
+    coco_boxes: str = "pixels"         # COCO bbox units: 'pixels', or 'normalized' (fractions; usable.check_coco_units)
+    overwrite: bool = False
+    progress: bool = True
+    allow_background_only: bool = False   # pack a set in which (almost) no image has a box (check_labelled, check_kept)
+    names: list[str] | None = None     # YOLO: the class names (data.yaml's) instead of those found beside the source
+    storage_options: dict | None = None   # fsspec options for a URL SRC or OUT (credentials: never written anywhere)
+
+    def __post_init__(self):
+        self.out = urls.location(self.out)   # a folder (Path) or a URL (str)
+        self.src = urls.location(self.src)
+        for name in ("ann", "images"):
+            if urls.is_url(getattr(self, name)):
+                raise ValueError(f"--{name} must be local; for a dataset in a bucket give its folder as SRC")
+        if self.format not in (None, "coco", "yolo"):
+            raise ValueError(f"format must be 'coco' or 'yolo' (or None to detect), got {self.format!r}")
+        if self.store not in STORE_MODES:
+            raise ValueError(f"store must be one of {', '.join(STORE_MODES)}, got {self.store!r}")
+        if self.max_side is not None and (self.store == "original" or self.max_side < 8):
+            raise ValueError("max_side applies to store 'jpeg' or 'raw' and must be >= 8 "
+                             f"(got store={self.store!r}, max_side={self.max_side})")
+        if not 1 <= self.quality <= 100:
+            raise ValueError(f"quality must be 1..100, got {self.quality}")
+        if self.shards is not None and self.shard_mb is not None:
+            raise ValueError("give shards or shard_mb, not both")
+        if self.shards is not None and self.shards < 1:
+            raise ValueError(f"shards must be >= 1, got {self.shards}")
+        if self.shard_mb is not None and not self.shard_mb > 0:
+            raise ValueError(f"shard_mb must be > 0, got {self.shard_mb}")
+        if self.workers is not None and self.workers < 0:
+            raise ValueError(f"workers must be >= 0 (0 or 1: pack in this process), got {self.workers}")
+        if self.check not in ("entropy", "full"):
+            raise ValueError(f"check must be 'entropy' or 'full', got {self.check!r}")
+        if self.max_pixels < 1:
+            raise ValueError(f"max_pixels must be >= 1, got {self.max_pixels}")
+        if self.exif not in EXIF_MODES:
+            raise ValueError(f"exif must be one of {', '.join(EXIF_MODES)}, got {self.exif!r}")
+        if self.coco_boxes not in COCO_BOX_UNITS:
+            raise ValueError(f"coco_boxes must be one of {', '.join(COCO_BOX_UNITS)}, got {self.coco_boxes!r}")
+        if self.on_error not in ("skip", "fail"):
+            raise ValueError(f"on_error must be 'skip' or 'fail', got {self.on_error!r}")

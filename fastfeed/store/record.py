@@ -1,0 +1,160 @@
+"""A record's bytes: the layout a pack writes (`encode_record`) and a reader parses (`parse_record` -> `Record`).
+
+Record layout (little-endian), CRC32 over every byte after the CRC field::
+
+    header   HEADER struct below (`orientation`: the EXIF orientation to apply when decoding, 1..8;
+             format version 1 wrote 0 there, read as 1)
+    name     UTF-8 source file name, `name_len` bytes
+    boxes    float32 [n_boxes + n_crowd, 4]  x1, y1, x2, y2 normalised to 0..1 of the image
+    classes  int32   [n_boxes + n_crowd]     contiguous class ids 0..C-1
+    payload  JPEG bytes (codec jpeg), other encoded image bytes such as PNG (codec cv2),
+             or raw uint8 HWC RGB pixels (codec raw, height * width * 3)
+
+Training boxes come first, then the `iscrowd` boxes (kept for evaluation, never trained on).
+Normalised coordinates make boxes independent of any resize of the payload. Height, width and the
+boxes are those of the upright image: the payload decoded *and* turned by `orientation`.
+
+Everything outside `fastfeed/store/` reads records through `Store.record(i) -> Record` and decodes
+them with `Record.decode`; the byte layout is private to this package.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import codec as _codec
+from .format import FormatError, RecordCorrupt
+
+try:  # the same CRC-32 as zlib's, computed with carry-less multiplication: ~7x faster
+    from zlib_ng.zlib_ng import crc32
+except ImportError:  # pragma: no cover - zlib-ng is a dependency; stay readable without it
+    from zlib import crc32
+
+MAGIC = b"FFR1"
+CODECS = ("jpeg", "cv2", "raw")  # cv2: any other encoded format, decoded by OpenCV
+_CODEC_ID = {name: i for i, name in enumerate(CODECS)}
+
+# magic, crc32, codec, channels, orientation, height, width, orig_h, orig_w, image_id, n_boxes, n_crowd, name_len
+HEADER = struct.Struct("<4sIBBHIIIIqIIH")
+_CRC_FROM = 8  # the CRC covers everything after magic and the CRC itself
+
+
+def encode_record(*, codec: str, height: int, width: int, orig_height: int, orig_width: int,
+                  image_id: int, file_name: str, boxes: np.ndarray, classes: np.ndarray,
+                  crowd_boxes: np.ndarray, crowd_classes: np.ndarray, payload: bytes, orientation: int = 1) -> bytes:
+    """One record's bytes. height/width/boxes: of the upright image; orientation: what turns the decoded
+    payload upright (1 for pixels stored upright)."""
+    name = file_name.encode("utf-8")
+    if len(name) > 0xFFFF:
+        raise FormatError(f"file name longer than 65535 bytes: {file_name[:80]}...")
+    if not 1 <= orientation <= 8:
+        raise FormatError(f"orientation must be 1..8, got {orientation}")
+    all_boxes = np.concatenate([boxes, crowd_boxes]).astype("<f4", copy=False).reshape(-1, 4)
+    all_classes = np.concatenate([classes, crowd_classes]).astype("<i4", copy=False)
+    head = HEADER.pack(MAGIC, 0, _CODEC_ID[codec], 3, orientation, height, width, orig_height, orig_width,
+                       image_id, len(boxes), len(crowd_boxes), len(name))
+    body = b"".join([head[_CRC_FROM:], name, all_boxes.tobytes(), all_classes.tobytes()])
+    return b"".join([MAGIC, struct.pack("<I", crc32(payload, crc32(body))), body, payload])
+
+
+def record_crc(record: bytes) -> bytes:
+    """The 4 CRC bytes of an encoded record (they cover all of its content: the store fingerprint uses them)."""
+    return bytes(record[4:8])
+
+
+def check_crc(buf) -> bool:
+    return len(buf) >= HEADER.size and crc32(memoryview(buf)[_CRC_FROM:]) == struct.unpack_from("<I", buf, 4)[0]
+
+
+@dataclass(slots=True)
+class Record:
+    """One record, parsed but not decoded: labels as arrays, `payload` a view into the shard's map
+    (valid while its Store is open). `height`, `width` and the boxes are the upright image's."""
+
+    index: int
+    shard: str
+    codec: str                  # 'jpeg' | 'cv2' | 'raw'
+    height: int
+    width: int
+    orig_height: int
+    orig_width: int
+    orientation: int            # EXIF orientation the decode applies (1: stored upright)
+    image_id: int
+    file_name: str
+    boxes: np.ndarray           # float32 [N,4] x1,y1,x2,y2 normalised 0..1 (training boxes)
+    classes: np.ndarray         # int64 [N]
+    crowd_boxes: np.ndarray     # float32 [K,4] iscrowd regions (evaluation only)
+    crowd_classes: np.ndarray   # int64 [K]
+    payload: memoryview
+
+    @property
+    def size(self) -> tuple[int, int]:
+        return self.height, self.width
+
+    @property
+    def orig_size(self) -> tuple[int, int]:
+        return self.orig_height, self.orig_width
+
+    @property
+    def where(self) -> str:
+        return f"record {self.index} ({self.file_name}) in shard {self.shard}"
+
+    def decode(self, min_size: tuple[int, int] | None = None) -> np.ndarray:
+        """Upright RGB uint8 HWC (a JPEG at a DCT-reduced scale no smaller than `min_size`); raw
+        payloads as a read-only view. A payload that fails to decode raises DecodeError naming the record."""
+        try:
+            return _codec.decode_payload(self.codec, self.payload, self.size, min_size, self.orientation)
+        except _codec.DecodeError as e:
+            raise _codec.DecodeError(f"{self.where}: {e}; run `fastfeed verify --decode` and re-pack") from None
+
+    def cover(self, side: int) -> tuple[int, int] | None:
+        """The min_size that decodes just enough pixels for an output of long side `side`."""
+        return _codec.cover_size(self.height, self.width, side)
+
+    def decode_to_cover(self, side: int) -> np.ndarray:
+        """Decoded at the smallest DCT scale whose long side still reaches `side` (what a loader needs)."""
+        return self.decode(self.cover(side))
+
+    def decoded_size(self, side: int | None = None) -> tuple[int, int]:
+        """(h, w) of `decode_to_cover(side)` (or of `decode()`), without decoding."""
+        return _codec.decoded_size(self.codec, self.size, self.cover(side) if side else None, self.orientation)
+
+    def pixel_boxes(self, size: tuple[int, int] | None = None) -> np.ndarray:
+        """Training boxes in pixels of an image of `size` (h, w; default: the record's)."""
+        h, w = size or self.size
+        return self.boxes * np.array([w, h, w, h], np.float32)
+
+
+def parse_record(buf, index: int, shard: str, check: bool = True) -> Record:
+    """Split a record's bytes (a memoryview into the map is fine: the payload stays a view of it).
+    Raises RecordCorrupt naming the record when the magic, layout or (with `check`) the CRC is wrong."""
+    def bad(why: str) -> RecordCorrupt:
+        return RecordCorrupt(f"record {index} in shard {shard}: {why}; run `fastfeed verify` and re-pack")
+
+    if len(buf) < HEADER.size or bytes(buf[:4]) != MAGIC:
+        raise bad("bad record magic (not a fastfeed record, or damaged)")
+    if check and not check_crc(buf):
+        raise bad("CRC32 mismatch")
+    (_, _, codec_id, _, orientation, h, w, oh, ow, image_id, nb, nc, nl) = HEADER.unpack_from(buf, 0)
+    if codec_id >= len(CODECS):
+        raise bad(f"unknown codec id {codec_id}")
+    if orientation > 8:
+        raise bad(f"orientation {orientation} is not 0..8")
+    off = HEADER.size
+    name = bytes(buf[off:off + nl]).decode("utf-8", "replace")
+    off += nl
+    n = nb + nc
+    if len(buf) < off + n * 20:
+        raise bad("shorter than its boxes")
+    boxes = np.frombuffer(buf, "<f4", n * 4, off).reshape(n, 4).astype(np.float32)
+    off += n * 16
+    classes = np.frombuffer(buf, "<i4", n, off).astype(np.int64)
+    off += n * 4
+    payload = buf[off:]
+    if codec_id == _CODEC_ID["raw"] and len(payload) != h * w * 3:
+        raise bad(f"raw payload of {len(payload)} bytes, expected {h}x{w}x3")
+    return Record(index, shard, CODECS[codec_id], h, w, oh, ow, orientation or 1, image_id, name,
+                  boxes[:nb], classes[:nb], boxes[nb:], classes[nb:], payload)
