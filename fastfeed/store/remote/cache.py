@@ -21,7 +21,7 @@ see damaged.py).
 
 The limit: before a download reserves room, shards are evicted, least recently used first, among those no
 process maps (their lock is free) and no live process pins. A read that needs a shard now may also evict a
-pinned one that nobody maps (one fetched early); a prefetch never does, it waits for a later turn. When no
+pinned one that nobody maps (one fetched early); a read-ahead never does, it waits for a later turn. When no
 room can be made within `wait_s` the error says what holds the cache.
 """
 
@@ -147,7 +147,7 @@ class ShardCache:
               stale: tuple | None = None) -> bool:
         """Make the shard present: download it with `get(fd)` unless it is there. `wait` (a read that needs it
         now): wait for another process's download, for room, and evict pinned shards nobody maps if needed.
-        Without (a prefetch): False when another process is downloading it or there is no room now. `stale`: the
+        Without (a read-ahead): False when another process is downloading it or there is no room now. `stale`: the
         identity (`identity()`) of a cached copy not to trust (damaged, or `verify` checking the bucket): it is
         downloaded again and replaced (processes mapping it keep their map), unless another process has
         replaced it already."""
