@@ -77,7 +77,7 @@ def test_two_nodes_with_small_caches(remote, tmp_path, monkeypatch):
     for rank in (0, 1):
         cache = tmp_path / f"node{rank}"
         store = Store(url, cache_dir=cache, cache_limit=limit, read_ahead=1)
-        cfg = LoaderConfig(imgsz=64, batch_size=4, workers=1, prefetch=1, rank=rank, world_size=2, seed=5)
+        cfg = LoaderConfig(imgsz=64, batch_size=4, workers=1, batches_ahead=1, rank=rank, world_size=2, seed=5)
         with Watch(cache) as watch, create_loader("cpu", store, cfg) as loader:
             d = loader.order.describe()
             assert d["order"] == "windowed" and d["nodes"] == 2 and d["window_shards"] >= 1
@@ -101,7 +101,7 @@ def test_two_nodes_with_small_caches(remote, tmp_path, monkeypatch):
 def test_mid_epoch_resume_with_the_windowed_order(remote, tmp_path):
     url, local = remote
     limit = int(store_bytes(local) * 0.6)
-    cfg = LoaderConfig(imgsz=64, batch_size=4, workers=1, prefetch=1, seed=2)
+    cfg = LoaderConfig(imgsz=64, batch_size=4, workers=1, batches_ahead=1, seed=2)
     with create_loader("cpu", Store(url, cache_dir=tmp_path / "a", cache_limit=limit, read_ahead=1), cfg) as loader:
         assert loader.order.describe()["order"] == "windowed"
         loader.set_epoch(1)
@@ -121,7 +121,7 @@ def test_dropped_connections_are_survived_and_every_record_delivered(remote, s3,
         s3.use(proxy.url)
         try:
             store = Store(url, cache_dir=tmp_path / "c", cache_limit=int(store_bytes(local) * 0.6), read_ahead=1)
-            with create_loader("cpu", store, LoaderConfig(imgsz=64, batch_size=4, workers=2, prefetch=1, seed=3)) as loader:
+            with create_loader("cpu", store, LoaderConfig(imgsz=64, batch_size=4, workers=2, batches_ahead=1, seed=3)) as loader:
                 got = np.concatenate([b.indices.numpy().copy() for b in loader])
             assert np.array_equal(got, np.concatenate(loader.order.batches(0)))
             assert len(got) == len(local) // 4 * 4

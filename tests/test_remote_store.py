@@ -311,7 +311,7 @@ def test_a_tight_cache_shortens_the_default_read_ahead_before_it_refuses(coco_sr
     run_pack(coco_src, url, shards=40)
     probe = Store(url, cache_dir=tmp_path / "c")
     largest = max(s.bytes for s in probe.shards)
-    cfg = LoaderConfig(imgsz=64, batch_size=1, workers=2, prefetch=7)   # 15 batches in flight: 16 shards leaving
+    cfg = LoaderConfig(imgsz=64, batch_size=1, workers=2, batches_ahead=7)   # 15 batches in flight: 16 shards leaving
     store = Store(url, cache_dir=tmp_path / "c", cache_limit=20 * largest)
     assert store.read_ahead == 10
     order = default_order(store, cfg, 0, 1)                             # the loaders choose it, from the facts

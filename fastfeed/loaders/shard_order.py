@@ -40,7 +40,7 @@ def window_shards(store, ahead: int, lookback_records: int = 0) -> int:
 
 def shard_order(store, cfg, rank: int, world_size: int) -> EpochOrder:
     """The order of a store whose reads download shards (module docstring)."""
-    lookback = max(cfg.workers, 1) * cfg.prefetch + 1
+    lookback = max(cfg.workers, 1) * cfg.batches_ahead + 1
     note = {"cache_limit": store.cache_limit, "store_bytes": sum(s.bytes for s in store.shards)}
     whole = fits(store)
     if not cfg.shuffle or whole:
