@@ -107,9 +107,9 @@ def main(argv=None) -> int:
     section("ultra", ultralytics_section, device, args.quick, min(SECTION_S, max(30.0, deadline - time.monotonic() - 40)),
             deadline=deadline)
     section("dali", dali_mixed, device, args.quick, max(30.0, deadline - time.monotonic() - 5), deadline=deadline)
-    threads = [t.name for t in threading.enumerate() if t.name == "fastfeed-prefetch"]
+    threads = [t.name for t in threading.enumerate() if t.name == "fastfeed-device-prefetch"]
     if threads:
-        FAILURES.append(f"{len(threads)} prefetch thread(s) still running")
+        FAILURES.append(f"{len(threads)} device prefetch thread(s) still running")
 
     status = "OK" if not FAILURES else "FAILED: " + "; ".join(FAILURES)
     if args.json:

@@ -195,7 +195,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2, help="remote runs per latency, each between two local runs")
     ap.add_argument("--no-pin", dest="pin", action="store_false",
                     help="leave the loader's worker unpinned (by default it gets a core of its own and everything else "
-                         "- this process, the prefetch threads, the S3 server and proxy - the other: the work a remote "
+                         "- this process, the read-ahead threads, the S3 server and proxy - the other: the work a remote "
                          "store adds never takes the worker's core, as on a node with cores to spare)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
