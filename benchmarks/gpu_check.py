@@ -14,7 +14,7 @@
    channels-last and activation checkpointing; the trainer's out-of-memory replay under a memory cap,
    --batch auto, and the trainer's `gpu` tests (gpu_check_train.py; <= 120 s; runs before the dali section);
 7. device: the `device` loader (decode and augment on the GPU) at 640, batch 64, from JPEG and from
-   the VRAM tier, against the cpu loader with every core: images/s and host CPU per image.
+   the VRAM cache, against the cpu loader with every core: images/s and host CPU per image.
 8. ultra: yolov8n at 640 in Ultralytics' own trainer for a fixed number of batches, fed by Ultralytics'
    loader and by FastfeedTrainer's cpu, shm and device loaders: images/s and the share of time waiting for
    data (gpu_check_ultralytics.py; each in its own process; skipped without Ultralytics; not yet run on a GPU).

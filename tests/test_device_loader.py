@@ -1,5 +1,5 @@
 """The `device` loader on CPU torch (the path every machine has): the Batch contract, boxes on their
-painted objects, the cpu loader's draws for the same seed, ranks, resuming, failures, the VRAM tier,
+painted objects, the cpu loader's draws for the same seed, ranks, resuming, failures, the VRAM cache,
 the decoders, the side-stream protocol against a fake CUDA module, the trainer's and the bench's use,
 and the augmentation statistics against the cpu loader's."""
 

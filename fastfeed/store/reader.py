@@ -102,7 +102,7 @@ class Store:
 
     @property
     def cache(self):
-        """The node's shard cache of a store at a URL (`remote.cache.ShardCache`); None for a folder."""
+        """The node's shard cache of a store at a URL (`remote.shard_cache.ShardCache`); None for a folder."""
         return getattr(self.provider, "cache", None)
 
     @property

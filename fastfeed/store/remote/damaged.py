@@ -16,7 +16,7 @@ import os
 from .. import format as fmt
 from .. import handles
 from ..changed import under_reader
-from .cache import ShardDamaged
+from .errors import ShardDamaged
 
 log = logging.getLogger(__name__)
 _ADVICE = "; run `fastfeed verify` and re-pack"

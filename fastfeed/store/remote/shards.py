@@ -2,7 +2,7 @@
 shard cache: the shard provider `Store` reads a URL through.
 
 The manifest is read from the URL when the store is opened (small; the shards are not touched). A shard is
-downloaded into the node-local shard cache (`cache.py`) the first time any process on the node needs
+downloaded into the node-local shard cache (`shard_cache.py`) the first time any process on the node needs
 it, then opened with LMDB like a local shard. Each process maps only the shards it is reading: when it opens
 another one it closes those that no order on the node pins and that are not among its last two, so the
 cache can evict them. A remote store's records own their bytes (a copy out of the map), so closing a shard
@@ -25,8 +25,8 @@ from .. import changed, handles, objstore
 from .. import format as fmt
 from ..options import StoreOptions
 from . import damaged
-from .cache import ShardCache
 from .link import Link
+from .shard_cache import ShardCache
 from .sizes import default_dir, default_limit, parse_size
 
 log = logging.getLogger(__name__)
