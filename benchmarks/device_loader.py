@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     for name, s in summary.items():
         print(f"{name} stages, ms per sample: " + ", ".join(f"{k} {v:.2f}" for k, v in s["stage_ms_per_sample"].items() if v))
     for ship, p in plan.items():
-        print(f"planning alone, batch 64, {'JPEG bytes shipped' if ship == SHIP_ENCODED else 'VRAM tier'}: "
+        print(f"planning alone, batch 64, {'JPEG bytes shipped' if ship == SHIP_ENCODED else 'VRAM cache'}: "
               f"{p['cpu_ms']:.3f} ms host CPU/image (read {p['read']:.3f}, plan {p['plan']:.3f})")
     print(f"device vs cpu: {d['median_images_per_s'] / c['median_images_per_s']:.2f}x images/s, "
           f"{d['host_cpu_ms_per_image'] / c['host_cpu_ms_per_image']:.2f}x host CPU per image")

@@ -14,7 +14,7 @@
    channels-last and activation checkpointing; the trainer's out-of-memory replay under a memory cap,
    --batch auto, and the trainer's `gpu` tests (gpu_check_train.py; <= 120 s; runs before the dali section);
 7. device: the `device` loader (decode and augment on the GPU) at 640, batch 64, from JPEG and from
-   the VRAM tier, against the cpu loader with every core: images/s and host CPU per image.
+   the VRAM cache, against the cpu loader with every core: images/s and host CPU per image.
 8. ultra: yolov8n at 640 in Ultralytics' own trainer for a fixed number of batches, fed by Ultralytics'
    loader and by FastfeedTrainer's cpu, shm and device loaders: images/s and the share of time waiting for
    data (gpu_check_ultralytics.py; each in its own process; skipped without Ultralytics; not yet run on a GPU).
@@ -107,9 +107,9 @@ def main(argv=None) -> int:
     section("ultra", ultralytics_section, device, args.quick, min(SECTION_S, max(30.0, deadline - time.monotonic() - 40)),
             deadline=deadline)
     section("dali", dali_mixed, device, args.quick, max(30.0, deadline - time.monotonic() - 5), deadline=deadline)
-    threads = [t.name for t in threading.enumerate() if t.name == "fastfeed-prefetch"]
+    threads = [t.name for t in threading.enumerate() if t.name == "fastfeed-device-prefetch"]
     if threads:
-        FAILURES.append(f"{len(threads)} prefetch thread(s) still running")
+        FAILURES.append(f"{len(threads)} device prefetch thread(s) still running")
 
     status = "OK" if not FAILURES else "FAILED: " + "; ".join(FAILURES)
     if args.json:

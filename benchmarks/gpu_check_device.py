@@ -1,6 +1,6 @@
 """gpu_check section `device`: the `device` loader on the GPU against the `cpu` loader with every core (see
 gpu_check.py). Goals of issue #15 on one H200 at 640, batch 64: >= 8,000 images/s decoding JPEGs (nvJPEG),
->= 30,000 from the VRAM tier, <= 0.2 ms of host CPU per image.
+>= 30,000 from the VRAM cache, <= 0.2 ms of host CPU per image.
 
 1. store: 1,024 records (the 16 bundled JPEGs x 64). Packed with fastfeed when its store dependencies import;
    on a bare GPU machine (no lmdb/simplejpeg/tqdm/psutil) an in-memory stand-in with the same `record()`
@@ -10,7 +10,7 @@ gpu_check.py). Goals of issue #15 on one H200 at 640, batch 64: >= 8,000 images/
    stream or caching mistake would show), and letterboxed batches on the GPU have the CPU path's targets
    exactly and its pixels within a few levels (nvJPEG against libjpeg-turbo);
 3. throughput, each for a few seconds after warm-up: the cpu loader (every core) + DevicePrefetcher, the device
-   loader from JPEG, the device loader from the VRAM tier (and its build time): images/s and host CPU ms per
+   loader from JPEG, the device loader from the VRAM cache (and its build time): images/s and host CPU ms per
    image (this process, all threads, plus the loader's worker processes); the device's own decode/augment ms.
 
 `--allow-cpu` runs it all on the CPU, small, as a smoke test of this file (no figures worth keeping).
@@ -248,12 +248,12 @@ def device_section(device: torch.device, quick: bool) -> None:
             feed.close()
         row("device", f"cpu loader {workers} workers + prefetcher", f"{cpu_ips:8.0f} images/s  {cpu_ms:.3f} ms host CPU/img")
         for label, opts in ((f"device loader, JPEG ({decoder})", {}),
-                            ("device loader, VRAM tier", {"cache": "device", "cache_reserve_gb": 1.0})):
+                            ("device loader, VRAM cache", {"cache": "device", "cache_reserve_gb": 1.0})):
             t0 = time.perf_counter()
             with create_loader("device", store, LoaderConfig(imgsz=size, batch_size=batch, device=str(device)),
                                **opts) as ld:
                 if opts:
-                    row("device", "VRAM tier build", f"{time.perf_counter() - t0:.1f} s, "
+                    row("device", "VRAM cache build", f"{time.perf_counter() - t0:.1f} s, "
                                                      f"{ld.vram_bytes / 2**30:.2f} GiB for {len(store)} images")
                 ips, ms, n = measure(ld, ld, device, seconds)
                 st = ld.stage_times()

@@ -195,7 +195,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2, help="remote runs per latency, each between two local runs")
     ap.add_argument("--no-pin", dest="pin", action="store_false",
                     help="leave the loader's worker unpinned (by default it gets a core of its own and everything else "
-                         "- this process, the prefetch threads, the S3 server and proxy - the other: the work a remote "
+                         "- this process, the read-ahead threads, the S3 server and proxy - the other: the work a remote "
                          "store adds never takes the worker's core, as on a node with cores to spare)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -273,7 +273,7 @@ def main() -> int:
                   f"({row['vs_local_after_window']:.0%}); first batch {row['first_batch_s']:.2f} s (one shard at the "
                   f"cap {row['one_shard_download_s']:.2f} s, the store {row['store_download_s']:.2f} s); fetched "
                   f"{row['fetched_bytes_per_epoch'] / size:.2f}x the store per epoch; order {row['order']['order']}, "
-                  f"window {row['order'].get('window_shards')} shards, {row['order'].get('prefetch_shards')} "
+                  f"window {row['order'].get('window_shards')} shards, {row['order'].get('read_ahead_shards')} "
                   f"prefetched; the S3 server and proxy used {row['network_process_cores']:.2f} of the cores")
     res["runs"].update({f"s3_{ms}ms": rows[ms] for ms in latencies})
     res["summary"] = {}

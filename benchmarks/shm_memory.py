@@ -86,7 +86,7 @@ def rank_main(store_path: str, rank: int, world: int, args: dict, conn) -> None:
     conn.send(("done", {"workers": loader.memory_pids(), "segment": str(loader.cache.path),
                         "segment_bytes": loader.shared_bytes(), "built": loader.cache.built, "setup_s": built,
                         "images_s": n * args["batch"] / (time.perf_counter() - t0), "batches": n,
-                        "slot_bytes": args["workers"] * cfg.prefetch * args["batch"] * 3 * args["imgsz"] ** 2}))
+                        "slot_bytes": args["workers"] * cfg.batches_ahead * args["batch"] * 3 * args["imgsz"] ** 2}))
     assert conn.recv() == "close"
     loader.close()
     conn.send(("closed", None))

@@ -85,7 +85,7 @@ def expect_batch(b: Batch, k: int, dtype=torch.float32):
 
 
 def prefetch_threads():
-    return [t for t in threading.enumerate() if t.name == "fastfeed-prefetch" and t.is_alive()]
+    return [t for t in threading.enumerate() if t.name == "fastfeed-device-prefetch" and t.is_alive()]
 
 
 class FakeDeviceModule:

@@ -1,5 +1,5 @@
 """The `device` loader on CPU torch (the path every machine has): the Batch contract, boxes on their
-painted objects, the cpu loader's draws for the same seed, ranks, resuming, failures, the VRAM tier,
+painted objects, the cpu loader's draws for the same seed, ranks, resuming, failures, the VRAM cache,
 the decoders, the side-stream protocol against a fake CUDA module, the trainer's and the bench's use,
 and the augmentation statistics against the cpu loader's."""
 
@@ -151,7 +151,7 @@ def test_an_epoch_started_anywhere_gives_the_uninterrupted_batches(painted, work
         with create_loader("device", painted, cfg, partner_buffer=6) as loader:
             got = collect(loader, epoch, start)
             assert same(got, full[epoch][start:]), f"epoch {epoch} from batch {start}"
-            assert loader.stage_times().samples <= 2 * (n - start) + 2 * workers * cfg.prefetch
+            assert loader.stage_times().samples <= 2 * (n - start) + 2 * workers * cfg.batches_ahead
             assert loader.feed.reread > 0
     with create_loader("device", painted, cfg, partner_buffer=6) as loader:
         loader.set_epoch(0)

@@ -92,7 +92,7 @@ def test_gpu_batches_have_the_cpu_paths_targets_and_pixels(sample_store):
 
 
 @pytest.mark.gpu
-def test_gpu_vram_tier_gives_the_jpeg_paths_batches(sample_store):
+def test_gpu_vram_cache_gives_the_jpeg_paths_batches(sample_store):
     cfg = LoaderConfig(imgsz=320, batch_size=8, workers=2, seed=3, device="cuda")
     want = run(sample_store, cfg, epochs=(0, 1))
     assert same(run(sample_store, cfg, epochs=(0, 1), cache="device", cache_reserve_gb=0), want)

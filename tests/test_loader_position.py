@@ -185,7 +185,7 @@ def test_a_shard_cache_follows_the_remainders_batches():
     old = loaders(n, 2, order=windowed(4))
     state = old[0].state_dict(0, 30)
     follow = lambda now, ahead: told.append(now)   # noqa: E731
-    new, _ = resumed(state, n, 1, order=lambda r, w: FollowedOrder(windowed(4)(r, w), starts, depth=2, follow=follow))
+    new, _ = resumed(state, n, 1, order=lambda r, w: FollowedOrder(windowed(4)(r, w), starts, read_ahead=2, follow=follow))
     ld = new[0]
     assert isinstance(ld.order, FollowedOrder) and ld.order.identity()["kind"] == "remainder"
     batches = ld.order.batches(0)

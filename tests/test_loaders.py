@@ -33,7 +33,7 @@ def test_registry_lists_cpu_and_rejects_unknown_names(painted_store):
         create_loader("gpu", painted_store)
 
 
-@pytest.mark.parametrize("field, value", [("imgsz", 100), ("batch_size", 0), ("workers", -1), ("prefetch", 0),
+@pytest.mark.parametrize("field, value", [("imgsz", 100), ("batch_size", 0), ("workers", -1), ("batches_ahead", 0),
                                           ("rank", 2), ("world_size", 0), ("close_mosaic", -1), ("epochs", 0),
                                           ("hyp", {"mosaic": 1})])
 def test_bad_config_values_name_the_field(field, value):
@@ -42,6 +42,21 @@ def test_bad_config_values_name_the_field(field, value):
         kw["world_size"] = 2
     with pytest.raises(ValueError, match=f"LoaderConfig.{field}"):
         LoaderConfig(**kw)
+
+
+def test_the_old_name_prefetch_still_sets_batches_ahead_with_a_deprecation_warning():
+    from dataclasses import replace
+
+    with pytest.warns(DeprecationWarning, match=r"LoaderConfig\(prefetch=...\) is deprecated: use "
+                                                r"LoaderConfig\(batches_ahead=...\)"):
+        cfg = LoaderConfig(imgsz=64, prefetch=5)
+    assert cfg.batches_ahead == 5 and replace(cfg, batch_size=2).batches_ahead == 5
+    with pytest.warns(DeprecationWarning, match="use LoaderConfig.batches_ahead"):
+        assert cfg.prefetch == 5
+    with pytest.raises(TypeError, match="give batches_ahead only"):
+        LoaderConfig(prefetch=2, batches_ahead=3)
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="LoaderConfig.batches_ahead must be >= 1"):
+        LoaderConfig(prefetch=0)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -126,7 +141,7 @@ def test_close_mosaic_turns_mosaic_off_for_the_last_epochs(painted_store):
 
 
 def test_early_stop_then_next_epoch_works(painted_store):
-    with create_loader("cpu", painted_store, LoaderConfig(imgsz=64, batch_size=2, workers=2, prefetch=2)) as loader:
+    with create_loader("cpu", painted_store, LoaderConfig(imgsz=64, batch_size=2, workers=2, batches_ahead=2)) as loader:
         for k, _ in enumerate(loader):
             if k == 1:
                 break
@@ -160,7 +175,7 @@ def test_the_next_epoch_is_queued_ahead_and_dropped_when_another_is_asked(painte
         x1, y1, x2, y2 = s.boxes[0] * [w * r, h * r, w * r, h * r] + [(160 - w * r) / 2, (160 - h * r) / 2] * 2
         return (x1 + x2) / 320, (y1 + y2) / 320
 
-    cfg = LoaderConfig(imgsz=160, batch_size=4, workers=2, augment=False, prefetch=3)
+    cfg = LoaderConfig(imgsz=160, batch_size=4, workers=2, augment=False, batches_ahead=3)
     with create_loader("cpu", painted_store, cfg) as loader:
         for epoch in (0, 1, 5, 6):
             got = [t[2:4].tolist() for _, targets in collect_batches(loader, epoch)
@@ -203,7 +218,7 @@ def test_an_epoch_started_anywhere_gives_the_uninterrupted_batches(painted_store
             got = [(b.images.clone(), b.targets.clone()) for b in loader]
             built = loader.stage_times().samples
             assert _same(got, run[epoch][start:]), f"epoch {epoch} from batch {start}"
-            ahead = 2 * workers * cfg.prefetch                 # the next epoch's first batches, queued early
+            ahead = 2 * workers * cfg.batches_ahead                 # the next epoch's first batches, queued early
             assert 2 * (n - start) <= built <= 2 * (n - start) + ahead   # the skipped batches were not built
             assert _same(collect_batches(loader, epoch + 1)[:3], run[epoch + 1][:3]) if epoch < 2 else True
     with create_loader("cpu", painted_store, cfg, partner_buffer=6) as loader:

@@ -149,3 +149,38 @@ def test_the_import_rules_see_a_circle_and_a_loader_import(tmp_path, monkeypatch
     deps = _imports_of(fake / "a.py")
     assert "fastfeed.loaders.sampler" in deps and "fastfeed.store.b" in deps
     assert "fastfeed.store.a" in _imports_of(fake / "b.py")
+
+
+def _thread_names() -> dict[str, list[str]]:
+    """Every thread name (or thread-pool prefix) the package starts, as written: {name: [module, ...]}."""
+    import ast
+
+    names: dict[str, list[str]] = {}
+    for p in _modules():
+        tree = ast.parse(p.read_text())
+        consts = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+                  for t in n.targets if isinstance(t, ast.Name)}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            key = {"Thread": "name", "ThreadPoolExecutor": "thread_name_prefix"}.get(func)
+            if key is None:
+                continue
+            kw = next((k.value for k in node.keywords if k.arg == key), None)
+            name = kw.value if isinstance(kw, ast.Constant) else consts.get(kw.id) if isinstance(kw, ast.Name) else None
+            names.setdefault(str(name), []).append(f"{p.relative_to(PKG)}:{node.lineno}")
+    return names
+
+
+def test_every_thread_the_package_starts_has_its_own_descriptive_name():
+    """A thread dump (py-spy, faulthandler) names what each thread does: every thread fastfeed starts is named
+    fastfeed-<what>, and no two kinds share a name (the device prefetcher's and the shard read-ahead's were both
+    fastfeed-prefetch). docs/design.md, "Vocabulary", lists them."""
+    names = _thread_names()
+    assert "None" not in names, f"threads started without a name (Thread-N in a dump): {names.get('None')}"
+    bad = {n: where for n, where in names.items() if not re.fullmatch(r"fastfeed-[a-z0-9-]+", n)}
+    assert not bad, f"thread names not of the form fastfeed-<what>: {bad}"
+    shared = {n: where for n, where in names.items() if len(where) > 1}
+    assert not shared, f"one thread name started in several places: {shared}"
+    assert {"fastfeed-device-prefetch", "fastfeed-read-ahead", "fastfeed-read-ahead-shard"} <= names.keys()

@@ -149,7 +149,7 @@ def test_the_first_batch_is_asked_for_from_the_callers_thread():
     """A loader that starts (forks) worker processes on its first batch does so from the caller's thread."""
     loader = ReusingLoader(n=4)
     list(DevicePrefetcher(loader, "cpu"))
-    assert loader.threads == [threading.current_thread().name] + ["fastfeed-prefetch"] * 3
+    assert loader.threads == [threading.current_thread().name] + ["fastfeed-device-prefetch"] * 3
 
 
 def test_a_new_epoch_ends_the_unfinished_one_and_set_epoch_passes_through():

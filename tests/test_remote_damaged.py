@@ -249,9 +249,9 @@ def test_clearing_the_shard_cache_under_a_reader_leaves_it_reading(s3, local, tm
 
     url, _ = upload(s3, local)
     cache = tmp_path / "c"
-    # Nothing downloaded ahead (prefetch_depth=0): a shard the prefetch thread wrote just after the clear would
+    # Nothing downloaded ahead (read_ahead=0): a shard the read-ahead thread wrote just after the clear would
     # make the cache folder non-empty depending on timing; here each shard comes when the reader needs it.
-    store = Store(url, cache_dir=cache, prefetch_depth=0)
+    store = Store(url, cache_dir=cache, read_ahead=0)
     cfg = LoaderConfig(imgsz=64, batch_size=4, workers=0, shuffle=False)
     with create_loader("cpu", store, cfg) as loader:
         it = iter(loader)

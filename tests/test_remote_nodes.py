@@ -76,8 +76,8 @@ def test_two_nodes_with_small_caches(remote, tmp_path, monkeypatch):
     epochs, seen, nodes = 2, {}, []
     for rank in (0, 1):
         cache = tmp_path / f"node{rank}"
-        store = Store(url, cache_dir=cache, cache_limit=limit, prefetch_depth=1)
-        cfg = LoaderConfig(imgsz=64, batch_size=4, workers=1, prefetch=1, rank=rank, world_size=2, seed=5)
+        store = Store(url, cache_dir=cache, cache_limit=limit, read_ahead=1)
+        cfg = LoaderConfig(imgsz=64, batch_size=4, workers=1, batches_ahead=1, rank=rank, world_size=2, seed=5)
         with Watch(cache) as watch, create_loader("cpu", store, cfg) as loader:
             d = loader.order.describe()
             assert d["order"] == "windowed" and d["nodes"] == 2 and d["window_shards"] >= 1
@@ -101,13 +101,13 @@ def test_two_nodes_with_small_caches(remote, tmp_path, monkeypatch):
 def test_mid_epoch_resume_with_the_windowed_order(remote, tmp_path):
     url, local = remote
     limit = int(store_bytes(local) * 0.6)
-    cfg = LoaderConfig(imgsz=64, batch_size=4, workers=1, prefetch=1, seed=2)
-    with create_loader("cpu", Store(url, cache_dir=tmp_path / "a", cache_limit=limit, prefetch_depth=1), cfg) as loader:
+    cfg = LoaderConfig(imgsz=64, batch_size=4, workers=1, batches_ahead=1, seed=2)
+    with create_loader("cpu", Store(url, cache_dir=tmp_path / "a", cache_limit=limit, read_ahead=1), cfg) as loader:
         assert loader.order.describe()["order"] == "windowed"
         loader.set_epoch(1)
         full = [(b.indices.numpy().copy(), b.images.clone(), b.targets.clone()) for b in loader]
     k = len(full) // 2
-    with create_loader("cpu", Store(url, cache_dir=tmp_path / "b", cache_limit=limit, prefetch_depth=1), cfg) as again:
+    with create_loader("cpu", Store(url, cache_dir=tmp_path / "b", cache_limit=limit, read_ahead=1), cfg) as again:
         again.set_epoch(1, k)
         rest = [(b.indices.numpy().copy(), b.images.clone(), b.targets.clone()) for b in again]
     assert len(rest) == len(full) - k
@@ -120,8 +120,8 @@ def test_dropped_connections_are_survived_and_every_record_delivered(remote, s3,
     with FaultProxy(s3.port, drop=0.15, latency=0.002, seed=1) as proxy:
         s3.use(proxy.url)
         try:
-            store = Store(url, cache_dir=tmp_path / "c", cache_limit=int(store_bytes(local) * 0.6), prefetch_depth=1)
-            with create_loader("cpu", store, LoaderConfig(imgsz=64, batch_size=4, workers=2, prefetch=1, seed=3)) as loader:
+            store = Store(url, cache_dir=tmp_path / "c", cache_limit=int(store_bytes(local) * 0.6), read_ahead=1)
+            with create_loader("cpu", store, LoaderConfig(imgsz=64, batch_size=4, workers=2, batches_ahead=1, seed=3)) as loader:
                 got = np.concatenate([b.indices.numpy().copy() for b in loader])
             assert np.array_equal(got, np.concatenate(loader.order.batches(0)))
             assert len(got) == len(local) // 4 * 4
@@ -183,7 +183,7 @@ def test_fastfeed_train_from_a_url(remote, tmp_path):
     (out, err), = _wait([_run([sys.executable, "-m", "fastfeed", "train", "--data", url, *TRAIN, "--out",
                                str(tmp_path / "run")], {"FASTFEED_SHARD_CACHE": str(tmp_path / "c"),
                                                         "FASTFEED_SHARD_CACHE_LIMIT": limit,
-                                                        "FASTFEED_PREFETCH_SHARDS": "1"})])
+                                                        "FASTFEED_READ_AHEAD_SHARDS": "1"})])
     s = json.loads(out[out.index("{"):])
     assert s["step"] == len(local) // 4, err[-2000:]
     assert (tmp_path / "run" / "last.pt").is_file()
@@ -204,7 +204,7 @@ def test_torchrun_two_nodes_each_with_its_own_cache(remote, tmp_path):
                "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port), "-m", "fastfeed",
                "train", "--data", url, *TRAIN, "--out", str(tmp_path / f"run{node}")]
         procs.append(_run(cmd, {"FASTFEED_SHARD_CACHE": str(tmp_path / f"cache{node}"),
-                                "FASTFEED_SHARD_CACHE_LIMIT": limit, "FASTFEED_PREFETCH_SHARDS": "1"}))
+                                "FASTFEED_SHARD_CACHE_LIMIT": limit, "FASTFEED_READ_AHEAD_SHARDS": "1"}))
     outs = _wait(procs, timeout=600)
     for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]

@@ -246,52 +246,78 @@ def test_a_cache_too_small_or_a_full_disk_is_one_line(url_store, tmp_path):
         assert os.system(f"umount {disk}") == 0
 
 
-def test_the_prefetch_lead_is_at_least_16_mb_by_default_and_half_the_cache_at_most(url_store, tmp_path,
-                                                                                      monkeypatch):
+def test_the_read_ahead_is_at_least_16_mb_by_default_and_half_the_cache_at_most(url_store, tmp_path, monkeypatch):
     from dataclasses import replace
 
-    from fastfeed.store.remote.shards import DEFAULT_DEPTH, LEAD_BYTES
+    from fastfeed.store.remote.shards import DEFAULT_READ_AHEAD, READ_AHEAD_BYTES
 
     probe = Store(url_store, cache_dir=tmp_path / "c")
     largest = max(s.bytes for s in probe.shards)
-    assert LEAD_BYTES // largest > len(probe.shards)          # tiny shards: the lead wants more than the store
+    assert READ_AHEAD_BYTES // largest > len(probe.shards)          # tiny shards: the read-ahead wants more
     # Capped by half the shards the cache holds (the rest is the window), never below 2 ...
-    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest).prefetch_depth == 6
-    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=3 * largest).prefetch_depth == DEFAULT_DEPTH
+    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest).read_ahead == 6
+    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=3 * largest).read_ahead == DEFAULT_READ_AHEAD
     # ... and by the store's shards.
-    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=400 * largest).prefetch_depth == len(probe.shards)
+    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=400 * largest).read_ahead == len(probe.shards)
     # Shards of the URL default (128 MB): two ahead are already seconds of training.
     big = Store(url_store, cache_dir=tmp_path / "c", cache_limit=64 << 30).provider
     big.shards = [replace(s, bytes=128 << 20) for s in big.shards]
-    assert big.default_depth() == DEFAULT_DEPTH
-    big.shards = [replace(s, bytes=4 << 20) for s in big.shards]   # 4 MB ones: four make the lead
-    assert big.default_depth() == 4
+    assert big.default_read_ahead() == DEFAULT_READ_AHEAD
+    big.shards = [replace(s, bytes=4 << 20) for s in big.shards]   # 4 MB ones: four make the read-ahead
+    assert big.default_read_ahead() == 4
     # What is asked for is what is used, from Python (keywords or StoreOptions) and from the environment.
-    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest, prefetch_depth=1).prefetch_depth == 1
-    opts = StoreOptions(cache_dir=tmp_path / "c", cache_limit=12 * largest, prefetch_depth=3)
-    assert Store(url_store, options=opts).prefetch_depth == 3 and Store(url_store, options=opts).depth_given
-    monkeypatch.setenv("FASTFEED_PREFETCH_SHARDS", "5")
+    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest, read_ahead=1).read_ahead == 1
+    opts = StoreOptions(cache_dir=tmp_path / "c", cache_limit=12 * largest, read_ahead=3)
+    assert Store(url_store, options=opts).read_ahead == 3 and Store(url_store, options=opts).read_ahead_given
+    monkeypatch.setenv("FASTFEED_READ_AHEAD_SHARDS", "5")
     store = Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest)
-    assert store.prefetch_depth == 5 and store.reopen().prefetch_depth == 5
-    assert pickle.loads(pickle.dumps(store)).prefetch_depth == 5
-    assert Store(url_store, options=opts).prefetch_depth == 3                     # given beats the environment
+    assert store.read_ahead == 5 and store.reopen().read_ahead == 5
+    assert pickle.loads(pickle.dumps(store)).read_ahead == 5
+    assert Store(url_store, options=opts).read_ahead == 3                     # given beats the environment
+    monkeypatch.setenv("FASTFEED_READ_AHEAD_SHARDS", "two")
+    with pytest.raises(ValueError, match="FASTFEED_READ_AHEAD_SHARDS='two': give a whole number"):
+        Store(url_store, cache_dir=tmp_path / "c")
+    # The variable's old name is still read (the new one wins when both are set).
+    monkeypatch.delenv("FASTFEED_READ_AHEAD_SHARDS")
+    monkeypatch.setenv("FASTFEED_PREFETCH_SHARDS", "4")
+    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest).read_ahead == 4
+    monkeypatch.setenv("FASTFEED_READ_AHEAD_SHARDS", "1")
+    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest).read_ahead == 1
+    monkeypatch.setenv("FASTFEED_READ_AHEAD_SHARDS", "")
     monkeypatch.setenv("FASTFEED_PREFETCH_SHARDS", "two")
     with pytest.raises(ValueError, match="FASTFEED_PREFETCH_SHARDS='two': give a whole number"):
         Store(url_store, cache_dir=tmp_path / "c")
 
 
-def test_a_tight_cache_shortens_the_default_lead_before_it_refuses(coco_src, s3, tmp_path):
+def test_the_old_name_of_the_read_ahead_still_works_and_warns_with_the_new_one(url_store, tmp_path):
+    with pytest.warns(DeprecationWarning, match=r"StoreOptions\(prefetch_depth=...\) is deprecated: use "
+                                                r"StoreOptions\(read_ahead=...\)"):
+        opts = StoreOptions(cache_dir=tmp_path / "c", prefetch_depth=3)
+    assert opts.read_ahead == 3
+    with pytest.warns(DeprecationWarning, match="use StoreOptions.read_ahead"):
+        assert opts.prefetch_depth == 3
+    with pytest.warns(DeprecationWarning, match=r"use StoreOptions\(read_ahead=...\)"):
+        store = Store(url_store, cache_dir=tmp_path / "c", prefetch_depth=2)
+    assert store.read_ahead == 2 and store.read_ahead_given
+    with pytest.warns(DeprecationWarning, match="use Store.read_ahead"):
+        assert store.prefetch_depth == 2
+    with pytest.raises(TypeError, match="give read_ahead only"):
+        StoreOptions(read_ahead=1, prefetch_depth=2)
+    store.close()
+
+
+def test_a_tight_cache_shortens_the_default_read_ahead_before_it_refuses(coco_src, s3, tmp_path):
     url = f"s3://{s3.bucket()}/one-per-shard.ff"
     run_pack(coco_src, url, shards=40)
     probe = Store(url, cache_dir=tmp_path / "c")
     largest = max(s.bytes for s in probe.shards)
-    cfg = LoaderConfig(imgsz=64, batch_size=1, workers=2, prefetch=7)   # 15 batches in flight: 16 shards leaving
+    cfg = LoaderConfig(imgsz=64, batch_size=1, workers=2, batches_ahead=7)   # 15 batches in flight: 16 shards leaving
     store = Store(url, cache_dir=tmp_path / "c", cache_limit=20 * largest)
-    assert store.prefetch_depth == 10
+    assert store.read_ahead == 10
     order = default_order(store, cfg, 0, 1)                             # the loaders choose it, from the facts
-    assert order.describe()["prefetch_shards"] == 2 and order.describe()["window_shards"] == 1
-    asked = Store(url, cache_dir=tmp_path / "c", cache_limit=20 * largest, prefetch_depth=5)
-    with pytest.raises(ValueError, match="5 fetched ahead .* lower prefetch_depth"):
+    assert order.describe()["read_ahead_shards"] == 2 and order.describe()["window_shards"] == 1
+    asked = Store(url, cache_dir=tmp_path / "c", cache_limit=20 * largest, read_ahead=5)
+    with pytest.raises(ValueError, match="5 read ahead .* lower read_ahead"):
         default_order(asked, cfg, 0, 1)                                  # asked for: used, or refused
     for s in (probe, store, asked):
         s.close()
@@ -301,9 +327,9 @@ def test_the_shards_a_read_waits_for_download_alone_then_the_next_ones(url_store
     import threading
     import time
 
-    from fastfeed.store.remote.prefetch import Prefetcher
+    from fastfeed.store.remote.read_ahead import ReadAhead
 
-    store = Store(url_store, cache_dir=tmp_path / "c", cache_limit="1G", prefetch_depth=3)   # asked: all 3 ahead
+    store = Store(url_store, cache_dir=tmp_path / "c", cache_limit="1G", read_ahead=3)   # asked: all 3 ahead
     events, lock = [], threading.Lock()
     real = store.provider.fetch
 
@@ -317,7 +343,7 @@ def test_the_shards_a_read_waits_for_download_alone_then_the_next_ones(url_store
         return True
 
     store.provider.fetch = slow_fetch
-    p = Prefetcher(store.provider)
+    p = ReadAhead(store.provider)
     try:
         p.want([0, 1], [2, 3, 4])
         deadline = time.monotonic() + 20
@@ -345,11 +371,11 @@ def test_cli_pack_inspect_verify_bench_and_the_shard_cache(coco_src, s3, tmp_pat
     limit = str(int(sum(s.bytes for s in Store(url, cache_dir=cache).shards) * 0.9))
     assert main(["bench", "--data", url, "--loader", "cpu", "--batches", "3", "--warmup", "1", "--workers", "1",
                  "--imgsz", "64", "--batch", "4", "--quiet", "--shard-cache", str(tmp_path / "b"),
-                 "--shard-cache-limit", limit, "--prefetch-shards", "1"]) == 0
-    assert "FASTFEED_SHARD_CACHE_LIMIT" not in os.environ and "FASTFEED_PREFETCH_SHARDS" not in os.environ
+                 "--shard-cache-limit", limit, "--read-ahead-shards", "1"]) == 0
+    assert "FASTFEED_SHARD_CACHE_LIMIT" not in os.environ and "FASTFEED_READ_AHEAD_SHARDS" not in os.environ
     assert os.environ["FASTFEED_SHARD_CACHE"] != str(tmp_path / "b")      # the flags are passed, never set
     out = capsys.readouterr().out
-    assert "order windowed (shard-aware): a window of" in out and "shards prefetched ahead: 1," in out
+    assert "order windowed (shard-aware): a window of" in out and "shards read ahead: 1," in out
     assert main(["cache", "ls", "--shards", "--shard-dir", cache]) == 0
     out = capsys.readouterr().out
     assert url in out and " 12 " in out

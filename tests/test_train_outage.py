@@ -63,7 +63,7 @@ def _start(remote, out, cache, endpoint, *extra):
            "64", "--batch", str(BATCH), "--epochs", "1", "--workers", "1", "--accum", "1", "--log-every", "1",
            "--no-augment", "--quiet", *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "AWS_ENDPOINT_URL": endpoint, "FASTFEED_SHARD_CACHE": str(cache),
-           "FASTFEED_SHARD_CACHE_LIMIT": str(size * 6 // 10), "FASTFEED_PREFETCH_SHARDS": "1",
+           "FASTFEED_SHARD_CACHE_LIMIT": str(size * 6 // 10), "FASTFEED_READ_AHEAD_SHARDS": "1",
            "FASTFEED_STORAGE_OPTIONS": json.dumps({"config_kwargs": {"retries": {"max_attempts": 1},
                                                                      "connect_timeout": 2}})}
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,

@@ -78,7 +78,7 @@ def test_followed_order_reports_now_and_next_as_the_loader_moves():
     calls = []
     base = order(window=3, batch=8)
     starts = [a for a, _ in SHARDS]
-    f = FollowedOrder(base, starts, depth=2, lookback=2, follow=lambda now, nxt: calls.append((now, nxt)))
+    f = FollowedOrder(base, starts, read_ahead=2, lookback=2, follow=lambda now, nxt: calls.append((now, nxt)))
     assert f.batches(0) is base.batches(0) and len(f) == len(base)
     for k in range(len(f)):
         f.reached(0, k)
@@ -98,6 +98,6 @@ def test_followed_order_reports_now_and_next_as_the_loader_moves():
     now, nxt = f.needed(1, 0)
     _, plast, pn = f.spans(0)
     assert {j for j in range(24) if plast[j] >= pn - 2} <= set(now)   # the last epoch's tail is still in flight
-    f2 = FollowedOrder(ShuffledOrder(N, 8), starts, depth=None, follow=lambda *a: None)
+    f2 = FollowedOrder(ShuffledOrder(N, 8), starts, read_ahead=None, follow=lambda *a: None)
     assert len(f2.needed(0, 0)[0]) + len(f2.needed(0, 0)[1]) == 24   # fits: everything, first-needed first
-    assert "prefetch_shards" in f.describe() and f.describe()["window_shards"] == 3
+    assert "read_ahead_shards" in f.describe() and f.describe()["window_shards"] == 3

@@ -216,7 +216,7 @@ def _figures(res: LoaderResult, win: _Window, lcfg: LoaderConfig, mon: ResourceM
 
     # Stage times: the loader's cumulative counters, differenced over the window. They are added when
     # a batch reaches this process, so a batch built partly before the window counts inside it; over
-    # many batches this edge effect is small (at most workers x prefetch batches).
+    # many batches this edge effect is small (at most workers x batches_ahead batches).
     st0, st1 = win.stages
     secs = {k: st1[0].get(k, 0.0) - st0[0].get(k, 0.0) for k in st1[0]}
     n_stage = st1[1] - st0[1]

@@ -49,8 +49,8 @@ def describe_order(d: dict) -> str:
                 f"{d['nodes']} node(s) x {d['local_ranks']} local rank(s)")
     else:
         text = f"{d.get('order')} ({d.get('scope', '-')})"
-    if "prefetch_shards" in d:
-        text += f"; shards prefetched ahead: {d['prefetch_shards']}, cache limit {human_bytes(d.get('cache_limit'))}"
+    if "read_ahead_shards" in d:
+        text += f"; shards read ahead: {d['read_ahead_shards']}, cache limit {human_bytes(d.get('cache_limit'))}"
     return text
 
 

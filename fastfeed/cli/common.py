@@ -89,9 +89,9 @@ def add_remote_args(p) -> None:
     g.add_argument("--shard-cache-limit", metavar="SIZE",
                    help="most the shard cache may hold: 50G, 500M, 40%% of its disk (default "
                         "$FASTFEED_SHARD_CACHE_LIMIT, else 80%% of what the disk can give)")
-    g.add_argument("--prefetch-shards", metavar="N", type=int,
-                   help="most shards downloaded ahead of the ones being read (default $FASTFEED_PREFETCH_SHARDS, "
-                        "else as many as the link needs, within a share of the shard cache)")
+    g.add_argument("--read-ahead-shards", metavar="N", type=int,
+                   help="the shard read-ahead: most shards downloaded ahead of the ones being read (default "
+                        "$FASTFEED_READ_AHEAD_SHARDS, else as many as the link needs, within a share of the shard cache)")
 
 
 def store_options(args):
@@ -106,5 +106,5 @@ def store_options(args):
     limit = getattr(args, "shard_cache_limit", None) or None
     if limit is not None:
         parse_size(limit, cache_dir or default_dir())   # refused here, not in a worker
-    return StoreOptions(cache_dir=cache_dir, cache_limit=limit, prefetch_depth=getattr(args, "prefetch_shards", None),
+    return StoreOptions(cache_dir=cache_dir, cache_limit=limit, read_ahead=getattr(args, "read_ahead_shards", None),
                         storage_options=opts)

@@ -13,6 +13,7 @@ from ..batch import Batch
 from ..devices import has_cuda, parse_device, resolve_device
 from ..imgsz import check_imgsz
 from ..procs import usable_cores
+from ..renamed import renamed
 from .sampler import EpochOrder, batches_per_epoch, default_order
 
 STAGES = ("read", "decode", "augment", "collate")
@@ -39,10 +40,12 @@ def _default_workers() -> int:
     return max(1, min(usable_cores(), 8))
 
 
+@renamed(prefetch="batches_ahead")
 @dataclass
 class LoaderConfig:
     """What every loader accepts (a loader's own settings are its options: `create_loader(name, store,
-    cfg, **options)`). Invalid values raise ValueError naming the field."""
+    cfg, **options)`). Invalid values raise ValueError naming the field. `prefetch`, the old name of
+    `batches_ahead`, still works (a DeprecationWarning)."""
 
     imgsz: int = 640                 # output side S (a multiple of 32)
     batch_size: int = 16
@@ -56,7 +59,7 @@ class LoaderConfig:
     epochs: int | None = None        # with close_mosaic: when to switch mosaic off
     close_mosaic: int = 0            # the last N epochs train on plain (non-mosaic) samples
     hyp: AugmentHyp = field(default_factory=AugmentHyp)
-    prefetch: int = 2                # batches in flight per worker
+    batches_ahead: int = 2           # batches each worker has queued ahead of the one trained on
     device: str = "auto"             # where the batches are for: auto | cpu | cuda[:N] | npu[:N] (see fastfeed.devices)
     pin_memory: bool | None = None   # None: when `device` is a CUDA GPU
     device_augment: bool = False     # leave HSV jitter and the horizontal flip to the DevicePrefetcher
@@ -70,7 +73,7 @@ class LoaderConfig:
         check_imgsz(self.imgsz, "LoaderConfig.imgsz")
         need(isinstance(self.batch_size, int) and self.batch_size >= 1, "batch_size", "must be >= 1")
         need(isinstance(self.workers, int) and self.workers >= 0, "workers", "must be >= 0 (0: in the main process)")
-        need(isinstance(self.prefetch, int) and self.prefetch >= 1, "prefetch", "must be >= 1")
+        need(isinstance(self.batches_ahead, int) and self.batches_ahead >= 1, "batches_ahead", "must be >= 1")
         need(self.world_size is None or (isinstance(self.world_size, int) and self.world_size >= 1),
              "world_size", "must be >= 1")
         need(self.rank is None or (isinstance(self.rank, int) and 0 <= self.rank < (self.world_size or 1)),

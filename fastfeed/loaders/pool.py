@@ -156,7 +156,7 @@ class PoolLoader(Loader):
     def _start_pool(self) -> WorkerPool:
         if self._pool is None:
             c = self.cfg
-            self._pool = WorkerPool(c.workers, self.make_builder, self.slot_shape, c.prefetch, c.timeout, pin=self.pin)
+            self._pool = WorkerPool(c.workers, self.make_builder, self.slot_shape, c.batches_ahead, c.timeout, pin=self.pin)
             self._finalizer = weakref.finalize(self, WorkerPool.close, self._pool)
         return self._pool
 
@@ -186,7 +186,7 @@ class PoolLoader(Loader):
                 ep = nxt
             if ep.queued or not pool.can_submit():
                 return nxt
-            self.order.reached(ep.epoch, ep.submitted)   # a shard cache following the order pins and prefetches
+            self.order.reached(ep.epoch, ep.submitted)   # a shard cache following the order pins and reads ahead
             pool.submit(ep.epoch, ep.submitted, ep.batches[ep.submitted], ep.mosaic)
             self._advance(ep)
             ep.submitted += 1

@@ -1,11 +1,11 @@
 """The order of a store whose shards are downloaded (a store at a URL): chosen here, from the store's facts.
 
 The store says what its shard cache can hold (`store.cache_limit`), the most shards to keep downloaded ahead
-(`store.prefetch_depth`, and whether it was asked for: `store.depth_given`) and gives each order a follower
-(`store.follower()`: the store's prefetcher); the loaders decide. When the cache holds the whole store (with room
-for one more shard), the order is the global shuffle with every shard prefetched; else the shard-aware
-`windowed.WindowedOrder`, its window the cache's limit in shards less the lead, the shards the batches in flight
-still read and a spare (a tight cache first shortens a lead it was not asked for, back towards 2, then refuses).
+(`store.read_ahead`, and whether it was asked for: `store.read_ahead_given`) and gives each order a follower
+(`store.follower()`: the shard read-ahead); the loaders decide. When the cache holds the whole store (with room
+for one more shard), the order is the global shuffle with every shard read ahead; else the shard-aware
+`windowed.WindowedOrder`, its window the cache's limit in shards less the read-ahead, the shards the batches in flight
+still read and a spare (a tight cache first shortens a read-ahead it was not asked for, back towards 2, then refuses).
 Either is followed (`windowed.FollowedOrder`): the order tells the store's cache what it reaches, never the other
 way round.
 """
@@ -18,7 +18,7 @@ import os
 from .sampler import EpochOrder, ShuffledOrder
 from .windowed import FollowedOrder, WindowedOrder
 
-MIN_LEAD = 2        # a tight cache shortens a lead it was not asked for down to this, before it refuses
+MIN_READ_AHEAD = 2  # a tight cache shortens a read-ahead it was not asked for down to this, before it refuses
 SPARE_SHARDS = 1    # cache room left for other readers (an evaluation store, a shm cache build)
 
 
@@ -28,42 +28,42 @@ def fits(store) -> bool:
     return sum(s.bytes for s in store.shards) + SPARE_SHARDS * largest <= store.cache_limit
 
 
-def window_shards(store, depth: int, lookback_records: int = 0) -> int:
-    """Shards the windowed order reads at once: the cache's limit in shards, less the ones fetched ahead (`depth`),
+def window_shards(store, ahead: int, lookback_records: int = 0) -> int:
+    """Shards the windowed order reads at once: the cache's limit in shards, less the ones read ahead (`ahead`),
     those still read by the batches in flight (`lookback_records` of the node's stream, and one being left) and a
     spare."""
     largest = max((s.bytes for s in store.shards), default=1)
     per_shard = max(len(store) / max(len(store.shards), 1), 1)
     leaving = 1 + math.ceil(lookback_records / per_shard)
-    return store.cache_limit // max(largest, 1) - depth - leaving - SPARE_SHARDS
+    return store.cache_limit // max(largest, 1) - ahead - leaving - SPARE_SHARDS
 
 
 def shard_order(store, cfg, rank: int, world_size: int) -> EpochOrder:
     """The order of a store whose reads download shards (module docstring)."""
-    lookback = max(cfg.workers, 1) * cfg.prefetch + 1
+    lookback = max(cfg.workers, 1) * cfg.batches_ahead + 1
     note = {"cache_limit": store.cache_limit, "store_bytes": sum(s.bytes for s in store.shards)}
     whole = fits(store)
     if not cfg.shuffle or whole:
         base = ShuffledOrder.for_loader(len(store), cfg, rank, world_size)
-        depth = None if whole else store.prefetch_depth
+        ahead = None if whole else store.read_ahead
     else:
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
-        depth = store.prefetch_depth
-        window = window_shards(store, depth, lookback * cfg.batch_size * local)
-        if window < 1 and not store.depth_given and depth > MIN_LEAD:   # a tight cache: a shorter lead
-            give = min(depth - MIN_LEAD, 1 - window)
-            depth, window = depth - give, window + give
+        ahead = store.read_ahead
+        window = window_shards(store, ahead, lookback * cfg.batch_size * local)
+        if window < 1 and not store.read_ahead_given and ahead > MIN_READ_AHEAD:   # tight cache: shorter
+            give = min(ahead - MIN_READ_AHEAD, 1 - window)
+            ahead, window = ahead - give, window + give
         if window < 1:
             largest = max(s.bytes for s in store.shards)
             need = (store.cache_limit // largest - window + 1) * largest
             raise ValueError(f"the shard cache limit ({store.cache_limit} bytes) holds fewer shards of {store.path} "
-                             f"than the windowed order needs: {depth} fetched ahead (prefetch_depth), those the "
+                             f"than the windowed order needs: {ahead} read ahead (read_ahead), those the "
                              f"{lookback} batches in flight read, one read now and a spare: at least {need} bytes at "
                              f"{largest} a shard. Raise the cache limit (--shard-cache-limit, FASTFEED_SHARD_CACHE_LIMIT "
-                             "or Store(url, cache_limit=...)), lower prefetch_depth (--prefetch-shards), or re-pack "
+                             "or Store(url, cache_limit=...)), lower read_ahead (--read-ahead-shards), or re-pack "
                              "with a smaller --shard-mb")
         base = WindowedOrder([(s.start, s.count) for s in store.shards], cfg.batch_size, window=window,
                              seed=cfg.seed, rank=rank, world_size=world_size, local_world=local,
                              drop_last=cfg.drop_last, shard_bytes=[s.bytes for s in store.shards])
-    return FollowedOrder(base, [s.start for s in store.shards], depth=depth, lookback=lookback,
+    return FollowedOrder(base, [s.start for s in store.shards], read_ahead=ahead, lookback=lookback,
                          follow=store.follower(), note=note)

@@ -22,9 +22,9 @@ epoch, world size, local ranks and window (the cache size chooses the window).
 sequential one of evaluation) with a position for a cache to follow. The coupling with the cache is this:
 a loader calls `order.reached(epoch, batch)` before it hands batch `batch` of `epoch` out to be read (every
 built-in loader does, where it submits batches); the order works out from its batches which shards are
-needed now (the batches in flight: `lookback` batches back to this one) and which next (the `depth` shards
+needed now (the batches in flight: `lookback` batches back to this one) and which next (the `read_ahead` shards
 first read after it, into the next epoch), and when that changes, calls `follow(now, next)`. The remote
-store's follow pins both sets in the node's cache (nothing pinned is evicted by a prefetch) and downloads
+store's follow pins both sets in the node's cache (nothing pinned is evicted by a read-ahead) and downloads
 the missing ones in the background, next-first-needed first.
 """
 
@@ -114,14 +114,14 @@ class WindowedOrder(EpochOrder):
 
 class FollowedOrder(EpochOrder):
     """`base`'s batches, with the shards needed now and next reported to `follow` as the loader moves on
-    (module docstring). `starts`: the first record of each shard. `depth`: shards fetched ahead (None: all)."""
+    (module docstring). `starts`: the first record of each shard. `read_ahead`: shards downloaded ahead (None: all)."""
 
-    def __init__(self, base: EpochOrder, starts, *, depth: int | None, lookback: int = 1,
+    def __init__(self, base: EpochOrder, starts, *, read_ahead: int | None, lookback: int = 1,
                  follow: Callable[[list, list], None] | None = None, note: dict | None = None):
         self.base = base
         self.rank, self.world_size = base.rank, base.world_size
         self.starts = np.asarray(starts, np.int64)
-        self.depth, self.lookback = depth, max(0, int(lookback))
+        self.read_ahead, self.lookback = read_ahead, max(0, int(lookback))
         self._follow = follow
         self.note = dict(note or {})
         self._spans: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
@@ -140,12 +140,12 @@ class FollowedOrder(EpochOrder):
         return self.base.identity()
 
     def with_base(self, base: EpochOrder) -> FollowedOrder:
-        """The same following (cache, depth, lookback) of another base order (a resumed epoch's remainder)."""
-        return FollowedOrder(base, self.starts, depth=self.depth, lookback=self.lookback, follow=self._follow,
+        """The same following (cache, read-ahead, lookback) of another base order (a resumed epoch's remainder)."""
+        return FollowedOrder(base, self.starts, read_ahead=self.read_ahead, lookback=self.lookback, follow=self._follow,
                              note=self.note)
 
     def describe(self) -> dict:
-        return self.base.describe() | {"prefetch_shards": "all" if self.depth is None else self.depth} | self.note
+        return self.base.describe() | {"read_ahead_shards": "all" if self.read_ahead is None else self.read_ahead} | self.note
 
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if k not in ("_follow", "_spans", "_last")} | {
@@ -171,7 +171,7 @@ class FollowedOrder(EpochOrder):
         return self._spans[epoch]
 
     def needed(self, epoch: int, batch: int) -> tuple[list[int], list[int]]:
-        """(shards read by the batches in flight: `lookback` back to `batch`; the next `depth` shards first
+        """(shards read by the batches in flight: `lookback` back to `batch`; the next `read_ahead` shards first
         read after it, in the order they are first read, into the next epoch)."""
         first, last, _ = self.spans(epoch)
         lo = batch - self.lookback
@@ -180,7 +180,7 @@ class FollowedOrder(EpochOrder):
             _, plast, pn = self.spans(epoch - 1)
             now |= set(np.flatnonzero(plast >= pn + lo).tolist())
         ahead = [int(j) for j in np.flatnonzero(first > batch)[np.argsort(first[first > batch], kind="stable")]]
-        want = len(self.starts) if self.depth is None else self.depth
+        want = len(self.starts) if self.read_ahead is None else self.read_ahead
         if len(ahead) < want:   # the next epoch's first shards
             nfirst, nlast, _ = self.spans(epoch + 1)
             used = np.flatnonzero(nlast >= 0)

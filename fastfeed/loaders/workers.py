@@ -2,7 +2,7 @@
 
 Why not torch's DataLoader: it ships every sample through a pipe (or a fresh shared-memory block)
 and then collates — a copy of every pixel in the main process. Here each worker builds whole batches
-straight into one of `workers x prefetch` preallocated shared slots; the main process hands the slot
+straight into one of `workers x batches_ahead` preallocated shared slots; the main process hands the slot
 out as the batch (zero copy) and reuses it once the next batch is requested. Batch k always goes to
 worker k % W, so per-worker state (the mosaic partner buffer) and hence the batches are
 deterministic for a given seed and worker count.
@@ -64,10 +64,10 @@ def _worker_main(worker_id: int, make_builder: Callable, slots: torch.Tensor, ta
 class WorkerPool:
     """Starts `n` workers, each running `make_builder()` once, then `builder.build(...)` per task."""
 
-    def __init__(self, n: int, make_builder: Callable, slot_shape: tuple, prefetch: int, timeout: float,
+    def __init__(self, n: int, make_builder: Callable, slot_shape: tuple, batches_ahead: int, timeout: float,
                  pin: bool = False):
         self.n, self.timeout = n, timeout
-        self.slots = torch.empty((n * prefetch, *slot_shape), dtype=torch.uint8).share_memory_()
+        self.slots = torch.empty((n * batches_ahead, *slot_shape), dtype=torch.uint8).share_memory_()
         self.pinned = pin and _pin(self.slots)
         with worker_context() as ctx:
             self.tasks = [ctx.SimpleQueue() for _ in range(n)]

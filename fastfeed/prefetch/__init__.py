@@ -29,7 +29,8 @@ it synchronises the event recorded right after that batch's H2D copy (its conver
 run: that reads device memory only); on the CPU the conversion to float (or a clone) is the copy. In the
 steady state that copy finished a whole step earlier, so the host does not wait.
 
-Layout: `prefetcher.py` (DevicePrefetcher: the drivers, one batch's produce / release / hand-out),
+Layout: `prefetcher.py` (DevicePrefetcher: one batch's produce / release / hand-out), `drivers.py` (inline, or the
+fastfeed-device-prefetch thread),
 `streams.py` (the accelerator API through the device's torch module), `augment.py` (which device augmentation applies). Device augmentation lives in
 `fastfeed/device_augment.py` (torch only).
 """

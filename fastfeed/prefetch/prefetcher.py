@@ -4,11 +4,7 @@ the package docstring for the stream protocol and the buffer-reuse hazard)."""
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 import weakref
-from collections import deque
-from typing import NamedTuple
 
 import torch
 
@@ -16,6 +12,7 @@ from ..batch import Batch
 from ..device_augment import DeviceAugment
 from ..devices import accelerator_module, parse_device, resolve_device, to_channels_last
 from ..loaders.base import Loader
+from . import drivers
 from .augment import resolve_augment
 from .host import HostBuffers
 from .streams import InFlight, StreamOps, pinned
@@ -23,15 +20,6 @@ from .streams import InFlight, StreamOps, pinned
 log = logging.getLogger(__name__)
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.uint8)   # uint8: no conversion
-_POLL = 0.05     # seconds between stop checks of a producer thread blocked on a full queue
-_JOIN_S = 60.0   # how long close() waits for a producer thread stuck inside next(loader)
-
-
-class _Failure(NamedTuple):
-    error: BaseException
-
-
-_END = object()
 
 
 class DevicePrefetcher:
@@ -106,7 +94,7 @@ class DevicePrefetcher:
     def __iter__(self):
         self._stop_active()
         self._k = self._start
-        it = self._threaded() if self.thread else self._inline()
+        it = drivers.threaded(self) if self.thread else drivers.inline(self)
         self._active = weakref.ref(it)   # weak: a consumer that breaks out and drops it stops it at once
         return it
 
@@ -189,106 +177,3 @@ class DevicePrefetcher:
         item = self.produce(batch)
         self._release(item)
         return self._hand_out(item)
-
-    # --- drivers: inline (the consumer's thread) or a producer thread --------------------------------
-
-    def _inline(self):
-        it, pending, last, error = iter(self.loader), deque(), None, None
-
-        def fetch() -> bool:
-            nonlocal last, error
-            self._release(last)                     # the loader may reuse the last batch's memory from here
-            try:
-                batch = next(it, _END)
-            except Exception as e:                  # raised once the batches before it are handed out
-                error = e
-                return False
-            if batch is _END:
-                return False
-            last = self.produce(batch)
-            pending.append(last)
-            return True
-
-        try:
-            more = True
-            while more and len(pending) < self.depth:
-                more = fetch()
-            while pending:
-                item = pending.popleft()
-                if more:
-                    more = fetch()                  # top up first: `depth` stay in flight while the consumer works
-                yield self._hand_out(item)
-            if error is not None:
-                raise error
-        finally:
-            self._release(last)
-            _close(it)
-
-    def _threaded(self):
-        it = iter(self.loader)
-        try:   # the first batch in the caller's thread: a loader that starts (forks) workers does it from here
-            first = next(it, _END)
-        except BaseException:
-            _close(it)
-            raise
-        q: queue.Queue = queue.Queue(maxsize=self.depth)
-        stop = threading.Event()
-        worker = threading.Thread(target=self._producer, args=(it, first, q, stop), name="fastfeed-prefetch",
-                                  daemon=True)
-        worker.start()
-        try:
-            while True:
-                item = q.get()
-                if item is _END:
-                    return
-                if isinstance(item, _Failure):
-                    raise item.error                # the loader's exception, its traceback included
-                yield self._hand_out(item)
-        finally:
-            stop.set()
-            _drain(q)                               # a producer blocked on put() sees `stop` within _POLL
-            worker.join(_JOIN_S)
-            _drain(q)
-            if worker.is_alive():
-                log.warning("the prefetch thread is still inside next(loader) after %.0f s; left running", _JOIN_S)
-
-    def _producer(self, it, batch, q: queue.Queue, stop: threading.Event) -> None:
-        def put(x) -> bool:
-            while not stop.is_set():
-                try:
-                    q.put(x, timeout=_POLL)
-                    return True
-                except queue.Full:
-                    pass
-            return False
-
-        last = None
-        try:
-            while batch is not _END and not stop.is_set():
-                last = self.produce(batch)
-                if not put(last):
-                    return
-                self._release(last)                 # the loader may reuse the last batch's memory from here
-                batch = next(it, _END)
-            put(_END)
-        except BaseException as e:  # noqa: B036  (everything reaches the consumer, even KeyboardInterrupt)
-            put(_Failure(e))
-        finally:
-            try:
-                self._release(last)
-            finally:
-                _close(it)
-
-
-def _close(it) -> None:
-    close = getattr(it, "close", None)
-    if close is not None:
-        close()
-
-
-def _drain(q: queue.Queue) -> None:
-    while True:
-        try:
-            q.get_nowait()
-        except queue.Empty:
-            return

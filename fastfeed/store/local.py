@@ -27,7 +27,7 @@ class LocalShards:
 
     remote = False          # reads are local
     cache_limit = None      # every shard is here: nothing to hold in a cache
-    prefetch_depth = None   # nor to download ahead
+    read_ahead = None   # nor to download ahead
 
     def __init__(self, path):
         self.path = Path(path)

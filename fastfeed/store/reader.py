@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..renamed import renamed
 from . import urls
 from .options import StoreOptions
 from .record import Record
@@ -32,14 +33,15 @@ class Sample:
     orientation: int = 1        # the EXIF orientation `image` was turned by (data is as stored)
 
 
+@renamed(prefetch_depth="read_ahead", keywords=False)   # the keyword: StoreOptions.of
 class Store:
     """Read a fastfeed store. `len(store)`, `store[i] -> Sample`, `store.record(i) -> Record`: the
     `source.RecordSource` protocol every loader reads through.
 
     `path`: a folder, or a URL (s3://, gs://, any fsspec URL) whose shards are downloaded into the node's shard
     cache as reads need them. `options` (`StoreOptions`, or its fields as keywords: cache_dir, cache_limit,
-    prefetch_depth, storage_options): how a store at a URL is read; each one not given is taken from the
-    environment (see `options.py`). A folder takes no keyword options.
+    read_ahead, storage_options; `prefetch_depth` is read_ahead's old name): how a store at a URL is read; each
+    one not given is taken from the environment (see `options.py`). A folder takes no keyword options.
 
     LMDB environments open lazily in each process (read-only, no lock file), so a `Store` pickles
     cheaply into worker processes (with its options) and is safe after fork. Every read checks the record's CRC32
@@ -100,7 +102,7 @@ class Store:
 
     @property
     def cache(self):
-        """The node's shard cache of a store at a URL (`remote.cache.ShardCache`); None for a folder."""
+        """The node's shard cache of a store at a URL (`remote.shard_cache.ShardCache`); None for a folder."""
         return getattr(self.provider, "cache", None)
 
     @property
@@ -109,15 +111,15 @@ class Store:
         return self.provider.cache_limit
 
     @property
-    def prefetch_depth(self) -> int | None:
-        """Most shards downloaded ahead of the ones being read (given, or sized to the link within the cache); None
-        when nothing is downloaded."""
-        return self.provider.prefetch_depth
+    def read_ahead(self) -> int | None:
+        """The shard read-ahead: most shards downloaded ahead of the ones being read (given, or sized to the link
+        within the cache); None when nothing is downloaded."""
+        return self.provider.read_ahead
 
     @property
-    def depth_given(self) -> bool:
-        """Whether `prefetch_depth` was asked for (StoreOptions, $FASTFEED_PREFETCH_SHARDS) rather than sized."""
-        return getattr(self.provider, "depth_given", False)
+    def read_ahead_given(self) -> bool:
+        """Whether `read_ahead` was asked for (StoreOptions, $FASTFEED_READ_AHEAD_SHARDS) rather than sized."""
+        return getattr(self.provider, "read_ahead_given", False)
 
     def follower(self):
         """What an order reports the shards it needs now and next to (`want(now, upcoming)`: downloaded ahead and

@@ -20,7 +20,7 @@ changing. Nothing outside `fastfeed/store/` reads a store in any other way.
   The facts the loaders choose the order from (`loaders/sampler.default_order`); the store never chooses one:
     src.remote                       whether reads download shards (then the order must suit the shard cache)
     src.cache_limit                  bytes of its shards the node's cache holds (None: all are local)
-    src.prefetch_depth, src.depth_given   most shards to keep downloaded ahead, and whether it was asked for
+    src.read_ahead, src.read_ahead_given   most shards to keep downloaded ahead, and whether it was asked for
     src.follower()                   `want(now, upcoming)`, told by the order what it needs (None: nothing to fetch)
 
 A source must pickle cheaply (it travels into every worker process, with its options) and be safe to use after fork.
@@ -66,10 +66,10 @@ class RecordSource(Protocol):
     def cache_limit(self) -> int | None: ...
 
     @property
-    def prefetch_depth(self) -> int | None: ...
+    def read_ahead(self) -> int | None: ...
 
     @property
-    def depth_given(self) -> bool: ...
+    def read_ahead_given(self) -> bool: ...
 
     @property
     def fingerprint(self) -> str: ...

@@ -13,7 +13,7 @@ from ..procs import worker_context
 from ..progress import bar as progress_bar
 from . import format as fmt
 from .reader import Store
-from .remote.cache import ShardDamaged
+from .remote.errors import ShardDamaged
 
 _CHUNK = 256
 

@@ -45,7 +45,7 @@ class _Seen(FastfeedTrainer):
         img = batch["img"]
         out = super().preprocess_batch(batch)
         self.seen.append({"in": img, "out": out["img"], "device": out["img"].device, "cls": out["cls"].clone(),
-                          "vram_tier": getattr(self.train_loader.loader, "cache", None) is not None})
+                          "vram_cache": getattr(self.train_loader.loader, "cache", None) is not None})
         return out
 
 
@@ -122,7 +122,7 @@ def test_multi_scale_single_cls_cache_and_mixup(sample_yolo, tmp_path, device_lo
     assert all(s["in"].shape[-1] == 64 for s in _Seen.seen)       # the loader's size; the resize is the trainer's
     assert all((s["cls"] == 0).all() for s in _Seen.seen)         # single_cls, on the device's targets
     feed = model.trainer.train_loader
-    assert feed.options["cache"] == "device" and all(s["vram_tier"] for s in _Seen.seen)   # cache=True: VRAM tier
+    assert feed.options["cache"] == "device" and all(s["vram_cache"] for s in _Seen.seen)   # cache=True: VRAM cache
     assert "mixup=0.3: the device loader does not blend mixup samples" in caplog.text
     assert "keeps the decoded store in cpu memory" in caplog.text
 

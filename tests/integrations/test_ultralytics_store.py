@@ -187,9 +187,9 @@ def test_store_options_given_on_the_trainer_read_the_bucket_store_and_the_enviro
     def shards_in(folder):
         return sorted(p.name for p in folder.rglob("*.mdb"))
 
-    trainer_cls = FastfeedTrainer.with_store_options(cache_dir=given_cache, prefetch_depth=1)
+    trainer_cls = FastfeedTrainer.with_store_options(cache_dir=given_cache, read_ahead=1)
     assert issubclass(trainer_cls, FastfeedTrainer) and FastfeedTrainer.store_options is None
-    assert trainer_cls.store_options == StoreOptions(cache_dir=given_cache, prefetch_depth=1)
+    assert trainer_cls.store_options == StoreOptions(cache_dir=given_cache, read_ahead=1)
     trainer, loader = train_loader_of(trainer_cls, sample_yolo, tmp_path / "given")
     assert trainer.train_store(None).options.cache_dir == given_cache
     first_batches(loader, 1)

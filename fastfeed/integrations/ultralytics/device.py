@@ -11,7 +11,7 @@ imgsz x [1 - multi_scale, 1 + multi_scale]; the same on every rank, and the same
 
 What the other loaders honour, the device loader honours the same way (AugmentHyp, close_mosaic, seed,
 classes, single_cls, workers: its planning workers); `cache=True`/'ram' becomes its cache, the decoded
-store in device memory (the VRAM tier); `mixup` it does not do: a warning names it and training goes on
+store in device memory (the VRAM cache); `mixup` it does not do: a warning names it and training goes on
 without it.
 """
 
@@ -51,7 +51,7 @@ def loader_setup(trainer, hyp):
     if str(trainer.args.cache).strip().lower() in _RAM:
         options["cache"] = "device"
         log.info(f"fastfeed: cache={trainer.args.cache}: the device loader keeps the decoded store in "
-                 f"{trainer.device.type} memory (its VRAM tier)")
+                 f"{trainer.device.type} memory (its VRAM cache)")
     return hyp, options
 
 

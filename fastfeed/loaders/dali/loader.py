@@ -28,14 +28,14 @@ class DaliLoader(Loader):
     max(1, workers // 4) Python processes for the external source (reading and planning take
     ~0.2 ms a sample); workers=0 runs the source in this thread with one DALI thread.
 
-    cfg.prefetch is DALI's queue depth (and the external source's); cfg.pin_memory does not apply
+    cfg.batches_ahead is DALI's queue depth (and the external source's); cfg.pin_memory does not apply
     (host outputs are DALI's own buffers; on a GPU the images are already on the device);
     cfg.timeout does not apply: DALI's observer notices a worker that dies while building a batch,
     and that raises WorkerError; but a worker killed (SIGKILL, OOM) while it holds one of DALI's
     shared-queue locks or sleeps on its task condition can leave DALI's main-thread wait blocked
     for good (a DALI limitation, seen in about one of three tries of killing an idle worker here).
     A new pipeline is built on first use, after an abandoned epoch, or when set_epoch() asks for an
-    epoch other than the next one; otherwise DALI prefetches the next epoch as this one ends.
+    epoch other than the next one; otherwise DALI queues the next epoch's batches as this one ends.
     """
 
     def __init__(self, store: Store, cfg: LoaderConfig, device: DaliDevice, opts=None, order=None):
@@ -76,7 +76,7 @@ class DaliLoader(Loader):
                                   start, self.oriented)
         self._pipe = build_pipeline(self._source, self.device, batch_size=c.batch_size, num_threads=max(1, c.workers),
                                     py_workers=self.py_workers, start_method="fork" if fork else "spawn",
-                                    prefetch=c.prefetch)
+                                    prefetch=c.batches_ahead)
         if self.py_workers:
             self._pipe.start_py_workers()   # before build(): build initialises CUDA on a GPU
         self._pipe.build()
@@ -91,7 +91,7 @@ class DaliLoader(Loader):
         k = -1
         try:
             # Continue the running pipeline when it is at the start of the asked epoch (DALI has then
-            # already prefetched it); otherwise (first use, an abandoned epoch, another epoch, a start
+            # already queued it); otherwise (first use, an abandoned epoch, another epoch, a start
             # mid-epoch: the source draws per batch, so skipping costs nothing) rebuild.
             if self._it is None or self._active or self.start or self.epoch != self._epoch0 + self._epochs_done:
                 self._start(self.epoch, self.start)
@@ -152,9 +152,9 @@ class DaliLoader(Loader):
         return WorkerError(f"dali loader: the DALI pipeline failed near {where}: {msg}")
 
     def _find_undecodable(self, k: int) -> str | None:
-        """Decode the records DALI may have had in flight (this batch and the prefetched ones) with
+        """Decode the records DALI may have had in flight (this batch and the queued ones) with
         fastfeed's own decoder; return a description of the first that fails."""
-        src, depth = self._source, self.cfg.prefetch + 2
+        src, depth = self._source, self.cfg.batches_ahead + 2
         if src is None:
             return None
         epochs = [(self.epoch, range(k, k + depth)), (self.epoch + 1, range(depth))]

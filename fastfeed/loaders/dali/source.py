@@ -83,7 +83,7 @@ class DaliSource:
         k = int(info.iteration) + (self.start if epoch == self.epoch0 else 0)   # DALI's first epoch may start late
         if k >= len(batches):
             raise StopIteration
-        self.order.reached(epoch, k)   # a shard cache following the order pins and prefetches
+        self.order.reached(epoch, k)   # a shard cache following the order pins and reads ahead
         return self.build(epoch, k, batches[k])
 
     # --- one batch ---------------------------------------------------------------------------------

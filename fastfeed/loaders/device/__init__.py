@@ -1,7 +1,7 @@
 """The `device` loader: JPEG decode and YOLO augmentation on the accelerator, the host only plans.
 
     loader = create_loader("device", store, LoaderConfig(imgsz=640, batch_size=64, device="cuda"))
-    loader = create_loader("device", store, cfg, cache="device", dtype="bfloat16")   # the VRAM tier
+    loader = create_loader("device", store, cfg, cache="device", dtype="bfloat16")   # the VRAM cache
     for epoch in range(epochs):
         loader.set_epoch(epoch)
         for images, targets in loader:     # on the device: images [B,3,S,S] in [0,1], targets [M,6]
@@ -13,7 +13,7 @@ runs), composes mosaic + affine + flip into one sampling map per output pixel, g
 Plain PyTorch: the same code runs on CUDA, Ascend NPUs (host decode) and the CPU (tests).
 
 Layout: plan.py (host: records, draws, geometry, boxes via boxes.py), host.py (the worker pool),
-decode.py (decoders, EXIF orientation), render.py (the sampling map), cache.py (the VRAM tier),
+decode.py (decoders, EXIF orientation), render.py (the sampling map), vram_cache.py (the VRAM cache),
 feed.py (side-stream double buffering), loader.py (the Loader).
 """
 
@@ -38,7 +38,7 @@ _NAMES = {v: k for k, v in DTYPES.items()}
 class DeviceOptions(CpuOptions):
     """The device loader's own options (and the cpu loader's partner_buffer: the same partners for a seed)."""
 
-    cache: str | None = None        # "device": keep the decoded store in device memory (the VRAM tier)
+    cache: str | None = None        # "device": keep the decoded store in device memory (the VRAM cache)
     dtype: str = "float32"          # the images' dtype: float32 | float16 | bfloat16 (or the torch dtype)
     decoder: str = "auto"           # auto | torchvision | nvimgcodec | host (see decode.py)
     cache_reserve_gb: float = 8.0   # with cache="device": device memory left free for the model

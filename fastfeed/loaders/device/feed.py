@@ -3,7 +3,7 @@ buffered on a side stream: the `DevicePrefetcher`'s drivers and stream protocol 
 `stream`), with its per-batch hook (`produce`) doing decode + render.
 
 Per batch, on the side stream: decode the new records' JPEGs (or copy their pixels up), gather the
-pixels of every tile the batch shows into one flat buffer (or use the VRAM tier's), copy the plan's
+pixels of every tile the batch shows into one flat buffer (or use the VRAM cache's), copy the plan's
 few parameters and the targets up, record `copied` (the host slot may be reused from here: the
 prefetcher waits on it before asking the workers for the next batch), render the images, record
 `ready` (the consumer's stream waits on it; record_stream marks the handed-out tensors).

@@ -9,11 +9,11 @@ import torch
 from ...store.reader import Store
 from ..base import Loader, LoaderConfig, StageTimes
 from . import DTYPES
-from .cache import build_cache
 from .decode import make_decoder
 from .feed import DeviceFeed
 from .host import HostLoader
 from .plan import SHIP_DECODED, SHIP_ENCODED, SHIP_NONE
+from .vram_cache import build_vram_cache
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 class DeviceLoader(Loader):
     """Batches of `dtype` images in [0,1] and float32 targets on `cfg.device`, from planning workers
     (host.py, plan.py), device decoding (decode.py) and rendering (render.py), double buffered on a side
-    stream (feed.py); optionally over the VRAM tier (cache.py). Use it directly: it replaces loader + prefetcher.
+    stream (feed.py); optionally over the VRAM cache (vram_cache.py). Use it directly: it replaces loader + prefetcher.
 
     Batches are new tensors (two are prepared ahead): unlike the host loaders' they stay valid after the next
     one is asked for. `device_augment` does not apply: every augmentation runs on the device already, with
@@ -43,14 +43,14 @@ class DeviceLoader(Loader):
         upload = (lambda t: t.to(compute, non_blocking=False)) if compute.type != "cpu" else (lambda t: t.clone())
         self.cache = None
         if opts.cache == "device":
-            self.cache = build_cache(store, cfg.imgsz, cfg.batch_size, compute, self.decoder, upload,
+            self.cache = build_vram_cache(store, cfg.imgsz, cfg.batch_size, compute, self.decoder, upload,
                                      reserve_gb=opts.cache_reserve_gb, workers=cfg.workers or None)
         ship = SHIP_NONE if self.cache is not None else SHIP_DECODED if self.decoder.on_host else SHIP_ENCODED
         self.host = HostLoader(store, cfg, opts, ship, self.order)
         self.feed = DeviceFeed(self.host, self.device, dtype=self.dtype, decoder=self.decoder, cache=self.cache,
                                compute=compute, timing=ops is None, ops=ops)
         log.info("device loader on %s: decoder %s, %s", self.device, self.decoder.name,
-                 "VRAM tier" if self.cache is not None else f"workers ship {ship} payloads")
+                 "VRAM cache" if self.cache is not None else f"workers ship {ship} payloads")
 
     @property
     def device_hyp(self):
@@ -66,7 +66,7 @@ class DeviceLoader(Loader):
 
     def __iter__(self):
         if self.opts.cache == "device" and self.cache is None:
-            raise RuntimeError("this device loader was closed, which freed its VRAM tier; create a new loader")
+            raise RuntimeError("this device loader was closed, which freed its VRAM cache; create a new loader")
         return iter(self.feed)
 
     def stage_times(self) -> StageTimes:
@@ -84,11 +84,11 @@ class DeviceLoader(Loader):
 
     @property
     def vram_bytes(self) -> int:
-        """Device memory held by the VRAM tier (0 without one). Not `shared_bytes`: that is host shared memory."""
+        """Device memory held by the VRAM cache (0 without one). Not `shared_bytes`: that is host shared memory."""
         return self.cache.nbytes if self.cache is not None else 0
 
     def close(self) -> None:
-        """Stop the iteration, the workers; free the decoded images (the VRAM tier too). Idempotent."""
+        """Stop the iteration, the workers; free the decoded images (the VRAM cache too). Idempotent."""
         self.feed.close()
         self.host.close()
         self.feed.release()

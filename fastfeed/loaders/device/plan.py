@@ -11,7 +11,7 @@ that covers imgsz), so the geometry is the cpu loader's too.
 What travels to the device per batch (`Plan`, through the pool's result queue), and the new
 records' payloads, written into the batch's shared slot (`Item`): JPEG bytes for a device decoder,
 pixels otherwise (raw stores; other codecs and decoder='host' are decoded here with `Record.decode`),
-nothing at all when the VRAM tier holds the pixels.
+nothing at all when the VRAM cache holds the pixels.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ class Planner:
 
     def _load(self, index: int, times: dict) -> Tile:
         t0 = perf_counter()
-        # With the VRAM tier only the labels are read here: every payload's CRC was checked when it was built.
+        # With the VRAM cache only the labels are read here: every payload's CRC was checked when it was built.
         r = self.store.record(int(index), check_crc=False if self.ship == SHIP_NONE else None)
         hw = r.decoded_size(self.size)
         times["read"] += perf_counter() - t0

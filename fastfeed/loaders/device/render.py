@@ -13,7 +13,7 @@ pixel centre (x+0.5, y+0.5) of sample b:
     value = bilinear(tile_t, u)                  4 gathers from a flat [P,3] uint8 pixel buffer,
                                                  edge pixels replicated
 
-The tiles' pixels live in one flat buffer: the batch's decoded images concatenated, or the VRAM tier's
+The tiles' pixels live in one flat buffer: the batch's decoded images concatenated, or the VRAM cache's
 whole dataset, so the same code serves both (`base` is where each tile's pixels start). Chunks of
 samples bound the transient memory (a dozen [chunk,S,S] tensors). No host sync anywhere: everything
 queues on the loader's side stream. Output: float32 [B,3,S,S] in [0,1], HSV as device_augment does.

@@ -17,7 +17,7 @@ from .. import format as fmt
 from .. import handles
 from ..changed import under_reader
 from ..record import Record, parse_record
-from .cache import ShardDamaged
+from .errors import ShardDamaged
 
 log = logging.getLogger(__name__)
 _ADVICE = "; run `fastfeed verify` and re-pack"

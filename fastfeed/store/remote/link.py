@@ -1,15 +1,15 @@
-"""`Link`: what this process's downloads say about the link to the bucket, and the prefetch lead it needs.
+"""`Link`: what this process's downloads say about the link to the bucket, and the shard read-ahead it needs.
 
 A download of a shard of S bytes takes d + S/b: the delay before its first byte (d) and its transfer at the
 throughput one download gets (b). To keep the link busy, downloads must overlap: while one transfers, the next ones
 are waiting out their delay; that takes 1 + d*b/S shards in flight (the bandwidth-delay product in shards, plus the
 one transferring). With large shards that is one or two; with small shards far from the bucket it is many: 19
-shards of 0.46 MB at 50 ms and 100 MB/s want 12. The lead never exceeds what the cache leaves it (the cap the
+shards of 0.46 MB at 50 ms and 100 MB/s want 12. The read-ahead never exceeds what the cache leaves it (the cap the
 window was sized with), and never falls below the floor (2) before anything is measured.
 
 d is measured on small requests (the manifest's read; its first request may also set up the connection, which
-only makes the lead longer), and kept under 98% of the quickest download (a download is its delay and then its
-transfer); b from each download as S / (seconds - d). Both keep the last WINDOW samples (medians: one slow request does not swing the lead).
+only makes the read-ahead longer), and kept under 98% of the quickest download (a download is its delay and then its
+transfer); b from each download as S / (seconds - d). Both keep the last WINDOW samples (medians: one slow request does not swing the read-ahead).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class Link:
         d = self.delay() or 0.0
         return statistics.median(n / max(s - d, 1e-6) for n, s in downloads)
 
-    def lead(self, shard_bytes: float, floor: int, cap: int) -> int:
+    def read_ahead(self, shard_bytes: float, floor: int, cap: int) -> int:
         """Shards to keep downloading ahead: 1 + delay x throughput / shard size, within [floor, cap]."""
         d, b = self.delay(), self.throughput()
         if d is None or b is None or shard_bytes <= 0:

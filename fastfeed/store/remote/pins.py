@@ -1,5 +1,5 @@
 """Pins: the shards each loader's order on the node needs now and next, one small file per order, read by every
-process that evicts (nothing pinned by a live process is evicted by a prefetch) or closes maps."""
+process that evicts (nothing pinned by a live process is evicted by a read-ahead) or closes maps."""
 
 from __future__ import annotations
 

@@ -2,14 +2,14 @@
 shard cache: the shard provider `Store` reads a URL through.
 
 The manifest is read from the URL when the store is opened (small; the shards are not touched). A shard is
-downloaded into the node-local shard cache (`cache.py`) the first time any process on the node needs
+downloaded into the node-local shard cache (`shard_cache.py`) the first time any process on the node needs
 it, then opened with LMDB like a local shard. Each process maps only the shards it is reading: when it opens
 another one it closes those that no order on the node pins and that are not among its last two, so the
 cache can evict them. A remote store's records own their bytes (a copy out of the map), so closing a shard
 never invalidates a record handed out.
 
 It chooses no order: it tells the loaders what the cache can hold (`cache_limit`) and how many shards to keep
-ahead (`prefetch_depth`), and gives each order a `Prefetcher` (`follower()`) that pins the shards the order says it
+ahead (`read_ahead`), and gives each order a `ReadAhead` (`follower()`) that pins the shards the order says it
 needs now and next and downloads them in the background (`loaders/shard_order.py` builds the order).
 """
 
@@ -26,14 +26,14 @@ from .. import format as fmt
 from ..options import StoreOptions
 from ..record import Record
 from . import damaged
-from .cache import ShardCache
 from .link import Link
+from .shard_cache import ShardCache
 from .sizes import default_dir, default_limit, parse_size
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DEPTH = 2        # shards downloaded ahead of the ones being read, at least
-LEAD_BYTES = 16 << 20    # ... and by default at least this much (small shards: more of them ahead)
+DEFAULT_READ_AHEAD = 2        # shards downloaded ahead of the ones being read, at least
+READ_AHEAD_BYTES = 16 << 20    # ... and by default at least this much (small shards: more of them ahead)
 _KEEP_RECENT = 2         # shards a process keeps mapped besides the pinned ones
 _STORES: weakref.WeakSet = weakref.WeakSet()
 
@@ -50,8 +50,8 @@ class RemoteShards:
     """A store at a URL (any fsspec protocol), its shards in the node's cache. See the module docstring.
 
     options.cache_dir: the node-local shard cache; options.cache_limit: bytes or a size such as "50G" / "40%";
-    options.storage_options: fsspec options (credentials, endpoint; never written anywhere); options.prefetch_depth:
-    most shards downloaded ahead (default `default_depth`). Each not given comes from the environment (`options.py`).
+    options.storage_options: fsspec options (credentials, endpoint; never written anywhere); options.read_ahead:
+    most shards downloaded ahead (default `default_read_ahead`). Each not given comes from the environment (`options.py`).
     """
 
     remote = True
@@ -75,9 +75,9 @@ class RemoteShards:
         limit = default_limit(root_dir) if options.cache_limit is None else parse_size(options.cache_limit, root_dir)
         self.cache = ShardCache(root_dir, limit, self.url)
         self.cache.prepare()
-        depth = options.depth()
-        self.depth_given = depth is not None
-        self.prefetch_depth = self.default_depth() if depth is None else depth
+        ahead = options.resolved_read_ahead()
+        self.read_ahead_given = ahead is not None
+        self.read_ahead = self.default_read_ahead() if ahead is None else ahead
         self._reset()
 
     @property
@@ -92,7 +92,7 @@ class RemoteShards:
         self._pid = os.getpid()
         self._fs = None
         self.maps: OrderedDict = OrderedDict()   # shard number -> (lock fd, handle key, handle)
-        self._prefetchers: list = []
+        self._read_aheads: list = []
         _STORES.add(self)
         changed.register(self)   # a cached shard truncated under a read is named (SIGBUS)
 
@@ -105,7 +105,7 @@ class RemoteShards:
             except OSError:
                 pass
         self.maps = OrderedDict()
-        self._prefetchers = []
+        self._read_aheads = []
         self._fs = None
         self._pid = os.getpid()
 
@@ -116,7 +116,7 @@ class RemoteShards:
 
     def __getstate__(self):
         return {k: getattr(self, k) for k in ("url", "path", "storage_options", "manifest", "shards", "cache",
-                                              "prefetch_depth", "depth_given", "link")}
+                                              "read_ahead", "read_ahead_given", "link")}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -200,9 +200,9 @@ class RemoteShards:
         if self._pid == os.getpid():
             for k in list(self.maps):
                 self.close_shard(k)
-            for p in self._prefetchers:
+            for p in self._read_aheads:
                 p.stop()
-        self.maps, self._prefetchers = OrderedDict(), []
+        self.maps, self._read_aheads = OrderedDict(), []
 
     def shard_entries(self, shard: int) -> int:
         return self.handle(shard).env.stat()["entries"]
@@ -225,22 +225,22 @@ class RemoteShards:
         return sum(s.bytes for s in self.shards)
 
     # --- what the loaders' order needs ----------------------------------------------------------------------
-    def default_depth(self) -> int:
-        """Most shards fetched ahead when nobody says: 2, or as many as make LEAD_BYTES when the shards are smaller
+    def default_read_ahead(self) -> int:
+        """Most shards fetched ahead when nobody says: 2, or as many as make READ_AHEAD_BYTES when the shards are smaller
         (with 4 MB shards two are a fraction of a second of training, with 128 MB ones seconds), but never more
-        than half the shards the cache holds (the rest is the window, which is what mixes). The prefetcher
+        than half the shards the cache holds (the rest is the window, which is what mixes). The read-ahead
         keeps fewer ahead while its downloads show the link does not need them (`link.Link`)."""
         sizes = [s.bytes for s in self.shards]
         if not sizes:
-            return DEFAULT_DEPTH
-        want = math.ceil(LEAD_BYTES / max(sum(sizes) / len(sizes), 1))
+            return DEFAULT_READ_AHEAD
+        want = math.ceil(READ_AHEAD_BYTES / max(sum(sizes) / len(sizes), 1))
         room = self.cache.limit // max(max(sizes), 1) // 2
-        return max(DEFAULT_DEPTH, min(want, room, len(sizes)))
+        return max(DEFAULT_READ_AHEAD, min(want, room, len(sizes)))
 
     def follower(self):
-        """A new `Prefetcher` for one order: `want(now, upcoming)` pins and downloads what the order needs."""
-        from .prefetch import Prefetcher
+        """A new `ReadAhead` for one order: `want(now, upcoming)` pins and downloads what the order needs."""
+        from .read_ahead import ReadAhead
 
-        prefetcher = Prefetcher(self, floor=min(DEFAULT_DEPTH, self.prefetch_depth))
-        self._prefetchers.append(prefetcher)
-        return prefetcher.want
+        ahead = ReadAhead(self, floor=min(DEFAULT_READ_AHEAD, self.read_ahead))
+        self._read_aheads.append(ahead)
+        return ahead.want

@@ -1,10 +1,10 @@
-"""The VRAM tier (`cache="device"`): the whole store decoded, at the size the sampler uses, in one flat
+"""The VRAM cache (`cache="device"`): the whole store decoded, at the size the sampler uses, in one flat
 pixel buffer on the accelerator, so per step only the plans (a few KB) cross PCIe and nothing is decoded.
 
 Sized before anything is allocated: every record's decoded size (`Record.decoded_size`, the frame the cpu
 loader decodes into) from its header, against the device's free memory (`fastfeed.devices.free_memory`)
 less the loader's working memory and `cache_reserve_gb` kept for the model. What does not fit raises
-`DeviceCacheError` saying what it needs, what is free, and about what imgsz would fit. Built once per
+`VramCacheError` saying what it needs, what is free, and about what imgsz would fit. Built once per
 loader (per rank: each GPU holds its own copy) with a progress bar: JPEGs decoded by the loader's decoder
 in batches, or, with the host decoder, on every core through a process pool.
 """
@@ -30,8 +30,11 @@ GIB = 1 << 30
 _BATCH = 64
 
 
-class DeviceCacheError(ValueError):
+class VramCacheError(ValueError):
     """The decoded store does not fit in the device's free memory (the message says what would)."""
+
+
+DeviceCacheError = VramCacheError   # its old name, kept for callers that catch it
 
 
 @dataclass
@@ -63,7 +66,7 @@ def _estimate(shapes: np.ndarray, imgsz: int) -> int:
 
 
 def check_fits(shapes: np.ndarray, imgsz: int, batch_size: int, device: torch.device, reserve_gb: float) -> int:
-    """The cache's bytes; DeviceCacheError when it, the working memory and the reserve exceed the free memory."""
+    """The cache's bytes; VramCacheError when it, the working memory and the reserve exceed the free memory."""
     need = int((shapes[:, 0] * shapes[:, 1]).sum()) * 3
     work, reserve = working_bytes(batch_size, imgsz, device), int(reserve_gb * GIB)
     free, total = free_memory(device)
@@ -73,7 +76,7 @@ def check_fits(shapes: np.ndarray, imgsz: int, batch_size: int, device: torch.de
             if _estimate(shapes, s) + working_bytes(batch_size, s, device) + reserve <= free]
     hint = (f"at imgsz {fits[0]} it would need about {_estimate(shapes, fits[0]) / GIB:.1f} GiB" if fits
             else "no imgsz fits with this reserve")
-    raise DeviceCacheError(
+    raise VramCacheError(
         f"cache='device' needs {need / GIB:.1f} GiB for {len(shapes):,} images at imgsz {imgsz}, plus "
         f"{work / GIB:.1f} GiB of working memory and {reserve / GIB:.1f} GiB kept for the model (cache_reserve_gb); "
         f"{device} has {free / GIB:.1f} GiB free of {total / GIB:.1f} GiB. {hint[0].upper() + hint[1:]}. Use a "
@@ -96,7 +99,7 @@ def _decode_chunk(indices: list[int]) -> list:
     return out
 
 
-def build_cache(store, imgsz: int, batch_size: int, device: torch.device, decoder, upload, *, reserve_gb: float,
+def build_vram_cache(store, imgsz: int, batch_size: int, device: torch.device, decoder, upload, *, reserve_gb: float,
                 workers: int | None = None) -> DeviceCache:
     """Decode every record of `store` into a new DeviceCache on `device` (upload: host tensor -> device copy)."""
     t0 = time.perf_counter()
@@ -106,7 +109,7 @@ def build_cache(store, imgsz: int, batch_size: int, device: torch.device, decode
     rows = shapes[:, 0] * shapes[:, 1]
     starts = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
     pixels = torch.empty((int(rows.sum()), 3), dtype=torch.uint8, device=device)
-    log.info("VRAM tier: %d images, %.2f GiB on %s", n, need / GIB, device)
+    log.info("VRAM cache: %d images, %.2f GiB on %s", n, need / GIB, device)
 
     def put(i: int, img: torch.Tensor) -> None:
         pixels[starts[i]:starts[i] + rows[i]] = img.reshape(-1, 3)
@@ -134,5 +137,5 @@ def build_cache(store, imgsz: int, batch_size: int, device: torch.device, decode
                 bar.update(len(items))
     finally:
         bar.close()
-    log.info("VRAM tier built in %.1f s", time.perf_counter() - t0)
+    log.info("VRAM cache built in %.1f s", time.perf_counter() - t0)
     return DeviceCache(pixels, starts, shapes)

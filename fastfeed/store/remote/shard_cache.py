@@ -19,9 +19,9 @@ then find it there. A checksum mismatch is downloaded once more, then an error s
 damaged. A partial or mismatched download is never opened; a copy damaged later is replaced (`fetch(stale=)`,
 see damaged.py).
 
-The limit: before a download reserves room, shards are evicted, least recently used first, among those no
-process maps (their lock is free) and no live process pins. A read that needs a shard now may also evict a
-pinned one that nobody maps (one fetched early); a prefetch never does, it waits for a later turn. When no
+The limit (`room.py`): before a download reserves room, shards are evicted, least recently used first, among those
+no process maps (their lock is free) and no live process pins. A read that needs a shard now may also evict a
+pinned one that nobody maps (one fetched early); a read-ahead never does, it waits for a later turn. When no
 room can be made within `wait_s` the error says what holds the cache.
 """
 
@@ -33,7 +33,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -42,28 +41,18 @@ from pathlib import Path
 
 from .. import format as fmt
 from ..checksum import sha256_file
-from ..objstore import RemoteError, shown
-from ..publish import alive
-from .locks import evict, fetched_in, flocked, log_line, open_lock
+from ..objstore import shown
+from . import room
+from .errors import CacheFull, CacheReadOnly, ShardDamaged
+from .locks import fetched_in, log_line, open_lock
 from .pins import pins_of
-from .sizes import CACHE_ENV, LIMIT_ENV, STORE_PREFIX, gib
+from .sizes import CACHE_ENV, STORE_PREFIX
+
+__all__ = ["ShardCache", "CacheFull", "CacheReadOnly", "ShardDamaged", "WAIT_S"]
 
 log = logging.getLogger(__name__)
 
 WAIT_S = 600.0                # how long a read waits for room in a full cache before giving up
-
-
-class CacheFull(RemoteError):
-    """The shard cache cannot make room (its limit, or its disk)."""
-
-
-class ShardDamaged(RemoteError):
-    """The bucket's copy of a shard is damaged: downloaded twice, not what the manifest says (or read damaged from a
-    fresh download)."""
-
-
-class CacheReadOnly(CacheFull):
-    """A read-only shard cache that lacks a shard this read needs."""
 
 
 @dataclass
@@ -147,7 +136,7 @@ class ShardCache:
               stale: tuple | None = None) -> bool:
         """Make the shard present: download it with `get(fd)` unless it is there. `wait` (a read that needs it
         now): wait for another process's download, for room, and evict pinned shards nobody maps if needed.
-        Without (a prefetch): False when another process is downloading it or there is no room now. `stale`: the
+        Without (a read-ahead): False when another process is downloading it or there is no room now. `stale`: the
         identity (`identity()`) of a cached copy not to trust (damaged, or `verify` checking the bucket): it is
         downloaded again and replaced (processes mapping it keep their map), unless another process has
         replaced it already."""
@@ -173,7 +162,7 @@ class ShardCache:
                 if usable():
                     return True
                 part = self.dir / f"{info.file}.part-{os.getpid()}.{threading.get_native_id()}"   # per thread
-                fd = self._reserve(info, part, urgent=wait)
+                fd = room.reserve(self, info, part, urgent=wait)
                 if fd is None:
                     return False
                 t0 = time.monotonic()
@@ -213,80 +202,3 @@ class ShardCache:
     def fetched(self) -> list[dict]:
         """Every completed download into this store's cache, oldest first."""
         return fetched_in(self.dir)
-
-    def _reserve(self, info: fmt.ShardInfo, part: Path, urgent: bool) -> int | None:
-        """Evict until the shard fits under the limit, then create `part` at its full size (an fd), or None
-        (not urgent, no room now). Raises CacheFull when it never fits or no room comes within wait_s."""
-        if info.bytes > self.limit:
-            raise CacheFull(f"shard {info.file} is {gib(info.bytes)}, more than the whole shard cache limit "
-                            f"({gib(self.limit)}, {self.root}): raise the limit ({LIMIT_ENV} or "
-                            "Store(url, cache_limit=...)) or re-pack with a smaller --shard-mb")
-        deadline = time.monotonic() + self.wait_s
-        while True:
-            with flocked(self.root / ".space.lock", fcntl.LOCK_EX):
-                room = self._make_room(info.bytes, urgent)
-                if room:
-                    fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-                    try:
-                        os.posix_fallocate(fd, 0, max(info.bytes, 1))
-                    except OSError as e:
-                        os.close(fd)
-                        part.unlink(missing_ok=True)
-                        free = shutil.disk_usage(self.root).free
-                        raise CacheFull(f"the shard cache's disk is full ({self.root}: {gib(free)} free, shard "
-                                        f"{info.file} needs {gib(info.bytes)}; {e.strerror}): free space there, "
-                                        f"point {CACHE_ENV} at a larger local disk, or lower the cache limit "
-                                        f"({LIMIT_ENV}) below what the disk holds") from None
-                    return fd
-            if not urgent:
-                return None
-            if time.monotonic() > deadline:
-                raise CacheFull(self._full_message(info))
-            time.sleep(0.25)
-
-    def _make_room(self, need: int, urgent: bool) -> bool:
-        used, shards = self._scan()
-        if used + need <= self.limit:
-            return True
-        pinned = {d: pins_of(d) for d in {s[2] for s in shards}}
-        tiers = [[s for s in shards if s[3].name not in pinned[s[2]]]]
-        if urgent:
-            tiers.append([s for s in shards if s[3].name in pinned[s[2]]])
-        for tier in tiers:
-            for _, size, _, path in sorted(tier):   # least recently used first
-                if evict(path):
-                    used -= size
-                    if used + need <= self.limit:
-                        return True
-        return False
-
-    def _scan(self) -> tuple[int, list]:
-        """(bytes held, [(mtime, size, store dir, path)] of complete shards); leftovers of dead downloads go."""
-        used, shards = 0, []
-        for d in self.root.glob(f"{STORE_PREFIX}*"):
-            for f in d.iterdir():
-                try:
-                    st = f.stat()
-                except FileNotFoundError:
-                    continue
-                if ".mdb.part-" in f.name:
-                    pid = f.name.rsplit(".part-", 1)[1].split(".")[0]
-                    if pid.isdigit() and not alive(int(pid)):
-                        f.unlink(missing_ok=True)
-                        continue
-                    used += st.st_size
-                elif f.suffix == ".mdb":
-                    used += st.st_size
-                    shards.append((st.st_mtime_ns, st.st_size, d, f))
-        return used, shards
-
-    def _full_message(self, info: fmt.ShardInfo) -> str:
-        used, _ = self._scan()
-        pids = sorted({f.name.split("-", 1)[0] for d in self.root.glob(f"{STORE_PREFIX}*")
-                       for f in (d / "pins").glob("*.json")})
-        return (f"the shard cache {self.root} has no room for shard {info.file} ({gib(info.bytes)}): {gib(used)} of "
-                f"its {gib(self.limit)} limit is held by shards in use or needed now or next"
-                + (f" (pinned by pid {', '.join(pids)})" if pids else "")
-                + f". Raise the limit ({LIMIT_ENV} or Store(url, cache_limit=...)), run fewer ranks or workers "
-                  "per node, or re-pack with a smaller --shard-mb")
-
