@@ -41,7 +41,8 @@ from fastfeed import Store  # noqa: E402
 from fastfeed.augment import AugmentHyp, batch_rng, draw_batch  # noqa: E402
 from fastfeed.loaders import LoaderConfig, create_loader  # noqa: E402
 from fastfeed.loaders.partners import history  # noqa: E402
-from fastfeed.loaders.sampler import ShuffledOrder, default_order  # noqa: E402
+from fastfeed.loaders.sampler import ShuffledOrder  # noqa: E402
+from fastfeed.loaders.shard_order import default_order  # noqa: E402
 from fastfeed.pack import PackConfig, pack  # noqa: E402
 
 

@@ -12,7 +12,7 @@ from cache_helpers import dead_pid, jpeg_store, painted_store, shm_dir  # noqa: 
 
 from fastfeed.cache import acquire, clear_caches, layout, list_caches, users
 from fastfeed.cache import build as cache_build
-from fastfeed.cache.lease import users_path
+from fastfeed.cache.files import users_path
 from fastfeed.cli import main
 
 # --- reference counting and cleanup --------------------------------------------------------------

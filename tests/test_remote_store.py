@@ -16,7 +16,7 @@ from s3_helpers import upload_dir
 from fastfeed import Store
 from fastfeed.cli import main
 from fastfeed.loaders import LoaderConfig, create_loader
-from fastfeed.loaders.sampler import default_order
+from fastfeed.loaders.shard_order import default_order
 from fastfeed.pack import PackConfig, PackError, pack
 from fastfeed.store import FormatError
 from fastfeed.store.format import StoreChanged

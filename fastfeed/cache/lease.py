@@ -20,47 +20,12 @@ from pathlib import Path
 
 from ..store.reader import Store
 from . import budget, build, layout, users
+from .files import probe, temp_files, users_path
+from .manage import reclaim
 from .users import CacheError
 
 log = logging.getLogger(__name__)
 RELEASE_WAIT = 60.0   # seconds; only a build holds the lock for long, and none runs on an attached segment
-
-
-def users_path(segment: Path) -> Path:
-    return segment.with_name(segment.name + ".users")
-
-
-def temp_files(segment: Path) -> list[tuple[Path, int]]:
-    """(path, builder pid) of every temporary build file of `segment`."""
-    out = []
-    for p in segment.parent.glob(segment.name + ".tmp-*"):
-        pid = p.name.rsplit("-", 1)[-1]
-        out.append((p, int(pid) if pid.isdigit() else -1))
-    return out
-
-
-def probe(segment: Path, fingerprint: str | None = None, imgsz: int | None = None) -> tuple[layout.Header | None, str]:
-    """(header, "") of a usable segment; (None, why not) otherwise; (None, "") when there is none."""
-    try:
-        with open(segment, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            head = f.read(layout.HEADER.size)
-    except FileNotFoundError:
-        return None, ""
-    try:
-        h = layout.read_header(head)
-    except layout.CacheFormatError as e:
-        return None, str(e)
-    if h.state != layout.STATE_COMPLETE:
-        who = "alive" if users.alive(h.builder_pid) else "dead"
-        return None, f"half-written (state {h.state}, builder pid {h.builder_pid}, {who})"
-    if size != h.total_bytes:
-        return None, f"{size} bytes, the header says {h.total_bytes}: truncated or overwritten"
-    if fingerprint is not None and h.fingerprint != fingerprint:
-        return None, f"holds store {h.fingerprint}, not {fingerprint}"
-    if imgsz is not None and h.imgsz != imgsz:
-        return None, f"built for imgsz {h.imgsz}, not {imgsz}"
-    return h, ""
 
 
 class CacheHandle:
@@ -185,8 +150,6 @@ def acquire(store: Store, imgsz: int, cache_dir="/dev/shm", *, partial: bool = F
         raise CacheError(f"cache directory {cache_dir} does not exist (LoaderConfig.cache_dir; /dev/shm is a tmpfs "
                          "on Linux)")
     segment = layout.segment_path(cache_dir, store.fingerprint, imgsz)
-    from .manage import reclaim  # here: manage reads this module's helpers
-
     for info in reclaim(cache_dir, spare=segment):   # a restarted run reuses its own
         log.warning("the shm cache %s: %s", info.path, info.note)
     try:

@@ -14,7 +14,8 @@ from ..devices import has_cuda, parse_device, resolve_device
 from ..imgsz import check_imgsz
 from ..procs import usable_cores
 from ..renamed import renamed
-from .sampler import EpochOrder, batches_per_epoch, default_order
+from .sampler import EpochOrder, batches_per_epoch
+from .shard_order import default_order
 
 STAGES = ("read", "decode", "augment", "collate")
 

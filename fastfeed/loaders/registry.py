@@ -110,7 +110,7 @@ def loader_options(name: str, **options):
 def create_loader(name: str, store, cfg: LoaderConfig | None = None, *, order: EpochOrder | None = None,
                   **options) -> Loader:
     """The loader `name` over `store`: `cfg` for what every loader shares, `options` for its own, `order`
-    the batch order (default: `sampler.default_order`, the store's own or the global shuffle)."""
+    the batch order (default: `shard_order.default_order`, the store's own or the global shuffle)."""
     opts = loader_options(name, **options)
     factory = _LOADERS[name].factory
     if order is None:

@@ -1,6 +1,6 @@
 """Which records each rank reads in which order: seeded per epoch, sharded across ranks.
 
-`epoch_batches` is the global shuffle; `EpochOrder` is what a loader is given (`default_order` picks one from the
+`epoch_batches` is the global shuffle; `EpochOrder` is what a loader is given (`shard_order.default_order` picks one from the
 store's facts; the shard-aware windows of a store in object storage are `windowed.py`, chosen in `shard_order.py`)."""
 
 from __future__ import annotations
@@ -116,14 +116,3 @@ class ShuffledOrder(EpochOrder):
     def identity(self) -> dict:
         return {"kind": "shuffle", "n": self.n, "batch_size": self.batch_size, "seed": self.seed,
                 "world_size": self.world_size, "shuffle": self.shuffle, "drop_last": self.drop_last}
-
-
-def default_order(store, cfg, rank: int, world_size: int) -> EpochOrder:
-    """The order a loader uses unless it is given one: for a store whose reads download shards (`store.remote`),
-    the one its shard cache can follow (`shard_order.py`: the global shuffle when the cache holds the store, else
-    shard-aware windows); else the global shuffle."""
-    if getattr(store, "remote", False):
-        from .shard_order import shard_order
-
-        return shard_order(store, cfg, rank, world_size)
-    return ShuffledOrder.for_loader(len(store), cfg, rank, world_size)

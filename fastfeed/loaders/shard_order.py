@@ -1,4 +1,5 @@
-"""The order of a store whose shards are downloaded (a store at a URL): chosen here, from the store's facts.
+"""Which epoch order a loader follows unless it is given one (`default_order`), chosen here from the store's facts:
+the global shuffle for a store on disk; for a store whose shards are downloaded (a store at a URL) as follows.
 
 The store says what its shard cache can hold (`store.cache_limit`), the most shards to keep downloaded ahead
 (`store.read_ahead`, and whether it was asked for: `store.read_ahead_given`) and gives each order a follower
@@ -67,3 +68,12 @@ def shard_order(store, cfg, rank: int, world_size: int) -> EpochOrder:
                              drop_last=cfg.drop_last, shard_bytes=[s.bytes for s in store.shards])
     return FollowedOrder(base, [s.start for s in store.shards], read_ahead=ahead, lookback=lookback,
                          follow=store.follower(), note=note)
+
+
+def default_order(store, cfg, rank: int, world_size: int) -> EpochOrder:
+    """The order a loader uses unless it is given one: for a store whose reads download shards (`store.remote`),
+    the one its shard cache can follow (`shard_order`: the global shuffle when the cache holds the store, else
+    shard-aware windows); else the global shuffle."""
+    if getattr(store, "remote", False):
+        return shard_order(store, cfg, rank, world_size)
+    return ShuffledOrder.for_loader(len(store), cfg, rank, world_size)

@@ -17,7 +17,7 @@ changing. Nothing outside `fastfeed/store/` reads a store in any other way.
     src.close()                      release this process's handles (maps, files); reads reopen them
     src.shard_url(k), src.shard_entries(k), src.fetch(k, wait=True)
                                      where shard k is; the records LMDB holds in it; make it readable here
-  The facts the loaders choose the order from (`loaders/sampler.default_order`); the store never chooses one:
+  The facts the loaders choose the order from (`loaders/shard_order.default_order`); the store never chooses one:
     src.remote                       whether reads download shards (then the order must suit the shard cache)
     src.cache_limit                  bytes of its shards the node's cache holds (None: all are local)
     src.read_ahead, src.read_ahead_given   most shards to keep downloaded ahead, and whether it was asked for
