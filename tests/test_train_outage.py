@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 
 import pytest
 from s3_helpers import FaultProxy
+from train_helpers import finish
 
 from fastfeed import Store
 from fastfeed.loaders.workers import WorkerError
@@ -70,21 +70,6 @@ def _start(remote, out, cache, endpoint, *extra):
                             env=env)
 
 
-def _finish(p, timeout=240):
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-        raise AssertionError(f"fastfeed train did not exit within {timeout} s:\n{err[-3000:]}") from None
-    finally:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return p.returncode, out, err
-
-
 def _steps(out) -> int:
     path = out / "metrics.jsonl"
     if not path.is_file():
@@ -111,7 +96,7 @@ def test_an_s3_outage_mid_epoch_writes_last_pt_and_resume_continues(remote, s3, 
             time.sleep(0.02)
     finally:
         proxy.stop()                                    # the outage: from now on every connection is refused
-    rc, _, err = _finish(p)
+    rc, _, err = finish(p)
     assert rc == 1, err[-3000:]
     assert "S3 unreachable (" in err and "retrying for up to 0 s of backoff (5 more tries" in err
     line = err.strip().splitlines()[-1]
@@ -126,7 +111,7 @@ def test_an_s3_outage_mid_epoch_writes_last_pt_and_resume_continues(remote, s3, 
     assert max(r["step"] for r in saved if "event" not in r) == step   # no step after the last one logged is lost
 
     with FaultProxy(s3.port) as again:                  # the store is back: --resume continues from that step
-        rc, _, err = _finish(_start(remote, out, cache, again.url, "--resume", "--json"))
+        rc, _, err = finish(_start(remote, out, cache, again.url, "--resume", "--json"))
     assert rc == 0, err[-3000:]
     assert f"resumed at step {step}: resuming epoch 1 after {step} batches per rank: the batches an uninterrupted " \
            "run trains next" in err
