@@ -323,6 +323,20 @@ def test_a_tight_cache_shortens_the_default_read_ahead_before_it_refuses(coco_sr
         s.close()
 
 
+def test_a_read_ahead_asked_for_is_kept_when_the_cache_holds_the_whole_store(url_store, tmp_path):
+    """A cache that holds the whole store reads every shard ahead, unless a read-ahead was asked for: then that one
+    (read_ahead=0: each shard only when a batch needs it), never silently more."""
+    cfg = LoaderConfig(imgsz=64, batch_size=4, workers=0)
+    sized = Store(url_store, cache_dir=tmp_path / "c")
+    asked = Store(url_store, cache_dir=tmp_path / "c", read_ahead=0)
+    try:
+        assert default_order(sized, cfg, 0, 1).read_ahead is None              # every shard
+        assert default_order(asked, cfg, 0, 1).read_ahead == 0
+    finally:
+        sized.close()
+        asked.close()
+
+
 def test_the_shards_a_read_waits_for_download_alone_then_the_next_ones(url_store, tmp_path):
     import threading
     import time

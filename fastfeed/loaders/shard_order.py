@@ -4,7 +4,7 @@ the global shuffle for a store on disk; for a store whose shards are downloaded 
 The store says what its shard cache can hold (`store.cache_limit`), the most shards to keep downloaded ahead
 (`store.read_ahead`, and whether it was asked for: `store.read_ahead_given`) and gives each order a follower
 (`store.follower()`: the shard read-ahead); the loaders decide. When the cache holds the whole store (with room
-for one more shard), the order is the global shuffle with every shard read ahead; else the shard-aware
+for one more shard), the order is the global shuffle with every shard read ahead (or the read-ahead asked for); else the shard-aware
 `windowed.WindowedOrder`, its window the cache's limit in shards less the read-ahead, the shards the batches in flight
 still read and a spare (a tight cache first shortens a read-ahead it was not asked for, back towards 2, then refuses).
 Either is followed (`windowed.FollowedOrder`): the order tells the store's cache what it reaches, never the other
@@ -46,7 +46,7 @@ def shard_order(store, cfg, rank: int, world_size: int) -> EpochOrder:
     whole = fits(store)
     if not cfg.shuffle or whole:
         base = ShuffledOrder.for_loader(len(store), cfg, rank, world_size)
-        ahead = None if whole else store.read_ahead
+        ahead = store.read_ahead if store.read_ahead_given or not whole else None   # asked for: kept
     else:
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
         ahead = store.read_ahead
