@@ -23,6 +23,8 @@ def _numbers(v) -> bool:
 def join_parts(parts: list[np.ndarray]) -> np.ndarray:
     """One ring through every part: the first part, then out from its first point to each other part's nearest
     point, around that part and back the same way (the there-and-back lines enclose nothing)."""
+    if len(parts) == 1:
+        return parts[0]
     anchor = parts[0][0]
     ring = [parts[0], anchor[None]]
     for p in parts[1:]:
