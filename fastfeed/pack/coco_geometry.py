@@ -42,7 +42,10 @@ def _decode_rle(rle: dict, size) -> np.ndarray | None:
             from pycocotools import mask as coco_mask
         except ImportError:
             return None
-        return coco_mask.decode({"counts": counts.encode(), "size": list(rle["size"])}).astype(np.uint8)
+        try:
+            return coco_mask.decode({"counts": counts.encode(), "size": list(rle["size"])}).astype(np.uint8)
+        except Exception as e:   # pycocotools' own errors on damaged counts
+            raise ValueError(f"compressed counts pycocotools cannot decode ({type(e).__name__}: {e})") from None
     h, w = rle["size"]
     values = np.arange(len(counts)) % 2
     flat = np.repeat(values.astype(np.uint8), counts)
