@@ -7,6 +7,7 @@ import io
 import json
 import shutil
 import struct
+import sys
 
 import cv2
 import lmdb
@@ -45,6 +46,7 @@ def test_coco_polygons_rle_and_parts_pack_as_rings(tmp_path):
     b = _coco(tmp_path)
     b.add_image("a.jpg", H, W, boxes=[(1, [16, 24, 64, 48]), (3, [80, 10, 40, 40]), (1, [0, 0, 10, 10], 1),
                                       (3, [10, 60, 60, 40]), (1, [100, 70, 50, 40])])
+    crowd = {"counts": [0, H * W], "size": [H, W]}
     square = np.zeros((H, W), np.uint8)
     square[20:40, 90:110] = 1   # an uncompressed RLE: column-major runs from background
     runs, flat = [], square.T.ravel()
@@ -52,7 +54,7 @@ def test_coco_polygons_rle_and_parts_pack_as_rings(tmp_path):
     runs = np.diff(np.concatenate([[0], edges, [flat.size]])).tolist()
     polygon = [16, 24, 80, 24, 80, 72, 16, 72]
     _annotate(b, 1, key="segmentation", values=[
-        [polygon], {"counts": runs, "size": [H, W]}, {"counts": "compressed", "size": [H, W]},
+        [polygon], {"counts": runs, "size": [H, W]}, crowd,
         [[10, 60, 30, 60, 30, 100], [50, 60, 70, 60, 70, 100]], []])
     res = run_pack(b.write(), tmp_path / "o", task="segment")
     c = res.report.counts
@@ -68,11 +70,33 @@ def test_coco_polygons_rle_and_parts_pack_as_rings(tmp_path):
     cv2.fillPoly(joined, [np.round(r.polygons[2] * (W, H)).astype(np.int32)], 1)
     assert joined[90, 25] == 1 and joined[90, 65] == 1 and joined[90, 45] == 0   # both parts, not between
     assert r.polygons[3].shape == (0, 2)
-    try:
-        import pycocotools  # noqa: F401
-        assert c["malformed_annotation"] == 1   # damaged compressed counts, named
-    except ImportError:   # compressed counts without pycocotools: dropped by name
-        assert c["rle_not_decoded"] == 1 and "pip install pycocotools" in res.report.examples["rle_not_decoded"][0]
+
+
+def _square_rle_source(tmp_path, counts) -> CocoBuilder:
+    b = _coco(tmp_path)
+    b.add_image("a.jpg", H, W, boxes=[(1, [90, 20, 20, 20]), (3, [16, 24, 64, 48])])
+    _annotate(b, 1, key="segmentation", values=[{"counts": counts, "size": [H, W]}, [[16, 24, 80, 24, 80, 72]]])
+    return b.write()
+
+
+def test_compressed_rle_is_traced_by_pycocotools(tmp_path):
+    coco_mask = pytest.importorskip("pycocotools.mask")
+    square = np.zeros((H, W), np.uint8)
+    square[20:40, 90:110] = 1
+    counts = coco_mask.encode(np.asfortranarray(square))["counts"].decode()
+    res = run_pack(_square_rle_source(tmp_path, counts), tmp_path / "o", task="segment")
+    assert res.report.counts["rle_to_polygon"] == 1
+    poly = Store(tmp_path / "o").record(0).polygons[0] * (W, H)
+    np.testing.assert_allclose([poly[:, 0].min(), poly[:, 1].min(), poly[:, 0].max(), poly[:, 1].max()],
+                               [90, 20, 109, 39], atol=1e-4)
+
+
+def test_compressed_rle_without_pycocotools_is_dropped_by_name(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pycocotools", None)   # not installed: its import fails
+    res = run_pack(_square_rle_source(tmp_path, "Z8g1;000"), tmp_path / "o", task="segment")
+    assert res.report.counts["rle_not_decoded"] == 1
+    assert "pip install pycocotools" in res.report.examples["rle_not_decoded"][0]
+    assert len(Store(tmp_path / "o").record(0).boxes) == 1
 
 
 def test_coco_keypoints_pack_with_their_visibility_and_a_flip_from_their_names(tmp_path):

@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from .report import Problem
@@ -43,7 +45,9 @@ def _decode_rle(rle: dict, size) -> np.ndarray | None:
         except ImportError:
             return None
         try:
-            return coco_mask.decode({"counts": counts.encode(), "size": list(rle["size"])}).astype(np.uint8)
+            with warnings.catch_warnings():   # its numpy-2 `__array__` DeprecationWarning, not the user's concern
+                warnings.simplefilter("ignore", DeprecationWarning)
+                return coco_mask.decode({"counts": counts.encode(), "size": list(rle["size"])}).astype(np.uint8)
         except Exception as e:   # pycocotools' own errors on damaged counts
             raise ValueError(f"compressed counts pycocotools cannot decode ({type(e).__name__}: {e})") from None
     h, w = rle["size"]
