@@ -155,7 +155,7 @@ def test_the_cli_takes_exif(tmp_path, oriented_src, capsys):
     assert main(["pack", str(oriented_src), "-o", str(tmp_path / "a.ff"), "--exif", "ignore", "--quiet"]) == 0
     assert "orientation_ignored" in capsys.readouterr().out
     manifest = json.loads((tmp_path / "a.ff" / "manifest.json").read_text())
-    assert manifest["pack_options"]["exif"] == "ignore" and manifest["format_version"] == 3
+    assert manifest["pack_options"]["exif"] == "ignore" and manifest["format_version"] == 4
     with pytest.raises(SystemExit):
         main(["pack", str(oriented_src), "-o", str(tmp_path / "b.ff"), "--exif", "sideways"])
 

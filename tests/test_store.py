@@ -73,7 +73,7 @@ def test_store_rejects_other_versions_and_non_stores(sample_store, tmp_path):
     m = json.loads((sample_store / "manifest.json").read_text())
     m["format_version"] = 99
     (copy / "manifest.json").write_text(json.dumps(m))
-    with pytest.raises(FormatError, match="version 99 but this fastfeed reads versions 1, 2, 3: re-pack"):
+    with pytest.raises(FormatError, match="version 99 but this fastfeed reads versions 1, 2, 3, 4: re-pack"):
         Store(copy)
 
 

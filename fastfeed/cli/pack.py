@@ -56,6 +56,10 @@ def add_parser(sub) -> None:
     p.add_argument("--format", choices=("coco", "yolo"),
                    help="force the layout instead of detecting it (needed where SRC holds both a COCO JSON and YOLO "
                         "labels/)")
+    p.add_argument("--task", choices=("detect", "segment", "pose", "obb"),
+                   help="what each record holds besides boxes: detect (boxes only), segment (YOLO-seg polygons, COCO "
+                        "segmentation), pose (keypoints: data.yaml's kpt_shape and flip_idx, or COCO keypoints), obb "
+                        "(YOLO-OBB corners); default: pose when data.yaml gives kpt_shape, else detect")
     p.add_argument("--split", help="split to pack: a folder name, or data.yaml's key (train, val, test); default: "
                                    "the only one, else train2017/train")
     p.add_argument("--ann", type=Path, help="COCO JSON file (with --images, instead of SRC)")
@@ -111,6 +115,8 @@ def _print_report(report, rejects) -> None:
 def run(args) -> int:
     from ..pack import PackConfig, PackError, pack
     from ..store.objstore import RemoteError, storage_options
+    from ..store.verify import task_summary
+    from .store import describe_task
 
     src, ann = args.src, args.ann
     if src is None and ann is None:
@@ -121,7 +127,8 @@ def run(args) -> int:
         cfg = PackConfig(src=src, out=args.out, format=args.format, split=args.split, ann=ann,
                          images=args.images, store=args.store, max_side=args.max_side, quality=args.quality,
                          shards=args.shards, shard_mb=args.shard_mb, workers=args.workers,
-                         on_error=args.on_error, check=args.check, exif=args.exif, coco_boxes=args.coco_boxes,
+                         on_error=args.on_error, check=args.check, task=args.task, exif=args.exif,
+                         coco_boxes=args.coco_boxes,
                          overwrite=args.force, progress=not args.quiet,
                          allow_background_only=args.allow_background_only, storage_options=options,
                          **({} if args.max_pixels is None else {"max_pixels": args.max_pixels}))
@@ -139,6 +146,8 @@ def run(args) -> int:
     print(f"  -> {res.out}: {m.num_images} images, {m.num_boxes} boxes ({m.num_crowd} crowd), "
           f"{len(m.shards)} shard(s), {m.stats['record_bytes'] / 2**20:.1f} MB, "
           f"{res.seconds:.1f} s ({m.num_images / max(res.seconds, 1e-9):.0f} images/s)")
+    if (line := describe_task(task_summary(m))) is not None:
+        print(f"  {line}")
     rejected = res.report.images_rejected
     if rejected:
         print(f"  {rejected} image(s) skipped: see {res.rejects}")

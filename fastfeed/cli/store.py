@@ -6,7 +6,7 @@ import json
 
 from .common import EXIT_FAIL, EXIT_OK, add_remote_args, fail, store_options, store_path
 
-INSPECT_HELP = "summarise a store: counts, classes, image sizes, bytes"
+INSPECT_HELP = "summarise a store: task, counts, classes, image sizes, bytes"
 VERIFY_HELP = "re-check every record's CRC (and decode every image)"
 
 def add_inspect(sub) -> None:
@@ -34,6 +34,7 @@ def cmd_inspect(args) -> int:
     print(f"  payload {p['store']}" + (f", max side {p['max_side']}" if p["max_side"] else "")
           + (f", quality {p['quality']}" if p["quality"] else "")
           + f"   shards {s['shards']}   on disk {s['bytes'] / 2**20:.1f} MB   records {s['record_bytes'] / 2**20:.1f} MB")
+    print(f"  task {s['task']['name']}" if (line := describe_task(s["task"])) is None else f"  {line}")
     print(f"  source {s['source']['format']} {s['source']['root']}" + (f" [{s['source']['split']}]" if s['source']['split'] else ""))
     print("  image long side: " + "  ".join(f"{k}: {v}" for k, v in s["long_side_histogram"].items() if v))
     print("  common sizes (w x h): " + "  ".join(f"{k}: {v}" for k, v in s["common_sizes"].items()))
@@ -49,6 +50,20 @@ def cmd_inspect(args) -> int:
         if s["report"][kind]:
             print(f"  pack {kind}: " + ", ".join(f"{k} {v}" for k, v in s["report"][kind].items()))
     return EXIT_OK
+
+
+def describe_task(t: dict) -> str | None:
+    """One line for a store's task (`verify.task_summary`); None for detect (boxes only)."""
+    if t["name"] == "segment":
+        mean = f", {t['mean_points']} points each on average" if t.get("mean_points") else ""
+        return f"task segment: {t.get('polygons', 0)} objects with a polygon{mean}"
+    if t["name"] == "pose":
+        flip = f"flip_idx {t['flip_idx']}" if t["flip_idx"] is not None else "no flip_idx"
+        return (f"task pose: kpt_shape {t['kpt_shape']}, {flip}; {t.get('posed', 0)} objects, "
+                f"{t.get('keypoints_labelled', 0)} keypoints labelled")
+    if t["name"] == "obb":
+        return f"task obb: {t.get('oriented', 0)} oriented boxes"
+    return None
 
 
 def add_verify(sub) -> None:

@@ -111,9 +111,13 @@ def _duplicate_problems(entries: list[dict], dropped: dict[int, int]) -> list[Pr
     return problems
 
 
-def read_coco(ann_file: Path, images_dir: Path, split: str | None = None, root: Path | None = None) -> Source:
+def read_coco(ann_file: Path, images_dir: Path, split: str | None = None, root: Path | None = None,
+              task: str = "detect") -> Source:
+    """`task`: segment or pose keep each annotation's `segmentation` or `keypoints` (checked in the workers)."""
     data = _load_json(ann_file)
     names, cat_ids, cat_map = _categories(data["categories"], ann_file)
+    kpt_shape, flip_idx = coco_pose(data["categories"], ann_file) if task == "pose" else (None, None)
+    extra = {"segment": "segmentation", "pose": "keypoints"}.get(task)
     problems: list[Problem] = []
     entries = []
     for im in data["images"]:
@@ -149,7 +153,7 @@ def read_coco(ann_file: Path, images_dir: Path, split: str | None = None, root: 
         w, h = im.get("width"), im.get("height")
         if isinstance(w, int) and isinstance(h, int) and w > 0 and h > 0:
             item.ann_size = (h, w)
-        boxes, classes, crowd = [], [], []
+        boxes, classes, crowd, geometry = [], [], [], []
         for a in per_image.get(image_id, ()):
             bbox = a.get("bbox")
             if not _valid_bbox(bbox):
@@ -166,6 +170,8 @@ def read_coco(ann_file: Path, images_dir: Path, split: str | None = None, root: 
             boxes.append(bbox)
             classes.append(cat_map[a["category_id"]])
             crowd.append(bool(a.get("iscrowd", 0)))
+            geometry.append((a.get("id"), a.get(extra)) if extra else None)
+        item.coco_geometry = geometry if extra else None
         item.coco_xywh = np.asarray(boxes, np.float64).reshape(-1, 4)
         item.coco_classes = np.asarray(classes, np.int64)
         item.coco_crowd = np.asarray(crowd, bool)
@@ -179,4 +185,26 @@ def read_coco(ann_file: Path, images_dir: Path, split: str | None = None, root: 
             name = str(p.relative_to(images_dir))
             if name not in listed:
                 problems.append(Problem("unlisted_image", name))
-    return Source("coco", root or images_dir.parent, split, items, names, cat_ids, problems, [ann_file])
+    return Source("coco", root or images_dir.parent, split, items, names, cat_ids, problems, [ann_file],
+                  kpt_shape=kpt_shape, flip_idx=flip_idx)
+
+
+def coco_pose(cats: list, ann_file: Path) -> tuple[list[int], list[int] | None]:
+    """([K, 3], flip_idx) of a COCO keypoints file: K from the categories' `keypoints` names (every category
+    that lists them the same K), the flip from their names (`left_x` <-> `right_x`; None when a name has no
+    counterpart)."""
+    lists = [c["keypoints"] for c in cats if isinstance(c.get("keypoints"), list) and c["keypoints"]]
+    if not lists:
+        raise PackError(f"{ann_file}: no category lists 'keypoints' (their names): not a COCO keypoints file; pack "
+                        "it with --task detect or segment, or give the person_keypoints JSON")
+    if any(len(k) != len(lists[0]) for k in lists):
+        raise PackError(f"{ann_file}: categories list {sorted({len(k) for k in lists})} keypoints: a store holds one "
+                        "kpt_shape; pack the categories separately")
+    kpt_names = [str(n) for n in lists[0]]
+    index = {n: i for i, n in enumerate(kpt_names)}
+    flip = []
+    for n in kpt_names:
+        other = (n.replace("left", "right", 1) if "left" in n else n.replace("right", "left", 1) if "right" in n
+                 else n)
+        flip.append(index.get(other))
+    return [len(kpt_names), 3], (None if None in flip else flip)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..store import urls
+from ..store.format import TASKS
 from .check import DEFAULT_MAX_PIXELS
 from .process import EXIF_MODES, STORE_MODES
 from .usable import COCO_BOX_UNITS
@@ -36,6 +37,7 @@ class PackConfig:
     progress: bool = True
     allow_background_only: bool = False   # pack a set in which (almost) no image has a box (check_labelled, check_kept)
     names: list[str] | None = None     # YOLO: the class names (data.yaml's) instead of those found beside the source
+    task: str | None = None            # detect | segment | pose | obb; None: pose when data.yaml has kpt_shape, else detect
     storage_options: dict | None = None   # fsspec options for a URL SRC or OUT (credentials: never written anywhere)
 
     def __post_init__(self):
@@ -69,5 +71,7 @@ class PackConfig:
             raise ValueError(f"exif must be one of {', '.join(EXIF_MODES)}, got {self.exif!r}")
         if self.coco_boxes not in COCO_BOX_UNITS:
             raise ValueError(f"coco_boxes must be one of {', '.join(COCO_BOX_UNITS)}, got {self.coco_boxes!r}")
+        if self.task not in (None, *TASKS):
+            raise ValueError(f"task must be one of {', '.join(TASKS)}, got {self.task!r}")
         if self.on_error not in ("skip", "fail"):
             raise ValueError(f"on_error must be 'skip' or 'fail', got {self.on_error!r}")

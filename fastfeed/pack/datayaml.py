@@ -5,6 +5,8 @@ Ultralytics resolves them, so `fastfeed pack data.yaml` packs the folder Ultraly
     train: images/train2017        # or, in a Roboflow export, `../train/images` (beside the yaml)
     val: images/val2017
     names: {0: person, 1: bicycle} # or a list; `nc`, when given, must be its length
+    kpt_shape: [17, 3]             # a pose set: keypoints per object, values per keypoint (x, y[, visibility])
+    flip_idx: [0, 2, 1, ...]       # a pose set: the keypoint each one becomes in a left-right flip
 
 A label file's path is its image's with the last `images` folder of the path replaced by `labels`
 (`labels_dir_for`), Ultralytics' rule: `images/train2017/x.jpg` -> `labels/train2017/x.txt`,
@@ -55,6 +57,30 @@ def names_of(cfg: dict, file: Path) -> list[str] | None:
     return [str(n) for n in names]
 
 
+def pose_of(cfg: dict, file: Path) -> tuple[list[int] | None, list[int] | None]:
+    """(kpt_shape [K, D], flip_idx) of a data.yaml mapping, each None when absent; a malformed one stops the pack
+    (Ultralytics' trainer refuses a flip_idx whose length is not K, too)."""
+    shape, flip = cfg.get("kpt_shape"), cfg.get("flip_idx")
+    if shape is None:
+        if flip is not None:
+            raise PackError(f"{file}: flip_idx without kpt_shape; add `kpt_shape: [K, 2 or 3]` (a pose set) or remove "
+                            "flip_idx")
+        return None, None
+    if (not isinstance(shape, list) or len(shape) != 2 or not all(type(v) is int for v in shape)
+            or shape[0] < 1 or shape[1] not in (2, 3)):
+        raise PackError(f"{file}: kpt_shape {shape!r} is not [K, 2 or 3] (K keypoints of x, y or x, y, visibility)")
+    if flip is not None and (not isinstance(flip, list) or sorted(flip) != list(range(shape[0]))):
+        raise PackError(f"{file}: flip_idx {flip!r} is not an order of the {shape[0]} keypoints 0..{shape[0] - 1} "
+                        "(kpt_shape's K): fix it, each keypoint's left-right counterpart")
+    return list(shape), (list(flip) if flip is not None else None)
+
+
+def read_pose(root: Path) -> tuple[list[int] | None, list[int] | None]:
+    """(kpt_shape, flip_idx) of the data.yaml in root (`data_yaml_in`); (None, None) without one."""
+    file = data_yaml_in(root)
+    return (None, None) if file is None else pose_of(load_yaml(file), file)
+
+
 def data_yaml_in(root: Path) -> Path | None:
     """`root/data.yaml`, else the only *.yaml in root; None when there is none (or several)."""
     if (root / "data.yaml").is_file():
@@ -93,6 +119,7 @@ class DataYaml:
     root: Path                      # what the split paths are relative to
     names: list[str] | None
     entries: dict[str, object]      # split key -> its value in the file (a path, a list, ...)
+    pose: tuple = (None, None)      # (kpt_shape, flip_idx): `pose_of`
 
     def folder(self, key: str) -> Path:
         """The images folder of split `key`, resolved as Ultralytics does (a `../x` that does not exist
@@ -129,4 +156,4 @@ def read_data_yaml(file: Path) -> DataYaml:
                             f"relative to {base.resolve()})")
         root = found[0]
     entries = {k: cfg[k] for k in SPLIT_KEYS if cfg.get(k)}
-    return DataYaml(file, root, names, entries)
+    return DataYaml(file, root, names, entries, pose_of(cfg, file))

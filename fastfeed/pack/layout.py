@@ -137,7 +137,7 @@ def detect_format(src: Path) -> str:
     raise PackError(f"cannot tell the layout of {src}: expected\n{layouts()}\nor pass --format coco|yolo")
 
 
-def _coco(src: Path, split: str | None) -> Source:
+def _coco(src: Path, split: str | None, task: str) -> Source:
     files = sorted((src / "annotations").glob("instances_*.json"))
     if files:
         splits = [f.stem[len("instances_"):] for f in files]
@@ -147,14 +147,14 @@ def _coco(src: Path, split: str | None) -> Source:
             images = src / split if (src / split).is_dir() else images
         if not images.is_dir():
             raise PackError(f"images folder for split {split!r} not found: expected {src / 'images' / split}")
-        return read_coco(src / "annotations" / f"instances_{split}.json", images, split, src)
+        return read_coco(src / "annotations" / f"instances_{split}.json", images, split, src, task)
     flat = _flat_coco(src)
     if flat is not None and split is None:
-        return read_coco(flat[0], flat[1], None, src)
+        return read_coco(flat[0], flat[1], None, src, task)
     folders = {d.name: f for d in sorted(src.iterdir()) if d.is_dir() and (f := _flat_coco(d)) is not None}
     if folders:
         split = _pick(sorted(folders), split, f"{src} (split folders)")
-        return read_coco(*folders[split], split, src)
+        return read_coco(*folders[split], split, src, task)
     raise PackError(f"no COCO annotations in {src}: expected {COCO_HINT}{_ann_suggestion(src)}")
 
 
@@ -193,7 +193,8 @@ def _is_images_folder(src: Path) -> bool:
     return _has_images(src) or (labels is not None and labels.is_dir())
 
 
-def _images_folder(images: Path, root: Path | None, split: str | None, names: list[str] | None) -> Source:
+def _images_folder(images: Path, root: Path | None, split: str | None, names: list[str] | None,
+                   pose: tuple | None = None) -> Source:
     """The YOLO source of an images folder; `root` None: the folder holding its `images` folder (the split is
     the path below it: coco128/images/train2017 -> root coco128, split train2017)."""
     labels = labels_dir_for(images)
@@ -204,7 +205,7 @@ def _images_folder(images: Path, root: Path | None, split: str | None, names: li
         raise PackError(f"{images} is not inside a folder named 'images', so its labels cannot be found: YOLO label "
                         "files sit where the image's path has 'labels' for its last 'images' folder "
                         f"(images/train/x.jpg -> labels/train/x.txt). Layouts fastfeed reads:\n{layouts()}")
-    return read_yolo(images, labels, root, split, names)
+    return read_yolo(images, labels, root, split, names, pose)
 
 
 def _from_data_yaml(file: Path, format: str | None, split: str | None, names: list[str] | None) -> Source:
@@ -214,10 +215,11 @@ def _from_data_yaml(file: Path, format: str | None, split: str | None, names: li
     if not dy.entries:
         raise PackError(f"{file} names no split (train:, val: or test:); give the dataset folder instead")
     key = _pick(list(dy.entries), split, str(file))
-    return _images_folder(dy.folder(key), dy.root, key, names if names is not None else dy.names)
+    return _images_folder(dy.folder(key), dy.root, key, names if names is not None else dy.names, dy.pose)
 
 
-def _explicit_coco(ann: Path | None, images: Path | None, format: str | None, split: str | None) -> Source:
+def _explicit_coco(ann: Path | None, images: Path | None, format: str | None, split: str | None,
+                   task: str) -> Source:
     if ann is None or images is None:
         raise PackError("--ann and --images go together: give the COCO JSON file and its images folder")
     if format not in (None, "coco"):
@@ -233,17 +235,20 @@ def _explicit_coco(ann: Path | None, images: Path | None, format: str | None, sp
                         "(--ann takes the JSON file)")
     if not images.is_dir():
         raise PackError(f"--images {images}: images folder not found")
-    return read_coco(ann, images, split)
+    return read_coco(ann, images, split, task=task)
 
 
 def open_source(src: Path | None, format: str | None = None, split: str | None = None,
-                ann: Path | None = None, images: Path | None = None, names: list[str] | None = None) -> Source:
+                ann: Path | None = None, images: Path | None = None, names: list[str] | None = None,
+                task: str | None = None) -> Source:
     """Read the dataset at `src` (a folder or a data.yaml; or the explicit `ann` + `images` pair) into a
-    `Source`. `names`: class names for a YOLO source (data.yaml's), instead of reading them from the folder."""
+    `Source`. `names`: class names for a YOLO source (data.yaml's), instead of reading them from the folder.
+    `task`: what a COCO source keeps of each annotation besides its box (segment: `segmentation`, pose:
+    `keypoints`); a YOLO source's lines are read for it in the pack workers."""
     if ann is not None or images is not None:
         if src is not None:
             raise PackError(f"give SRC ({src}) or --ann/--images, not both")
-        return _explicit_coco(ann, images, format, split)
+        return _explicit_coco(ann, images, format, split, task or "detect")
     if src is None:
         raise PackError("no dataset given: pass SRC (a COCO or YOLO folder, or a data.yaml) or --ann FILE --images DIR")
     src = Path(src)
@@ -257,7 +262,7 @@ def open_source(src: Path | None, format: str | None = None, split: str | None =
         raise PackError(f"{src} {what}; expected a dataset folder or a data.yaml:\n{layouts()}")
     format = format or detect_format(src)
     if format == "coco":
-        return _coco(src, split)
+        return _coco(src, split, task or "detect")
     if format == "yolo":
         return _yolo(src, split, names)
     raise PackError(f"unknown --format {format!r}; valid: coco, yolo")

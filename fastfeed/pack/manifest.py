@@ -21,7 +21,11 @@ def build_manifest(cfg, source, shards: list[dict], stats, report: PackReport, w
         source_hash.update(f"{name}\0{crc}\n".encode())
     for ann in source.annotation_files:
         source_hash.update(hashlib.sha256(ann.read_bytes()).digest())
-    content = f"{fmt.FORMAT_VERSION}:{cfg.store}:{cfg.max_side}:{cfg.quality}:{names}".encode() + bytes(stats.record_crcs)
+    task = source.task
+    kpt_shape = list(task.kpt_shape) if task.name == "pose" else None
+    flip_idx = source.flip_idx if task.name == "pose" else None
+    content = (f"{fmt.FORMAT_VERSION}:{cfg.store}:{cfg.max_side}:{cfg.quality}:{names}:{task.name}:{kpt_shape}:"
+               f"{flip_idx}").encode() + bytes(stats.record_crcs)
     return fmt.Manifest(
         num_images=sum(s["count"] for s in shards), num_boxes=stats.num_boxes, num_crowd=stats.num_crowd,
         classes=names, category_ids=cat_ids,
@@ -33,10 +37,11 @@ def build_manifest(cfg, source, shards: list[dict], stats, report: PackReport, w
                 "images_seen": len(source.items), "fingerprint": source_hash.hexdigest()[:32]},
         pack_options={k: v for k, v in asdict(cfg).items()
                       if k in ("shards", "shard_mb", "on_error", "format", "split", "check", "max_pixels", "exif",
-                                   "coco_boxes")}
+                                   "coco_boxes", "task")}
                      | {"workers": workers},
         stats={"class_boxes": [stats.class_boxes.get(c, 0) for c in range(len(names))],
                "sizes": dict(stats.sizes.most_common()), "record_bytes": stats.record_bytes,
-               "oriented": stats.oriented},
+               "oriented": stats.oriented, "geometry": dict(stats.geometry)},
         report=report.to_dict(),
-        created=datetime.now(timezone.utc).isoformat(timespec="seconds"), fastfeed_version=__version__)
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"), fastfeed_version=__version__,
+        task=task.name, kpt_shape=kpt_shape, flip_idx=flip_idx)

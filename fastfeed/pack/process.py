@@ -10,14 +10,15 @@ from .. import codec
 from ..augment.boxes import cxcywh_to_xyxy
 from ..store.record import crc32, encode_record
 from .check import DEFAULT_MAX_PIXELS, check_image
+from .clean import clean_boxes as _clean_boxes
+from .clean import clean_geometry
+from .coco_geometry import keypoint_values, segmentation_points
+from .lines import Task, parse_label
 from .report import Problem
 from .source import Item
-from .yolo import parse_label
 
 STORE_MODES = ("original", "jpeg", "raw")
 EXIF_MODES = ("apply", "ignore")
-_CLIP_TOLERANCE_PX = 0.5  # COCO boxes often overshoot by float noise; that is not worth a note
-_FAR_OUTSIDE = 0.5        # a corner further than half the image beyond an edge: not a box of this image
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,8 @@ class PayloadConfig:
     max_pixels: int = DEFAULT_MAX_PIXELS   # refuse larger images from their header, before decoding
     exif: str = "apply"      # 'apply': boxes in the upright frame (the EXIF orientation applied); 'ignore': stored frame
     coco_boxes: str = "pixels"   # COCO bbox units: 'pixels' (the format's), or 'normalized' (fractions of the image)
+    task: str = "detect"     # what each record holds besides boxes: detect | segment | pose | obb (lines.Task)
+    kpt_shape: tuple[int, int] | None = None   # pose (or a detect pack of a pose set): keypoints, values each
 
 
 @dataclass(slots=True)
@@ -45,42 +48,35 @@ class Result:
     orientation: int = 1                 # the record's (1: its pixels decode upright as they are)
     source_crc: int = 0                  # CRC32 of the source file (+ its label file), for the source fingerprint
     exif_frame: str | None = None        # COCO image with an EXIF orientation: the frame its width/height show
+    geometry: dict = field(default_factory=dict)   # counts for the manifest (`geometry_counts`)
 
 
-def _clean_boxes(xyxy: np.ndarray, classes, crowd, size, name: str, problems: list[Problem], where=None):
-    """Drop degenerate, outside and far-reaching boxes, clip the rest; xyxy normalised, float64. `where`:
-    the `file:line` of each box (YOLO), for the details."""
+def _coco_geometry(item: Item, keep, size, cfg: PayloadConfig, problems: list[Problem]) -> list:
+    """The kept annotations' geometry (None for a dropped object or a crowd region)."""
     h, w = size
-    bw, bh = xyxy[:, 2] - xyxy[:, 0], xyxy[:, 3] - xyxy[:, 1]
-    degenerate = ~((bw > 0) & (bh > 0))
-    outside = ~degenerate & ((xyxy[:, 2] <= 0) | (xyxy[:, 3] <= 0) | (xyxy[:, 0] >= 1) | (xyxy[:, 1] >= 1))
-    far = ~degenerate & ~outside & ((xyxy < -_FAR_OUTSIDE).any(1) | (xyxy > 1 + _FAR_OUTSIDE).any(1))
-    over = np.maximum(np.maximum(-xyxy[:, [0, 2]], xyxy[:, [0, 2]] - 1).max(1) * w,
-                      np.maximum(-xyxy[:, [1, 3]], xyxy[:, [1, 3]] - 1).max(1) * h)
-    clipped = ~degenerate & ~outside & ~far & (over > _CLIP_TOLERANCE_PX)
-    for reason, mask in (("box_degenerate", degenerate), ("box_outside", outside), ("box_far_outside", far),
-                         ("box_clipped", clipped)):
-        for i in np.flatnonzero(mask):
-            x1, y1, x2, y2 = xyxy[i] * (w, h, w, h)
-            at = f"{where[i]}: " if where else ""
-            detail = f"{at}class {classes[i]} box x1={x1:.1f} y1={y1:.1f} x2={x2:.1f} y2={y2:.1f}"
-            if reason == "box_far_outside":
-                detail += (f" on a {w}x{h} image, normalised {', '.join(f'{v:.3g}' for v in xyxy[i])}: far outside "
-                           "0..1, not a box of this image (pixels where fractions of the image belong?)")
-            problems.append(Problem(reason, name, detail))
-    keep = ~degenerate & ~outside & ~far
-    return np.clip(xyxy[keep], 0.0, 1.0), classes[keep], crowd[keep]
+    unit = (1, 1) if cfg.coco_boxes == "normalized" else (w, h)
+    out = []
+    for (ann_id, value), crowd in zip([g for g, k in zip(item.coco_geometry, keep) if k], item.coco_crowd[keep]):
+        if crowd:
+            out.append(None)
+        elif cfg.task == "segment":
+            out.append(segmentation_points(value, size, unit, item.name, ann_id, problems))
+        else:
+            out.append(keypoint_values(value, unit, cfg.kpt_shape[0], item.name, ann_id, problems))
+    return out
 
 
 def _labels(item: Item, size, nc: int | None, problems: list[Problem], cfg: PayloadConfig):
-    """The item's boxes as normalised xyxy, with classes and crowd flags."""
+    """The item's boxes as normalised xyxy, with classes, crowd flags and (segment, pose, obb) the training
+    objects' geometry, each checked by `clean.py`'s rule."""
     h, w = size
-    where = None
+    where = geometry = None
     if item.coco_xywh is None:  # YOLO; no label file means a background image
         if item.label_path is None:
-            cxcywh, classes = np.zeros((0, 4)), np.zeros(0, np.int64)
+            cxcywh, classes, geometry = np.zeros((0, 4)), np.zeros(0, np.int64), []
         else:
-            cxcywh, classes, found, where = parse_label(item.label_path, item.name, nc)
+            cxcywh, classes, found, where, geometry = parse_label(item.label_path, item.name, nc,
+                                                                  Task(cfg.task, cfg.kpt_shape))
             problems.extend(found)
         xyxy = cxcywh_to_xyxy(cxcywh)   # normalised: width = height = 1
         crowd = np.zeros(len(classes), bool)
@@ -89,7 +85,22 @@ def _labels(item: Item, size, nc: int | None, problems: list[Problem], cfg: Payl
         sw, sh = (1, 1) if cfg.coco_boxes == "normalized" else (w, h)   # --coco-boxes normalized: already fractions
         xyxy = np.stack([b[:, 0] / sw, b[:, 1] / sh, (b[:, 0] + b[:, 2]) / sw, (b[:, 1] + b[:, 3]) / sh], 1)
         classes, crowd = item.coco_classes, item.coco_crowd
-    return _clean_boxes(xyxy.reshape(-1, 4), classes, crowd, size, item.name, problems, where)
+    xyxy, classes, crowd, keep = _clean_boxes(xyxy.reshape(-1, 4), classes, crowd, size, item.name, problems, where)
+    if cfg.task == "detect":
+        return xyxy, classes, crowd, None
+    if item.coco_xywh is not None:
+        geometry = _coco_geometry(item, keep, size, cfg, problems)
+    else:
+        geometry = [g for g, k in zip(geometry, keep) if k]
+    where = [x for x, k in zip(where, keep) if k] if where else None
+    dropped = np.array([g is None and not c for g, c in zip(geometry, crowd)], bool)   # dropped by name above
+    train = np.flatnonzero(~crowd & ~dropped)
+    kept, cleaned = clean_geometry(cfg.task, [geometry[i] for i in train], classes[train], size, item.name, problems,
+                                   [where[i] for i in train] if where else None)
+    final = np.zeros(len(classes), bool)
+    final[train[kept]] = True
+    final |= crowd
+    return xyxy[final], classes[final], crowd[final], cleaned
 
 
 def _mismatch(ann, orig, tag: int, mode: str) -> str:
@@ -161,7 +172,7 @@ def process_item(item: Item, cfg: PayloadConfig, nc: int | None, data=None) -> R
         res.problems.append(Problem("size_mismatch", item.name, _mismatch(item.ann_size, orig, checked.tag, cfg.exif)))
         return res
     res.problems.extend(checked.notes)
-    xyxy, classes, crowd = _labels(item, orig, nc, res.problems, cfg)
+    xyxy, classes, crowd, geometry = _labels(item, orig, nc, res.problems, cfg)
     if any(p.reason == "unreadable_label" for p in res.problems):
         return res  # not packed as a background image: its boxes are in the file that could not be read
     if crowd.any():
@@ -178,7 +189,34 @@ def process_item(item: Item, cfg: PayloadConfig, nc: int | None, data=None) -> R
     res.record = encode_record(
         codec=how, height=size[0], width=size[1], orig_height=orig[0], orig_width=orig[1],
         image_id=item.image_id, file_name=item.name, boxes=xyxy[~crowd], classes=classes[~crowd],
-        crowd_boxes=xyxy[crowd], crowd_classes=classes[crowd], payload=payload, orientation=checked.orientation)
+        crowd_boxes=xyxy[crowd], crowd_classes=classes[crowd], payload=payload, orientation=checked.orientation,
+        task=cfg.task, **_geometry_fields(cfg, geometry))
+    res.geometry = geometry_counts(cfg.task, geometry)
     res.classes, res.n_crowd, res.orig_size, res.size = classes[~crowd], int(crowd.sum()), orig, size
     res.orientation = checked.orientation
     return res
+
+
+def _geometry_fields(cfg: PayloadConfig, geometry) -> dict:
+    if cfg.task == "segment":
+        return {"polygons": geometry}
+    if cfg.task == "pose":
+        return {"keypoints": np.asarray(geometry, np.float32).reshape(-1, *cfg.kpt_shape)}
+    if cfg.task == "obb":
+        return {"obb": np.asarray(geometry, np.float32).reshape(-1, 4, 2)}
+    return {}
+
+
+def geometry_counts(task: str, geometry) -> dict:
+    """What a record's geometry adds up to, for the manifest's `stats.geometry` (summed over the records)."""
+    if task == "segment":
+        return {"polygons": sum(len(p) > 0 for p in geometry), "polygon_points": sum(len(p) for p in geometry)}
+    if task == "pose":
+        if not geometry:
+            return {"posed": 0, "keypoints_labelled": 0}
+        kp = np.asarray(geometry)
+        seen = kp[..., 2] > 0 if kp.shape[2] == 3 else (kp[..., 0] >= 0) & (kp[..., 1] >= 0)
+        return {"posed": len(geometry), "keypoints_labelled": int(seen.sum())}
+    if task == "obb":
+        return {"oriented": len(geometry)}
+    return {}

@@ -34,13 +34,33 @@ ERRORS = {
     "box_outside": "box entirely outside the image (dropped)",
     "box_far_outside": "box reaching far outside the image (a corner more than half the image beyond an edge): "
                        "coordinates of another unit or frame, e.g. pixels in a YOLO label (dropped, not clipped)",
+    "points_far_outside": "polygon, keypoint or oriented-box point more than half the image beyond an edge: another "
+                          "unit or frame (object dropped, not clipped)",
+    "polygon_degenerate": "segment polygon of under 3 points or no area (object dropped)",
+    "obb_degenerate": "oriented box whose four corners enclose no area (object dropped)",
+    "keypoint_count": "pose label whose keypoint count is not kpt_shape's (object dropped; the detail says the count "
+                      "expected)",
+    "rle_not_decoded": "non-crowd COCO object given as compressed RLE, and pycocotools is not installed to decode it "
+                       "(object dropped: pip install pycocotools)",
 }
 NOTES = {
     "background": "image without boxes (kept as background)",
     "box_clipped": "box partly outside the image (clipped to it)",
     "crowd": "iscrowd box (kept for evaluation, excluded from training boxes)",
     "duplicate_box": "identical box repeated in one label file (duplicate dropped)",
-    "polygon_to_box": "segment polygon label (converted to its bounding box)",
+    "polygon_to_box": "segment polygon label in a detect pack (converted to its bounding box, as Ultralytics does; "
+                      "--task segment keeps the polygon)",
+    "box_without_polygon": "box with no polygon in a segment pack: a box line, or a COCO object without segmentation "
+                           "(box kept, no polygon)",
+    "box_without_keypoints": "COCO object without keypoints in a pose pack (box kept, every keypoint unlabelled)",
+    "keypoints_dropped": "pose line in a detect pack (its box kept, as Ultralytics does; --task pose keeps them)",
+    "box_to_obb": "box line in an OBB pack (kept as its four corners)",
+    "points_clipped": "polygon or oriented-box points partly outside the image (clipped to it)",
+    "keypoint_hidden": "labelled keypoint outside the image (made unlabelled: visibility 0)",
+    "polygon_parts_joined": "COCO object drawn in several polygons (joined into one ring, covering the same area)",
+    "rle_to_polygon": "non-crowd COCO object given as an RLE mask (its outline traced into a polygon)",
+    "no_flip_idx": "pose set without flip_idx in data.yaml: a left-right flip cannot swap its keypoints (Ultralytics "
+                   "then turns fliplr and flipud off)",
     "bbox_as_text": "COCO bbox written as numeric strings (read as the numbers, as Ultralytics reads them)",
     "converted_grayscale": "grayscale image (decoded to RGB)",
     "converted_cmyk": "CMYK JPEG (decoded to RGB through OpenCV)",

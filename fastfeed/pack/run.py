@@ -24,6 +24,7 @@ from .manifest import build_manifest
 from .process import PayloadConfig, raw_annotation_verdict
 from .report import PackReport
 from .source import PackError
+from .task import resolve_task
 from .usable import check_coco_units, check_kept, check_labelled
 from .writer import DiskSpace, pack_lock
 
@@ -86,9 +87,10 @@ def _run_segments(jobs: list[segment.SegmentJob], workers: int, progress: bool, 
 
 def _open(cfg: PackConfig, src) -> tuple:
     """(the Source, a PackReport holding its layout problems); raises PackError for what stops a pack."""
-    source = open_source(src, cfg.format, cfg.split, cfg.ann, cfg.images, cfg.names)
+    source = open_source(src, cfg.format, cfg.split, cfg.ann, cfg.images, cfg.names, cfg.task)
     report = PackReport()
     report.extend(source.problems)
+    source.task = resolve_task(cfg.task, source, report)
     if not source.items and not report.errors:
         raise PackError(f"no images found: {source.describe()}")
     try:
@@ -147,7 +149,8 @@ def _pack_into(tmp: Path, cfg: PackConfig, source, report: PackReport, files=Non
     """Write the shards into `tmp`, numbered as they complete (in order: `name(k)`) and each handed to
     `sink(path, name)` when given (an upload); returns the manifest, or None when every image was rejected."""
     workers = cfg.workers if cfg.workers is not None else usable_cores()
-    payload = PayloadConfig(cfg.store, cfg.max_side, cfg.quality, cfg.check, cfg.max_pixels, cfg.exif, cfg.coco_boxes)
+    payload = PayloadConfig(cfg.store, cfg.max_side, cfg.quality, cfg.check, cfg.max_pixels, cfg.exif, cfg.coco_boxes,
+                            source.task.name, source.task.kpt_shape)
     nc = len(source.class_names) or None
     jobs = [segment.SegmentJob(k, items, payload, nc, tmp, cfg.on_error == "fail", files)
             for k, items in enumerate(segment.plan(source.items, cfg, workers, urls.is_url(cfg.out)))]

@@ -42,6 +42,7 @@ class SegmentStats:
     exif_frames: Counter = field(default_factory=Counter)        # COCO frames of EXIF images (process.Result.exif_frame)
     record_crcs: bytearray = field(default_factory=bytearray)   # 4 bytes per record, in order
     sources: list = field(default_factory=list)                  # (name, source CRC) per image
+    geometry: Counter = field(default_factory=Counter)           # process.geometry_counts, summed
 
     def merge(self, other: SegmentStats) -> None:
         self.class_boxes.update(other.class_boxes)
@@ -54,6 +55,7 @@ class SegmentStats:
         self.exif_frames.update(other.exif_frames)
         self.record_crcs += other.record_crcs
         self.sources += other.sources
+        self.geometry.update(other.geometry)
 
 
 @dataclass
@@ -151,6 +153,7 @@ def run(job: SegmentJob) -> SegmentResult:
                 st.record_bytes += len(r.record)
                 st.oriented += r.orientation != 1
                 st.record_crcs += record_crc(r.record)
+                st.geometry.update(r.geometry)
             if _PROGRESS is not None:
                 with _PROGRESS.get_lock():
                     _PROGRESS.value += 1

@@ -44,6 +44,8 @@ class Item:
     coco_xywh: np.ndarray | None = None       # float64 [N,4]
     coco_classes: np.ndarray | None = None    # int64 [N], already contiguous
     coco_crowd: np.ndarray | None = None      # bool [N]
+    coco_geometry: list | None = None         # per annotation, for a segment/pose pack: (its id, its
+                                              # `segmentation` or `keypoints` as in the JSON, None where absent)
     label_path: Path | None = None
     problems: list[Problem] = field(default_factory=list)   # found while reading the annotations
 
@@ -62,6 +64,9 @@ class Source:
     problems: list[Problem]         # layout-level (orphan labels, orphan annotations, ...)
     annotation_files: list[Path]    # hashed into the source fingerprint
     labels_dir: Path | None = None  # YOLO: where each image's label file was looked for
+    kpt_shape: list | None = None   # a pose set's [K, D]: data.yaml's, or K x 3 from COCO's category keypoints
+    flip_idx: list | None = None    # the keypoint each one becomes in a left-right flip (None: not given)
+    task: object = None             # the pack's `lines.Task`, once chosen (`task.resolve_task`)
 
     def describe(self) -> str:
         split = f" split {self.split}" if self.split else ""

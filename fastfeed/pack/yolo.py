@@ -3,21 +3,19 @@
 
 from __future__ import annotations
 
-import math
 import os
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-
-from .datayaml import read_names
+from .datayaml import read_names, read_pose
 from .report import Problem
 from .source import IMAGE_SUFFIXES, Item, Source, list_folder
 
 
 def read_yolo(images_dir: Path, labels_dir: Path, root: Path, split: str | None = None,
-              names: list[str] | None = None) -> Source:
-    """`names`: the class names (data.yaml's); None: read from a data.yaml in `root`, else the label ids."""
+              names: list[str] | None = None, pose: tuple | None = None) -> Source:
+    """`names`: the class names (data.yaml's); None: read from a data.yaml in `root`, else the label ids.
+    `pose`: data.yaml's (kpt_shape, flip_idx); None: read from a data.yaml in `root`."""
     listing = list_folder(images_dir)
     items, problems = [], list(listing.repeats)
     seen_labels = set()
@@ -55,56 +53,6 @@ def read_yolo(images_dir: Path, labels_dir: Path, root: Path, split: str | None 
                     f"{image.suffix or 'no extension'} is not an image extension fastfeed lists "
                     f"({' '.join(sorted(IMAGE_SUFFIXES))}); its label {r} is unused: convert the image to PNG or JPEG")))
     names = list(names) if names is not None else (read_names(root) or [])
-    return Source("yolo", root, split, items, names, list(range(len(names))), problems, [], labels_dir)
-
-
-def parse_label(path: Path, name: str, nc: int | None):
-    """Parse one label file into (cxcywh normalised [N,4] float64, classes [N], problems, `file:line` of each box).
-
-    Lines are `cls cx cy w h`, or `cls x1 y1 x2 y2 ... ` polygons (turned into their box).
-    With `nc` (class names known) a class >= nc is unknown; without, any class >= 0 is accepted.
-    """
-    problems = []
-    try:
-        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not part of line 1 (as Ultralytics reads)
-    except (OSError, UnicodeDecodeError) as e:
-        return np.zeros((0, 4)), np.zeros(0, np.int64), [Problem("unreadable_label", name, (
-            f"{path.name}: {type(e).__name__}: {e}; save it as UTF-8 text")[:300])], []
-    boxes, classes, seen, lines = [], [], set(), []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        parts = line.split()
-        if not parts:
-            continue
-        where = f"{path.name}:{lineno}"
-        try:
-            vals = [float(v) for v in parts]
-        except ValueError:
-            problems.append(Problem("malformed_line", name, f"{where}: not numbers: {line.strip()[:60]!r}"))
-            continue
-        n = len(vals) - 1
-        if n != 4 and not (n >= 6 and n % 2 == 0):
-            problems.append(Problem("malformed_line", name, f"{where}: {len(vals)} values, expected 5 (cls cx cy w h) "
-                                    "or an odd count >= 7 (cls + polygon)"))
-            continue
-        if not all(math.isfinite(v) for v in vals) or vals[0] < 0 or vals[0] != int(vals[0]):
-            problems.append(Problem("malformed_line", name, f"{where}: bad class or non-finite value: {line.strip()[:60]!r}"))
-            continue
-        cls = int(vals[0])
-        if nc is not None and cls >= nc:
-            problems.append(Problem("unknown_category", name, f"{where}: class {cls} but data.yaml names {nc} classes"))
-            continue
-        if n == 4:
-            box = tuple(vals[1:])
-        else:
-            xs, ys = vals[1::2], vals[2::2]
-            x1, x2, y1, y2 = min(xs), max(xs), min(ys), max(ys)
-            box = ((x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1)
-            problems.append(Problem("polygon_to_box", name, where))
-        if (cls, box) in seen:
-            problems.append(Problem("duplicate_box", name, where))
-            continue
-        seen.add((cls, box))
-        boxes.append(box)
-        classes.append(cls)
-        lines.append(where)
-    return np.asarray(boxes, np.float64).reshape(-1, 4), np.asarray(classes, np.int64), problems, lines
+    kpt_shape, flip_idx = pose if pose is not None else read_pose(root)
+    return Source("yolo", root, split, items, names, list(range(len(names))), problems, [], labels_dir,
+                  kpt_shape, flip_idx)

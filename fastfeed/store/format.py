@@ -16,8 +16,10 @@ from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 
 FORMAT_NAME = "fastfeed"
-FORMAT_VERSION = 3   # 2: the per-record EXIF orientation (version 1 reads as upright); 3: each shard's sha256
-READABLE_VERSIONS = (1, 2, 3)
+FORMAT_VERSION = 4   # 2: the per-record EXIF orientation (version 1 reads as upright); 3: each shard's sha256;
+                     # 4: records FFR2 with the task's geometry (polygons, keypoints, oriented corners), the task
+READABLE_VERSIONS = (1, 2, 3, 4)
+TASKS = ("detect", "segment", "pose", "obb")   # what a record holds besides boxes (version 4; `geometry.py`)
 MANIFEST = "manifest.json"
 REJECTS = "rejects.jsonl"
 
@@ -86,6 +88,9 @@ class Manifest:
     created: str
     fastfeed_version: str
     format_version: int = FORMAT_VERSION
+    task: str = "detect"                 # what each record's geometry is: detect | segment | pose | obb (version 4)
+    kpt_shape: list | None = None        # pose: [K, D], keypoints per object and values per keypoint (2 or 3)
+    flip_idx: list | None = None         # pose: the keypoint each one becomes in a left-right flip (None: not given)
 
     @property
     def store_mode(self) -> str:

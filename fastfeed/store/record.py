@@ -3,10 +3,12 @@
 Record layout (little-endian), CRC32 over every byte after the CRC field::
 
     header   HEADER struct below (`orientation`: the EXIF orientation to apply when decoding, 1..8;
-             format version 1 wrote 0 there, read as 1)
+             format version 1 wrote 0 there, read as 1); magic FFR2 (version 4): HEADER2, which adds
+             the task and the keypoint shape
     name     UTF-8 source file name, `name_len` bytes
     boxes    float32 [n_boxes + n_crowd, 4]  x1, y1, x2, y2 normalised to 0..1 of the image
     classes  int32   [n_boxes + n_crowd]     contiguous class ids 0..C-1
+    geometry FFR2 only: the training objects' polygons, keypoints or oriented corners (`geometry.py`)
     payload  JPEG bytes (codec jpeg), other encoded image bytes such as PNG (codec cv2),
              or raw uint8 HWC RGB pixels (codec raw, height * width * 3)
 
@@ -27,26 +29,32 @@ import numpy as np
 
 from .. import codec as _codec
 from .format import FormatError, RecordCorrupt
+from .geometry import TASKS, encode_geometry, parse_geometry
 
 try:  # the same CRC-32 as zlib's, computed with carry-less multiplication: ~7x faster
     from zlib_ng.zlib_ng import crc32
 except ImportError:  # pragma: no cover - zlib-ng is a dependency; stay readable without it
     from zlib import crc32
 
-MAGIC = b"FFR1"
+MAGIC = b"FFR2"      # format version 4: HEADER2 and the geometry section
+MAGIC_V1 = b"FFR1"   # format versions 1-3: HEADER, no geometry (still read)
 CODECS = ("jpeg", "cv2", "raw")  # cv2: any other encoded format, decoded by OpenCV
 _CODEC_ID = {name: i for i, name in enumerate(CODECS)}
 
 # magic, crc32, codec, channels, orientation, height, width, orig_h, orig_w, image_id, n_boxes, n_crowd, name_len
 HEADER = struct.Struct("<4sIBBHIIIIqIIH")
+# ... then task id (geometry.TASKS), keypoints per object K, values per keypoint D (2 or 3; pose only)
+HEADER2 = struct.Struct("<4sIBBHIIIIqIIHBHB")
 _CRC_FROM = 8  # the CRC covers everything after magic and the CRC itself
 
 
 def encode_record(*, codec: str, height: int, width: int, orig_height: int, orig_width: int,
                   image_id: int, file_name: str, boxes: np.ndarray, classes: np.ndarray,
-                  crowd_boxes: np.ndarray, crowd_classes: np.ndarray, payload: bytes, orientation: int = 1) -> bytes:
+                  crowd_boxes: np.ndarray, crowd_classes: np.ndarray, payload: bytes, orientation: int = 1,
+                  task: str = "detect", polygons=None, keypoints=None, obb=None) -> bytes:
     """One record's bytes. height/width/boxes: of the upright image; orientation: what turns the decoded
-    payload upright (1 for pixels stored upright)."""
+    payload upright (1 for pixels stored upright). `task`'s geometry, one entry per training box: `polygons`
+    (segment: [P,2] arrays, P may be 0), `keypoints` (pose: [N,K,D]) or `obb` (obb: [N,4,2]), normalised."""
     name = file_name.encode("utf-8")
     if len(name) > 0xFFFF:
         raise FormatError(f"file name longer than 65535 bytes: {file_name[:80]}...")
@@ -54,9 +62,13 @@ def encode_record(*, codec: str, height: int, width: int, orig_height: int, orig
         raise FormatError(f"orientation must be 1..8, got {orientation}")
     all_boxes = np.concatenate([boxes, crowd_boxes]).astype("<f4", copy=False).reshape(-1, 4)
     all_classes = np.concatenate([classes, crowd_classes]).astype("<i4", copy=False)
-    head = HEADER.pack(MAGIC, 0, _CODEC_ID[codec], 3, orientation, height, width, orig_height, orig_width,
-                       image_id, len(boxes), len(crowd_boxes), len(name))
-    body = b"".join([head[_CRC_FROM:], name, all_boxes.tobytes(), all_classes.tobytes()])
+    try:
+        task_id, k, d, geometry = encode_geometry(task, len(boxes), polygons, keypoints, obb)
+    except ValueError as e:
+        raise FormatError(f"{file_name}: {e}") from None
+    head = HEADER2.pack(MAGIC, 0, _CODEC_ID[codec], 3, orientation, height, width, orig_height, orig_width,
+                        image_id, len(boxes), len(crowd_boxes), len(name), task_id, k, d)
+    body = b"".join([head[_CRC_FROM:], name, all_boxes.tobytes(), all_classes.tobytes(), geometry])
     return b"".join([MAGIC, struct.pack("<I", crc32(payload, crc32(body))), body, payload])
 
 
@@ -89,6 +101,10 @@ class Record:
     crowd_boxes: np.ndarray     # float32 [K,4] iscrowd regions (evaluation only)
     crowd_classes: np.ndarray   # int64 [K]
     payload: memoryview
+    task: str = "detect"        # what the geometry below is: 'detect' (none), 'segment', 'pose', 'obb'
+    polygons: list | None = None         # segment: float32 [P,2] x, y normalised per training box (P may be 0)
+    keypoints: np.ndarray | None = None  # pose: float32 [N,K,D] x, y (, visibility) normalised
+    obb: np.ndarray | None = None        # obb: float32 [N,4,2] corners normalised
 
     @property
     def size(self) -> tuple[int, int]:
@@ -134,16 +150,24 @@ def parse_record(buf, index: int, shard: str, check: bool = True) -> Record:
     def bad(why: str) -> RecordCorrupt:
         return RecordCorrupt(f"record {index} in shard {shard}: {why}; run `fastfeed verify` and re-pack")
 
-    if len(buf) < HEADER.size or bytes(buf[:4]) != MAGIC:
+    magic = bytes(buf[:4])
+    if len(buf) < HEADER.size or magic not in (MAGIC, MAGIC_V1):
         raise bad("bad record magic (not a fastfeed record, or damaged)")
+    if magic == MAGIC and len(buf) < HEADER2.size:
+        raise bad("shorter than its header")
     if check and not check_crc(buf):
         raise bad("CRC32 mismatch")
-    (_, _, codec_id, _, orientation, h, w, oh, ow, image_id, nb, nc, nl) = HEADER.unpack_from(buf, 0)
+    if magic == MAGIC:
+        (_, _, codec_id, _, orientation, h, w, oh, ow, image_id, nb, nc, nl, task_id, k, d) = HEADER2.unpack_from(buf, 0)
+        off = HEADER2.size
+    else:   # format versions 1-3: no geometry
+        (_, _, codec_id, _, orientation, h, w, oh, ow, image_id, nb, nc, nl) = HEADER.unpack_from(buf, 0)
+        task_id = k = d = 0
+        off = HEADER.size
     if codec_id >= len(CODECS):
         raise bad(f"unknown codec id {codec_id}")
     if orientation > 8:
         raise bad(f"orientation {orientation} is not 0..8")
-    off = HEADER.size
     name = bytes(buf[off:off + nl]).decode("utf-8", "replace")
     off += nl
     n = nb + nc
@@ -153,8 +177,9 @@ def parse_record(buf, index: int, shard: str, check: bool = True) -> Record:
     off += n * 16
     classes = np.frombuffer(buf, "<i4", n, off).astype(np.int64)
     off += n * 4
+    polygons, keypoints, obb, off = parse_geometry(buf, off, task_id, k, d, nb, bad)
     payload = buf[off:]
     if codec_id == _CODEC_ID["raw"] and len(payload) != h * w * 3:
         raise bad(f"raw payload of {len(payload)} bytes, expected {h}x{w}x3")
     return Record(index, shard, CODECS[codec_id], h, w, oh, ow, orientation or 1, image_id, name,
-                  boxes[:nb], classes[:nb], boxes[nb:], classes[nb:], payload)
+                  boxes[:nb], classes[:nb], boxes[nb:], classes[nb:], payload, TASKS[task_id], polygons, keypoints, obb)

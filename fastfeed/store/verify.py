@@ -30,6 +30,29 @@ class VerifyResult:
         return not self.damaged
 
 
+def _outside(points: np.ndarray) -> bool:
+    return bool(((points < 0) | (points > 1) | ~np.isfinite(points)).any())
+
+
+def check_geometry(r, m: fmt.Manifest) -> None:
+    """A record's geometry is its store's task's, one entry per training box, its points inside the image (as the
+    pack clipped them); raises RecordCorrupt naming what is not."""
+    if r.task != m.task:
+        raise fmt.RecordCorrupt(f"holds {r.task} labels in a {m.task} store")
+    if r.task == "segment" and (len(r.polygons) != len(r.boxes) or any(_outside(p) for p in r.polygons)):
+        raise fmt.RecordCorrupt(f"{len(r.polygons)} polygons for {len(r.boxes)} boxes, or points outside 0..1")
+    if r.task == "pose":
+        if list(r.keypoints.shape[1:]) != list(m.kpt_shape) or len(r.keypoints) != len(r.boxes):
+            raise fmt.RecordCorrupt(f"keypoints {list(r.keypoints.shape)} for {len(r.boxes)} boxes of kpt_shape "
+                                    f"{m.kpt_shape}")
+        kp = r.keypoints
+        labelled = kp[..., 2] > 0 if kp.shape[2] == 3 else (kp[..., 0] >= 0) & (kp[..., 1] >= 0)
+        if _outside(kp[labelled][:, :2]):
+            raise fmt.RecordCorrupt("labelled keypoints outside 0..1")
+    if r.task == "obb" and (len(r.obb) != len(r.boxes) or _outside(r.obb)):
+        raise fmt.RecordCorrupt(f"{len(r.obb)} oriented boxes for {len(r.boxes)} boxes, or corners outside 0..1")
+
+
 def _check_range(args) -> tuple[int, list[dict]]:
     store, start, stop, decode = args   # the Store, pickled: a store at a URL keeps its cache settings
     damaged = []
@@ -40,6 +63,7 @@ def _check_range(args) -> tuple[int, list[dict]]:
             boxes = np.concatenate([r.boxes, r.crowd_boxes])
             if ((boxes < 0) | (boxes > 1)).any() or (boxes[:, 2:] < boxes[:, :2]).any():
                 raise fmt.RecordCorrupt("boxes outside 0..1 or inverted")
+            check_geometry(r, store.manifest)
             if decode and r.codec != "raw":
                 img = r.decode()
                 if img.shape[:2] != r.size:
@@ -113,6 +137,18 @@ def verify(path, decode: bool = False, workers: int = 1, progress: bool = True, 
 _BUCKETS = (256, 512, 640, 1024, 2048)
 
 
+def task_summary(m: fmt.Manifest) -> dict:
+    """What a store's records hold besides boxes: the task, the pose set's kpt_shape and flip_idx, and the counts
+    the pack took (`stats.geometry`; a store of format version 3 or older: detect, nothing more)."""
+    counts = dict(m.stats.get("geometry") or {})
+    out = {"name": m.task, **counts}
+    if m.task == "segment" and counts.get("polygons"):
+        out["mean_points"] = round(counts["polygon_points"] / counts["polygons"], 1)
+    if m.task == "pose":
+        out |= {"kpt_shape": m.kpt_shape, "flip_idx": m.flip_idx}
+    return out
+
+
 def summarize(path, options=None) -> dict:
     """Counts, classes with box counts, image size histogram and bytes, for `fastfeed inspect`."""
     store = Store(path, options=options)
@@ -131,5 +167,5 @@ def summarize(path, options=None) -> dict:
         "payload": m.payload, "shards": len(m.shards), "bytes": shard_bytes,
         "record_bytes": m.stats["record_bytes"],
         "long_side_histogram": hist, "common_sizes": dict(list(m.stats["sizes"].items())[:5]),
-        "source": m.source, "report": m.report, "fingerprint": m.fingerprint,
+        "source": m.source, "report": m.report, "fingerprint": m.fingerprint, "task": task_summary(m),
     }

@@ -1,0 +1,126 @@
+"""One YOLO label file's lines, read for the pack's task (`Task`): the box of each object and its geometry.
+
+    detect   `cls cx cy w h`; a polygon line `cls x1 y1 ... xn yn` becomes its bounds (`polygon_to_box`, as
+             Ultralytics does); a pose line of data.yaml's kpt_shape keeps its box (`keypoints_dropped`)
+    segment  `cls x1 y1 ... xn yn` (n >= 3), its box the polygon's bounds; a box line keeps its box and no
+             polygon (`box_without_polygon`; Ultralytics rejects the whole file)
+    pose     `cls cx cy w h` + K x (x, y[, v]) for data.yaml's `kpt_shape: [K, D]`; another count is `keypoint_count`
+    obb      `cls x1 y1 x2 y2 x3 y3 x4 y4` (DOTA order), its box the corners' bounds; a box line becomes its four
+             corners (`box_to_obb`)
+
+Every coordinate is a fraction of the image; the geometry is checked afterwards (`clean.py`), as the boxes are.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .report import Problem
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """What a pack stores per object: `name` (detect | segment | pose | obb) and, for pose (or a detect pack of a
+    pose set: its lines are known), `kpt_shape` (K, D)."""
+
+    name: str = "detect"
+    kpt_shape: tuple[int, int] | None = None
+
+
+def _bounds(xs, ys) -> tuple:
+    x1, x2, y1, y2 = min(xs), max(xs), min(ys), max(ys)
+    return ((x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1)
+
+
+def _corners(box) -> np.ndarray:
+    cx, cy, w, h = box
+    return np.array([[cx - w / 2, cy - h / 2], [cx + w / 2, cy - h / 2], [cx + w / 2, cy + h / 2],
+                     [cx - w / 2, cy + h / 2]])
+
+
+def _object(vals: list[float], task: Task, name: str, where: str, problems: list[Problem]):
+    """(box cxcywh, geometry or None) of one line's numbers after the class; None when the line is dropped."""
+    n = len(vals)
+    kpt = task.kpt_shape[0] * task.kpt_shape[1] if task.kpt_shape else None
+    if task.name == "pose":
+        if n != 4 + kpt:
+            problems.append(Problem("keypoint_count", name, (
+                f"{where}: {n + 1} values, expected {5 + kpt} (cls cx cy w h + {task.kpt_shape[0]} keypoints of "
+                f"{task.kpt_shape[1]} values, data.yaml's kpt_shape {list(task.kpt_shape)})")))
+            return None
+        return tuple(vals[:4]), np.asarray(vals[4:], np.float64).reshape(task.kpt_shape)
+    if task.name == "obb":
+        if n == 4:
+            problems.append(Problem("box_to_obb", name, where))
+            return tuple(vals), _corners(vals)
+        if n != 8:
+            problems.append(Problem("malformed_line", name, f"{where}: {n + 1} values, expected 9 (cls x1 y1 x2 y2 "
+                                                            "x3 y3 x4 y4) or 5 (cls cx cy w h)"))
+            return None
+        return _bounds(vals[0::2], vals[1::2]), np.asarray(vals, np.float64).reshape(4, 2)
+    if task.name == "detect" and kpt is not None and n == 4 + kpt:
+        problems.append(Problem("keypoints_dropped", name, where))
+        return tuple(vals[:4]), None
+    if n != 4 and not (n >= 6 and n % 2 == 0):
+        problems.append(Problem("malformed_line", name, f"{where}: {n + 1} values, expected 5 (cls cx cy w h) "
+                                "or an odd count >= 7 (cls + polygon)"))
+        return None
+    if n == 4:
+        if task.name == "segment":
+            problems.append(Problem("box_without_polygon", name, where))
+            return tuple(vals), np.zeros((0, 2))
+        return tuple(vals), None
+    if task.name == "segment":
+        return _bounds(vals[0::2], vals[1::2]), np.asarray(vals, np.float64).reshape(-1, 2)
+    problems.append(Problem("polygon_to_box", name, where))
+    return _bounds(vals[0::2], vals[1::2]), None
+
+
+def parse_label(path: Path, name: str, nc: int | None, task: Task = Task()):
+    """Parse one label file into (cxcywh normalised [N,4] float64, classes [N], problems, `file:line` of each box,
+    the geometry of each box: a float64 array for `task`, or None for detect).
+
+    With `nc` (class names known) a class >= nc is unknown; without, any class >= 0 is accepted.
+    """
+    problems = []
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not part of line 1 (as Ultralytics reads)
+    except (OSError, UnicodeDecodeError) as e:
+        return np.zeros((0, 4)), np.zeros(0, np.int64), [Problem("unreadable_label", name, (
+            f"{path.name}: {type(e).__name__}: {e}; save it as UTF-8 text")[:300])], [], []
+    boxes, classes, seen, lines, geometry = [], [], set(), [], []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        parts = line.split()
+        if not parts:
+            continue
+        where = f"{path.name}:{lineno}"
+        try:
+            vals = [float(v) for v in parts]
+        except ValueError:
+            problems.append(Problem("malformed_line", name, f"{where}: not numbers: {line.strip()[:60]!r}"))
+            continue
+        if not all(math.isfinite(v) for v in vals) or vals[0] < 0 or vals[0] != int(vals[0]):
+            problems.append(Problem("malformed_line", name, f"{where}: bad class or non-finite value: {line.strip()[:60]!r}"))
+            continue
+        cls = int(vals[0])
+        if nc is not None and cls >= nc:
+            problems.append(Problem("unknown_category", name, f"{where}: class {cls} but data.yaml names {nc} classes"))
+            continue
+        found = _object(vals[1:], task, name, where, problems)
+        if found is None:
+            continue
+        box, geom = found
+        key = (cls, box if geom is None else tuple(vals[1:]))   # distinct polygons may share a class and a box
+        if key in seen:
+            problems.append(Problem("duplicate_box", name, where))
+            continue
+        seen.add(key)
+        boxes.append(box)
+        classes.append(cls)
+        lines.append(where)
+        geometry.append(geom)
+    return np.asarray(boxes, np.float64).reshape(-1, 4), np.asarray(classes, np.int64), problems, lines, geometry
