@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -204,6 +205,13 @@ def main() -> int:
         print(why)
         return 1
     work = Path(tempfile.mkdtemp(prefix="fastfeed-remote-bench-"))
+    try:
+        return run(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)   # the replicated source, both stores, every cold cache
+
+
+def run(args, work: Path) -> int:
     src = replicate_coco(default_source(), work / "src", args.images)
     if args.pin and len(os.sched_getaffinity(0)) >= 2:   # the network's work (here: its server too) on another core
         cores = sorted(os.sched_getaffinity(0))
