@@ -36,9 +36,25 @@ def test_with_workers_the_worker_error_names_the_shard_and_the_cause(store):
         with pytest.raises(WorkerError) as e:
             for _ in range(100):
                 next(it)
-    # Either the next read saw the shard shrink (StoreChanged in the worker's traceback), or the change landed
+    # Either a read saw the shard shrink (StoreChanged in the worker's traceback: at its first open or after), or the change landed
     # mid-read and the worker died of SIGBUS: both say which shard and why, not "out of memory?".
     assert CAUSE in str(e.value) and shard in str(e.value) and "out of memory" not in str(e.value)
+
+
+def test_a_shard_truncated_after_the_store_was_opened_is_named_as_changed_at_the_first_read(store):
+    """A process whose first read comes after the change (a worker that had not read yet) says the same as one that
+    was reading: the shard changed under the store's readers; a store already truncated when opened says so."""
+    from fastfeed import Store
+    from fastfeed.store import FormatError, StoreChanged
+
+    opened = Store(store.path)                      # sound when opened, nothing read yet
+    shard = _truncate(store)
+    with pytest.raises(StoreChanged, match="the store changed under the reader") as e:
+        opened[0]
+    assert shard in str(e.value) and "when packed" in str(e.value)
+    with pytest.raises(FormatError, match="truncated or replaced") as e:
+        Store(store.path)[0]                        # opened truncated: not a change under a reader
+    assert not isinstance(e.value, StoreChanged)
 
 
 WITHOUT_WORKERS = """

@@ -41,6 +41,7 @@ class LocalShards:
         self.manifest = fmt.read_manifest(manifest_path)
         self._identity = _identity(manifest_path)
         self.shards = self.manifest.shards
+        self._sound = self._sizes_match()   # whether every shard had its packed size when the store was opened
         self._pid = None
         self._handles: list = []
         self._keys: list = []
@@ -51,8 +52,14 @@ class LocalShards:
         """What `Store(...)` opens this provider again from."""
         return self.path
 
+    def _sizes_match(self) -> bool:
+        try:
+            return all(os.stat(self.path / s.file).st_size == s.bytes for s in self.shards)
+        except OSError:
+            return False
+
     def __getstate__(self):
-        return {k: getattr(self, k) for k in ("path", "manifest", "_identity", "shards")}
+        return {k: getattr(self, k) for k in ("path", "manifest", "_identity", "shards", "_sound")}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -76,6 +83,9 @@ class LocalShards:
                 st = os.stat(file)
             except FileNotFoundError:
                 raise fmt.FormatError(f"shard {s.file} is missing from {self.path}; restore it or re-pack") from None
+            if st.st_size != s.bytes and self._sound:   # sound when opened: it changed under this store's readers
+                raise fmt.StoreChanged(changed.under_reader([f"shard {file} is now {st.st_size} bytes, {s.bytes} when "
+                                                             "packed"]))
             if st.st_size != s.bytes:  # reading a truncated map would kill us with SIGBUS
                 raise fmt.FormatError(f"shard {s.file} of {self.path} is {st.st_size} bytes, the manifest "
                                       f"says {s.bytes}: truncated or replaced; re-pack or restore it")
