@@ -167,3 +167,12 @@ def test_verify_names_a_record_whose_polygon_leaves_the_image(tmp_path, capsys):
     replace_record(tmp_path / "o", 0, polygons=[np.float32([[0.1, 0.2], [1.5, 0.2], [0.4, 0.6]])])
     assert main(["verify", str(tmp_path / "o"), "--workers", "1", "--quiet"]) != 0
     assert "1 polygons for 1 boxes, or points outside 0..1" in capsys.readouterr().out
+
+
+def test_the_source_signature_names_the_task_so_a_detect_store_is_not_reused_for_segment(tmp_path):
+    from fastfeed.pack.signature import source_signature
+    b = YoloBuilder(tmp_path / "y", names=["a"])
+    b.add("1", [_line(0, POLY)])
+    sigs = {t: source_signature(tmp_path / "y", "yolo", task=t) for t in ("detect", "segment", "pose", "obb")}
+    assert len(set(sigs.values())) == 4
+    assert source_signature(tmp_path / "y", "yolo") == sigs["detect"]

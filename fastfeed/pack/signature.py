@@ -35,15 +35,15 @@ def _stat(path: Path | None, root: Path) -> str:
 
 def source_signature(src: Path | None, format: str | None = None, split: str | None = None,
                      ann: Path | None = None, images: Path | None = None, store: str = "original",
-                     names: list[str] | None = None) -> str:
+                     names: list[str] | None = None, task: str = "detect") -> str:
     """A 32-hex-digit signature of the dataset `pack()` would read with the same arguments.
 
-    `store` (the payload mode) is part of it, so a store packed another way is not mistaken for
-    this one. Raises PackError (from the layout reader) when the source cannot be read.
+    `store` (the payload mode) and `task` (which labels a pack reads: detect, segment, pose, obb) are part of
+    it, so a store packed another way, or for another task, is not mistaken for this one. Raises PackError (from the layout reader) when the source cannot be read.
     """
     source = open_source(src, format, split, ann, images, names)
     h = hashlib.sha256()
-    h.update(f"{fmt.FORMAT_VERSION}\0{source.format}\0{source.split}\0{store}\0{source.class_names}\n".encode())
+    h.update(f"{fmt.FORMAT_VERSION}\0{source.format}\0{source.split}\0{store}\0{task}\0{source.class_names}\n".encode())
     root = Path(source.root)
     for ann_file in source.annotation_files:
         h.update(f"ann {_stat(Path(ann_file), root)}\n".encode())
