@@ -46,7 +46,7 @@ def test_a_mask_pixel_is_set_exactly_when_its_centre_is_inside_the_polygon(ratio
         ref = centres_inside(poly, size // ratio, ratio)
         np.testing.assert_array_equal(mask.astype(bool), ref)
         checked += ref.sum()
-    assert checked > 2 * (size // ratio) ** 2   # the polygons covered pixels: not a comparison of empty masks
+    assert checked > (size // ratio) ** 2 // 2  # the polygons covered pixels: not a comparison of empty masks
 
 
 def test_mask_area_matches_the_polygon_area():
