@@ -6,6 +6,8 @@ trains from scratch on CPU."""
 from __future__ import annotations
 
 import math
+import os
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -18,12 +20,14 @@ pytest.importorskip("ultralytics")
 from ultralytics import YOLO  # noqa: E402
 from ultralytics.cfg import get_cfg  # noqa: E402
 from ultralytics.nn.tasks import OBBModel, PoseModel, SegmentationModel  # noqa: E402
+from ultralytics.utils.torch_utils import unwrap_model  # noqa: E402
 
 from fastfeed.integrations.ultralytics import (  # noqa: E402
     FastfeedOBBTrainer,
     FastfeedPoseTrainer,
     FastfeedSegmentationTrainer,
     FastfeedTrainer,
+    Preempted,
 )
 from fastfeed.integrations.ultralytics.batches import ClassFilter, collate, labels, read_records  # noqa: E402
 from fastfeed.pack import PackConfig, pack  # noqa: E402
@@ -212,7 +216,6 @@ def test_a_pose_set_whose_data_yaml_is_elsewhere_is_packed_with_its_keypoints_an
 
 # --- training: one epoch of each task from scratch, fed by fastfeed ----------------------------------------------
 
-@pytest.mark.slow
 @pytest.mark.parametrize("task, terms", [("segment", ("seg_loss",)), ("pose", ("pose_loss", "kobj_loss")),
                                          ("obb", ("angle_loss",))])
 def test_one_epoch_of_each_task_trains_from_scratch_fed_by_fastfeed(tmp_path, monkeypatch, task, terms):
@@ -220,9 +223,47 @@ def test_one_epoch_of_each_task_trains_from_scratch_fed_by_fastfeed(tmp_path, mo
     data = make_set(tmp_path / task, task)
     model = YOLO(MODELS[task])
     model.train(data=str(data / "data.yaml"), trainer=TRAINERS[task], epochs=1, imgsz=64, batch=4, device="cpu",
-                workers=0, plots=False, val=False, project=str(tmp_path / "runs"), name=task, seed=0, mosaic=1.0)
+                workers=0, plots=False, val=False, project=str(tmp_path / "runs"), name=task, seed=0, mosaic=1.0,
+                close_mosaic=0)
     trainer = model.trainer
     assert trainer.train_loader.loader.stage_times().samples == 8   # the epoch came from fastfeed
-    losses = dict(zip(trainer.loss_names, trainer.tloss.tolist()))
+    losses = {k: float(v) for k, v in trainer.tloss.items()}   # the epoch's mean loss terms
     assert all(math.isfinite(v) for v in losses.values()) and losses["box_loss"] > 0, losses
     assert all(losses[t] > 0 for t in terms), losses
+
+
+class _StoppedSegmentation(FastfeedSegmentationTrainer):
+    """Sends itself SIGTERM while it trains batch `stop_at` (epoch, batch), once."""
+
+    stop_at: tuple | None = None
+
+    def preprocess_batch(self, batch):
+        if type(self).stop_at == (self.epoch, self.train_loader.position - 1):
+            type(self).stop_at = None
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().preprocess_batch(batch)
+
+
+def _weights(trainer) -> dict[str, torch.Tensor]:
+    return {f"model.{k}": v for k, v in unwrap_model(trainer.model).state_dict().items()} | {
+        f"ema.{k}": v for k, v in trainer.ema.ema.state_dict().items()}
+
+
+@pytest.mark.slow
+def test_a_segment_run_stopped_mid_epoch_resumes_to_the_uninterrupted_runs_weights(tmp_path, monkeypatch):
+    """The task trainers stop and resume through the same mixin as FastfeedTrainer (stopping.py, exact.py)."""
+    data = str(make_set(tmp_path / "seg", "segment") / "data.yaml")
+    run = dict(imgsz=64, batch=2, nbs=2, epochs=2, close_mosaic=0, device="cpu", plots=False, workers=0, seed=0,
+               deterministic=True, val=False, amp=False, project=str(tmp_path / "runs"))
+    whole = YOLO(MODELS["segment"])
+    whole.train(data=data, trainer=FastfeedSegmentationTrainer, name="whole", **run)
+    monkeypatch.setattr(_StoppedSegmentation, "stop_at", (0, 1))
+    stopped = YOLO(MODELS["segment"])
+    with pytest.raises(Preempted, match=r"stopped after 2 batches of epoch 1.*trainer=_StoppedSegmentation"):
+        stopped.train(data=data, trainer=_StoppedSegmentation, name="stopped", **run)
+    resumed = YOLO(str(tmp_path / "runs" / "stopped" / "weights" / "last.pt"))
+    resumed.train(resume=True, trainer=_StoppedSegmentation)
+    assert resumed.trainer.train_loader.dataset.labels[0]["segments"]   # a segment feed all along
+    ours, theirs = _weights(resumed.trainer), _weights(whole.trainer)
+    differ = [k for k in theirs if not torch.equal(ours[k], theirs[k])]
+    assert ours.keys() == theirs.keys() and not differ, f"{len(differ)} of {len(theirs)} tensors differ: {differ[:3]}"
