@@ -35,6 +35,7 @@ from fastfeed.pack import PackConfig, pack  # noqa: E402
 TRAINERS = {"segment": FastfeedSegmentationTrainer, "pose": FastfeedPoseTrainer, "obb": FastfeedOBBTrainer}
 MODELS = {"segment": "yolov8n-seg.yaml", "pose": "yolov8n-pose.yaml", "obb": "yolov8n-obb.yaml"}
 NAMES = ["a", "b"]
+PAINT = {0: (20, 20, 230), 1: (20, 230, 20)}   # BGR: class 0 red, class 1 green
 KPT = "kpt_shape: [3, 3]\nflip_idx: [1, 0, 2]\n"
 
 
@@ -60,7 +61,7 @@ def _object(task: str, k: int, j: int, w: int, h: int) -> tuple[np.ndarray, str]
 
 
 def make_set(root: Path, task: str, n: int = 8, yaml_extra: str | None = None) -> Path:
-    """n painted images (red shapes on grey noise) with YOLO-`task` labels under root, and root/data.yaml."""
+    """n painted images (class 0 red, class 1 green shapes on grey noise) with YOLO-`task` labels under root, and root/data.yaml."""
     import cv2
 
     (root / "images" / "train").mkdir(parents=True)
@@ -71,7 +72,7 @@ def make_set(root: Path, task: str, n: int = 8, yaml_extra: str | None = None) -
         lines = []
         for j in range(2):
             pts, line = _object(task, k, j, w, h)
-            cv2.fillPoly(img, [np.round(pts).astype(np.int32)], (20, 20, 230))
+            cv2.fillPoly(img, [np.round(pts).astype(np.int32)], PAINT[int(line[0])])
             lines.append(line)
         cv2.imwrite(str(root / "images" / "train" / f"{k:02d}.png"), img)
         (root / "labels" / "train" / f"{k:02d}.txt").write_text("\n".join(lines) + "\n")
@@ -160,6 +161,55 @@ def test_each_tasks_loss_reads_the_batch_fastfeed_collates(task, model, terms):
     assert all(float(items[t]) > 0 for t in terms), items
     if task == "obb":
         assert batch["bboxes"].shape == (3, 5)    # the rotated boxes replace the upright ones
+
+
+def _on_paint(task: str, b: dict, r: int, red: np.ndarray, size: int) -> list[float]:
+    """The share of row r's mask / rotated box that is painted red and inside the row's own box, or per visible
+    keypoint 1 when red lies within a pixel of it (they sit just inside the shapes' edges) and it is in the box."""
+    import cv2
+    from ultralytics.utils.ops import xywhr2xyxyxyxy
+
+    i = int(b["batch_idx"][r])
+    own = np.ones((size, size), bool)
+    if task != "obb":   # obb: `bboxes` are the rotated boxes themselves
+        cx, cy, w, h = (b["bboxes"][r] * size).tolist()
+        own[:] = False
+        own[max(int(cy - h / 2) - 1, 0):int(cy + h / 2) + 2, max(int(cx - w / 2) - 1, 0):int(cx + w / 2) + 2] = True
+    if task == "pose":
+        near = [(int(y * size), int(x * size)) for x, y, v in b["keypoints"][r].tolist() if v > 0]
+        return [float(own[y, x] and red[i, max(y - 1, 0):y + 2, max(x - 1, 0):x + 2].any()) for y, x in near]
+    if task == "obb":
+        area = np.zeros((size, size), np.uint8)
+        corners = xywhr2xyxyxyxy(b["bboxes"][r:r + 1] * torch.tensor([size] * 4 + [1.0]))[0].numpy()
+        cv2.fillPoly(area, [np.round(corners).astype(np.int32)], 1)
+    else:
+        j = int((b["batch_idx"][:r] == i).sum())   # the row's place among its image's rows: mask value j + 1
+        small = (b["masks"][i] == j + 1).numpy().astype(np.uint8)
+        area = cv2.resize(small, (size, size), interpolation=cv2.INTER_NEAREST)
+    shown = area > 0
+    return [float(min(red[i][shown].mean(), own[shown].mean()))] if area.sum() > 20 else []
+
+
+@pytest.mark.parametrize("task", list(TRAINERS))
+def test_the_trainers_batches_put_masks_keypoints_and_rotated_boxes_on_the_painted_objects(tmp_path, task):
+    """Through the trainer's own train loader (mosaic, affine, flips; classes=[0] keeps the red objects' rows and
+    renumbers their masks: a green object's geometry on a kept row fails)."""
+    data = make_set(tmp_path / task, task)
+    trainer = trainer_for(task, data / "data.yaml", tmp_path / "runs", imgsz=96, classes=[0], close_mosaic=0,
+                          epochs=3, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0)
+    trainer.model = trainer.get_model(cfg=MODELS[task], verbose=False)
+    feed = trainer.get_dataloader(trainer.data["train"], batch_size=4, rank=-1, mode="train")
+    shares = []
+    try:
+        for b in feed:
+            assert set(b["cls"].view(-1).tolist()) <= {0.0}
+            img = b["img"].numpy()
+            red = (img[:, 0] > 200) & (img[:, 1] < 60)   # RGB: the paint, kept exactly (no HSV jitter)
+            for r in range(len(b["cls"])):
+                shares += _on_paint(task, b, r, red, 96)
+    finally:
+        feed.close()
+    assert len(shares) >= 8 and min(shares) > (0.99 if task == "pose" else 0.7), shares
 
 
 # --- stores: packed for the trainer's task, another task's refused, the keypoint layout checked ----------------
