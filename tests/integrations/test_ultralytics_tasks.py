@@ -212,6 +212,16 @@ def test_the_trainers_batches_put_masks_keypoints_and_rotated_boxes_on_the_paint
     assert len(shares) >= 8 and min(shares) > (0.99 if task == "pose" else 0.7), shares
 
 
+def test_classes_with_overlap_masks_is_a_warning_that_names_what_differs():
+    from fastfeed.integrations.ultralytics.args import unsupported
+
+    said = unsupported(get_cfg(overrides={"classes": [0]}), "segment")
+    assert any(m.startswith("classes=[...] with overlap_mask=True") and "overlap_mask=False" in m for m in said)
+    assert not any("overlap_mask" in m for m in unsupported(get_cfg(overrides={"classes": [0], "overlap_mask": False}),
+                                                                "segment"))
+    assert not any("overlap_mask" in m for m in unsupported(get_cfg(overrides={"classes": [0]}), "obb"))
+
+
 # --- stores: packed for the trainer's task, another task's refused, the keypoint layout checked ----------------
 
 def test_each_task_trainer_packs_its_tasks_store_and_the_labels_hold_its_geometry(tmp_path):
