@@ -11,17 +11,15 @@ from __future__ import annotations
 import cv2
 import numpy as np
 import pytest
-from augment_helpers import paint_bbox
+from augment_helpers import paint_bbox, rect_corners, shoelace
 
 from fastfeed.augment import (
     AugmentHyp,
     Geometry,
     Labels,
-    clip_polygons,
     corners_to_rboxes,
     draw_affine,
     draw_mosaic_centre,
-    letterbox_labels,
     render_geometry,
     render_labels,
 )
@@ -72,11 +70,6 @@ def segment_tiles(seed):
 def fill(img, poly, colour):
     """Paint the pixels whose centres lie inside `poly` (continuous pixel coordinates), sub-pixel exact."""
     cv2.fillPoly(img, [np.round((np.asarray(poly) - 0.5) * 16).astype(np.int32)], colour, cv2.LINE_8, 4)
-
-
-def shoelace(p):
-    x, y = p[:, 0], p[:, 1]
-    return 0.5 * abs(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1)))
 
 
 def check_same_n(lab):
@@ -220,12 +213,6 @@ def test_a_flipped_pose_swaps_left_and_right():
                       S, AugmentHyp(fliplr=1.0), np.empty((S, S, 3), np.uint8))
 
 
-def rect_corners(cx, cy, w, h, angle):
-    c, s = np.cos(angle), np.sin(angle)
-    half = np.array([[-w, -h], [w, -h], [w, h], [-w, h]]) / 2
-    return (half @ np.array([[c, s], [-s, c]]) + (cx, cy)).astype(np.float32)
-
-
 @pytest.mark.parametrize("hyp", HYPS)
 def test_oriented_corners_land_on_the_painted_rectangle(hyp):
     whole = 0
@@ -257,48 +244,3 @@ def test_oriented_corners_land_on_the_painted_rectangle(hyp):
             assert abs(r[0] - cx) < 1.5 and abs(r[1] - cy) < 1.5
             assert abs(max(r[2], r[3]) - max(w, h)) < 3 and abs(min(r[2], r[3]) - min(w, h)) < 3
     assert whole >= 15
-
-
-def test_corners_to_rboxes_convention():
-    """cx, cy, w, h, angle in [0, pi/2): rebuilding the rectangle from them gives back the same corners."""
-    rng = np.random.default_rng(0)
-    quads = [rect_corners(*rng.uniform(20, 80, 2), *rng.uniform(5, 40, 2), a)
-             for a in [0.0, np.pi / 2, np.pi / 3, -0.4, 2.5, *rng.uniform(-4, 4, 20)]]
-    rb = corners_to_rboxes(np.stack(quads))
-    assert rb.dtype == np.float32 and rb.shape == (25, 5)
-    assert ((rb[:, 4] >= 0) & (rb[:, 4] < np.pi / 2)).all()
-    np.testing.assert_allclose(rb[0], [*quads[0].mean(0), *rb[0, 2:4], 0.0], atol=1e-4)
-    for q, (cx, cy, w, h, a) in zip(quads, rb):
-        back = rect_corners(cx, cy, w, h, a)
-        d = np.linalg.norm(q[:, None] - back[None], axis=2).min(1)
-        assert d.max() < 1e-2
-    assert corners_to_rboxes(np.zeros((0, 4, 2))).shape == (0, 5)
-
-
-def test_clip_polygons():
-    sq = np.array([[-5, -5], [5, -5], [5, 5], [-5, 5]], np.float64)
-    tri = np.array([[20, 20], [30, 20], [25, 30]], np.float64)
-    concave = np.array([[0, 0], [10, 0], [10, 10], [5, 2], [0, 10]], np.float64)
-    pts, cnt = clip_polygons(np.concatenate([sq, np.zeros((0, 2)), tri, concave]), [4, 0, 3, 5],
-                             [[0, 0, 10, 10], [0, 0, 1, 1], [0, 0, 10, 10], [0, 0, 10, 6]])
-    assert cnt.tolist() == [4, 0, 0, 7]
-    np.testing.assert_allclose(sorted(map(tuple, pts[:4])), [(0, 0), (0, 5), (5, 0), (5, 5)])
-    # the notch of the concave one stays a notch: 10 x 6 less the part of the notch below y = 6
-    np.testing.assert_allclose(pts[4:], [(0, 6), (0, 0), (10, 0), (10, 6), (7.5, 6), (5, 2), (2.5, 6)])
-    assert shoelace(pts[4:]) == pytest.approx(60 - 1.25 * 8)
-
-
-def test_letterbox_labels_and_labels_ops():
-    kp = np.array([[[10, 20, 2], [0, 0, 0]]], np.float32)
-    lab = Labels(np.array([[10, 20, 30, 40]], np.float32), np.array([3]), keypoints=kp)
-    got = letterbox_labels(lab, (0.5, 0.25), (4, 8))
-    np.testing.assert_allclose(got.boxes, [[9, 13, 19, 18]])
-    np.testing.assert_allclose(got.keypoints, [[[9, 13, 2], [4, 8, 0]]])
-    assert lab.keypoints[0, 0, 0] == 10   # not moved in place
-    seg = Labels(np.zeros((2, 4), np.float32), np.array([0, 1]), [np.ones((3, 2), np.float32), np.zeros((0, 2))])
-    np.testing.assert_allclose(letterbox_labels(seg, 2.0, (1, 1)).polygons[0], np.full((3, 2), 3.0))
-    both = Labels.concat([seg, Labels.empty_like(seg), seg])
-    assert len(both) == 4 and len(both.polygons) == 4 and both.task == "segment"
-    assert both.take(np.array([False, True, True, False])).classes.tolist() == [1, 0]
-    with pytest.raises(ValueError, match="tasks"):
-        Labels.concat([seg, lab])

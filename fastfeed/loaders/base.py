@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 STAGES = ("read", "decode", "augment", "collate")
 TASKS = ("detect", "segment", "pose", "obb")     # store.format.TASKS (the store package needs LMDB; this does not)
 GEOMETRY = {"segment": "polygons", "pose": "keypoints", "obb": "oriented boxes"}
-TASK_LOADERS = ["cpu", "shm"]                     # the loaders that carry every task's geometry into the Batch
+TASK_LOADERS = ["cpu", "shm", "device"]           # the loaders that carry every task's geometry into the Batch
 
 
 class UnsupportedTask(ValueError):
@@ -41,7 +41,7 @@ def refuse_task(store, loader: str) -> None:
     if task != "detect":
         where = getattr(store, "path", None) or store
         raise UnsupportedTask(f"the {loader} loader cannot carry the {GEOMETRY.get(task, task)} of {task} store "
-                              f"{where}; use the {' or '.join(TASK_LOADERS)} loader")
+                              f"{where}; use the {', '.join(TASK_LOADERS[:-1])} or {TASK_LOADERS[-1]} loader")
 
 
 @dataclass
@@ -152,14 +152,15 @@ class LoaderConfig:
         """Mixup (with probability hyp.mixup, a blend with a second sample made the same way)."""
         return self.augment and self.hyp.mixup > 0 and not self.closed(epoch)
 
-    def for_store(self, store) -> LoaderConfig:
+    def for_store(self, store, prefetcher_augments: bool = True) -> LoaderConfig:
         """This config as a loader of `store` applies it: a pose store without flip_idx flips nothing (a warning
         naming it, as Ultralytics does: a flip without the swap would put left keypoints on the right), and the
-        device augmentation, which moves pixels and boxes only, is refused for a store with task geometry."""
+        device augmentation, which moves pixels and boxes only, is refused for a store with task geometry (unless
+        `prefetcher_augments` is False: a loader on the device, which ignores device_augment)."""
         task = store_task(store)
         if task == "detect":
             return self
-        if self.device_augment:
+        if self.device_augment and prefetcher_augments:
             raise UnsupportedTask(f"LoaderConfig.device_augment cannot flip the {GEOMETRY.get(task, task)} of a "
                                   f"{task} store: leave it False (the workers flip them)")
         if task == "pose" and self.augment and self.hyp.fliplr > 0 and store.manifest.flip_idx is None:
@@ -207,7 +208,7 @@ class Loader(ABC):
         self.task = store_task(store)
         if self.task not in self.tasks:
             refuse_task(store, type(self).__name__)
-        cfg = cfg.for_store(store)
+        cfg = cfg.for_store(store, prefetcher_augments=not self.on_device)
         self.store, self.cfg = store, cfg
         self.rank, self.world_size = cfg.resolved_rank()
         self.epoch = self.start = 0

@@ -89,6 +89,8 @@ class TaskBatchBuilder(BatchBuilder):
         if self.task == "pose":
             kp = np.array(labels.keypoints, np.float32, copy=True)
             kp[..., :2] /= S
+            if kp.shape[-1] == 3:   # unlabelled or hidden by the augmentation: 0, 0, 0 (letterboxing moved them)
+                kp[kp[..., 2] == 0] = 0
             return kp
         rb = augment.corners_to_rboxes(labels.corners)
         rb[:, :4] /= S
