@@ -190,10 +190,13 @@ def _on_paint(task: str, b: dict, r: int, red: np.ndarray, size: int) -> list[fl
     return [float(min(red[i][shown].mean(), own[shown].mean()))] if area.sum() > 20 else []
 
 
+@pytest.mark.parametrize("loader", ["cpu", "device"])
 @pytest.mark.parametrize("task", list(TRAINERS))
-def test_the_trainers_batches_put_masks_keypoints_and_rotated_boxes_on_the_painted_objects(tmp_path, task):
-    """Through the trainer's own train loader (mosaic, affine, flips; classes=[0] keeps the red objects' rows and
+def test_the_trainers_batches_put_masks_keypoints_and_rotated_boxes_on_the_painted_objects(tmp_path, monkeypatch,
+                                                                                          task, loader):
+    """Through the trainer's own train loader, cpu and device (mosaic, affine, flips; classes=[0] keeps the red objects' rows and
     renumbers their masks: a green object's geometry on a kept row fails)."""
+    monkeypatch.setenv("FASTFEED_LOADER", loader)   # device: images float in [0, 1] on the trainer's device (CPU)
     data = make_set(tmp_path / task, task)
     trainer = trainer_for(task, data / "data.yaml", tmp_path / "runs", imgsz=96, classes=[0], close_mosaic=0,
                           epochs=3, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0)
@@ -203,7 +206,7 @@ def test_the_trainers_batches_put_masks_keypoints_and_rotated_boxes_on_the_paint
     try:
         for b in feed:
             assert set(b["cls"].view(-1).tolist()) <= {0.0}
-            img = b["img"].numpy()
+            img = b["img"].numpy() if loader == "cpu" else (b["img"].float() * 255).round().numpy()
             red = (img[:, 0] > 200) & (img[:, 1] < 60)   # RGB: the paint, kept exactly (no HSV jitter)
             for r in range(len(b["cls"])):
                 shares += _on_paint(task, b, r, red, 96)
