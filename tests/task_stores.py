@@ -79,15 +79,20 @@ def is_colour(images: np.ndarray, rgb, tol: int = 60) -> np.ndarray:
     return np.all(np.abs(x - np.asarray(rgb).reshape(1, 3, 1, 1)) <= tol, axis=1)
 
 
-def row_masks(batch) -> list[np.ndarray]:
-    """One bool [h,w] mask per targets row, from the batch's overlap (int16 [B,h,w]) or per-object masks."""
+def row_masks(batch, ratio: int = 1) -> list[np.ndarray]:
+    """One bool mask per targets row, from the batch's overlap (int16 [B,h,w]) or per-object masks: [h,w], or
+    enlarged to the images' size with the `ratio` they were made at."""
     t, m = batch.targets.numpy(), batch.masks.numpy()
     if m.dtype == np.uint8:
-        return [mi.astype(bool) for mi in m]
-    out = []
-    for i, j in enumerate(t[:, 0].astype(int)):
-        first = int(np.flatnonzero(t[:, 0] == j)[0])
-        out.append(m[j] == i - first + 1)
+        out = [mi.astype(bool) for mi in m]
+    else:
+        out = []
+        for i, j in enumerate(t[:, 0].astype(int)):
+            first = int(np.flatnonzero(t[:, 0] == j)[0])
+            out.append(m[j] == i - first + 1)
+    if ratio > 1:
+        up = np.ones((ratio, ratio), np.uint8)
+        out = [np.kron(mi, up).astype(bool) for mi in out]
     return out
 
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 from functools import partial
 
 from .base import LoaderConfig
-from .pipeline import BatchBuilder, StoreSource, make_builder
+from .pipeline import BatchBuilder, StoreSource
 from .pool import CpuOptions, PoolLoader
 from .registry import register_loader
+from .task_builder import make_builder
 
 
 def _store_builder(store, cfg: LoaderConfig, rank: int, opts: CpuOptions) -> BatchBuilder:

@@ -47,17 +47,6 @@ class StoreSource:
         return img, r
 
 
-def make_builder(source, store, cfg: LoaderConfig, rank: int, partner_buffer: int) -> BatchBuilder:
-    """The builder a cpu or shm worker runs for `store`: boxes only for a detect store (the path it always had),
-    `task_builder.TaskBatchBuilder` for a segment, pose or OBB one."""
-    manifest = store.manifest
-    if getattr(manifest, "task", "detect") == "detect":
-        return BatchBuilder(source, cfg, rank, partner_buffer)
-    from .task_builder import TaskBatchBuilder
-
-    return TaskBatchBuilder(source, cfg, rank, partner_buffer, manifest)
-
-
 class BatchBuilder:
     """Builds batches inside one worker: the batch's plans (`PartnerBuffer.plan_batch`: randomness from (seed,
     rank, epoch, batch id), mosaic partners from this worker's buffer of recently loaded images) rendered with

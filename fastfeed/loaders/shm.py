@@ -23,9 +23,10 @@ import numpy as np
 from ..cache import CacheHandle, CacheLease, acquire
 from ..store.reader import Store
 from .base import LoaderConfig, check_epoch
-from .pipeline import BatchBuilder, StoreSource, make_builder
+from .pipeline import BatchBuilder, StoreSource
 from .pool import CpuOptions, PoolLoader
 from .registry import register_loader
+from .task_builder import make_builder
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 pixels, with each object's geometry carried through them (`augment.Labels`, `augment.render_labels`) into the
 batch's extras.
 
-A detect store never comes here (`pipeline.make_builder` chooses once per worker), so its per-sample path is the
+A detect store never comes here (`make_builder` chooses once per worker), so its per-sample path is the
 one it always was. Per sample: the targets rows as for boxes; then, rows in the targets' order,
     segment  the polygons rasterised at imgsz / mask_ratio (`augment.masks.rasterise`): overlap_mask straight into
              the batch's shared int16 mask slot (`WorkerPool.masks`), else uint8 [M, h, w] sent with the result
@@ -106,3 +106,12 @@ class TaskBatchBuilder(BatchBuilder):
             return {"keypoints": np.concatenate(parts) if parts else np.zeros((0, *self.kpt_shape), np.float32)}
         return {"rboxes": np.concatenate(parts) if parts else np.zeros((0, 5), np.float32)}
 
+
+
+def make_builder(source, store, cfg: LoaderConfig, rank: int, partner_buffer: int) -> BatchBuilder:
+    """The builder a cpu or shm worker runs for `store`: `pipeline.BatchBuilder` (boxes only, the path it always
+    had) for a detect store, a `TaskBatchBuilder` for a segment, pose or OBB one."""
+    manifest = store.manifest
+    if getattr(manifest, "task", "detect") == "detect":
+        return BatchBuilder(source, cfg, rank, partner_buffer)
+    return TaskBatchBuilder(source, cfg, rank, partner_buffer, manifest)
