@@ -56,3 +56,14 @@ def check_painted(out, boxes, classes, size, rotated, tol=2.0):
         if not rotated or ((box[:2] > 1).all() and (box[2:] < size - 1).all()):
             np.testing.assert_allclose(found, box, atol=tol)
     return kept, clipped
+
+
+def shoelace(p):
+    x, y = p[:, 0], p[:, 1]
+    return 0.5 * abs(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1)))
+
+
+def rect_corners(cx, cy, w, h, angle):
+    c, s = np.cos(angle), np.sin(angle)
+    half = np.array([[-w, -h], [w, -h], [w, h], [-w, h]]) / 2
+    return (half @ np.array([[c, s], [-s, c]]) + (cx, cy)).astype(np.float32)

@@ -10,15 +10,17 @@ from .base import LoaderConfig
 from .pipeline import BatchBuilder, StoreSource
 from .pool import CpuOptions, PoolLoader
 from .registry import register_loader
+from .task_builder import make_builder
 
 
 def _store_builder(store, cfg: LoaderConfig, rank: int, opts: CpuOptions) -> BatchBuilder:
-    return BatchBuilder(StoreSource(store, cfg.imgsz), cfg, rank, opts.partner_buffer)
+    return make_builder(StoreSource(store, cfg.imgsz), store, cfg, rank, opts.partner_buffer)
 
 
 @register_loader("cpu", options=CpuOptions,
                  summary="worker processes decode JPEGs (DCT-scaled) and augment into shared batch buffers")
 def create_cpu_loader(store, cfg: LoaderConfig, opts: CpuOptions, order=None) -> PoolLoader:
+    cfg = cfg.for_store(store)   # what the workers build with (a pose store without flip_idx does not flip)
     opts = opts.resolved(len(store), cfg.batch_size)
     rank, _ = cfg.resolved_rank()
     return PoolLoader(store, cfg, opts, partial(_store_builder, store, cfg, rank, opts), order=order)

@@ -36,6 +36,16 @@ class StoreSource:
         times["decode"] += t2 - t1
         return img, r.boxes, r.classes
 
+    def load_record(self, index: int, times: dict):
+        """(image HWC RGB, the `Record` it came from): what a segment, pose or OBB sample is built from."""
+        t0 = perf_counter()
+        r = self.store.record(index)
+        t1 = perf_counter()
+        img = r.decode_to_cover(self.imgsz)
+        times["read"] += t1 - t0
+        times["decode"] += perf_counter() - t1
+        return img, r
+
 
 class BatchBuilder:
     """Builds batches inside one worker: the batch's plans (`PartnerBuffer.plan_batch`: randomness from (seed,

@@ -79,12 +79,13 @@ class DeviceFeed(DevicePrefetcher):
             images = self._render(plan, pixels, base)
             self.seconds["decode"] += t1 - t0
             self.seconds["augment"] += perf_counter() - t1
-            return Batch(images, torch.from_numpy(plan.targets), batch.indices)
+            return Batch(images, torch.from_numpy(plan.targets), batch.indices, **self._extras(batch))
         ops, side = self.ops, self.stream
         with ops.use(side):
             marks = [self._events.mark(side)] if self._events else []
             pixels, base = self._pixels(plan, slot)
             targets = ops.to_device(torch.from_numpy(plan.targets))
+            extras = self._extras(batch)
             copied = ops.event()
             copied.record(side)
             if self._events:
@@ -96,7 +97,14 @@ class DeviceFeed(DevicePrefetcher):
                 marks.append(self._events.mark(side))
                 self._events.pending.append(marks)
                 self._events.collect(self.seconds)
-        return InFlight(Batch(images, targets, batch.indices), copied, ready)
+        return InFlight(Batch(images, targets, batch.indices, **extras), copied, ready)
+
+    def _extras(self, batch: HostBatch) -> dict[str, torch.Tensor]:
+        """A task store's Batch extras on the compute device (the masks out of the pool's slot, before `copied`)."""
+        out = {k: self._upload(torch.from_numpy(v)) for k, v in batch.plan.extras.items()}
+        if batch.masks is not None:
+            out["masks"] = self._upload(batch.masks)
+        return out
 
     # --- pixels ----------------------------------------------------------------------------------------
     def _pixels(self, plan: Plan, slot: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:

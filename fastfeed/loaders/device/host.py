@@ -3,13 +3,14 @@ partner buffers replayed on resume, the next epoch queued while one drains, work
 `WorkerError`), with `plan.Planner` as the workers' builder and byte slots for the new records' payloads.
 
 A host batch is a `HostBatch`: the batch's whole shared slot (the payloads: JPEG bytes or pixels, see
-plan.py; valid until the next host batch is asked for), its `Plan` and its record indices.
+plan.py; valid until the next host batch is asked for), its `Plan` and its record indices; for a segment
+store, the overlap masks the planner rasterised into the pool's mask slot beside it (as valid).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
-from typing import NamedTuple
 
 import torch
 
@@ -19,10 +20,12 @@ from ..pool import CpuOptions, PoolLoader
 from .plan import SHIP_DECODED, SHIP_NONE, Plan, Planner
 
 
-class HostBatch(NamedTuple):
+@dataclass
+class HostBatch:
     slot: torch.Tensor       # uint8 [slot_bytes]: the payloads the plan's items point into
     plan: Plan
     indices: torch.Tensor    # int64 [B]: the batch's records
+    masks: torch.Tensor | None = None   # a segment store's overlap masks: int16 [B, S/r, S/r], a view of the pool's slot
 
 
 def slot_bytes(store: Store, cfg: LoaderConfig, ship: str) -> int:

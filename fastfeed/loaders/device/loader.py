@@ -7,11 +7,12 @@ import logging
 import torch
 
 from ...store.reader import Store
-from ..base import Loader, LoaderConfig, StageTimes
+from ..base import TASKS, Loader, LoaderConfig, StageTimes
 from . import DTYPES
 from .decode import make_decoder
 from .feed import DeviceFeed
 from .host import HostLoader
+from .labels import refuse_masks
 from .plan import SHIP_DECODED, SHIP_ENCODED, SHIP_NONE
 from .vram_cache import build_vram_cache
 
@@ -30,9 +31,12 @@ class DeviceLoader(Loader):
     """
 
     on_device = True
+    tasks = TASKS   # a segment store's masks with overlap_mask only (labels.py says why)
 
     def __init__(self, store: Store, cfg: LoaderConfig, opts, *, order=None, ops=None, device: torch.device | None = None):
+        refuse_masks(store, cfg)
         super().__init__(store, cfg, order)
+        cfg = self.cfg   # as it applies to this store (Loader.__init__: a pose store without flip_idx does not flip)
         self.opts = opts
         self.device = device if device is not None else cfg.resolved_device()
         compute = self.device if ops is None else torch.device("cpu")

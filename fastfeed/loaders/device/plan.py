@@ -26,11 +26,13 @@ import numpy as np
 import torch
 
 from ...augment import SamplePlan, letterbox_boxes, letterbox_geometry, make_targets, sample_layout
+from ...augment.labels import Labels
 from ...augment.paste import region_crop
 from ...store.record import Record
-from ..base import LoaderConfig
+from ..base import LoaderConfig, store_task
 from ..partners import PartnerBuffer
 from . import boxes as tboxes
+from .labels import TaskGeometry
 
 SHIP_ENCODED, SHIP_DECODED, SHIP_NONE = "encoded", "decoded", "none"
 _ALIGN = 64
@@ -38,13 +40,15 @@ _ALIGN = 64
 
 class Tile(NamedTuple):
     """A loaded record as the sampler sees it: its index, the (h, w) the cpu loader would decode it at,
-    its training boxes in pixels of that frame, its classes, and the record read (for its payload)."""
+    its training boxes in pixels of that frame, its classes, the record read (for its payload) and, for a
+    segment, pose or OBB store, its `augment.Labels` in that frame (None for a detect store)."""
 
     record: int
     hw: tuple[int, int]
     boxes: np.ndarray
     classes: np.ndarray
     rec: Record
+    labels: Labels | None = None
 
 
 @dataclass
@@ -76,6 +80,7 @@ class Plan:
     targets: np.ndarray       # float32 [M,6]
     live: np.ndarray          # int64: the records in the partner buffer after this batch
     items: list = field(default_factory=list)
+    extras: dict = field(default_factory=dict)   # a task store's Batch extras (numpy), rows in targets' order
 
 
 def ship_record(r: Record, size: int, mode: str) -> tuple[str, object, tuple[int, int], int]:
@@ -98,14 +103,16 @@ class Planner:
         self.hyp = cfg.hyp              # everything is done on the device: nothing is left to a prefetcher
         self.partners = PartnerBuffer(partner_buffer, self._load, keep=cfg.augment)
         self.token = os.getpid()
+        self.task = TaskGeometry(store.manifest, cfg) if store_task(store) != "detect" else None
 
     def _load(self, index: int, times: dict) -> Tile:
         t0 = perf_counter()
         # With the VRAM cache only the labels are read here: every payload's CRC was checked when it was built.
         r = self.store.record(int(index), check_crc=False if self.ship == SHIP_NONE else None)
         hw = r.decoded_size(self.size)
+        labels = Labels.of_record(r, hw[1], hw[0]) if self.task is not None else None
         times["read"] += perf_counter() - t0
-        return Tile(int(index), hw, r.pixel_boxes(hw), r.classes, r)
+        return Tile(int(index), hw, r.pixel_boxes(hw), r.classes, r, labels)
 
     def warm(self, indices, reset: bool) -> None:
         """Load `indices` into the partner buffer only (`PartnerBuffer.warm`: what resuming replays)."""
@@ -132,8 +139,9 @@ class Planner:
             times["read"] += perf_counter() - t1
         return items
 
-    def build(self, indices, epoch: int, batch_id: int, mosaic_on: bool, out: np.ndarray):
-        """Plan batch `batch_id` of `epoch` (its payloads into `out`, a slot of the pool): (Plan, stage seconds)."""
+    def build(self, indices, epoch: int, batch_id: int, mosaic_on: bool, out: np.ndarray, masks=None):
+        """Plan batch `batch_id` of `epoch` (its payloads into `out`, a slot of the pool; a segment store's overlap
+        masks into `masks`, the pool's mask slot): (Plan, stage seconds)."""
         times = {"read": 0.0, "decode": 0.0, "plan": 0.0}
         loaded, plans = self.partners.plan_batch(indices, times, seed=self.cfg.seed, rank=self.rank, epoch=epoch,
                                                  batch=batch_id, hyp=self.hyp, size=self.size,
@@ -159,7 +167,10 @@ class Planner:
                  np.array(centres, np.float64), np.array(regions, np.float64), np.array(places, np.float64),
                  np.array(hsv, np.float64), np.zeros((0, 6), np.float32),
                  np.array([t.record for t in self.partners.items], np.int64), items)
-        p.targets = self._targets(matrices, p, per_tile).numpy()
+        if self.task is None:
+            p.targets = self._targets(matrices, p, per_tile).numpy()
+        else:
+            p.targets, p.extras = self.task.targets(matrices, p, per_tile, plans, self.hyp, masks)
         times["plan"] += perf_counter() - t0
         return p, times
 

@@ -1,0 +1,90 @@
+"""A segment, pose or OBB store's labels in the device loader: moved on the host, in the planning workers, by the
+rules every loader uses (`augment.paste_labels`, `augment.letterbox_labels`), so its boxes are the cpu loader's
+rule (a segmented object's box rebuilt from its clipped moved polygon, and so on), and its `Batch` extras with them.
+
+What the device loader carries, and what it cannot keep cheap:
+
+* keypoints (pose) and rotated boxes (obb): [M,K,D] and [M,5] floats per batch, made here beside the targets.
+* masks (segment) with `overlap_mask` (the default, Ultralytics' too): one int16 [S/r, S/r] per image,
+  rasterised here (`augment.masks.rasterise`, as the cpu workers do) into the pool's shared mask slot and
+  copied up with the payloads: B * (S/r)^2 * 2 bytes a batch (3.3 MB at 640, r 4, B 64).
+* masks without `overlap_mask`: one [S/r, S/r] mask per object, M of them a batch (tens of MB at 640 for a
+  COCO-like batch) through the workers' result queue and up to the device: not cheap; refused by name
+  (`refuse_masks`), use the cpu or shm loader (or overlap_mask=True).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...augment import corners_to_rboxes, letterbox_labels, make_targets, paste_labels
+from ...augment.masks import rasterise
+from ...augment.paste import region_crop
+from ..base import UnsupportedTask, store_task
+
+
+def refuse_masks(store, cfg) -> None:
+    """UnsupportedTask for a segment store read with overlap_mask=False (see the module docstring)."""
+    if store_task(store) == "segment" and not cfg.overlap_mask:
+        raise UnsupportedTask(f"the device loader makes a segment store's masks only with overlap_mask=True (one "
+                              f"int16 mask per image; one mask per object would cross the worker queue and the "
+                              f"bus for every object): set overlap_mask=True, or use the cpu or shm loader for "
+                              f"{getattr(store, 'path', store)}")
+
+
+class TaskGeometry:
+    """Targets and extras of one planned batch of a task store (one per planning worker)."""
+
+    def __init__(self, manifest, cfg):
+        self.task, self.flip_idx = manifest.task, manifest.flip_idx
+        self.kpt_shape = tuple(manifest.kpt_shape or (0, 3))
+        self.size, self.augment, self.ratio = cfg.imgsz, cfg.augment, cfg.mask_ratio
+
+    def targets(self, matrices: np.ndarray, p, per_tile: list, plans, hyp, masks=None) -> tuple[np.ndarray, dict]:
+        """(targets float32 [M,6], extras) of plan `p`: `matrices` [B,3,3] mid frame -> output, `per_tile`
+        [(sample, tile slot, Tile)], `plans` the batch's SamplePlans (None: letterbox). A segment store's
+        overlap masks go into `masks` (int16 [>=B, S/r, S/r], the pool's shared mask slot), not the extras."""
+        S, b = self.size, len(p.tiles)
+        shown: list[list] = [[] for _ in range(b)]
+        for j, t, tl in per_tile:
+            shown[j].append((t, tl))
+        rows, parts = [], []
+        for j, tiles in enumerate(shown):
+            if plans is None:   # letterbox: the mid frame is the image, matrices[j] scales and pads it
+                m = matrices[j]
+                labels = letterbox_labels(tiles[0][1].labels, (m[0, 0], m[1, 1]), (m[0, 2], m[1, 2]))
+            else:
+                ts = np.array([t for t, _ in tiles])
+                r, ox, oy = p.place[j, ts].T
+                tile_to_mid = np.zeros((len(ts), 3, 3))
+                tile_to_mid[:, 0, 0] = tile_to_mid[:, 1, 1] = r
+                tile_to_mid[:, 0, 2], tile_to_mid[:, 1, 2], tile_to_mid[:, 2, 2] = ox, oy, 1.0
+                # the device samples each tile's exact map over its whole region: that is the realised map and crop
+                crops = region_crop(p.place[j, ts], p.region[j, ts], p.shapes[j, ts])
+                labels = paste_labels([tl.labels for _, tl in tiles], matrices[j] @ tile_to_mid, crops, S, hyp,
+                                      crops, flip_lr=plans[j].geometry.affine.flip_lr, flip_idx=self.flip_idx)
+            if len(labels):
+                rows.append(make_targets(j, labels.classes, labels.boxes, S))
+            if self.task == "segment":
+                rasterise(labels.polygons, S, self.ratio, True, out=masks[j])
+            parts.append(self._rows(labels))
+        targets = np.concatenate(rows).astype(np.float32) if rows else np.zeros((0, 6), np.float32)
+        return targets, self._extras(parts)
+
+    def _rows(self, labels):
+        if self.task == "pose":
+            kp = np.array(labels.keypoints, np.float32, copy=True)
+            kp[..., :2] /= self.size
+            return kp
+        if self.task == "obb":
+            rb = corners_to_rboxes(labels.corners)
+            rb[:, :4] /= self.size
+            return rb
+        return None
+
+    def _extras(self, parts) -> dict:
+        if self.task == "segment":
+            return {}
+        if self.task == "pose":
+            return {"keypoints": np.concatenate(parts) if parts else np.zeros((0, *self.kpt_shape), np.float32)}
+        return {"rboxes": np.concatenate(parts) if parts else np.zeros((0, 5), np.float32)}
