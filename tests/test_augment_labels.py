@@ -74,3 +74,17 @@ def test_labels_of_a_store_record(task, extra):
         assert lab.polygons[1].shape == (0, 2)
     if task == "obb":
         np.testing.assert_allclose(lab.corners[1], [[0, 0], [400, 0], [400, 200], [0, 200]])
+
+
+def test_a_segmented_object_is_judged_by_the_segment_area_threshold_and_a_box_only_one_by_the_box_threshold():
+    from fastfeed.augment import AugmentHyp, Labels, paste_labels
+    # two identical 40 x 40 squares at x 90..130, one with its polygon, one box only (P = 0), shifted left so
+    # that 5 px of their 40 stay in the 64 px output (12.5%: both kept), then 3 px (7.5%: only the segment's
+    # 1% threshold keeps it; at a segment threshold of 10% neither is kept).
+    square = np.float32([[90, 10], [130, 10], [130, 50], [90, 50]])
+    for shift, kept in ((-125.0, (True, True)), (-127.0, (True, False))):
+        labels = Labels(np.float32([[90, 10, 130, 50]] * 2), np.int64([0, 1]), [square, np.zeros((0, 2), np.float32)])
+        m = np.array([[1.0, 0, shift], [0, 1.0, 0], [0, 0, 1.0]])
+        for hyp, expect in ((AugmentHyp(), kept), (AugmentHyp(min_segment_area_ratio=0.1), (kept[1], kept[1]))):
+            out = paste_labels([labels], [m], [(0.0, 0.0, 130.0, 60.0)], 64, hyp)
+            assert tuple(c in out.classes for c in (0, 1)) == expect, (shift, hyp.min_segment_area_ratio)

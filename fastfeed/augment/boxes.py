@@ -48,13 +48,13 @@ def clip_boxes(boxes: np.ndarray, width: float, height: float) -> np.ndarray:
 
 
 def box_candidates(before: np.ndarray, after: np.ndarray, *, min_side: float = 2.0,
-                   min_area_ratio: float = 0.1, max_aspect: float = 100.0) -> np.ndarray:
+                   min_area_ratio: float | np.ndarray = 0.1, max_aspect: float = 100.0) -> np.ndarray:
     """Keep mask for boxes that survive a transform.
 
     `before` is each box mapped without any clipping, `after` the same box clipped, both in output
     pixels. A box is dropped when a side is <= min_side, when less than min_area_ratio of its
     area is left (mostly cut off by a crop or the image border), or when it is thinner than
-    1:max_aspect; such labels point at slivers the model cannot see.
+    1:max_aspect; such labels point at slivers the model cannot see. `min_area_ratio` may be one per box.
     """
     w1, h1 = before[:, 2] - before[:, 0], before[:, 3] - before[:, 1]
     w2, h2 = after[:, 2] - after[:, 0], after[:, 3] - after[:, 1]

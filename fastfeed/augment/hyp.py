@@ -26,6 +26,7 @@ _RANGES = {
     "fill": (0, 255, True, True),
     "min_box_side": (0.0, math.inf, True, False),
     "min_box_area_ratio": (0.0, 1.0, True, True),
+    "min_segment_area_ratio": (0.0, 1.0, True, True),
     "max_box_aspect": (1.0, math.inf, True, False),
 }
 
@@ -54,7 +55,9 @@ class AugmentHyp:
     translate is a +- fraction of the output side; scale draws the zoom from [1-scale, 1+scale];
     hsv_* are +- gains (hue as a fraction of the colour circle). The box filter drops a box after
     a transform when a side is <= min_box_side px, less than min_box_area_ratio of its area is
-    left, or its aspect ratio reaches max_box_aspect: such boxes mostly label invisible slivers.
+    left, or its aspect ratio reaches max_box_aspect: such boxes mostly label invisible slivers. An
+    object with a polygon (a segment store) is judged by its polygon's box, against
+    min_segment_area_ratio instead (0.01, as Ultralytics filters segmented objects).
     """
 
     mosaic: float = 1.0
@@ -71,6 +74,7 @@ class AugmentHyp:
     fill: int = 114
     min_box_side: float = 2.0
     min_box_area_ratio: float = 0.1
+    min_segment_area_ratio: float = 0.01
     max_box_aspect: float = 100.0
 
     def __post_init__(self):

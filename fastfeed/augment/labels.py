@@ -111,3 +111,4 @@ class Labels:
         return Labels(self.boxes, self.classes,
                       None if self.polygons is None else [fn(p) for p in self.polygons], kp,
                       None if self.corners is None else fn(self.corners))
+

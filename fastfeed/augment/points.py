@@ -129,7 +129,10 @@ def paste_labels(labels: Sequence[Labels], realised: Sequence[np.ndarray], crops
             corners = corners.reshape(-1, 4, 2).astype(np.float32)
     if every.keypoints is not None:
         keypoints = _move_keypoints(every.keypoints, m, shown, size, flip_lr, flip_idx)
-    keep &= box_candidates(before, after, min_side=hyp.min_box_side, min_area_ratio=hyp.min_box_area_ratio,
+    area = np.full(n, hyp.min_box_area_ratio)
+    if every.polygons is not None:   # segmented objects: Ultralytics' threshold for them (AugmentHyp)
+        area[has] = hyp.min_segment_area_ratio
+    keep &= box_candidates(before, after, min_side=hyp.min_box_side, min_area_ratio=area,
                            max_aspect=hyp.max_box_aspect)
     return Labels(after, every.classes, polygons, keypoints, corners).take(keep)
 
@@ -165,3 +168,22 @@ def corners_to_rboxes(corners: np.ndarray) -> np.ndarray:
     turn = out[:, 4] >= np.float32(np.pi / 2)       # 89.99999 degrees rounded up in float32: the same box at 0
     out[turn, 2], out[turn, 3], out[turn, 4] = out[turn, 3], out[turn, 2].copy(), 0.0
     return out
+
+
+def batch_rows(labels: Labels, size: int) -> np.ndarray | None:
+    """The per-object rows a `Batch` carries besides its targets for labels in pixels of a size x size output,
+    in the labels' order: pose keypoints [N,K,D] with x, y normalised 0..1 (a keypoint whose visibility is 0,
+    unlabelled or hidden by the augmentation, is 0, 0, 0); obb rotated boxes [N,5] cx, cy, w, h normalised and
+    the angle in radians (`corners_to_rboxes`); None for detect and segment (masks are drawn instead).
+    Every loader that fills a Batch calls this."""
+    if labels.keypoints is not None:
+        kp = np.array(labels.keypoints, np.float32, copy=True)
+        kp[..., :2] /= size
+        if kp.shape[-1] == 3:
+            kp[kp[..., 2] == 0] = 0
+        return kp
+    if labels.corners is not None:
+        rb = corners_to_rboxes(labels.corners)
+        rb[:, :4] /= size
+        return rb
+    return None

@@ -86,15 +86,7 @@ class TaskBatchBuilder(BatchBuilder):
                 rasterise(labels.polygons, S, self.ratio, True, out=mask_slot)
                 return None
             return rasterise(labels.polygons, S, self.ratio, False)
-        if self.task == "pose":
-            kp = np.array(labels.keypoints, np.float32, copy=True)
-            kp[..., :2] /= S
-            if kp.shape[-1] == 3:   # unlabelled or hidden by the augmentation: 0, 0, 0 (letterboxing moved them)
-                kp[kp[..., 2] == 0] = 0
-            return kp
-        rb = augment.corners_to_rboxes(labels.corners)
-        rb[:, :4] /= S
-        return rb
+        return augment.batch_rows(labels, S)
 
     def _extras(self, parts: list) -> dict:
         if self.task == "segment":

@@ -173,7 +173,7 @@ def _reusable(out: Path, signature: str, task: str, yaml: Path | None) -> Store 
 
 def _packed(images: Path, stem: Path, names: list[str] | None, progress: bool, task: str = "detect",
             yaml: Path | None = None) -> Store:
-    signature = source_signature(images, "yolo", names=names)
+    signature = source_signature(images, "yolo", names=names, task=task)
     out = stem.with_name(f"{stem.name}-{signature[:_SIG_CHARS]}.ff")
     store = _reusable(out, signature, task, yaml)
     if store is not None:

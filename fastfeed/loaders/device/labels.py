@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...augment import corners_to_rboxes, letterbox_labels, make_targets, paste_labels
+from ...augment import batch_rows, letterbox_labels, make_targets, paste_labels
 from ...augment.masks import rasterise
 from ...augment.paste import region_crop
 from ..base import UnsupportedTask, store_task
@@ -72,15 +72,7 @@ class TaskGeometry:
         return targets, self._extras(parts)
 
     def _rows(self, labels):
-        if self.task == "pose":
-            kp = np.array(labels.keypoints, np.float32, copy=True)
-            kp[..., :2] /= self.size
-            return kp
-        if self.task == "obb":
-            rb = corners_to_rboxes(labels.corners)
-            rb[:, :4] /= self.size
-            return rb
-        return None
+        return batch_rows(labels, self.size)
 
     def _extras(self, parts) -> dict:
         if self.task == "segment":
