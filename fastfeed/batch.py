@@ -5,24 +5,35 @@ from __future__ import annotations
 
 import torch
 
+EXTRAS = ("masks", "keypoints", "rboxes")   # a task's geometry beside the boxes, rows in the order of targets
+
 
 class Batch:
     """images: uint8 [B,3,S,S] RGB, contiguous; targets: float32 [M,6] img_idx, cls, cx, cy, w, h (0..1,
     `augment.boxes.TARGET_COLUMNS`); indices: int64 [B], the store records of the batch's samples in batch order
     (sample j shows record indices[j]; None from a source that does not know them).
 
+    A segment, pose or OBB store's batches carry its geometry too (None otherwise), rows in targets' order:
+    masks: int16 [B, S/r, S/r] (overlap_mask: value j+1 where the image's j-th targets row is) or uint8
+    [M, S/r, S/r] (one 0/1 mask per targets row), r = LoaderConfig.mask_ratio; keypoints: float32 [M,K,D] x, y
+    normalised to the S x S image (+ visibility), 0, 0, 0 outside it; rboxes: float32 [M,5] cx, cy, w, h
+    normalised, angle in radians. `extras()` gives those present.
+
     It unpacks as the pair it always was (`images, targets = batch`, `batch[0]`, `len(batch) == 2`); the
-    record indices are an attribute. Valid until the next batch is requested: loaders reuse their
+    record indices and the extras are attributes. Valid until the next batch is requested: loaders reuse their
     (shared, maybe pinned) buffers.
     """
 
-    __slots__ = ("images", "targets", "indices")
+    __slots__ = ("images", "targets", "indices", *EXTRAS)
 
-    def __init__(self, images: torch.Tensor, targets: torch.Tensor, indices: torch.Tensor | None = None):
+    def __init__(self, images: torch.Tensor, targets: torch.Tensor, indices: torch.Tensor | None = None, *,
+                 masks: torch.Tensor | None = None, keypoints: torch.Tensor | None = None,
+                 rboxes: torch.Tensor | None = None):
         self.images, self.targets = images, targets
         if indices is not None and not isinstance(indices, torch.Tensor):
             indices = torch.as_tensor(indices, dtype=torch.int64)
         self.indices = indices
+        self.masks, self.keypoints, self.rboxes = masks, keypoints, rboxes
 
     def __iter__(self):
         yield self.images
@@ -34,10 +45,22 @@ class Batch:
     def __getitem__(self, k):
         return (self.images, self.targets)[k]
 
+    def extras(self) -> dict[str, torch.Tensor]:
+        """The task geometry this batch carries ({} for a detection batch): name -> tensor."""
+        return {k: getattr(self, k) for k in EXTRAS if getattr(self, k) is not None}
+
     def __repr__(self) -> str:
         n = "?" if self.indices is None else len(self.indices)
-        return f"Batch(images={tuple(self.images.shape)}, targets={tuple(self.targets.shape)}, indices=[{n}])"
+        extra = "".join(f", {k}={tuple(v.shape)}" for k, v in self.extras().items())
+        return f"Batch(images={tuple(self.images.shape)}, targets={tuple(self.targets.shape)}, indices=[{n}]{extra})"
 
-    def with_tensors(self, images: torch.Tensor, targets: torch.Tensor) -> Batch:
-        """The same samples (indices) with new tensors: what a prefetcher hands out after moving a batch."""
-        return Batch(images, targets, self.indices)
+    def with_tensors(self, images: torch.Tensor, targets: torch.Tensor, **extras: torch.Tensor) -> Batch:
+        """The same samples (indices) with new tensors: what a prefetcher hands out after moving a batch. Every
+        extra this batch carries must be given anew (a moved batch never keeps one behind on the host)."""
+        unknown = set(extras) - set(EXTRAS)
+        if unknown:
+            raise ValueError(f"unknown batch extras {sorted(unknown)}; a Batch carries {', '.join(EXTRAS)}")
+        missing = set(self.extras()) - set(extras)
+        if missing:
+            raise ValueError(f"with_tensors: the batch carries {sorted(missing)} too; give them anew")
+        return Batch(images, targets, self.indices, **extras)

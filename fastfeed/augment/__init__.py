@@ -5,7 +5,11 @@ pixel coordinates of the image they come with (a whole W x H image is 0,0,W,H), 
 [N] class array that every box-dropping step filters alike. Every random function takes an explicit
 `np.random.Generator`; nothing here does I/O or imports torch. The loader composes the steps, e.g.
 a training sample's plan (`plan.draw_sample`: mosaic or not, partners, centre, affine, mixup, HSV) ->
-its pixels (`render_geometry`, `blend`, `hsv_to_planes`), and letterbox for validation.
+its pixels and labels (`render_labels`, `blend`, `hsv_to_planes`), and letterbox for validation.
+
+Labels of every task (`Labels`: boxes and classes, plus polygons, keypoints or oriented corners) follow
+their pixels through the same realised maps (`points.paste_labels`, `letterbox_labels`): one rule for
+every loader.
 
 The plan (plan.py: the one sequence of random draws), the geometry (`sample_layout`, `mosaic_layout`,
 `letterbox_geometry`, `paste.region_crop`, `paste.pixel_span`), the box rules (`paste.paste_boxes`) and the
@@ -25,7 +29,8 @@ from .boxes import (
 )
 from .hsv import draw_hsv, hsv_jitter_to_planes, hsv_to_planes, hue_rotation
 from .hyp import AugmentHyp
-from .letterbox import LetterboxGeometry, letterbox, letterbox_boxes, letterbox_geometry
+from .labels import Labels
+from .letterbox import LetterboxGeometry, letterbox, letterbox_boxes, letterbox_geometry, letterbox_labels
 from .mixup import blend, draw_mixup_weight, mixup
 from .mosaic import draw_mosaic_centre, mosaic_layout
 from .plan import (
@@ -39,13 +44,15 @@ from .plan import (
     sample_layout,
     single_layout,
 )
-from .render import mosaic, random_affine, render_geometry
+from .points import clip_polygons, corners_to_rboxes, paste_labels
+from .render import mosaic, random_affine, render_geometry, render_labels
 
 __all__ = [
-    "AffineDraw", "AugmentHyp", "Geometry", "LetterboxGeometry", "Mix", "SamplePlan", "affine_matrix", "batch_rng",
-    "blend", "box_candidates", "clip_boxes", "clip_boxes_to", "cxcywh_to_xyxy", "draw_affine", "draw_batch",
-    "draw_geometry", "draw_hsv", "draw_mixup_weight", "draw_mosaic_centre", "draw_sample", "hsv_jitter_to_planes",
-    "hsv_to_planes", "hue_rotation", "letterbox", "letterbox_boxes", "letterbox_geometry", "make_targets", "mixup",
-    "mosaic", "mosaic_layout", "random_affine", "random_affine_matrix", "render_geometry", "sample_layout",
+    "AffineDraw", "AugmentHyp", "Geometry", "Labels", "LetterboxGeometry", "Mix", "SamplePlan", "affine_matrix",
+    "batch_rng", "blend", "box_candidates", "clip_boxes", "clip_boxes_to", "clip_polygons", "corners_to_rboxes",
+    "cxcywh_to_xyxy", "draw_affine", "draw_batch", "draw_geometry", "draw_hsv", "draw_mixup_weight",
+    "draw_mosaic_centre", "draw_sample", "hsv_jitter_to_planes", "hsv_to_planes", "hue_rotation", "letterbox",
+    "letterbox_boxes", "letterbox_geometry", "letterbox_labels", "make_targets", "mixup", "mosaic", "mosaic_layout",
+    "paste_labels", "random_affine", "random_affine_matrix", "render_geometry", "render_labels", "sample_layout",
     "single_layout", "transform_boxes", "xyxy_to_cxcywh",
 ]

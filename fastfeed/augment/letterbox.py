@@ -14,6 +14,7 @@ import cv2
 import numpy as np
 
 from ._validate import check_fill, check_image, check_out, check_size
+from .labels import Labels
 
 
 class LetterboxGeometry(NamedTuple):
@@ -85,3 +86,13 @@ def letterbox_boxes(boxes: np.ndarray, ratio, pad: tuple[float, float]) -> np.nd
     scale = np.array([rx, ry, rx, ry], np.float32)
     shift = np.array([pad[0], pad[1], pad[0], pad[1]], np.float32)
     return b * scale + shift
+
+
+def letterbox_labels(labels: Labels, ratio, pad: tuple[float, float]) -> Labels:
+    """`letterbox_boxes` for every field of `labels` (polygons, keypoint x/y, corners): the no-augment path.
+    Nothing is clipped or dropped (a letterbox shows the whole image); keypoint visibility is kept."""
+    rx, ry = (ratio, ratio) if isinstance(ratio, numbers.Real) else ratio
+    scale, shift = np.array([rx, ry], np.float32), np.array(pad[:2], np.float32)
+    moved = labels.map_points(lambda p: (p * scale + shift).astype(np.float32, copy=False))
+    moved.boxes = letterbox_boxes(labels.boxes, ratio, pad)
+    return moved

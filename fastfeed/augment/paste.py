@@ -155,15 +155,21 @@ def paste_boxes(boxes: list[np.ndarray], classes: list[np.ndarray], realised: li
     cls = np.concatenate(classes)
     if not any(counts):
         return np.zeros((0, 4), np.float32), cls
-    b = np.concatenate(boxes)
     per_box_m = np.repeat(np.stack(realised), counts, axis=0)
     per_box_crop = np.repeat(np.asarray(crops, np.float32), counts, axis=0)
     per_box_region = np.repeat(np.asarray(regions if regions is not None else crops, np.float32), counts, axis=0)
+    before, after = move_boxes(np.concatenate(boxes), per_box_m, per_box_crop, per_box_region, size)
+    keep = box_candidates(before, after, min_side=hyp.min_box_side,
+                          min_area_ratio=hyp.min_box_area_ratio, max_aspect=hyp.max_box_aspect)
+    return after[keep], cls[keep]
+
+
+def move_boxes(b: np.ndarray, per_box_m: np.ndarray, per_box_crop: np.ndarray, per_box_region: np.ndarray,
+               size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(before, after) of `paste_boxes`' rule for boxes [N,4] with one matrix [N,3,3], crop and region [N,4]
+    each: what `box_candidates` judges (also `points.paste_labels`' rule for objects without a polygon)."""
     turned = (per_box_m[:, 0, 1] != 0) | (per_box_m[:, 1, 0] != 0)
     judged = np.where(turned[:, None], b, clip_boxes_to(b, per_box_region))
     n = len(b)
     both = transform_boxes(np.concatenate([judged, clip_boxes_to(b, per_box_crop)]), np.concatenate([per_box_m] * 2))
-    before, after = both[:n], clip_boxes(both[n:], size, size)
-    keep = box_candidates(before, after, min_side=hyp.min_box_side,
-                          min_area_ratio=hyp.min_box_area_ratio, max_aspect=hyp.max_box_aspect)
-    return after[keep], cls[keep]
+    return both[:n], clip_boxes(both[n:], size, size)

@@ -1,9 +1,10 @@
 """A plan's pixels on the CPU: the tiles of a `plan.Geometry` drawn into a size x size output in one pass.
 
-`render_geometry` is what the cpu and shm workers call for every training sample (and twice for a mixup):
+`render_labels` is what the cpu and shm workers call for every training sample (and twice for a mixup):
 the plan's layout (`plan.sample_layout`) and affine composed into one map per tile, each tile drawn
-straight into its part of the output (`paste.paste_tile`), the boxes moved and filtered by the same
-maps (`paste.paste_boxes`). `mosaic` and `random_affine` are the same renderer behind their own draws,
+straight into its part of the output (`paste.paste_tile`), the labels moved and filtered by the same
+realised maps (`paste.paste_boxes` for boxes, `points.paste_labels` for polygons, keypoints and oriented
+corners); `render_geometry` is its boxes-only form. `mosaic` and `random_affine` are the same renderer behind their own draws,
 for callers that have no plan (tests, one-off use).
 """
 
@@ -16,32 +17,50 @@ import numpy as np
 from ._validate import check_boxes, check_image, check_out, check_rng, check_size
 from .affine import draw_affine
 from .hyp import DEFAULT_HYP, AugmentHyp
+from .labels import Labels
 from .mosaic import draw_mosaic_centre
 from .paste import paste_boxes, paste_tile, region_crop
 from .plan import Geometry, sample_layout
+from .points import paste_labels
 
 Tile = tuple[np.ndarray, np.ndarray, np.ndarray]  # (img, boxes [N,4] in img pixels, classes [N])
 
 
-def render_geometry(tiles: Sequence[Tile], geometry: Geometry, size: int, hyp: AugmentHyp, out: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Draw `tiles` (own image first; 4 for a mosaic geometry, 1 otherwise) as `geometry` places them into
-    `out` (size x size x 3 uint8, overwritten entirely, not overlapping a tile). Boxes follow their pixels, are
-    clipped to the part of their tile that is shown and to the output, and filtered by the hyp's thresholds,
-    judged against what the mosaic canvas held of each box (`paste.paste_boxes`). Returns (out, boxes float32
-    [M,4] in output pixels, classes [M])."""
+def render_labels(tiles: Sequence[tuple[np.ndarray, Labels]], geometry: Geometry, size: int, hyp: AugmentHyp,
+                  out: np.ndarray, flip_idx=None) -> tuple[np.ndarray, Labels]:
+    """Draw `tiles` ((img, Labels in img pixels); own image first; 4 for a mosaic geometry, 1 otherwise) as
+    `geometry` places them into `out` (size x size x 3 uint8, overwritten entirely, not overlapping a tile).
+    Every object follows its pixels through its tile's realised map, clipped to the part of its tile that is
+    shown and to the output, and is kept or dropped in every field alike (`points.paste_labels`: boxes as
+    `paste.paste_boxes`, boxes of segmented objects rebuilt from their clipped polygons, keypoints outside
+    made 0 and renamed by `flip_idx` under a left-right flip). Returns (out, Labels in output pixels)."""
     n = 4 if geometry.mosaic else 1
     shapes = [t[0].shape[:2] for t in tiles[:n]]
     layout, _, matrix = sample_layout(geometry, shapes, size, hyp)
     out.fill(hyp.fill)
     realised, crops, regions = [], [], []
-    for (img, _, _), (place, region) in zip(tiles[:n], layout):
+    for (img, _), (place, region) in zip(tiles[:n], layout):
         m, crop = paste_tile(out, img, place, region, matrix)
         realised.append(m)
         crops.append(crop)
         regions.append(region_crop(place, region, img.shape[:2]))
-    return out, *paste_boxes([t[1] for t in tiles[:n]], [t[2] for t in tiles[:n]], realised, crops, size, hyp,
-                             regions)
+    labels = [t[1] for t in tiles[:n]]
+    if all(x.task == "detect" for x in labels):   # boxes only: the box rule, without building shapes
+        boxes, classes = paste_boxes([x.boxes for x in labels], [x.classes for x in labels], realised, crops,
+                                     size, hyp, regions)
+        return out, Labels(boxes, classes)
+    return out, paste_labels(labels, realised, crops, size, hyp, regions, flip_lr=geometry.affine.flip_lr,
+                             flip_idx=flip_idx)
+
+
+def render_geometry(tiles: Sequence[Tile], geometry: Geometry, size: int, hyp: AugmentHyp, out: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`render_labels` for boxes only: `tiles` are (img, boxes [N,4] in img pixels, classes [N]). Boxes follow
+    their pixels, are clipped to the part of their tile that is shown and to the output, and filtered by the
+    hyp's thresholds, judged against what the mosaic canvas held of each box (`paste.paste_boxes`). Returns
+    (out, boxes float32 [M,4] in output pixels, classes [M])."""
+    out, labels = render_labels([(t[0], Labels(t[1], t[2])) for t in tiles], geometry, size, hyp, out)
+    return out, labels.boxes, labels.classes
 
 
 def mosaic(tiles: Sequence[Tile], size: int, rng: np.random.Generator, hyp: AugmentHyp = DEFAULT_HYP,

@@ -18,7 +18,7 @@ the built-in loaders (cpu, shm, dali, device; LMDB, simplejpeg, DALI) register t
 registry is used, so the Loader ABC is importable on a bare GPU machine.
 """
 
-from .base import Batch, Loader, LoaderConfig, StageTimes, check_epoch
+from .base import Batch, Loader, LoaderConfig, StageTimes, UnsupportedTask, check_epoch
 from .registry import (
     LoaderInfo,
     create_loader,
@@ -31,6 +31,7 @@ from .registry import (
 from .sampler import EpochOrder, ShuffledOrder
 from .workers import WorkerError
 
-__all__ = ["Batch", "EpochOrder", "Loader", "LoaderConfig", "LoaderInfo", "ShuffledOrder", "StageTimes", "WorkerError",
+__all__ = ["Batch", "EpochOrder", "Loader", "LoaderConfig", "LoaderInfo", "ShuffledOrder", "StageTimes", "UnsupportedTask",
+           "WorkerError",
            "check_epoch", "create_loader", "list_loaders", "loader_info", "loader_options", "register_loader",
            "unregister_loader"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, replace
@@ -17,7 +18,30 @@ from ..renamed import renamed
 from .sampler import EpochOrder, batches_per_epoch
 from .shard_order import default_order
 
+log = logging.getLogger(__name__)
+
 STAGES = ("read", "decode", "augment", "collate")
+TASKS = ("detect", "segment", "pose", "obb")     # store.format.TASKS (the store package needs LMDB; this does not)
+GEOMETRY = {"segment": "polygons", "pose": "keypoints", "obb": "oriented boxes"}
+TASK_LOADERS = ["cpu", "shm"]                     # the loaders that carry every task's geometry into the Batch
+
+
+class UnsupportedTask(ValueError):
+    """A loader asked to read a store whose task geometry (polygons, keypoints, oriented boxes) it cannot carry."""
+
+
+def store_task(store) -> str:
+    """The task of `store`'s records (its manifest's; 'detect' for a source that says nothing)."""
+    return getattr(getattr(store, "manifest", None), "task", None) or "detect"
+
+
+def refuse_task(store, loader: str) -> None:
+    """UnsupportedTask naming the store, its task and the loaders that can read it, unless it is a detect store."""
+    task = store_task(store)
+    if task != "detect":
+        where = getattr(store, "path", None) or store
+        raise UnsupportedTask(f"the {loader} loader cannot carry the {GEOMETRY.get(task, task)} of {task} store "
+                              f"{where}; use the {' or '.join(TASK_LOADERS)} loader")
 
 
 @dataclass
@@ -65,6 +89,8 @@ class LoaderConfig:
     pin_memory: bool | None = None   # None: when `device` is a CUDA GPU
     device_augment: bool = False     # leave HSV jitter and the horizontal flip to the DevicePrefetcher
     timeout: float = 300.0           # seconds without a batch before a worker counts as hung
+    mask_ratio: int = 4              # a segment store's masks are imgsz / mask_ratio on a side (Ultralytics' mask_ratio)
+    overlap_mask: bool = True        # one int16 mask per image (value j+1: its j-th object), else one per object
 
     def __post_init__(self):
         def need(ok: bool, name: str, rule: str):
@@ -83,6 +109,9 @@ class LoaderConfig:
         need(self.epochs is None or (isinstance(self.epochs, int) and self.epochs >= 1), "epochs", "must be >= 1")
         need(self.timeout > 0, "timeout", "must be > 0")
         need(isinstance(self.hyp, AugmentHyp), "hyp", "must be an AugmentHyp")
+        need(isinstance(self.mask_ratio, int) and not isinstance(self.mask_ratio, bool) and self.mask_ratio >= 1
+             and self.imgsz % self.mask_ratio == 0, "mask_ratio", f"must be an integer >= 1 dividing imgsz {self.imgsz}")
+        need(isinstance(self.overlap_mask, bool), "overlap_mask", "must be True or False")
         try:
             parse_device(self.device)
         except ValueError as e:
@@ -123,6 +152,23 @@ class LoaderConfig:
         """Mixup (with probability hyp.mixup, a blend with a second sample made the same way)."""
         return self.augment and self.hyp.mixup > 0 and not self.closed(epoch)
 
+    def for_store(self, store) -> LoaderConfig:
+        """This config as a loader of `store` applies it: a pose store without flip_idx flips nothing (a warning
+        naming it, as Ultralytics does: a flip without the swap would put left keypoints on the right), and the
+        device augmentation, which moves pixels and boxes only, is refused for a store with task geometry."""
+        task = store_task(store)
+        if task == "detect":
+            return self
+        if self.device_augment:
+            raise UnsupportedTask(f"LoaderConfig.device_augment cannot flip the {GEOMETRY.get(task, task)} of a "
+                                  f"{task} store: leave it False (the workers flip them)")
+        if task == "pose" and self.augment and self.hyp.fliplr > 0 and store.manifest.flip_idx is None:
+            log.warning("pose store %s has no flip_idx: hyp.fliplr=%s set to 0 (a left-right flip cannot swap its "
+                        "keypoints; pack it with flip_idx in data.yaml to flip)", getattr(store, "path", store),
+                        self.hyp.fliplr)
+            return replace(self, hyp=replace(self.hyp, fliplr=0.0))
+        return self
+
     def to_dict(self) -> dict:
         return {f.name: (getattr(self, f.name).__dict__ if f.name == "hyp" else getattr(self, f.name))
                 for f in fields(self)}
@@ -147,14 +193,21 @@ class Loader(ABC):
 
     What a consumer (the DevicePrefetcher, a trainer) may rely on: `store`, `cfg` (the LoaderConfig),
     `rank` / `world_size` (this process's share), `order` (the `EpochOrder` its batches follow), `len()`,
-    `set_epoch(epoch, start)`, `state_dict()` / `load_state_dict()` (the position
+    `set_epoch(epoch, start)`, `task` (the store's: detect, segment, pose, obb), `state_dict()` / `load_state_dict()` (the position
     and what makes the batches: position.py), iteration (each `Batch` with its record `indices`), `close()`, `device_hyp`
     (augmentation left for the device to do) and `on_device` (batches that are already on the device: no
     prefetcher needed). A subclass calls `Loader.__init__`, which also refuses a config that would give
     empty epochs. `store` is anything with the `fastfeed.store.RecordSource` protocol (a `Store`).
     """
 
+    #: The store tasks whose geometry this loader carries into its batches; any other is an UnsupportedTask.
+    tasks: tuple = ("detect",)
+
     def __init__(self, store, cfg: LoaderConfig, order: EpochOrder | None = None):
+        self.task = store_task(store)
+        if self.task not in self.tasks:
+            refuse_task(store, type(self).__name__)
+        cfg = cfg.for_store(store)
         self.store, self.cfg = store, cfg
         self.rank, self.world_size = cfg.resolved_rank()
         self.epoch = self.start = 0

@@ -36,6 +36,27 @@ class StoreSource:
         times["decode"] += t2 - t1
         return img, r.boxes, r.classes
 
+    def load_record(self, index: int, times: dict):
+        """(image HWC RGB, the `Record` it came from): what a segment, pose or OBB sample is built from."""
+        t0 = perf_counter()
+        r = self.store.record(index)
+        t1 = perf_counter()
+        img = r.decode_to_cover(self.imgsz)
+        times["read"] += t1 - t0
+        times["decode"] += perf_counter() - t1
+        return img, r
+
+
+def make_builder(source, store, cfg: LoaderConfig, rank: int, partner_buffer: int) -> BatchBuilder:
+    """The builder a cpu or shm worker runs for `store`: boxes only for a detect store (the path it always had),
+    `task_builder.TaskBatchBuilder` for a segment, pose or OBB one."""
+    manifest = store.manifest
+    if getattr(manifest, "task", "detect") == "detect":
+        return BatchBuilder(source, cfg, rank, partner_buffer)
+    from .task_builder import TaskBatchBuilder
+
+    return TaskBatchBuilder(source, cfg, rank, partner_buffer, manifest)
+
 
 class BatchBuilder:
     """Builds batches inside one worker: the batch's plans (`PartnerBuffer.plan_batch`: randomness from (seed,

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .base import Batch, Loader, LoaderConfig, StageTimes
+from ..augment.masks import mask_side
+from .base import TASKS, Batch, Loader, LoaderConfig, StageTimes
 from .partners import history
 from .sampler import EpochOrder
 from .workers import WorkerPool
@@ -55,9 +56,22 @@ class CpuOptions:
         return replace(self, partner_buffer=max(4, min(images, 8 * batch_size, 1000)))
 
 
-def image_batch(slot: torch.Tensor, count: int, targets, indices) -> Batch:
-    """The cpu and shm loaders' batch: the slot's first `count` images, the targets the builder returned."""
-    return Batch(slot[:count], torch.from_numpy(targets), indices)
+def image_batch(slot: torch.Tensor, count: int, result, indices) -> Batch:
+    """The cpu and shm loaders' batch: the slot's first `count` images, the targets the builder returned (with a
+    task store's builder: (targets, extras), the extras as numpy arrays)."""
+    if isinstance(result, tuple):
+        targets, extras = result
+        return Batch(slot[:count], torch.from_numpy(targets), indices,
+                     **{k: torch.from_numpy(v) for k, v in extras.items()})
+    return Batch(slot[:count], torch.from_numpy(result), indices)
+
+
+def mask_slot_shape(task: str, cfg: LoaderConfig) -> tuple | None:
+    """[B, S/r, S/r]: the shared int16 mask slot of a segment store's batch with overlap_mask, else None."""
+    if task != "segment" or not cfg.overlap_mask:
+        return None
+    side = mask_side(cfg.imgsz, cfg.mask_ratio)
+    return cfg.batch_size, side, side
 
 
 @dataclass
@@ -82,6 +96,8 @@ class _Epoch:
 class PoolLoader(Loader):
     """Batches built by `make_builder()`-built workers into shared slots (see the module docstring)."""
 
+    tasks = TASKS   # the cpu and shm builders carry every task's geometry (the device loader refuses it first)
+
     def __init__(self, store, cfg: LoaderConfig, opts: CpuOptions, make_builder: Callable, *,
                  order: EpochOrder | None = None, slot_shape: tuple | None = None, pin: bool | None = None,
                  make_batch: Callable = image_batch):
@@ -91,6 +107,7 @@ class PoolLoader(Loader):
         self.slot_shape = tuple(slot_shape) if slot_shape is not None else (cfg.batch_size, 3, cfg.imgsz, cfg.imgsz)
         self.pin = cfg.pin() if pin is None else bool(pin)
         self.make_batch = make_batch
+        self.mask_shape = mask_slot_shape(self.task, cfg)   # overlap masks: a shared int16 slot beside each image slot
         self._pool: WorkerPool | None = None
         self._local = None          # workers == 0: (builder, slot)
         self._times = StageTimes()
@@ -138,8 +155,12 @@ class PoolLoader(Loader):
     def _iter_local(self) -> Iterator:
         if self._local is None:
             slot = torch.empty(self.slot_shape, dtype=torch.uint8)
-            self._local = (self.make_builder(), slot.pin_memory() if self.pin else slot)
-        builder, slot = self._local
+            masks = torch.zeros(self.mask_shape, dtype=torch.int16) if self.mask_shape else None
+            if self.pin:
+                slot, masks = slot.pin_memory(), (masks.pin_memory() if masks is not None else None)
+            self._local = (self.make_builder(), slot, masks)
+        builder, slot, masks = self._local
+        out = (slot.numpy(),) if masks is None else (slot.numpy(), masks.numpy())
         ep = self._plan(self.epoch, self.start)
         if self._pos != (ep.epoch, ep.start):
             builder.warm(self._history(ep.epoch, ep.start, 1)[0], reset=True)
@@ -147,16 +168,23 @@ class PoolLoader(Loader):
             indices = ep.batches[k]
             self.order.reached(ep.epoch, k)
             self._pos = None   # if building fails half-way, the partner buffer is unknown
-            result, times = builder.build(indices, ep.epoch, k, ep.mosaic, slot.numpy())
+            result, times = builder.build(indices, ep.epoch, k, ep.mosaic, *out)
             ep.submitted = k
             self._advance(ep)
             self._times.add(times, len(indices))
-            yield self.make_batch(slot, len(indices), result, torch.from_numpy(indices))
+            yield self._batch(slot, masks, len(indices), result, indices)
+
+    def _batch(self, slot: torch.Tensor, masks: torch.Tensor | None, count: int, result, indices) -> Batch:
+        batch = self.make_batch(slot, count, result, torch.from_numpy(indices))
+        if masks is not None:
+            batch.masks = masks[:count]
+        return batch
 
     def _start_pool(self) -> WorkerPool:
         if self._pool is None:
             c = self.cfg
-            self._pool = WorkerPool(c.workers, self.make_builder, self.slot_shape, c.batches_ahead, c.timeout, pin=self.pin)
+            self._pool = WorkerPool(c.workers, self.make_builder, self.slot_shape, c.batches_ahead, c.timeout, pin=self.pin,
+                                    mask_shape=self.mask_shape)
             self._finalizer = weakref.finalize(self, WorkerPool.close, self._pool)
         return self._pool
 
@@ -209,7 +237,8 @@ class PoolLoader(Loader):
                     self._times.add(times, count)
                 slot, result, count = cur.done.pop(k)
                 held = slot
-                yield self.make_batch(pool.slots[slot], count, result, torch.from_numpy(cur.batches[k]))
+                yield self._batch(pool.slots[slot], None if pool.masks is None else pool.masks[slot], count, result,
+                                  cur.batches[k])
             if held is not None:
                 pool.release(held)
             self._active = False

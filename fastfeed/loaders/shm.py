@@ -23,7 +23,7 @@ import numpy as np
 from ..cache import CacheHandle, CacheLease, acquire
 from ..store.reader import Store
 from .base import LoaderConfig, check_epoch
-from .pipeline import BatchBuilder, StoreSource
+from .pipeline import BatchBuilder, StoreSource, make_builder
 from .pool import CpuOptions, PoolLoader
 from .registry import register_loader
 
@@ -71,9 +71,20 @@ class ShmSource:
         times["read"] += perf_counter() - t0
         return sample
 
+    def load_record(self, index: int, times: dict):
+        """(image HWC RGB, its `Record`): the image from the cache, the record (its geometry) read from the
+        store without its CRC check or a decode (the cache holds pixels and boxes, not polygons or points)."""
+        if index >= self.n_cached:
+            return self.fallback.load_record(index, times)
+        t0 = perf_counter()
+        img = self.handle.view().record(index)[0]
+        record = self.fallback.store.record(index, check_crc=False)
+        times["read"] += perf_counter() - t0
+        return img, record
+
 
 def _shm_builder(handle: CacheHandle, store: Store, cfg: LoaderConfig, rank: int, opts: ShmOptions) -> BatchBuilder:
-    return BatchBuilder(ShmSource(handle, store, cfg.imgsz), cfg, rank, opts.partner_buffer)
+    return make_builder(ShmSource(handle, store, cfg.imgsz), store, cfg, rank, opts.partner_buffer)
 
 
 class ShmLoader(PoolLoader):
@@ -102,6 +113,7 @@ def _no_shm() -> str | None:
                  summary="the cpu loader over one decoded-image cache in /dev/shm shared by every worker and rank")
 def create_shm_loader(store: Store, cfg: LoaderConfig, opts: ShmOptions, order=None) -> ShmLoader:
     check_epoch(store, cfg)   # before building a cache for nothing
+    cfg = cfg.for_store(store)
     opts = opts.resolved(len(store), cfg.batch_size)
     rank, _ = cfg.resolved_rank()
     lease = acquire(store, cfg.imgsz, opts.cache_dir, partial=opts.cache_partial, wait=opts.cache_wait,

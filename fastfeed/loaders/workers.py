@@ -34,7 +34,8 @@ class WorkerError(RuntimeError):
     """A loader worker raised or died; the message carries its traceback or exit code."""
 
 
-def _worker_main(worker_id: int, make_builder: Callable, slots: torch.Tensor, tasks, results) -> None:
+def _worker_main(worker_id: int, make_builder: Callable, slots: torch.Tensor, tasks, results,
+                 masks: torch.Tensor | None = None) -> None:
     import cv2
 
     leave_to_parent()             # a stop signal to the whole group is the trainer's to act on (preempt.py)
@@ -46,6 +47,7 @@ def _worker_main(worker_id: int, make_builder: Callable, slots: torch.Tensor, ta
         results.put(("error", -1, -1, -1, worker_id, traceback.format_exc()))
         return
     out = slots.numpy()
+    mask_out = None if masks is None else masks.numpy()
     while True:
         task = tasks.get()
         if task is None:
@@ -55,7 +57,10 @@ def _worker_main(worker_id: int, make_builder: Callable, slots: torch.Tensor, ta
             if slot is None:   # a warm-up: load into the partner buffer only, nothing to report
                 builder.warm(indices, reset=True)
                 continue
-            targets, times = builder.build(indices, epoch, k, mosaic_on, out[slot])
+            if mask_out is None:
+                targets, times = builder.build(indices, epoch, k, mosaic_on, out[slot])
+            else:   # a segment store's overlap masks: into the mask slot beside the image slot
+                targets, times = builder.build(indices, epoch, k, mosaic_on, out[slot], mask_out[slot])
             results.put(("ok", gen, epoch, k, slot, targets, times, len(indices)))
         except BaseException:
             results.put(("error", gen, epoch, k, worker_id, traceback.format_exc()))
@@ -65,15 +70,19 @@ class WorkerPool:
     """Starts `n` workers, each running `make_builder()` once, then `builder.build(...)` per task."""
 
     def __init__(self, n: int, make_builder: Callable, slot_shape: tuple, batches_ahead: int, timeout: float,
-                 pin: bool = False):
+                 pin: bool = False, mask_shape: tuple | None = None):
         self.n, self.timeout = n, timeout
         self.slots = torch.empty((n * batches_ahead, *slot_shape), dtype=torch.uint8).share_memory_()
+        # `mask_shape`: a second shared tensor, int16, one mask slot per image slot (a segment store's overlap masks)
+        self.masks = (torch.zeros((n * batches_ahead, *mask_shape), dtype=torch.int16).share_memory_()
+                      if mask_shape else None)
         self.pinned = pin and _pin(self.slots)
+        self.masks_pinned = self.pinned and self.masks is not None and _pin(self.masks)
         with worker_context() as ctx:
             self.tasks = [ctx.SimpleQueue() for _ in range(n)]
             self.results = ctx.Queue()
             self.procs = [ctx.Process(target=_worker_main, daemon=True, name=f"fastfeed-worker-{i}",
-                                      args=(i, make_builder, self.slots, self.tasks[i], self.results))
+                                      args=(i, make_builder, self.slots, self.tasks[i], self.results, self.masks))
                           for i in range(n)]
             for p in self.procs:
                 p.start()
@@ -185,6 +194,8 @@ class WorkerPool:
         self.results.cancel_join_thread()   # the workers are gone: nothing of ours waits in the pipe
         if self.pinned:
             unpin(self.slots)
+        if self.masks_pinned:
+            unpin(self.masks)
         self.procs = []
 
 

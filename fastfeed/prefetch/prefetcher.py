@@ -26,7 +26,7 @@ class DevicePrefetcher:
     """Iterate `loader` (any iterable of uint8 `Batch`es) with the batches moved to `device` ahead of use.
 
     Yields `Batch(images [B,3,S,S] in [0,1] of `dtype` (uint8: 0..255, unconverted), targets float32
-    [M,6])` on `device`: fresh tensors, not views of the loader's buffers, so they outlive the next
+    [M,6], and the batch's masks/keypoints/rboxes as they are)` on `device`: fresh tensors, not views of the loader's buffers, so they outlive the next
     request. `depth`: batches prepared ahead of the one in use. `device_augment`: None follows what a
     fastfeed `Loader` leaves to the device (`loader.device_hyp`: HSV jitter and flip), True forces that
     with `loader.cfg.hyp`'s gains, or a `DeviceAugment`; `seed` seeds it (with the epoch and the
@@ -116,9 +116,11 @@ class DevicePrefetcher:
 
     # --- one batch: produce (side stream / any thread), release the host memory, hand out -----------
 
-    def _finish(self, images: torch.Tensor, targets: torch.Tensor, host: bool, indices=None) -> Batch:
+    def _finish(self, images: torch.Tensor, targets: torch.Tensor, host: bool, indices=None,
+                extras: dict | None = None) -> Batch:
         """uint8 -> `dtype` /255 (uint8: kept as is), with the device augmentation done in float32. `host`:
-        write into a reused host buffer (the CPU path: that is also the copy out of the loader's buffer)."""
+        write into a reused host buffer (the CPU path: that is also the copy out of the loader's buffer).
+        `extras`: the batch's task geometry (`Batch.extras()`), already where it goes."""
         if images.dtype != torch.uint8:
             raise ValueError(f"the loader's images must be uint8, got {images.dtype}")
         work = torch.float32 if self.augment is not None else self.dtype
@@ -135,7 +137,17 @@ class DevicePrefetcher:
             x = (x.mul_(255).round_() if self.dtype == torch.uint8 else x).to(self.dtype)
         if self.channels_last:
             x = to_channels_last(x, self.device)
-        return Batch(x, targets, indices)
+        return Batch(x, targets, indices, **(extras or {}))
+
+    def _extras(self, batch) -> dict:
+        """The batch's task geometry (masks, keypoints, rboxes); refused under the device augmentation, which
+        flips pixels and boxes only."""
+        extras = batch.extras() if isinstance(batch, Batch) else {}
+        if extras and self.augment is not None:
+            raise ValueError(f"the device augmentation (HSV, flip) cannot move a batch's {', '.join(extras)}: "
+                             "use LoaderConfig(device_augment=False) (the workers flip them) and "
+                             "DevicePrefetcher(device_augment=False)")
+        return extras
 
     def produce(self, batch) -> Batch | InFlight:
         """The per-batch work, a hook for subclasses (the device loader's feed decodes and renders here): on the
@@ -143,17 +155,20 @@ class DevicePrefetcher:
         `copied` event says when the loader may reuse the host memory and `ready` when the batch may be used."""
         images, targets = batch
         indices = getattr(batch, "indices", None)
-        if not self.accelerated:
-            return self._finish(images, targets.clone(), host=True, indices=indices)   # copied: the loader may reuse its own
+        extras = self._extras(batch)
+        if not self.accelerated:   # copied: the loader may reuse its own
+            return self._finish(images, targets.clone(), host=True, indices=indices,
+                                extras={k: v.clone() for k, v in extras.items()})
         ops, side = self.ops, self.stream
         if not self._warned_pageable and not pinned(images):
             self._warned_pageable = True
             log.info("the loader's images are not in pinned memory: host-to-device copies are synchronous")
         with ops.use(side):
             images, targets = ops.to_device(images), ops.to_device(targets)
+            extras = {k: ops.to_device(v) for k, v in extras.items()}
             copied = ops.event()
             copied.record(side)
-            out = self._finish(images, targets, host=False, indices=indices)
+            out = self._finish(images, targets, host=False, indices=indices, extras=extras)
             ready = ops.event()
             ready.record(side)
         return InFlight(out, copied, ready)
@@ -168,7 +183,7 @@ class DevicePrefetcher:
             return item
         consumer = self.ops.current_stream()
         consumer.wait_event(item.ready)
-        for t in item.batch:
+        for t in (*item.batch, *item.batch.extras().values()):
             self.ops.record(t, consumer)
         return item.batch
 

@@ -16,14 +16,15 @@ mosaic partner pool), plan.py (per-sample geometry and boxes), graph.py (the DAL
 from __future__ import annotations
 
 from ...store.reader import Store
-from ..base import LoaderConfig
+from ..base import LoaderConfig, refuse_task
 from ..pool import CpuOptions
 from ..registry import register_loader
 from .device import DaliDevice, dali_device, dali_missing, require_dali
 
 
 def create_dali_loader(store: Store, cfg: LoaderConfig, opts: CpuOptions | None = None, order=None):
-    """The `dali` loader for `store`, on `cfg.device` (see device.py)."""
+    """The `dali` loader for `store`, on `cfg.device` (see device.py); detect stores only (UnsupportedTask)."""
+    refuse_task(store, "dali")   # its graph moves boxes only: said before asking for DALI
     require_dali()
     dev = dali_device(cfg.device)
     from .loader import DaliLoader

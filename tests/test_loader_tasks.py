@@ -1,0 +1,149 @@
+"""The cpu and shm loaders carry a segment, pose or OBB store's geometry into the Batch (issue 28): after mosaic,
+affine and flip, masks cover their objects' paint, keypoints land on their dots (left and right swapped by flip_idx
+when flipped), rotated boxes on their painted rectangles; the batch contract; what the other loaders refuse."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+from loader_checks import make_painted_store
+from task_stores import (
+    N_IMAGES,
+    check_keypoints_on_dots,
+    check_masks_on_paint,
+    check_rboxes_on_paint,
+    make_task_store,
+)
+
+from fastfeed.augment import AugmentHyp
+from fastfeed.loaders import LoaderConfig, UnsupportedTask, create_loader
+from fastfeed.prefetch import DevicePrefetcher
+
+S = 128
+HYP = AugmentHyp(mosaic=1.0, degrees=10.0, translate=0.1, scale=0.3, fliplr=0.5, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0)
+LOADERS = ["cpu", "shm"]
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tasks")
+    return {task: make_task_store(root / task, task) for task in ("segment", "pose", "obb")}
+
+
+def batches(store, name, tmp_path, epochs=2, **kw):
+    opts = {"cache_dir": str(tmp_path)} if name == "shm" else {}
+    cfg = LoaderConfig(**{"imgsz": S, "batch_size": 4, "workers": 0, "hyp": HYP, "device": "cpu", **kw})
+    with create_loader(name, store, cfg, **opts) as loader:
+        got = []
+        for e in range(epochs):
+            loader.set_epoch(e)
+            got += [copy(b) for b in loader]   # a batch lives until the next: kept copies
+        return got
+
+
+def copy(b):
+    return type(b)(b.images.clone(), b.targets.clone(), b.indices,
+                   **{k: v.clone() for k, v in b.extras().items()})
+
+
+def rows_of(b):
+    return np.bincount(b.targets[:, 0].long().numpy(), minlength=len(b.images))
+
+
+@pytest.mark.parametrize("name", LOADERS)
+@pytest.mark.parametrize("overlap,ratio", [(True, 1), (False, 2), (True, 4)])
+def test_segment_masks_cover_their_objects_paint(stores, tmp_path, name, overlap, ratio):
+    got = batches(stores["segment"], name, tmp_path, overlap_mask=overlap, mask_ratio=ratio)
+    for b in got:
+        assert set(b.extras()) == {"masks"}
+        if overlap:
+            assert b.masks.dtype == torch.int16 and b.masks.shape == (len(b.images), S // ratio, S // ratio)
+            for j, n in enumerate(rows_of(b)):
+                assert int(b.masks[j].max()) <= n        # value v: the image's v-th row of targets
+        else:
+            assert b.masks.dtype == torch.uint8 and b.masks.shape == (len(b.targets), S // ratio, S // ratio)
+    assert check_masks_on_paint(got, ratio) > 20
+
+
+@pytest.mark.parametrize("name", LOADERS)
+def test_pose_keypoints_land_on_their_dots_and_a_flip_swaps_left_and_right(stores, tmp_path, name):
+    got = batches(stores["pose"], name, tmp_path, epochs=3)
+    for b in got:
+        assert set(b.extras()) == {"keypoints"}
+        assert b.keypoints.dtype == torch.float32 and b.keypoints.shape == (len(b.targets), 3, 3)
+    plain, flipped = check_keypoints_on_dots(got)
+    assert plain >= 3 and flipped >= 3           # fliplr 0.5: both seen, each with its keypoints on the right dots
+
+
+def test_pose_without_flip_idx_is_not_flipped_and_says_so(tmp_path, caplog):
+    store = make_task_store(tmp_path, "pose", flip_idx=None)
+    with caplog.at_level(logging.WARNING, logger="fastfeed.loaders.base"):
+        got = batches(store, "cpu", tmp_path, epochs=2)
+    assert "has no flip_idx: hyp.fliplr=0.5 set to 0" in caplog.text and str(store.path) in caplog.text
+    plain, flipped = check_keypoints_on_dots(got)
+    assert plain >= 6 and flipped == 0
+
+
+@pytest.mark.parametrize("name", LOADERS)
+def test_obb_rotated_boxes_lie_on_their_painted_rectangles(stores, tmp_path, name):
+    got = batches(stores["obb"], name, tmp_path)
+    for b in got:
+        assert set(b.extras()) == {"rboxes"}
+        assert b.rboxes.dtype == torch.float32 and b.rboxes.shape == (len(b.targets), 5)
+    assert check_rboxes_on_paint(got) > 20
+
+
+@pytest.mark.parametrize("task", ["segment", "pose", "obb"])
+def test_worker_processes_and_evaluation_batches_carry_the_same_contract(stores, tmp_path, task):
+    """Through the worker pool (results over the queue, overlap masks in the shared slot) and letterboxed."""
+    got = batches(stores[task], "cpu", tmp_path, epochs=1, workers=2)
+    evals = batches(stores[task], "cpu", tmp_path, epochs=1, workers=0, augment=False, overlap_mask=False)
+    assert sum(len(b.images) for b in got) == sum(len(b.images) for b in evals) == N_IMAGES
+    if task == "segment":
+        assert check_masks_on_paint(got, 4) > 5 and check_masks_on_paint(evals, 4) > N_IMAGES
+        assert sum(len(b.targets) for b in evals) == sum(len(b.masks) for b in evals) == 2 * N_IMAGES
+    elif task == "pose":
+        assert sum(check_keypoints_on_dots(evals)) == N_IMAGES and sum(check_keypoints_on_dots(got)) > 5
+        assert check_keypoints_on_dots(evals)[1] == 0
+    else:
+        assert check_rboxes_on_paint(got) > 5 and check_rboxes_on_paint(evals) == 2 * N_IMAGES
+
+
+def test_the_prefetcher_hands_out_the_geometry_and_a_detect_batch_has_none(stores, tmp_path):
+    cfg = LoaderConfig(imgsz=S, batch_size=4, workers=0, hyp=HYP, device="cpu")
+    with create_loader("cpu", stores["pose"], cfg) as loader:
+        b = next(iter(DevicePrefetcher(loader, "cpu")))
+        assert b.images.dtype == torch.float32 and b.keypoints.shape == (len(b.targets), 3, 3)
+    with create_loader("cpu", make_painted_store(tmp_path), cfg) as loader:
+        b = next(iter(loader))
+        assert b.extras() == {} and "masks" not in repr(b)
+
+
+def test_loaders_that_cannot_carry_the_geometry_refuse_by_name(stores):
+    cfg = LoaderConfig(imgsz=S, batch_size=4, workers=0, device="cpu")
+    where = stores["segment"].path
+    for name in ("dali", "device"):
+        with pytest.raises(UnsupportedTask, match=f"cannot carry the polygons of segment store {where}; use the cpu "
+                                                  "or shm loader"):
+            create_loader(name, stores["segment"], cfg)
+    with pytest.raises(UnsupportedTask, match="device_augment cannot flip the keypoints of a pose store: leave it "
+                                              "False"):
+        create_loader("cpu", stores["pose"], LoaderConfig(imgsz=S, batch_size=4, device_augment=True))
+
+
+@pytest.mark.parametrize("field,value,rule", [("mask_ratio", 3, "must be an integer >= 1 dividing imgsz 128"),
+                                              ("mask_ratio", 0, "must be an integer >= 1"),
+                                              ("overlap_mask", 1, "must be True or False")])
+def test_mask_settings_are_checked_by_name(field, value, rule):
+    with pytest.raises(ValueError, match=f"LoaderConfig.{field} {rule}"):
+        LoaderConfig(imgsz=S, **{field: value})
+
+
+def test_the_loaders_task_list_is_the_stores():
+    from fastfeed.loaders.base import TASKS
+    from fastfeed.store.format import TASKS as STORE_TASKS
+
+    assert TASKS == STORE_TASKS
