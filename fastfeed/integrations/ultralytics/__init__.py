@@ -4,8 +4,10 @@
     from fastfeed.integrations.ultralytics import FastfeedTrainer
 
     YOLO("yolov8n.yaml").train(data="data.yaml", trainer=FastfeedTrainer, epochs=100, imgsz=640, batch=16)
+    YOLO("yolov8n-seg.yaml").train(data="data.yaml", trainer=FastfeedSegmentationTrainer)   # and Pose, OBB
 
-Modules: `trainer` (FastfeedTrainer), `stopping` (stopping, saving and resuming mid-epoch), `feed` (the train loader the trainer sees), `batches` (batch and
+Modules: `trainer` (FastfeedTrainer, FastfeedMixin), `tasks` (the segment, pose and OBB trainers), `extras`
+(their batch fields), `stopping` (stopping, saving and resuming mid-epoch), `feed` (the train loader the trainer sees), `batches` (batch and
 label formats), `store` (packing data.yaml's train split), `args` (argument mapping and warnings),
 `resume` (mid-epoch checkpoints, stop signals, FASTFEED_SAVE_EVERY_MIN).
 """
@@ -18,6 +20,8 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 
 from .feed import FastfeedTrainLoader
 from .resume import Preempted
-from .trainer import FastfeedTrainer
+from .tasks import FastfeedOBBTrainer, FastfeedPoseTrainer, FastfeedSegmentationTrainer
+from .trainer import FastfeedMixin, FastfeedTrainer
 
-__all__ = ["FastfeedTrainer", "FastfeedTrainLoader", "Preempted"]
+__all__ = ["FastfeedMixin", "FastfeedOBBTrainer", "FastfeedPoseTrainer", "FastfeedSegmentationTrainer",
+           "FastfeedTrainLoader", "FastfeedTrainer", "Preempted"]

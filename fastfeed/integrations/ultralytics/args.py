@@ -76,9 +76,21 @@ def augment_hyp(args) -> AugmentHyp:
         raise ValueError(f"Ultralytics argument out of the range fastfeed supports: {e}") from None
 
 
-def unsupported(args) -> list[str]:
+def task_fields(args, task: str) -> dict:
+    """The LoaderConfig fields of a task's own arguments: segment's `mask_ratio` and `overlap_mask` (the masks the
+    loader rasterises); pose's kpt_shape and flip_idx are the store's (checked against data.yaml: store.check_task)."""
+    if task != "segment":
+        return {}
+    return {"mask_ratio": int(args.mask_ratio), "overlap_mask": bool(args.overlap_mask)}
+
+
+def unsupported(args, task: str = "detect") -> list[str]:
     """One message per training argument (at a non-default value) that the fastfeed loader cannot honour."""
     out = []
+    if task == "segment" and getattr(args, "classes", None) is not None and getattr(args, "overlap_mask", False):
+        out.append("classes=[...] with overlap_mask=True: fastfeed drops the other classes' objects after the masks are "
+                   "drawn, so where one of them lay over a kept object that object's mask reads as background "
+                   "(Ultralytics drops them before drawing); overlap_mask=False keeps every kept mask whole")
     for name, what in (("perspective", "perspective warps"), ("copy_paste", "copy-paste"), ("cutmix", "CutMix"),
                        ("bgr", "RGB/BGR channel swaps")):
         value = getattr(args, name, 0.0) or 0.0
@@ -105,8 +117,8 @@ def _train_fraction(fraction):
     return get_split_fraction(fraction, "train")
 
 
-def warn_unsupported(args) -> None:
-    for message in unsupported(args):
+def warn_unsupported(args, task: str = "detect") -> None:
+    for message in unsupported(args, task):
         log.warning(f"fastfeed: {message}")
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from ...augment.boxes import xyxy_to_cxcywh
+from .extras import extra_fields, label_extras, take_labels
 
 
 @dataclass
@@ -26,10 +27,12 @@ class RecordInfo:
     shapes: np.ndarray         # int [N,2] (h, w) of the source image
     boxes: list[np.ndarray]    # float32 [n,4] cx, cy, w, h normalised
     classes: list[np.ndarray]  # int64 [n]
+    extras: list[dict] | None = None   # segment, pose, obb: each record's `label_extras` (segments, keypoints)
 
 
 def read_records(store, image_dir: Path | None) -> RecordInfo:
-    files, shapes, boxes, classes = [], np.zeros((len(store), 2), np.int64), [], []
+    task = getattr(store.manifest, "task", "detect")
+    files, shapes, boxes, classes, extras = [], np.zeros((len(store), 2), np.int64), [], [], []
     for i in range(len(store)):
         r = store.record(i, check_crc=False)   # labels and sizes only: no payload is read or decoded
         cxcywh = xyxy_to_cxcywh(r.boxes)       # the training boxes (iscrowd regions are kept apart), normalised
@@ -37,7 +40,8 @@ def read_records(store, image_dir: Path | None) -> RecordInfo:
         shapes[i] = r.orig_size
         boxes.append(cxcywh)
         classes.append(r.classes)
-    return RecordInfo(files, shapes, boxes, classes)
+        extras.append(label_extras(task, r))
+    return RecordInfo(files, shapes, boxes, classes, extras if task != "detect" else None)
 
 
 class ClassFilter:
@@ -62,19 +66,24 @@ class ClassFilter:
 def labels(info: RecordInfo, filt: ClassFilter) -> list[dict]:
     """`dataset.labels` as Ultralytics' YOLODataset has them (what its plots and max_det check read)."""
     out = []
-    for f, shape, b, c in zip(info.files, info.shapes, info.boxes, info.classes):
+    extras = info.extras or [{}] * len(info.files)
+    for f, shape, b, c, extra in zip(info.files, info.shapes, info.boxes, info.classes, extras):
         keep = filt.mask(c)
         if keep is not None:
             b, c = b[keep], c[keep]
         cls = np.zeros((len(c), 1), np.float32) if filt.single_cls else c.astype(np.float32).reshape(-1, 1)
         out.append({"im_file": f, "shape": (int(shape[0]), int(shape[1])), "cls": cls, "bboxes": b,
-                    "segments": [], "keypoints": None, "normalized": True, "bbox_format": "xywh"})
+                    "segments": [], "keypoints": None, "normalized": True, "bbox_format": "xywh",
+                    **take_labels(extra, keep)})
     return out
 
 
-def collate(images: torch.Tensor, targets: torch.Tensor, indices, info: RecordInfo, filt: ClassFilter) -> dict:
+def collate(images: torch.Tensor, targets: torch.Tensor, indices, info: RecordInfo, filt: ClassFilter,
+            extras: dict | None = None, overlap: bool = True) -> dict:
     """One trainer batch, on the device the loader's batch is on. `img` is the loader's images themselves (no
-    copy): a host loader's uint8 buffer is valid until the next batch."""
+    copy): a host loader's uint8 buffer is valid until the next batch. `extras`: the Batch's (`Batch.extras()`),
+    `overlap`: whether its masks are overlap masks (LoaderConfig.overlap_mask)."""
+    given, keep = targets, None
     if filt:
         keep = filt.mask(targets[:, 1])
         if keep is not None:
@@ -84,6 +93,7 @@ def collate(images: torch.Tensor, targets: torch.Tensor, indices, info: RecordIn
             targets[:, 1] = 0
     size = int(images.shape[-1])
     shapes = [tuple(int(v) for v in info.shapes[i]) for i in indices]
+    task = extra_fields(extras, given, keep, targets[:, 1], overlap, len(images)) if extras else {}
     return {
         "batch_idx": targets[:, 0].contiguous(),
         "bboxes": targets[:, 2:6].contiguous(),
@@ -93,4 +103,5 @@ def collate(images: torch.Tensor, targets: torch.Tensor, indices, info: RecordIn
         "ori_shape": tuple(shapes),
         "ratio_pad": tuple((size / max(s), size / max(s)) for s in shapes),
         "resized_shape": tuple((size, size) for _ in shapes),
+        **task,   # obb: `bboxes` the rotated boxes
     }

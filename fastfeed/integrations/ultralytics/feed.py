@@ -140,7 +140,8 @@ class FastfeedTrainLoader:
                 raise RuntimeError(f"fastfeed {self.name} loader gave a batch of {len(images)} images without the "
                                    f"record index of each (Batch.indices: {indices!r}); FastfeedTrainer needs them "
                                    "to name the images")
-            out = collate(images, targets, indices.tolist(), self.info, self.class_filter)
+            out = collate(images, targets, indices.tolist(), self.info, self.class_filter, batch.extras(),
+                          self.cfg.overlap_mask)
             clock.batch(perf_counter() - asked, len(images))
             self.position += 1
             yield out

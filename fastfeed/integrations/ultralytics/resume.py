@@ -250,12 +250,12 @@ def launch_ranks(trainer, run) -> object:
             pos = stopped_since(trainer.save_dir, started)
             if pos is None:
                 raise
-            raise Preempted(describe_stop(pos, trainer.last)) from None
+            raise Preempted(describe_stop(pos, trainer.last, type(trainer).__name__)) from None
 
 
-def describe_stop(pos: dict, last) -> str:
-    """Epochs counted from 1, as Ultralytics shows them."""
+def describe_stop(pos: dict, last, trainer: str = "FastfeedTrainer") -> str:
+    """Epochs counted from 1, as Ultralytics shows them; `trainer`: the class `resume=True` takes again."""
     where = (f"at the end of epoch {pos['epoch']}" if pos["batches"] == 0 else
              f"after {pos['batches']} batches of epoch {pos['epoch'] + 1}")
     return (f"fastfeed: {pos.get('stopped_by')}: stopped {where}; {last} holds it: continue with "
-            f"YOLO({str(last)!r}).train(resume=True, trainer=FastfeedTrainer)")
+            f"YOLO({str(last)!r}).train(resume=True, trainer={trainer})")

@@ -1,10 +1,12 @@
-"""`StoppableTrainer`: Ultralytics' DetectionTrainer that stops between optimizer steps and resumes mid-epoch.
+"""`StoppableMixin`: an Ultralytics trainer (any task's) that stops between optimizer steps and resumes mid-epoch;
+`StoppableTrainer` is it on DetectionTrainer.
 
 A stop signal (SIGTERM, SIGUSR1, a first Ctrl-C) ends training after the optimizer step in flight, every DDP rank
 after the same one, with a mid-epoch last.pt that `resume=True` continues from the next batch, the uninterrupted
 run's optimizer steps continued (exact.py); FASTFEED_SAVE_EVERY_MIN=N also writes one every N minutes; a data
 source lost for good saves the same way before the error. The checkpoint's content, the stop file and the DDP
-launcher are resume.py's. `FastfeedTrainer` (trainer.py) is this trainer with its batches from a fastfeed loader:
+launcher are resume.py's. `FastfeedTrainer` (trainer.py) and the task trainers (tasks.py) are this mixin with their
+batches from a fastfeed loader:
 `train_loader` must be a `FastfeedTrainLoader` (its `position` and `state_dict` are what is saved).
 """
 
@@ -39,8 +41,9 @@ from .resume import (
 )
 
 
-class StoppableTrainer(DetectionTrainer):
-    """Stopping on a signal, saving and resuming mid-epoch (see the module); no loader of its own."""
+class StoppableMixin:
+    """Stopping on a signal, saving and resuming mid-epoch (see the module); no loader of its own. Put it before
+    an Ultralytics trainer class in the bases: `class T(StoppableMixin, SegmentationTrainer)`."""
 
     _ff_signals = None
     _ff_timer = None
@@ -90,8 +93,8 @@ class StoppableTrainer(DetectionTrainer):
         if RANK in (-1, 0):
             mid_epoch_checkpoint(self, super().save_model, pos, training_state(self))
         return (f"{message}; training stopped after {batches} batches of epoch {epoch + 1}: {self.last} holds them: "
-                f"continue with YOLO({str(self.last)!r}).train(resume=True, trainer=FastfeedTrainer) once it is "
-                "reachable")
+                f"continue with YOLO({str(self.last)!r}).train(resume=True, trainer={type(self).__name__}) once it "
+                "is reachable")
 
     def optimizer_step(self):
         super().optimizer_step()
@@ -155,7 +158,7 @@ class StoppableTrainer(DetectionTrainer):
             write_stop_file(self.save_dir, pos)
         if self.world_size > 1 and RANK != -1:
             distributed.barrier(distributed.Dist(RANK, self.world_size))   # nobody leaves before last.pt is on disk
-        message = describe_stop(pos, self.last)
+        message = describe_stop(pos, self.last, type(self).__name__)
         if RANK in (-1, 0):
             log.warning(message)
         raise Preempted(message)
@@ -196,3 +199,7 @@ class StoppableTrainer(DetectionTrainer):
             log.info(f"fastfeed: {line} ({len(self.train_loader)} batches an epoch)")
         if state is not None and exact:   # the loop counts from 0 again: continue the uninterrupted run's steps
             self._ff_last_step, self._ff_rhythm = state["last_step"], Rhythm.resumed(self, state, epoch, batches)
+
+
+class StoppableTrainer(StoppableMixin, DetectionTrainer):
+    """Ultralytics' DetectionTrainer with `StoppableMixin`."""

@@ -3,7 +3,8 @@ unchanged, re-packed when an image or label file changes (`FASTFEED_STORE=PATH` 
 
 What "unchanged" means: `fastfeed.pack.signature.source_signature` (names, sizes and modification
 times of the files a pack would read). The store is named after it, `<split>-<signature>.ff`, beside
-the dataset (e.g. coco128/train2017-3fa9c1d2e4.ff) when its folder is writable, else in
+the dataset (e.g. coco128/train2017-3fa9c1d2e4.ff; a segment, pose or OBB trainer's store has the task in its name,
+coco128/train2017-segment-<signature>.ff, so runs of two tasks on one dataset keep a store each) when its folder is writable, else in
 `$FASTFEED_STORE_DIR` or `~/.cache/fastfeed/ultralytics/`; the versions it replaces are removed. A new
 name per version also means a process that still has the previous version open never reads it in
 place of the new one. A file lock makes concurrent trainers (DDP ranks on other nodes, a second
@@ -19,7 +20,7 @@ import shutil
 from pathlib import Path
 
 from ...pack import PackConfig, PackError, pack
-from ...pack.datayaml import labels_dir_for, single
+from ...pack.datayaml import labels_dir_for, load_yaml, pose_of, read_data_yaml, single
 from ...pack.signature import source_signature
 from ...pack.writer import pack_lock
 from ...store import Store
@@ -119,20 +120,22 @@ def _names(names) -> list[str] | None:
     return [str(names[k]) for k in sorted(names)] if isinstance(names, dict) else [str(n) for n in names]
 
 
-def prepare_store(train, progress: bool = True, names=None, options: StoreOptions | None = None) -> Store:
+def prepare_store(train, progress: bool = True, names=None, options: StoreOptions | None = None, task: str = "detect",
+                  data_yaml=None) -> Store:
     """The store for data.yaml's `train` entry: $FASTFEED_STORE, or packed/reused as described above.
     `names`: data.yaml's class names (a list or {id: name}), the store's classes; `options`: how a store at a URL
-    is read (`FastfeedTrainer.store_options`)."""
+    is read (`FastfeedTrainer.store_options`); `task`: the labels packed (`fastfeed pack --task`); `data_yaml`: the
+    data.yaml file, whose kpt_shape and flip_idx a pose pack reads when its train: entry is this folder."""
     store = open_env_store(options)
     if store is not None:
         return store
     images, root, name = train_source(train)
     names = _names(names)
-    stem = store_stem(root, name)
+    stem = store_stem(root, name if task == "detect" else f"{name}-{task}")
     try:
         # One pack for every process that asks (other nodes, a second job); the lock file goes with the pack.
         with pack_lock(stem.with_name(f"{stem.name}.ff"), wait=True):
-            return _packed(images, stem, names, progress)
+            return _packed(images, stem, names, progress, task, _pose_yaml(images, data_yaml) if task == "pose" else None)
     except PackError as e:
         how = ""
         if "--allow-background-only" in str(e):   # a flag of `fastfeed pack`, which this trainer cannot pass
@@ -142,17 +145,46 @@ def prepare_store(train, progress: bool = True, names=None, options: StoreOption
         raise ValueError(f"fastfeed cannot pack the train split {images}: {e}{how}") from None
 
 
-def _packed(images: Path, stem: Path, names: list[str] | None, progress: bool) -> Store:
+def _pose_yaml(images: Path, data_yaml) -> Path | None:
+    """The data.yaml to pack a pose split from (its kpt_shape and flip_idx): `data_yaml` when its train: entry is
+    `images`; None (the data.yaml beside the dataset, if any) otherwise."""
+    try:
+        if data_yaml and read_data_yaml(Path(data_yaml)).folder("train").resolve() == images.resolve():
+            return Path(data_yaml)
+    except (PackError, OSError):
+        pass
+    return None
+
+
+def _reusable(out: Path, signature: str, task: str, yaml: Path | None) -> Store | None:
+    """The store at `out` when it was packed from this source for this task (and, for pose, the keypoint shape
+    and flip order data.yaml gives now)."""
+    if not out.is_dir() or _recorded_signature(out) != signature:
+        return None
+    store = Store(out)
+    m = store.manifest
+    if getattr(m, "task", "detect") != task:
+        return None
+    if yaml is not None:
+        if list(pose_of(load_yaml(yaml), yaml)) != [m.kpt_shape, m.flip_idx]:
+            return None
+    return store
+
+
+def _packed(images: Path, stem: Path, names: list[str] | None, progress: bool, task: str = "detect",
+            yaml: Path | None = None) -> Store:
     signature = source_signature(images, "yolo", names=names)
     out = stem.with_name(f"{stem.name}-{signature[:_SIG_CHARS]}.ff")
-    if out.is_dir() and _recorded_signature(out) == signature:
-        store = Store(out)
+    store = _reusable(out, signature, task, yaml)
+    if store is not None:
         log.info(f"fastfeed: reusing {out} ({len(store)} images; the source is unchanged)")
         return store
     old = [p for p in _versions(stem) if p != out]
     why = "the source changed since it was packed" if old else "first use"
     log.info(f"fastfeed: packing {images} into {out} ({why})")
-    res = pack(PackConfig(src=images, out=out, format="yolo", names=names, overwrite=True, progress=progress))
+    src, split = (yaml, "train") if yaml is not None else (images, None)
+    res = pack(PackConfig(src=src, split=split, out=out, format="yolo", names=names, overwrite=True, progress=progress,
+                          task=task))
     m = res.manifest
     log.info(f"fastfeed: packed {m.num_images} images, {m.num_boxes} boxes in {res.seconds:.1f} s"
              + (f"; {res.report.images_rejected} image(s) skipped, see {out / 'rejects.jsonl'}"
@@ -197,3 +229,23 @@ def check_classes(store: Store, names: dict, nc: int) -> None:
         k, a, b = bad[0]
         raise ValueError(f"{store.path} names class {k} {a!r} but data.yaml names it {b!r} ({len(bad)} differ): the "
                          f"store was packed from another class list; re-pack it or unset {STORE_ENV}")
+
+
+def check_task(store: Store, task: str, data: dict, trainer: str) -> None:
+    """A segment, pose or OBB trainer trains on a store of its task only (a detect trainer takes any store: its
+    boxes); a pose store's kpt_shape and flip_idx must be data.yaml's (the model is built from data.yaml's)."""
+    m = store.manifest
+    have = getattr(m, "task", "detect")
+    if task != "detect" and have != task:
+        raise ValueError(f"{store.path} is a {have} store but {trainer} trains {task}: pack the train split for it "
+                         f"(`fastfeed pack data.yaml -o train-{task}.ff --task {task}`) or unset {STORE_ENV} to let the "
+                         "trainer pack it")
+    if task != "pose":
+        return
+    for key, ours in (("kpt_shape", m.kpt_shape), ("flip_idx", m.flip_idx)):
+        theirs = data.get(key)
+        theirs = list(theirs) if theirs is not None else None
+        if (list(ours) if ours is not None else None) != theirs:
+            raise ValueError(f"{store.path} holds keypoints with {key} {ours}, data.yaml gives {theirs}: the store was "
+                             f"packed from another keypoint layout; fix data.yaml's {key}, or re-pack the store (unset "
+                             f"{STORE_ENV} to let the trainer pack it)")

@@ -1,4 +1,5 @@
-"""`FastfeedTrainer`: Ultralytics' DetectionTrainer with its training batches from a fastfeed loader.
+"""`FastfeedTrainer`: Ultralytics' DetectionTrainer with its training batches from a fastfeed loader; `FastfeedMixin`:
+the same for any task's trainer (tasks.py applies it to the segment, pose and OBB trainers).
 
     YOLO("yolov8n.yaml").train(data="data.yaml", trainer=FastfeedTrainer, epochs=100, imgsz=640, batch=16)
 
@@ -21,14 +22,14 @@ from ultralytics.utils.torch_utils import torch_distributed_zero_first
 
 from ...loaders import LoaderConfig
 from ...store.options import StoreOptions
-from .args import augment_hyp, describe, loader_name, loader_workers, log, warn_unsupported
+from .args import augment_hyp, describe, loader_name, loader_workers, log, task_fields, warn_unsupported
 from .batches import ClassFilter, read_records
 from .device import NAME as DEVICE_LOADER
 from .device import finish_batch, for_plots, loader_setup
 from .feed import FastfeedTrainLoader
 from .report import FEED_CSV, append_row, epoch_line
-from .stopping import StoppableTrainer
-from .store import check_boxes, check_classes, prepare_store
+from .stopping import StoppableMixin
+from .store import check_boxes, check_classes, check_task, prepare_store
 
 
 def _fresh_feed_file(trainer) -> None:
@@ -47,8 +48,9 @@ def _feed_epoch_end(trainer) -> None:
     append_row(Path(trainer.save_dir) / FEED_CSV, row)
 
 
-class FastfeedTrainer(StoppableTrainer):
-    """A DetectionTrainer whose train loader is fastfeed's: `cache=False|'disk'` -> the `cpu` loader,
+class FastfeedMixin(StoppableMixin):
+    """An Ultralytics trainer whose train loader is fastfeed's (put it first in the bases, before the trainer class;
+    `fastfeed_task`: the store task it trains on, see tasks.py): `cache=False|'disk'` -> the `cpu` loader,
     `cache=True|'ram'` -> `shm` (one decoded copy per node), `FASTFEED_LOADER=cpu|shm|dali|device` overrides
     (device: batches decoded and augmented on the trainer's device, device.py).
     The data.yaml's train split is packed into a store on first use (`FASTFEED_STORE=PATH`: use that one).
@@ -61,10 +63,11 @@ class FastfeedTrainer(StoppableTrainer):
     Ultralytics builds the trainer from its class, so give them on one: `FastfeedTrainer.with_store_options(...)`."""
 
     store_options: StoreOptions | None = None
+    fastfeed_task: str = "detect"   # the store task this trainer trains on (tasks.py sets the others)
     _ff_store = None
 
     @classmethod
-    def with_store_options(cls, options: StoreOptions | None = None, **fields) -> type[FastfeedTrainer]:
+    def with_store_options(cls, options: StoreOptions | None = None, **fields) -> type[FastfeedMixin]:
         """This trainer class with `store_options` set: `options` (or the class's) with the fields given over it,
         e.g. `trainer=FastfeedTrainer.with_store_options(cache_limit="50G", read_ahead=4)`. An unknown field is
         a TypeError naming the known ones. The class (with its options) is pickled into Ultralytics' DDP state file
@@ -80,11 +83,13 @@ class FastfeedTrainer(StoppableTrainer):
 
     def train_store(self, dataset_path, rank: int = -1):
         """The store for the train split, prepared once per trainer (local rank 0 first under DDP); never one
-        without boxes."""
+        without boxes, nor one of another task (or another kpt_shape) than this trainer's."""
         if self._ff_store is None:
             with torch_distributed_zero_first(rank):
                 self._ff_store = prepare_store(dataset_path, progress=RANK in (-1, 0), names=self.data.get("names"),
-                                               options=self.store_options)
+                                               options=self.store_options, task=self.fastfeed_task,
+                                               data_yaml=self.data.get("yaml_file"))
+            check_task(self._ff_store, self.fastfeed_task, self.data, type(self).__name__)
             check_boxes(self._ff_store)
             if not self.args.single_cls:
                 check_classes(self._ff_store, self.data["names"], self.data["nc"])
@@ -96,7 +101,7 @@ class FastfeedTrainer(StoppableTrainer):
         store = self.train_store(dataset_path, rank)
         name = loader_name(self.args.cache)
         if RANK in (-1, 0):
-            warn_unsupported(self.args)
+            warn_unsupported(self.args, self.fastfeed_task)
         hyp, options = augment_hyp(self.args), {}
         if name == DEVICE_LOADER:   # batches finished on this trainer's device, in the dtype it trains in
             hyp, options = loader_setup(self, hyp)
@@ -105,7 +110,7 @@ class FastfeedTrainer(StoppableTrainer):
                            shuffle=True, drop_last=bool(self.args.compile), epochs=int(self.epochs),
                            close_mosaic=int(self.args.close_mosaic), hyp=hyp,
                            device=str(self.device) if self.device.type in ("cuda", "npu") else "cpu",
-                           pin_memory=self.device.type == "cuda")
+                           pin_memory=self.device.type == "cuda", **task_fields(self.args, self.fastfeed_task))
         ref = weakref.ref(self)
         image_dir = Path(dataset_path) if isinstance(dataset_path, (str, os.PathLike)) else None
         feed = FastfeedTrainLoader(name, store, cfg, epoch_of=lambda: getattr(ref(), "epoch", 0), options=options,
@@ -139,3 +144,7 @@ class FastfeedTrainer(StoppableTrainer):
         info = read_records(store, None)
         max_num_obj = max((len(c) for c in info.classes), default=0) * 4   # 4: mosaic, as Ultralytics counts
         return super(DetectionTrainer, self).auto_batch(max_num_obj, dataset_size=len(store))
+
+
+class FastfeedTrainer(FastfeedMixin, DetectionTrainer):
+    """Ultralytics' DetectionTrainer fed by fastfeed (`FastfeedMixin`)."""
