@@ -87,3 +87,38 @@ def test_rotated_boxes_are_drawn_along_their_rotated_edges(angle):
             assert drawn[y - 1:y + 2, x - 1:x + 2].any()
         assert not drawn[16, 16] and not drawn[47, 47]   # where the upright box's corners would be
     assert not drawn[28:36, 28:36].any()           # the inside stays clear
+
+
+def test_show_batch_on_a_segment_store_tints_exactly_where_the_loaders_masks_are(tmp_path):
+    import subprocess
+    import sys
+
+    import cv2
+    from conftest import YoloBuilder
+    from store_helpers import run_pack
+
+    from fastfeed import Store
+    from fastfeed.loaders import LoaderConfig, create_loader
+
+    b = YoloBuilder(tmp_path / "y", names=["a"])
+    for k in range(2):
+        b.add(str(k), ["0 0.1 0.2 0.5 0.2 0.45 0.6 0.15 0.55"], seed=k)
+    run_pack(tmp_path / "y", tmp_path / "seg.ff", task="segment")
+    png = tmp_path / "b.png"
+    run = subprocess.run([sys.executable, str(REPO / "tools" / "show_batch.py"), "--data", str(tmp_path / "seg.ff"),
+                          "-o", str(png), "--imgsz", "64", "--batch", "2", "--no-augment"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "task segment, 2 images, 2 boxes, masks [2, 16, 16]" in run.stdout
+    cfg = LoaderConfig(imgsz=64, batch_size=2, workers=0, augment=False, drop_last=False)
+    with create_loader("cpu", Store(tmp_path / "seg.ff"), cfg) as loader:
+        batch = next(iter(loader))
+    masks = batch.masks.numpy()
+    assert (masks > 0).sum() > 20                              # the polygon is there to be drawn
+    plain = show_batch.draw_batch(batch.images.numpy(), batch.targets.numpy(), ["a"])
+    drawn = cv2.cvtColor(cv2.imread(str(png)), cv2.COLOR_BGR2RGB)
+    diff = (drawn != plain).any(-1)
+    for i in range(2):
+        on = cv2.resize((masks[i] > 0).astype(np.uint8), (S, S), interpolation=cv2.INTER_NEAREST).astype(bool)
+        tile = diff[:S, i * S:(i + 1) * S]
+        assert tile[on].mean() > 0.9 and not tile[~on].any()   # tinted inside the mask, nothing else changed
