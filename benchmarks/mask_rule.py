@@ -21,7 +21,7 @@ import cv2
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from task_sets import SHAPES, _shape_polygon  # noqa: E402
+from task_sets import SHAPES, shape_polygon  # noqa: E402
 
 
 def compare(imgsz: int, n: int, ratio: int = 4, seed: int = 0) -> dict:
@@ -34,7 +34,7 @@ def compare(imgsz: int, n: int, ratio: int = 4, seed: int = 0) -> dict:
     for _ in range(n):
         side = rng.uniform(0.06, 0.6) * imgsz
         x1, y1 = rng.uniform(0, imgsz - side, 2)
-        poly = _shape_polygon(int(rng.integers(len(SHAPES))), x1, y1, side)
+        poly = shape_polygon(int(rng.integers(len(SHAPES))), x1, y1, side)
         ff = rasterise([poly], imgsz, ratio, False)[0].astype(bool)
         ul = polygon2mask((imgsz, imgsz), [poly.reshape(-1)], downsample_ratio=ratio).astype(bool)
         exact = cv2.contourArea(poly) / ratio**2

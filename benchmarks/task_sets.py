@@ -146,7 +146,7 @@ def make_task_set(task: str, dst: Path, src: Path | None = None, n_images: int |
 
 # --- shapes-seg ----------------------------------------------------------------------------------
 
-def _shape_polygon(cls: int, x1: int, y1: int, side: int) -> np.ndarray:
+def shape_polygon(cls: int, x1: int, y1: int, side: int) -> np.ndarray:
     if cls == 0:
         return np.float32([[x1, y1], [x1 + side, y1], [x1 + side, y1 + side], [x1, y1 + side]])
     if cls == 1:
@@ -170,7 +170,7 @@ def paint_shapes(img: np.ndarray, rng) -> list[str]:
             continue
         taken.append((x1, y1, side))
         cls = int(rng.integers(len(SHAPES)))
-        poly = _shape_polygon(cls, x1, y1, side)
+        poly = shape_polygon(cls, x1, y1, side)
         colour = tuple(int(c) for c in rng.integers(0, 256, 3))
         cv2.fillPoly(img, [np.round(poly).astype(np.int32)], colour, lineType=cv2.LINE_AA)
         lines.append(f"{cls} {_fmt((poly / np.float32([w, h])).clip(0, 1).ravel())}")
