@@ -1,7 +1,7 @@
 """A/B inside Ultralytics' own trainer: its training dataloader against fastfeed's (`FastfeedTrainer`).
 
-    python benchmarks/ultralytics_ab.py [--data shapes|coco128] [--imgsz 160] [--epochs 30] [--batch 16]
-                                        [--seeds 0 1] [--contender ultralytics --contender cpu ...] [--json F]
+    python benchmarks/ultralytics_ab.py [--task detect|segment] [--data shapes|coco128] [--imgsz 160] [--epochs 30]
+                                        [--batch 16] [--seeds 0 1] [--contender ultralytics --contender cpu ...] [--json F]
 
 Everything but the train loader is the same: Ultralytics 8.4's DetectionTrainer, `yolov8n.yaml` from
 scratch, data, epochs, batch, seed, device, and Ultralytics' own validation (the final mAP50 and
@@ -17,6 +17,11 @@ photos as backgrounds with 1-4 filled squares, discs and triangles of random col
 classes), 192 train and 64 held-out val images, JPEG. `coco128` is coco128 itself (train = val, as
 Ultralytics' coco128.yaml): the realistic input, but a from-scratch model needs far more epochs than a
 CPU allows to get off mAP 0, so use it on an accelerator (`--device 0 --imgsz 640`).
+
+`--task segment` (issue 28): `yolov8n-seg.yaml` from scratch in Ultralytics' SegmentationTrainer, fed by its
+loader or by FastfeedSegmentationTrainer; box and mask mAPs side by side. Its `shapes` is `task_sets.py`'s
+shapes-seg (the same kind of set, non-overlapping shapes whose polygons are exactly the painted ones); its
+`coco128` is coco128's own polygons (`task_sets.py --task segment`, train = val).
 
 The runs use `.venv-ultralytics` (`make venv-ultralytics`), created on first use.
 """
@@ -36,10 +41,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REPO, default_source, machine, replicate_coco  # noqa: E402
+from task_sets import make_shapes_seg, make_task_set  # noqa: E402
 
 ULTRA_VENV = REPO / ".venv-ultralytics"
 CONTENDERS = ("ultralytics", "cpu", "shm")
 SHAPES = ("square", "disc", "triangle")
+# task -> the model trained from scratch and fastfeed's trainer for it
+TASK_RUNS = {"detect": ("yolov8n.yaml", "FastfeedTrainer"),
+             "segment": ("yolov8n-seg.yaml", "FastfeedSegmentationTrainer")}
 
 
 def ensure_ultralytics_venv() -> Path:
@@ -113,11 +122,12 @@ def run_one(contender: str, data: str, seed: int, args) -> dict:
     from ultralytics import YOLO
 
     trainer = None
+    model_yaml, trainer_name = TASK_RUNS[args.task]
     if contender != "ultralytics":
-        from fastfeed.integrations.ultralytics import FastfeedTrainer
+        import fastfeed.integrations.ultralytics as integration
 
         os.environ["FASTFEED_LOADER"] = contender
-        trainer = FastfeedTrainer
+        trainer = getattr(integration, trainer_name)
     clock = {"mark": 0.0, "epoch_start": 0.0, "wait": 0.0, "train": 0.0, "images": 0, "batches": 0, "step": 0.0,
              "step_start": 0.0}
 
@@ -137,7 +147,7 @@ def run_one(contender: str, data: str, seed: int, args) -> dict:
         clock["train"] += time.perf_counter() - clock["epoch_start"]
         clock["images"] += len(t.train_loader.sampler)
 
-    model = YOLO("yolov8n.yaml")
+    model = YOLO(model_yaml)
     for event, fn in (("on_train_epoch_start", epoch_start), ("on_train_batch_start", batch_start),
                       ("on_train_batch_end", batch_end), ("on_train_epoch_end", epoch_end)):
         model.add_callback(event, fn)
@@ -146,7 +156,8 @@ def run_one(contender: str, data: str, seed: int, args) -> dict:
                           seed=seed, device=args.device, workers=args.workers, cache=False, plots=False, val=False,
                           project=args.project, name=f"{contender}-s{seed}", exist_ok=True, verbose=False)
     wall = time.perf_counter() - t0
-    return {"contender": contender, "seed": seed, "map50": float(metrics.box.map50), "map": float(metrics.box.map),
+    masks = {"mask_map50": float(metrics.seg.map50), "mask_map": float(metrics.seg.map)} if args.task == "segment" else {}
+    return masks | {"contender": contender, "seed": seed, "map50": float(metrics.box.map50), "map": float(metrics.box.map),
             "images_s": clock["images"] / clock["train"], "wait_share": clock["wait"] / clock["train"],
             "wait_s": clock["wait"], "step_s": clock["step"], "train_s": clock["train"], "wall_s": wall, "batches": clock["batches"]}
 
@@ -154,24 +165,28 @@ def run_one(contender: str, data: str, seed: int, args) -> dict:
 # --- driver --------------------------------------------------------------------------------------
 
 def summarise(results: list[dict], contenders) -> list[str]:
-    lines = ["| loader | images/s | waiting for data | mAP50 | mAP50-95 | runs (seed: mAP50 / mAP50-95) |",
-             "|---|---|---|---|---|---|"]
+    """Markdown rows per contender: medians (ranges) of box mAPs, and of mask mAPs when the runs have them."""
+    maps = [("map50", "mAP50"), ("map", "mAP50-95")]
+    if results and "mask_map" in results[0]:
+        maps = [("map50", "box mAP50"), ("map", "box mAP50-95"), ("mask_map50", "mask mAP50"), ("mask_map", "mask mAP50-95")]
+    heads = ["loader", "images/s", "waiting for data", *(h for _, h in maps), "runs (seed: " + " / ".join(h for _, h in maps) + ")"]
+    lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for c in contenders:
         rs = [r for r in results if r["contender"] == c]
         if not rs:
             continue
-        med = {k: statistics.median(r[k] for r in rs) for k in ("images_s", "wait_share", "map50", "map")}
-        rng = {k: (min(r[k] for r in rs), max(r[k] for r in rs)) for k in ("map50", "map")}
-        runs = ", ".join(f"{r['seed']}: {r['map50']:.3f} / {r['map']:.3f}" for r in rs)
-        lines.append(f"| {c} | {med['images_s']:.1f} | {100 * med['wait_share']:.1f}% | "
-                     f"{med['map50']:.3f} ({rng['map50'][0]:.3f}-{rng['map50'][1]:.3f}) | "
-                     f"{med['map']:.3f} ({rng['map'][0]:.3f}-{rng['map'][1]:.3f}) | {runs} |")
+        med = {k: statistics.median(r[k] for r in rs) for k in ("images_s", "wait_share", *(k for k, _ in maps))}
+        cells = [f"{med[k]:.3f} ({min(r[k] for r in rs):.3f}-{max(r[k] for r in rs):.3f})" for k, _ in maps]
+        runs = ", ".join(f"{r['seed']}: " + " / ".join(f"{r[k]:.3f}" for k, _ in maps) for r in rs)
+        lines.append(f"| {c} | {med['images_s']:.1f} | {100 * med['wait_share']:.1f}% | " + " | ".join(cells) + f" | {runs} |")
     return lines
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", choices=("shapes", "coco128"), default="shapes")
+    ap.add_argument("--task", choices=tuple(TASK_RUNS), default="detect")
+    ap.add_argument("--data", choices=("shapes", "coco128"), default="shapes",
+                    help="shapes: painted shapes a scratch model learns on a CPU (segment: shapes-seg); coco128: real")
     ap.add_argument("--imgsz", type=int, default=160)
     ap.add_argument("--epochs", type=int, default=30)
     ap.add_argument("--batch", type=int, default=16)
@@ -195,11 +210,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="ff-ulab-") as tmp:
         tmp = Path(tmp)
         src = default_source()
-        data = make_shapes(src, tmp / "shapes") if args.data == "shapes" else make_coco128(src, tmp / "coco128")
+        if args.task == "segment":
+            data = (make_shapes_seg(tmp / "shapes-seg", src) if args.data == "shapes"
+                    else make_task_set("segment", tmp / "coco128-seg", src))
+        else:
+            data = make_shapes(src, tmp / "shapes") if args.data == "shapes" else make_coco128(src, tmp / "coco128")
         env = os.environ | {"YOLO_CONFIG_DIR": str(tmp / "yolo-config"), "YOLO_OFFLINE": "1"}
         for seed in args.seeds:
             for c in contenders:
-                cmd = [str(py), __file__, "--run", c, str(data), str(seed), "--imgsz", str(args.imgsz),
+                cmd = [str(py), __file__, "--run", c, str(data), str(seed), "--task", args.task, "--imgsz", str(args.imgsz),
                        "--epochs", str(args.epochs), "--batch", str(args.batch), "--workers", str(args.workers),
                        "--device", args.device, "--project", str(tmp / "runs")]
                 out = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -209,8 +228,9 @@ def main() -> int:
                                        f"{out.stderr[-5000:]}")
                 r = json.loads(lines[-1][7:])
                 results.append(r)
+                masks = f", mask mAP50 {r['mask_map50']:.3f}, mask mAP50-95 {r['mask_map']:.3f}" if "mask_map" in r else ""
                 print(f"{c:12s} seed {seed}: {r['images_s']:6.1f} images/s, waiting {100 * r['wait_share']:4.1f}%, "
-                      f"mAP50 {r['map50']:.3f}, mAP50-95 {r['map']:.3f} ({r['wall_s']:.0f} s)", flush=True)
+                      f"mAP50 {r['map50']:.3f}, mAP50-95 {r['map']:.3f}{masks} ({r['wall_s']:.0f} s)", flush=True)
         shutil.rmtree(tmp / "runs", ignore_errors=True)
     table = summarise(results, contenders)
     print("\n" + "\n".join(table))

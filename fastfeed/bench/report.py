@@ -77,7 +77,8 @@ def format_table(result: BenchResult) -> str:
     timed = f"{cfg['batches']} timed batches" if cfg.get("batches") else f"{cfg['seconds']:g} s"
     st = result.store
     payload = (st.get("payload") or {}).get("store", "?")
-    out = [f"fastfeed bench  {st['path']} ({st['images']} images, {payload})  imgsz {cfg['imgsz']}  "
+    task = (st.get("task") or {}).get("name", "detect")
+    out = [f"fastfeed bench  {st['path']} ({st['images']} images, {payload}, task {task})  imgsz {cfg['imgsz']}  "
            f"batch {cfg['batch_size']}  augment {'on' if cfg['augment'] else 'off'}  device {cfg['device']}",
            f"  {timed} per loader after {max(cfg['warmup'], 1)} untimed batch(es); {m['cpu_model']}, "
            f"{m['cores_usable']} cores, {human_bytes(m['ram_bytes'])} RAM; torch {m['versions']['torch']}",

@@ -10,6 +10,7 @@ from .. import __version__
 from ..loaders import LoaderConfig
 from ..procs import usable_cores
 from ..store.reader import Store
+from ..store.verify import task_summary
 from .config import BenchConfig
 from .device import copy_device, make_copy, make_step
 from .machine import machine_info
@@ -102,6 +103,6 @@ def run_bench(cfg: BenchConfig) -> BenchResult:
                                 "timed_by": "batches" if cfg.batches else "seconds",
                                 "stall_mode": step is not None, "copy_device": str(device) if device else None}
     store_info = {"path": str(store.path), "images": len(store), "fingerprint": store.fingerprint,
-                  "payload": store.manifest.payload}
+                  "payload": store.manifest.payload, "task": task_summary(store.manifest)}
     return BenchResult(created=started, fastfeed_version=__version__, machine=machine_info(cfg.device),
                        store=store_info, config=resolved, results=results, baseline=baseline)

@@ -92,6 +92,7 @@ def run(args) -> int:
     from ..bench import BenchConfig, format_table, run_bench, write_plot
     from ..devices import DeviceError
     from ..store.format import FormatError
+    from .store import describe_task
 
     try:
         cfg = BenchConfig(data=args.data, store_options=store_options(args), loaders=tuple(args.loaders or ("cpu",)), imgsz=args.imgsz,
@@ -112,6 +113,8 @@ def run(args) -> int:
     except (DeviceError, ImportError) as e:
         return fail(str(e))
     print(format_table(res), end="")
+    if (line := describe_task(res.store["task"])) is not None:   # what the loaders carried besides boxes
+        print(line)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(res.to_dict(), indent=1) + "\n")
