@@ -1,5 +1,6 @@
 """augment.masks.rasterise: masks match the polygons they came from (the pixel-centre rule, areas, overlap order)."""
 
+import cv2
 import numpy as np
 import pytest
 
@@ -109,3 +110,37 @@ def test_a_ratio_that_does_not_divide_the_size_is_refused_by_name(ratio):
     with pytest.raises(ValueError, match="mask ratio must be an integer >= 1 dividing the image size 32"):
         rasterise([square(0, 0, 8, 8)], 32, ratio, overlap=True)
     assert mask_side(640, 4) == 160
+
+
+def _full_size_reference(polygons, size, ratio):
+    """The ultralytics rule by its definition: each object filled on a full-size canvas, then shrunk."""
+    out = []
+    for p in polygons:
+        canvas = np.zeros((size, size), np.uint8)
+        cv2.fillPoly(canvas, [np.asarray(p, np.float64).astype(np.int32)], 1)
+        out.append(cv2.resize(canvas, (size // ratio, size // ratio)))
+    return np.array(out, np.uint8).reshape(len(polygons), size // ratio, size // ratio)
+
+
+@pytest.mark.parametrize("ratio", [1, 2, 4, 8])
+def test_the_ultralytics_rule_is_a_full_size_fill_shrunk_and_layers_smaller_objects_on_top(ratio):
+    rng = np.random.default_rng(ratio)
+    size = 96
+    polygons = []
+    for _ in range(12):
+        c, r = rng.uniform(0, size, 2), rng.uniform(2, 30)
+        t = np.sort(rng.uniform(0, 2 * np.pi, rng.integers(3, 9)))
+        polygons.append(np.clip(np.stack([c[0] + r * np.cos(t), c[1] + r * np.sin(t)], 1), 0, size).astype(np.float32))
+    ref = _full_size_reference(polygons, size, ratio)
+    np.testing.assert_array_equal(rasterise(polygons, size, ratio, False, rule="ultralytics"), ref)
+    layered = np.zeros((size // ratio, size // ratio), np.int16)
+    for j in np.argsort(-ref.reshape(len(ref), -1).sum(1), kind="stable"):
+        layered[ref[j] > 0] = j + 1
+    np.testing.assert_array_equal(rasterise(polygons, size, ratio, True, rule="ultralytics"), layered)
+    # it over-covers where the centre rule does not: more mask pixels than the polygons' exact areas
+    assert ref.sum() > rasterise(polygons, size, ratio, False).sum()
+
+
+def test_an_unknown_mask_rule_is_named():
+    with pytest.raises(ValueError, match="mask rule must be one of centre, ultralytics"):
+        rasterise([np.float32([[0, 0], [8, 0], [8, 8]])], 16, 4, True, rule="exact")

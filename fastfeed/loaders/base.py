@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields, replace
 import torch
 
 from ..augment.hyp import AugmentHyp
+from ..augment.masks import MASK_RULES
 from ..batch import Batch
 from ..devices import has_cuda, parse_device, resolve_device
 from ..imgsz import check_imgsz
@@ -91,6 +92,8 @@ class LoaderConfig:
     timeout: float = 300.0           # seconds without a batch before a worker counts as hung
     mask_ratio: int = 4              # a segment store's masks are imgsz / mask_ratio on a side (Ultralytics' mask_ratio)
     overlap_mask: bool = True        # one int16 mask per image (value j+1: its j-th object), else one per object
+    mask_rule: str = "centre"        # which mask pixels an object takes (augment.masks.MASK_RULES): "centre" (exact),
+                                     # "ultralytics" (as Ultralytics' datasets and validator draw them, larger)
 
     def __post_init__(self):
         def need(ok: bool, name: str, rule: str):
@@ -112,6 +115,7 @@ class LoaderConfig:
         need(isinstance(self.mask_ratio, int) and not isinstance(self.mask_ratio, bool) and self.mask_ratio >= 1
              and self.imgsz % self.mask_ratio == 0, "mask_ratio", f"must be an integer >= 1 dividing imgsz {self.imgsz}")
         need(isinstance(self.overlap_mask, bool), "overlap_mask", "must be True or False")
+        need(self.mask_rule in MASK_RULES, "mask_rule", f"must be one of {', '.join(MASK_RULES)}")
         try:
             parse_device(self.device)
         except ValueError as e:

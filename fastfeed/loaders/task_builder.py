@@ -31,7 +31,7 @@ class TaskBatchBuilder(BatchBuilder):
         self.task = manifest.task
         self.flip_idx = manifest.flip_idx
         self.kpt_shape = tuple(manifest.kpt_shape or (0, 3))
-        self.ratio, self.overlap = cfg.mask_ratio, cfg.overlap_mask
+        self.ratio, self.overlap, self.rule = cfg.mask_ratio, cfg.overlap_mask, cfg.mask_rule
 
     def _load(self, index: int, times: dict):
         img, record = self.source.load_record(index, times)
@@ -83,9 +83,9 @@ class TaskBatchBuilder(BatchBuilder):
         S = self.size
         if self.task == "segment":
             if self.overlap:
-                rasterise(labels.polygons, S, self.ratio, True, out=mask_slot)
+                rasterise(labels.polygons, S, self.ratio, True, out=mask_slot, rule=self.rule)
                 return None
-            return rasterise(labels.polygons, S, self.ratio, False)
+            return rasterise(labels.polygons, S, self.ratio, False, rule=self.rule)
         return augment.batch_rows(labels, S)
 
     def _extras(self, parts: list) -> dict:

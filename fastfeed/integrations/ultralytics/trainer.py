@@ -117,6 +117,9 @@ class FastfeedMixin(StoppableMixin):
                                    image_dir=image_dir, class_filter=ClassFilter(self.args.classes, self.args.single_cls))
         if RANK in (-1, 0):
             where = f", {options['dtype']} images made on {self.device}" if feed.on_device else ""
+            if self.fastfeed_task == "segment":
+                where += (f", masks at 1/{cfg.mask_ratio} ({'one per image' if cfg.overlap_mask else 'one per object'})"
+                          " drawn as Ultralytics draws its validation masks")
             log.info(f"fastfeed: {name} loader over {store.path}: {len(store)} images, batch {cfg.batch_size} "
                      f"x {feed.world_size} rank(s), {cfg.workers} worker(s) per rank, imgsz {cfg.imgsz}, "
                      f"close_mosaic {cfg.close_mosaic}{where}; {describe(cfg.hyp)}")

@@ -38,7 +38,7 @@ class TaskGeometry:
     def __init__(self, manifest, cfg):
         self.task, self.flip_idx = manifest.task, manifest.flip_idx
         self.kpt_shape = tuple(manifest.kpt_shape or (0, 3))
-        self.size, self.augment, self.ratio = cfg.imgsz, cfg.augment, cfg.mask_ratio
+        self.size, self.augment, self.ratio, self.rule = cfg.imgsz, cfg.augment, cfg.mask_ratio, cfg.mask_rule
 
     def targets(self, matrices: np.ndarray, p, per_tile: list, plans, hyp, masks=None) -> tuple[np.ndarray, dict]:
         """(targets float32 [M,6], extras) of plan `p`: `matrices` [B,3,3] mid frame -> output, `per_tile`
@@ -66,7 +66,7 @@ class TaskGeometry:
             if len(labels):
                 rows.append(make_targets(j, labels.classes, labels.boxes, S))
             if self.task == "segment":
-                rasterise(labels.polygons, S, self.ratio, True, out=masks[j])
+                rasterise(labels.polygons, S, self.ratio, True, out=masks[j], rule=self.rule)
             parts.append(self._rows(labels))
         targets = np.concatenate(rows).astype(np.float32) if rows else np.zeros((0, 6), np.float32)
         return targets, self._extras(parts)
