@@ -113,11 +113,16 @@ def test_a_ratio_that_does_not_divide_the_size_is_refused_by_name(ratio):
 
 
 def _full_size_reference(polygons, size, ratio):
-    """The ultralytics rule by its definition: each object filled on a full-size canvas, then shrunk."""
+    """The ultralytics rule by its definition: each object resampled to 1,000 points, truncated, filled on a
+    full-size canvas, then shrunk."""
     out = []
     for p in polygons:
         canvas = np.zeros((size, size), np.uint8)
-        cv2.fillPoly(canvas, [np.asarray(p, np.float64).astype(np.int32)], 1)
+        ring = np.concatenate([p, p[:1]]).astype(np.float64)
+        idx = np.arange(len(ring))
+        at = np.sort(np.concatenate([np.linspace(0, len(ring) - 1, 1000 - len(ring)), idx]))   # 1000 points
+        dense = np.stack([np.interp(at, idx, ring[:, 0]), np.interp(at, idx, ring[:, 1])], 1).astype(np.float32)
+        cv2.fillPoly(canvas, [dense.astype(np.int32)], 1)
         out.append(cv2.resize(canvas, (size // ratio, size // ratio)))
     return np.array(out, np.uint8).reshape(len(polygons), size // ratio, size // ratio)
 

@@ -1,5 +1,6 @@
 """The masks FastfeedSegmentationTrainer trains on are the ones Ultralytics' validator scores against: the same
-polygons give, pixel for pixel, what Ultralytics' own dataset code draws (overlap and per object)."""
+polygons give, pixel for pixel, what Ultralytics' own dataset code draws from them (resampled to 1,000 points as
+its datasets do, then drawn; overlap and per object)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ pytest.importorskip("ultralytics")
 
 from ultralytics.cfg import get_cfg  # noqa: E402
 from ultralytics.data.utils import polygons2masks, polygons2masks_overlap  # noqa: E402
+from ultralytics.utils.ops import resample_segments  # noqa: E402
 
 from fastfeed.augment.masks import rasterise  # noqa: E402
 from fastfeed.integrations.ultralytics.args import task_fields  # noqa: E402
@@ -20,7 +22,7 @@ def _polygons(seed: int, size: int, n: int = 10):
     out = []
     for _ in range(n):
         c, r = rng.uniform(0, size, 2), rng.uniform(3, size / 4)
-        t = np.linspace(0, 2 * np.pi, 40, endpoint=False)          # equal point counts: Ultralytics stacks them
+        t = np.linspace(0, 2 * np.pi, int(rng.integers(3, 40)), endpoint=False)
         rad = r * rng.uniform(0.5, 1.0, len(t))
         out.append(np.clip(np.stack([c[0] + rad * np.cos(t), c[1] + rad * np.sin(t)], 1), 0, size).astype(np.float32))
     return out
@@ -31,9 +33,10 @@ def _polygons(seed: int, size: int, n: int = 10):
 def test_the_segment_trainers_masks_are_ultralytics_own_for_the_same_polygons(seed, ratio):
     size = 128
     polygons = _polygons(seed, size)
-    theirs = polygons2masks((size, size), [p.reshape(-1) for p in polygons], 1, ratio)
+    dense = resample_segments([p.copy() for p in polygons])                  # what its datasets hold
+    theirs = polygons2masks((size, size), [p.reshape(-1) for p in dense], 1, ratio)
     np.testing.assert_array_equal(rasterise(polygons, size, ratio, False, rule="ultralytics"), theirs)
-    over, order = polygons2masks_overlap((size, size), np.stack(polygons), ratio)
+    over, order = polygons2masks_overlap((size, size), np.stack(dense), ratio)
     ours = rasterise(polygons, size, ratio, True, rule="ultralytics")
     # Ultralytics reorders the objects (largest first) and numbers them in that order; fastfeed keeps the targets'
     # order and numbers by it: the same pixels, renamed
