@@ -74,38 +74,71 @@ def _flat(base: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.repeat(base, lengths) + (np.arange(int(lengths.sum())) - np.repeat(starts, lengths))
 
 
-def _resampled(ring: np.ndarray) -> np.ndarray:
-    """The closed ring as `RESAMPLED` float32 points: its vertices (the first repeated at the end) and, between them,
-    points evenly spaced along the vertex sequence (by vertex index, not arc length). Dense points matter:
-    truncating each to whole pixels before the fill takes ~3% more area than truncating the vertices alone."""
-    closed = np.concatenate([ring, ring[:1]])
-    idx = np.arange(len(closed), dtype=np.float64)
-    if len(closed) < RESAMPLED:
-        at = np.sort(np.concatenate([np.linspace(0, len(closed) - 1, RESAMPLED - len(closed)), idx]))
-    else:
-        at = np.linspace(0, len(closed) - 1, RESAMPLED)
-    return np.stack([np.interp(at, idx, closed[:, 0]), np.interp(at, idx, closed[:, 1])], 1).astype(np.float32)
+def _resampled(rings: list) -> list:
+    """Each closed ring as `RESAMPLED` points, whole pixels: its vertices (the first repeated at the end) and,
+    between them, points evenly spaced along the vertex sequence (by vertex index, not arc length), computed in
+    float32 and truncated, then runs of one repeated pixel kept once (the same filled shape, fewer edges). Dense
+    points matter: truncating each before the fill takes ~3% more area than truncating the vertices alone. All
+    rings at once; a ring of RESAMPLED vertices or more is resampled without its vertices (exactly RESAMPLED: kept)."""
+    n = RESAMPLED
+    closed = [np.concatenate([r, r[:1]]).astype(np.float64) for r in rings]
+    counts = np.array([len(c) for c in closed], np.int64)
+    small = counts < n
+    # a ring of c < n points: n - c positions u_i = i * (c-1)/(n-c-1) (numpy's linspace, the last exactly c - 1),
+    # merged with the vertex positions 0 .. c-1 in order (a vertex before an equal u_i); the slots the u_i take
+    # are i + floor(u_i) + 1 within the ring's n, the vertices fill the others in order
+    m = np.where(small, n - counts, n)
+    ring_u = np.repeat(np.arange(len(rings)), m)
+    i = np.arange(len(ring_u)) - np.repeat(np.cumsum(m) - m, m)
+    step = (counts - 1) / np.maximum(m - 1, 1)
+    u = i * step[ring_u]
+    ends = np.cumsum(m) - 1
+    u[ends[m > 1]] = (counts - 1)[m > 1]
+    exact = counts == n + 1                               # a ring of exactly n points stays as it is
+    u[exact[ring_u]] = i[exact[ring_u]]
+    at = np.empty(n * len(rings))
+    slot = ring_u * n + np.where(small[ring_u], i + np.floor(u).astype(np.int64) + 1, i)
+    at[slot] = u
+    free = np.ones(len(at), bool)
+    free[slot] = False
+    vertex_slots = np.flatnonzero(free)                   # only small rings have free slots: c each, in ring order
+    at[vertex_slots] = np.concatenate([np.arange(c, dtype=np.float64) for c in counts[small]]) if small.any() else []
+    ring = np.repeat(np.arange(len(rings)), n)
+    flat = np.concatenate(closed)
+    start = np.cumsum(counts) - counts
+    seg = np.minimum(np.floor(at).astype(np.int64), counts[ring] - 2)
+    frac = (at - seg)[:, None]
+    base = flat[start[ring] + seg]
+    pts = (flat[start[ring] + seg + 1] - base) * frac + base
+    last = at == counts[ring] - 1
+    pts[last] = flat[start[ring[last]] + counts[ring[last]] - 1]
+    pts = pts.astype(np.float32).astype(np.int32)
+    keep = np.ones(len(pts), bool)
+    keep[1:] = (pts[1:] != pts[:-1]).any(1) | (ring[1:] != ring[:-1])
+    pts, ring = pts[keep], ring[keep]
+    return np.split(pts, np.searchsorted(ring, np.arange(1, len(rings))))
 
 
 def _filled(polygons, size: int, ratio: int, side: int):
     """The `ultralytics` rule: (object, reduced row, reduced column) of every mask pixel, and each object's area
     in mask pixels (see the module docstring)."""
     area = np.zeros(len(polygons))
+    objs = [j for j, p in enumerate(polygons) if len(p) >= 3]
+    if not objs:
+        return (np.zeros(0, np.int64),) * 3, area
     parts = []
-    for j, p in enumerate(polygons):
-        if len(p) < 3:
+    for j, pts in zip(objs, _resampled([np.asarray(polygons[j], np.float64).reshape(-1, 2) for j in objs])):
+        (x0, y0), (x1, y1) = pts.min(0).tolist(), pts.max(0).tolist()
+        x0, y0 = min(max(x0 // ratio * ratio, 0), size), min(max(y0 // ratio * ratio, 0), size)
+        x1, y1 = min(max((x1 // ratio + 1) * ratio, 0), size), min(max((y1 // ratio + 1) * ratio, 0), size)
+        if x1 <= x0 or y1 <= y0:
             continue
-        pts = _resampled(np.asarray(p, np.float64).reshape(-1, 2)).astype(np.int32)   # truncated, as its int32 cast
-        lo = np.clip(pts.min(0) // ratio * ratio, 0, size)
-        hi = np.clip((pts.max(0) // ratio + 1) * ratio, 0, size)
-        if (hi <= lo).any():
-            continue
-        crop = np.zeros((hi[1] - lo[1], hi[0] - lo[0]), np.uint8)
-        cv2.fillPoly(crop, [pts - lo], 1)
-        small = cv2.resize(crop, ((hi[0] - lo[0]) // ratio, (hi[1] - lo[1]) // ratio)) if ratio > 1 else crop
+        crop = np.zeros((y1 - y0, x1 - x0), np.uint8)
+        cv2.fillPoly(crop, [pts - np.int32([x0, y0])], 1)
+        small = cv2.resize(crop, ((x1 - x0) // ratio, (y1 - y0) // ratio)) if ratio > 1 else crop
         rows, cols = np.nonzero(small)
         area[j] = len(rows)
-        parts.append((np.full(len(rows), j, np.int64), rows + lo[1] // ratio, cols + lo[0] // ratio))
+        parts.append((np.full(len(rows), j, np.int64), rows + y0 // ratio, cols + x0 // ratio))
     if not parts:
         return (np.zeros(0, np.int64),) * 3, area
     return tuple(np.concatenate(c) for c in zip(*parts)), area
