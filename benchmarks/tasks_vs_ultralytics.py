@@ -2,7 +2,8 @@
 reference ratio, same images, same cores, one run.
 
     python benchmarks/tasks_vs_ultralytics.py [--images 1024] [--seconds 15] [--rounds 2] [--task segment ...]
-                                              [--loader cpu --loader shm] [--ultra-cache none|ram] [--json F]
+                                              [--loader cpu --loader shm] [--ultra-cache none|ram]
+                                              [--mask-rule centre|ultralytics] [--json F]
 
 Data: `task_sets.py`'s sets from coco128's real photos, replicated to --images real JPEG files: segment =
 coco128's own polygons, obb = their minimum-area rectangles (derived), pose = the persons with 17 keypoints
@@ -69,9 +70,10 @@ FF_RUNNER = textwrap.dedent("""
     import json, sys, time
     from fastfeed import Store
     from fastfeed.loaders import LoaderConfig, create_loader
-    path, name, imgsz, batch, workers, seconds, warmup = sys.argv[1:8]
+    path, name, imgsz, batch, workers, seconds, warmup, rule = sys.argv[1:9]
     imgsz, batch, workers, seconds, warmup = int(imgsz), int(batch), int(workers), float(seconds), int(warmup)
-    cfg = LoaderConfig(imgsz=imgsz, batch_size=batch, workers=workers, mask_ratio=4, overlap_mask=True)
+    cfg = LoaderConfig(imgsz=imgsz, batch_size=batch, workers=workers, mask_ratio=4, overlap_mask=True,
+                       mask_rule=rule)
     loader = create_loader(name, Store(path), cfg)
     t0 = time.perf_counter(); n = 0; marks = []; epoch = 0; first = None
     while not marks or marks[-1][0] - t0 < seconds:
@@ -128,6 +130,9 @@ def main() -> int:
     ap.add_argument("--loader", action="append", choices=("cpu", "shm"), help="fastfeed loaders (default: cpu)")
     ap.add_argument("--ultra-cache", default="none", choices=("none", "ram"),
                     help="Ultralytics' image cache for its side (the shm comparison uses ram)")
+    ap.add_argument("--mask-rule", default="centre", choices=("centre", "ultralytics"),
+                    help="fastfeed's masks: centre (exact, the loaders' default) or ultralytics (as Ultralytics draws "
+                         "them; what FastfeedSegmentationTrainer uses)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     tasks = [t for t in TASKS if t in (args.task or TASKS)]
@@ -156,7 +161,8 @@ def main() -> int:
                                               args.ultra_cache], tmp)}
                 check_carries(t, "ultralytics", rnd[t]["ultralytics"])
                 for name in loaders:
-                    rnd[t][name] = run([sys.executable, str(tmp / "ff.py"), str(store), name, *common], tmp)
+                    rnd[t][name] = run([sys.executable, str(tmp / "ff.py"), str(store), name, *common,
+                                        args.mask_rule], tmp)
                     check_carries(t, name, rnd[t][name])
                 print(f"round {r + 1} {t:8s}: " + ", ".join(f"{k} {v['images_s']:.0f} img/s"
                                                           for k, v in rnd[t].items()), flush=True)
@@ -165,7 +171,7 @@ def main() -> int:
                                   for k in ["ultralytics", *loaders]} for t in tasks}
     cache = "" if args.ultra_cache == "none" else f', Ultralytics cache="{args.ultra_cache}"'
     print(f"\n{args.images} images per task, imgsz {args.imgsz}, batch {args.batch}, {args.workers} workers, mosaic on, "
-          f"mask_ratio 4, overlap_mask{cache}; median of {args.rounds} rounds of {args.seconds:g} s "
+          f"mask_ratio 4, overlap_mask, fastfeed mask rule {args.mask_rule}{cache}; median of {args.rounds} rounds of {args.seconds:g} s "
           f"({time.perf_counter() - t0:.0f} s in all)\n")
     res["table"] = table(res, tasks, loaders, args)
     print("\n".join(res["table"]))
