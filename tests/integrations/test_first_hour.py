@@ -25,7 +25,7 @@ def test_the_first_hour_script_runs_to_the_feeds_data_wait(tmp_path):
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-4000:]
     for expected in ("sample.ff: OK, 16 records checked, 16 images decoded",
-                     "wrote batch.png: 4 images",
+                     "wrote batch.png: task detect, 4 images",
                      "plan: 16 images; per epoch 2 batches of 8",
                      "bottleneck: ",
                      "packed YOLO split train: 12 images, 80 classes",

@@ -59,7 +59,8 @@ def make_set(root: Path, task: str, n: int = 8, yaml_extra: str | None = None) -
 
 
 def on_paint(task: str, b: dict, r: int, red: np.ndarray, size: int) -> list[float]:
-    """The share of row r's mask / rotated box that is painted red and inside the row's own box, or per visible
+    """The share of row r's mask (on the paint grown by one mask pixel) / rotated box that is painted red and inside the
+    row's own box, or per visible
     keypoint 1 when red lies within a pixel of it (they sit just inside the shapes' edges) and it is in the box."""
     import cv2
     from ultralytics.utils.ops import xywhr2xyxyxyxy
@@ -81,5 +82,13 @@ def on_paint(task: str, b: dict, r: int, red: np.ndarray, size: int) -> list[flo
         j = int((b["batch_idx"][:r] == i).sum())   # the row's place among its image's rows: mask value j + 1
         small = (b["masks"][i] == j + 1).numpy().astype(np.uint8)
         area = cv2.resize(small, (size, size), interpolation=cv2.INTER_NEAREST)
+        # the trainer draws masks by Ultralytics' rule, which takes mask pixels (ratio x ratio blocks) that only
+        # touch the object: judged against the paint and the box grown by one mask pixel; a misplaced mask
+        # still falls off them
+        ratio = size // small.shape[-1]
+        grown = cv2.dilate(red[i].astype(np.uint8), np.ones((2 * ratio + 1,) * 2, np.uint8)) > 0
+        shown = area > 0
+        box = cv2.dilate(own.astype(np.uint8), np.ones((2 * ratio + 1,) * 2, np.uint8)) > 0
+        return [float(min(grown[shown].mean(), box[shown].mean()))] if area.sum() > 20 else []
     shown = area > 0
     return [float(min(red[i][shown].mean(), own[shown].mean()))] if area.sum() > 20 else []
