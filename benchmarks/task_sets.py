@@ -33,7 +33,7 @@ import cv2
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import default_source, replicate_coco  # noqa: E402
+from common import default_source, replicate_coco, write_painted_set  # noqa: E402
 
 TASKS = ("detect", "segment", "pose", "obb")
 SPLIT = "train2017"
@@ -180,23 +180,7 @@ def paint_shapes(img: np.ndarray, rng) -> list[str]:
 def make_shapes_seg(dst: Path, src: Path | None = None, n_train: int = 192, n_val: int = 64, seed: int = 0) -> Path:
     """Shapes with exact polygons on the source's photos (320 px long side), train/val on different photos."""
     backgrounds = sorted((Path(src or default_source()) / "images" / SPLIT).glob("*.jpg"))
-    cut = max(1, len(backgrounds) * 3 // 4)
-    rng = np.random.default_rng(seed)
-    if dst.exists():
-        shutil.rmtree(dst)
-    for split, n, pool in (("train", n_train, backgrounds[:cut]), ("val", n_val, backgrounds[cut:] or backgrounds)):
-        (dst / "images" / split).mkdir(parents=True)
-        (dst / "labels" / split).mkdir(parents=True)
-        for k in range(n):
-            img = cv2.imread(str(pool[k % len(pool)]))
-            r = 320 / max(img.shape[:2])
-            img = cv2.resize(img, (round(img.shape[1] * r), round(img.shape[0] * r)), interpolation=cv2.INTER_AREA)
-            lines = paint_shapes(img, rng)
-            cv2.imwrite(str(dst / "images" / split / f"{k:05d}.jpg"), img, [cv2.IMWRITE_JPEG_QUALITY, 90])
-            (dst / "labels" / split / f"{k:05d}.txt").write_text("".join(f"{ln}\n" for ln in lines))
-    names = "".join(f"  {i}: {n}\n" for i, n in enumerate(SHAPES))
-    (dst / "data.yaml").write_text(f"path: {dst}\ntrain: images/train\nval: images/val\nnames:\n{names}")
-    return dst / "data.yaml"
+    return write_painted_set(dst, backgrounds, paint_shapes, list(SHAPES), n_train, n_val, seed)
 
 
 def main() -> int:

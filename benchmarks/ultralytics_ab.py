@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, default_source, machine, replicate_coco  # noqa: E402
+from common import REPO, default_source, machine, replicate_coco, write_painted_set  # noqa: E402
 from task_sets import make_shapes_seg, make_task_set  # noqa: E402
 
 ULTRA_VENV = REPO / ".venv-ultralytics"
@@ -85,25 +85,8 @@ def _paint(img, rng) -> list[str]:
 
 def make_shapes(src: Path, dst: Path, n_train: int = 192, n_val: int = 64, seed: int = 0) -> Path:
     """Shapes on real photos (the source's train2017 images as backgrounds), YOLO layout + data.yaml."""
-    import cv2
-    import numpy as np
-
     backgrounds = sorted((src / "images" / "train2017").glob("*.jpg"))
-    cut = max(1, len(backgrounds) * 3 // 4)           # val backgrounds are photos train never shows
-    rng = np.random.default_rng(seed)
-    for split, n, pool in (("train", n_train, backgrounds[:cut]), ("val", n_val, backgrounds[cut:] or backgrounds)):
-        (dst / "images" / split).mkdir(parents=True)
-        (dst / "labels" / split).mkdir(parents=True)
-        for k in range(n):
-            img = cv2.imread(str(pool[k % len(pool)]))
-            r = 320 / max(img.shape[:2])
-            img = cv2.resize(img, (round(img.shape[1] * r), round(img.shape[0] * r)), interpolation=cv2.INTER_AREA)
-            lines = _paint(img, rng)
-            cv2.imwrite(str(dst / "images" / split / f"{k:05d}.jpg"), img, [cv2.IMWRITE_JPEG_QUALITY, 90])
-            (dst / "labels" / split / f"{k:05d}.txt").write_text("\n".join(lines) + "\n")
-    names = "".join(f"  {i}: {n}\n" for i, n in enumerate(SHAPES))
-    (dst / "data.yaml").write_text(f"path: {dst}\ntrain: images/train\nval: images/val\nnames:\n{names}")
-    return dst / "data.yaml"
+    return write_painted_set(dst, backgrounds, _paint, list(SHAPES), n_train, n_val, seed)
 
 
 def make_coco128(src: Path, dst: Path, n: int = 128) -> Path:
