@@ -74,6 +74,12 @@ class BatchBuilder:
         tiles = [own] + [self.partners[k] for k in geometry.partners or ()]
         return augment.render_geometry(tiles, geometry, self.size, self.hyp, out)
 
+    def _mixup_sample(self, plan):
+        """The second sample of `plan`'s mixup, rendered (`_render`) into its own scratch, allocated on first use."""
+        if self.mix_scratch is None:
+            self.mix_scratch = np.empty_like(self.scratch)
+        return self._render(self.partners[plan.mix.other], plan.mix.geometry, self.mix_scratch)
+
     def build(self, indices, epoch: int, batch_id: int, mosaic_on: bool, out: np.ndarray):
         """Fill out[:len(indices)] (uint8 [B,3,S,S]); return (targets float32 [M,6], stage seconds)."""
         cfg, hyp, S = self.cfg, self.hyp, self.size
@@ -94,10 +100,7 @@ class BatchBuilder:
                 plan = plans[j]
                 res, boxes, classes = self._render((img, boxes, classes), plan.geometry, self.scratch)
                 if plan.mix is not None:   # blend with a second sample made the same way
-                    if self.mix_scratch is None:
-                        self.mix_scratch = np.empty_like(self.scratch)
-                    res2, boxes2, classes2 = self._render(self.partners[plan.mix.other], plan.mix.geometry,
-                                                          self.mix_scratch)
+                    res2, boxes2, classes2 = self._mixup_sample(plan)
                     augment.blend(res, res2, plan.mix.weight, res)
                     boxes, classes = np.concatenate([boxes, boxes2]), np.concatenate([classes, classes2])
                 augment.hsv_to_planes(res, planes, plan.hsv, self.plane_scratch)

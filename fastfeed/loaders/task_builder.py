@@ -63,9 +63,7 @@ class TaskBatchBuilder(BatchBuilder):
                 plan = plans[j]
                 res, labels = self._render((img, labels), plan.geometry, self.scratch)
                 if plan.mix is not None:
-                    if self.mix_scratch is None:
-                        self.mix_scratch = np.empty_like(self.scratch)
-                    res2, labels2 = self._render(self.partners[plan.mix.other], plan.mix.geometry, self.mix_scratch)
+                    res2, labels2 = self._mixup_sample(plan)
                     augment.blend(res, res2, plan.mix.weight, res)
                     labels = augment.Labels.concat([labels, labels2])
                 augment.hsv_to_planes(res, planes, plan.hsv, self.plane_scratch)
