@@ -119,8 +119,10 @@ def test_stall_near_zero_when_the_step_is_far_longer_than_loading(store):
     assert res.config["stall_mode"] is True
     assert r.stall.stall_fraction < 0.2
     assert r.stall.step_only_per_s == pytest.approx(1000 / 60)
-    assert r.stall.steps_per_s <= r.stall.step_only_per_s and r.stall.efficiency > 0.75
-    assert r.stall.step_s == pytest.approx(12 * 0.060, rel=0.25)
+    assert r.stall.steps_per_s <= r.stall.step_only_per_s and 0 < r.stall.efficiency <= 1
+    # the 12 steps took at least their 60 ms each; how much longer depends on how busy the machine is (a CPU hog
+    # stretched them by a third and efficiency fell to 0.70 while the stall stayed at 6%), so no upper bound
+    assert r.stall.step_s >= 12 * 0.060 * 0.95
     assert "stall" in format_table(res) and "of 16.7" in format_table(res)
 
 
