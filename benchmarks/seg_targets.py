@@ -1,0 +1,182 @@
+"""What a segmentation model is trained on, fastfeed's loader against Ultralytics' own (issue 28): statistics of
+the training targets both make from the same shapes-seg set with the same augmentation.
+
+    .venv-ultralytics/bin/python benchmarks/seg_targets.py [--imgsz 128] [--samples 800] [--hsv] [--json F]
+
+Both sides read `task_sets.py`'s shapes-seg set (squares, discs and triangles painted on coco128 photos with
+exactly their labels' polygons): Ultralytics through `build_yolo_dataset` in train mode (task=segment, its
+default hyp, mask_ratio 4, overlap_mask), fastfeed through the `cpu` loader with the AugmentHyp, mask rule and
+mask fields `FastfeedSegmentationTrainer` derives from the same arguments. HSV is off unless --hsv, so each
+painted shape keeps one colour and a mask can be judged against the image it labels:
+
+- objects per image, box area (share of the image), boxes touching the image's edge;
+- fill: an object's mask pixels over its box (both at mask resolution);
+- purity: the share of the image pixels under an object's mask within 40 levels (each channel) of the mask's
+  median colour; a mask shifted or grown off its shape covers photo and purity falls;
+- recall: of the pixels in the object's box within that tolerance of the colour, the share under the mask.
+
+Printed as one table, per side: mean and quartiles. Runs in `.venv-ultralytics` (fastfeed is importable there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import default_source  # noqa: E402
+from task_sets import make_shapes_seg  # noqa: E402
+
+TOL = 40
+STATS = ("objects", "box_area", "edge", "fill", "purity", "recall", "sharpness", "grey")
+
+
+def object_stats(img: np.ndarray, masks: np.ndarray, boxes: np.ndarray, ratio: int) -> list[dict]:
+    """img HxWx3 uint8; masks h x w overlap (value j+1 = object j); boxes [n, 4] xyxy pixels."""
+    h, w = img.shape[:2]
+    rows = []
+    for j, (x1, y1, x2, y2) in enumerate(boxes):
+        m = masks == j + 1
+        if not m.any():
+            rows.append({"fill": 0.0, "purity": np.nan, "recall": np.nan,
+                         "box_area": (x2 - x1) * (y2 - y1) / (h * w), "edge": float(_edge(x1, y1, x2, y2, w, h))})
+            continue
+        full = np.repeat(np.repeat(m, ratio, 0), ratio, 1)[:h, :w]
+        px = img[full].astype(int)
+        colour = np.median(px, 0)
+        purity = float((np.abs(px - colour).max(1) < TOL).mean())
+        bx1, by1, bx2, by2 = (int(np.floor(x1)), int(np.floor(y1)), int(np.ceil(x2)), int(np.ceil(y2)))
+        box_img = img[by1:by2, bx1:bx2].astype(int)
+        near = np.abs(box_img - colour).max(2) < TOL
+        recall = float((near & full[by1:by2, bx1:bx2]).sum() / max(near.sum(), 1))
+        mb = m[int(y1 // ratio):int(np.ceil(y2 / ratio)), int(x1 // ratio):int(np.ceil(x2 / ratio))]
+        box_cells = max((x2 - x1) * (y2 - y1) / ratio**2, 1e-6)
+        rows.append({"fill": float(mb.sum() / box_cells), "purity": purity, "recall": recall,
+                     "box_area": (x2 - x1) * (y2 - y1) / (h * w), "edge": float(_edge(x1, y1, x2, y2, w, h))})
+    return rows
+
+
+def image_stats(img: np.ndarray) -> dict:
+    """sharpness: mean |Laplacian| of the grey image off the fill; grey: the share of fill (114) pixels."""
+    import cv2
+
+    grey = (img == 114).all(2)
+    lap = np.abs(cv2.Laplacian(cv2.cvtColor(np.ascontiguousarray(img), cv2.COLOR_RGB2GRAY), cv2.CV_32F))
+    return {"sharpness": float(lap[~grey].mean()) if (~grey).any() else np.nan, "grey": float(grey.mean())}
+
+
+def _edge(x1, y1, x2, y2, w, h, tol=0.5) -> bool:
+    return x1 <= tol or y1 <= tol or x2 >= w - tol or y2 >= h - tol
+
+
+def ultralytics_side(data_yaml: Path, imgsz: int, samples: int, hsv: bool, seed: int) -> tuple[list, list]:
+    import torch
+    import yaml
+    from ultralytics.cfg import get_cfg
+    from ultralytics.data.build import build_yolo_dataset
+    from ultralytics.utils import DEFAULT_CFG
+
+    random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
+    y = yaml.safe_load(data_yaml.read_text())
+    data = {"names": y["names"], "nc": len(y["names"]), "channels": 3}
+    over = {"task": "segment", "imgsz": imgsz, "mask_ratio": 4, "overlap_mask": True}
+    if not hsv:
+        over |= {"hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0}
+    cfg = get_cfg(DEFAULT_CFG, overrides=over)
+    ds = build_yolo_dataset(cfg, str(Path(y["path"]) / y["train"]), 16, data, mode="train")
+    counts, rows, images = [], [], []
+    order = np.random.default_rng(seed).permutation(np.resize(np.arange(len(ds)), samples))
+    for i in order:
+        s = ds[int(i)]
+        img = s["img"].permute(1, 2, 0).numpy()                           # RGB
+        h, w = img.shape[:2]
+        b = s["bboxes"].numpy().reshape(-1, 4) * [w, h, w, h]            # xywh pixels
+        xyxy = np.c_[b[:, :2] - b[:, 2:] / 2, b[:, :2] + b[:, 2:] / 2]
+        counts.append(len(xyxy))
+        rows += object_stats(img, s["masks"][0].numpy(), xyxy, 4)
+        images.append(image_stats(img))
+    return counts, rows, images
+
+
+def fastfeed_side(store: Path, imgsz: int, samples: int, hsv: bool, seed: int) -> tuple[list, list]:
+    from ultralytics.cfg import get_cfg
+    from ultralytics.utils import DEFAULT_CFG
+
+    from fastfeed import Store
+    from fastfeed.integrations.ultralytics.args import augment_hyp, task_fields
+    from fastfeed.loaders import LoaderConfig, create_loader
+
+    over = {"task": "segment", "imgsz": imgsz, "mask_ratio": 4, "overlap_mask": True}
+    if not hsv:
+        over |= {"hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0}
+    args = get_cfg(DEFAULT_CFG, overrides=over)
+    cfg = LoaderConfig(imgsz=imgsz, batch_size=16, workers=2, seed=seed, shuffle=True, hyp=augment_hyp(args),
+                       **task_fields(args, "segment"))
+    loader = create_loader("cpu", Store(store), cfg)
+    counts, rows, images, epoch = [], [], [], 0
+    try:
+        while len(counts) < samples:
+            loader.set_epoch(epoch)
+            epoch += 1
+            for batch in loader:
+                t = batch.targets.numpy()
+                for k in range(len(batch.images)):
+                    img = batch.images[k].permute(1, 2, 0).numpy()
+                    h, w = img.shape[:2]
+                    b = t[t[:, 0] == k, 2:6] * [w, h, w, h]
+                    xyxy = np.c_[b[:, :2] - b[:, 2:] / 2, b[:, :2] + b[:, 2:] / 2]
+                    counts.append(len(xyxy))
+                    rows += object_stats(img, batch.masks[k].numpy(), xyxy, cfg.mask_ratio)
+                    images.append(image_stats(img))
+                if len(counts) >= samples:
+                    break
+    finally:
+        loader.close()
+    return counts, rows, images
+
+
+def summary(counts: list, rows: list, images: list) -> dict:
+    out = {"objects": (float(np.mean(counts)), *np.percentile(counts, [25, 50, 75]))}
+    for k in STATS[1:]:
+        v = np.array([r[k] for r in (images if k in ("sharpness", "grey") else rows)], float)
+        v = v[~np.isnan(v)]
+        out[k] = (float(v.mean()), *(float(q) for q in np.percentile(v, [25, 50, 75])))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--imgsz", type=int, default=128)
+    ap.add_argument("--samples", type=int, default=800, help="training samples per side")
+    ap.add_argument("--hsv", action="store_true", help="keep HSV augmentation on (purity and recall then mean less)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="ff-segt-") as tmp:
+        tmp = Path(tmp)
+        data = make_shapes_seg(tmp / "shapes-seg", default_source())
+        store = tmp / "seg.ff"
+        subprocess.run([sys.executable, "-m", "fastfeed", "pack", str(data), "--task", "segment", "-o", str(store),
+                        "--quiet"], check=True, capture_output=True)
+        res = {"Ultralytics": summary(*ultralytics_side(data, args.imgsz, args.samples, args.hsv, args.seed)),
+               "fastfeed cpu": summary(*fastfeed_side(store, args.imgsz, args.samples, args.hsv, args.seed))}
+    print(f"imgsz {args.imgsz}, {args.samples} training samples a side, HSV {'on' if args.hsv else 'off'}; "
+          "mean (quartiles)\n")
+    print("| side | " + " | ".join(STATS) + " |\n|---|" + "---|" * len(STATS))
+    for side, s in res.items():
+        print(f"| {side} | " + " | ".join(f"{s[k][0]:.3f} ({s[k][1]:.2f}, {s[k][2]:.2f}, {s[k][3]:.2f})"
+                                          for k in STATS) + " |")
+    if args.json:
+        args.json.write_text(json.dumps(res | {"config": {k: str(v) for k, v in vars(args).items()}}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
