@@ -2,6 +2,7 @@
 
     python benchmarks/ultralytics_ab.py [--task detect|segment] [--data shapes|coco128] [--imgsz 160] [--epochs 30]
                                         [--batch 16] [--seeds 0 1] [--contender ultralytics --contender cpu ...] [--json F]
+                                        [--weights PRETRAINED.pt] [--classes 0 ...] [--close-mosaic N]
 
 Everything but the train loader is the same: Ultralytics 8.4's DetectionTrainer, `yolov8n.yaml` from
 scratch, data, epochs, batch, seed, device, and Ultralytics' own validation (the final mAP50 and
@@ -22,6 +23,10 @@ CPU allows to get off mAP 0, so use it on an accelerator (`--device 0 --imgsz 64
 loader or by FastfeedSegmentationTrainer; box and mask mAPs side by side. Its `shapes` is `task_sets.py`'s
 shapes-seg (the same kind of set, non-overlapping shapes whose polygons are exactly the painted ones); its
 `coco128` is coco128's own polygons (`task_sets.py --task segment`, train = val).
+
+A from-scratch model learns nothing from coco128 in the epochs a CPU allows, so the real-data A/B there is a
+fine-tune: `--weights` starts both contenders from one checkpoint (e.g. a model trained first on the same set by
+Ultralytics' own loader), `--classes` can narrow it to the classes a small set holds enough of.
 
 The runs use `.venv-ultralytics` (`make venv-ultralytics`), created on first use.
 """
@@ -130,14 +135,16 @@ def run_one(contender: str, data: str, seed: int, args) -> dict:
         clock["train"] += time.perf_counter() - clock["epoch_start"]
         clock["images"] += len(t.train_loader.sampler)
 
-    model = YOLO(model_yaml)
+    model = YOLO(args.weights or model_yaml)
     for event, fn in (("on_train_epoch_start", epoch_start), ("on_train_batch_start", batch_start),
                       ("on_train_batch_end", batch_end), ("on_train_epoch_end", epoch_end)):
         model.add_callback(event, fn)
     t0 = time.perf_counter()
     metrics = model.train(data=data, trainer=trainer, epochs=args.epochs, imgsz=args.imgsz, batch=args.batch,
                           seed=seed, device=args.device, workers=args.workers, cache=False, plots=False, val=False,
-                          project=args.project, name=f"{contender}-s{seed}", exist_ok=True, verbose=False)
+                          project=args.project, name=f"{contender}-s{seed}", exist_ok=True, verbose=False,
+                          **({"classes": args.classes} if args.classes else {}),
+                          **({"close_mosaic": args.close_mosaic} if args.close_mosaic is not None else {}))
     wall = time.perf_counter() - t0
     masks = {"mask_map50": float(metrics.seg.map50), "mask_map": float(metrics.seg.map)} if args.task == "segment" else {}
     return masks | {"contender": contender, "seed": seed, "map50": float(metrics.box.map50), "map": float(metrics.box.map),
@@ -177,6 +184,11 @@ def main() -> int:
     ap.add_argument("--device", default="cpu", help="Ultralytics' device argument, e.g. 0 for the first GPU")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--contender", action="append", choices=CONTENDERS, help="default: all three")
+    ap.add_argument("--weights", type=Path, help="start every run from this checkpoint of the task's model (a "
+                    "fine-tune A/B: e.g. a model pretrained on the same data) instead of from scratch")
+    ap.add_argument("--classes", type=int, nargs="+", help="train and validate on these classes only (Ultralytics' "
+                    "classes=, honoured by fastfeed's trainers)")
+    ap.add_argument("--close-mosaic", type=int, help="Ultralytics' close_mosaic (its default: the last 10 epochs)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--run", nargs=3, metavar=("CONTENDER", "DATA_YAML", "SEED"), help=argparse.SUPPRESS)
     ap.add_argument("--project", default=None, help=argparse.SUPPRESS)
@@ -204,6 +216,9 @@ def main() -> int:
                 cmd = [str(py), __file__, "--run", c, str(data), str(seed), "--task", args.task, "--imgsz", str(args.imgsz),
                        "--epochs", str(args.epochs), "--batch", str(args.batch), "--workers", str(args.workers),
                        "--device", args.device, "--project", str(tmp / "runs")]
+                cmd += ["--weights", str(args.weights.resolve())] if args.weights else []
+                cmd += ["--classes", *map(str, args.classes)] if args.classes else []
+                cmd += ["--close-mosaic", str(args.close_mosaic)] if args.close_mosaic is not None else []
                 out = subprocess.run(cmd, capture_output=True, text=True, env=env)
                 lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
                 if out.returncode != 0 or not lines:
