@@ -1,7 +1,7 @@
 """What a segmentation model is trained on, fastfeed's loader against Ultralytics' own (issue 28): statistics of
 the training targets both make from the same shapes-seg set with the same augmentation.
 
-    .venv-ultralytics/bin/python benchmarks/seg_targets.py [--imgsz 128] [--samples 800] [--hsv] [--json F]
+    .venv-ultralytics/bin/python benchmarks/seg_targets.py [--imgsz 128] [--samples 800] [--hsv] [--no-mosaic] [--json F]
 
 Both sides read `task_sets.py`'s shapes-seg set (squares, discs and triangles painted on coco128 photos with
 exactly their labels' polygons): Ultralytics through `build_yolo_dataset` in train mode (task=segment, its
@@ -9,7 +9,7 @@ default hyp, mask_ratio 4, overlap_mask), fastfeed through the `cpu` loader with
 mask fields `FastfeedSegmentationTrainer` derives from the same arguments. HSV is off unless --hsv, so each
 painted shape keeps one colour and a mask can be judged against the image it labels:
 
-- objects per image, box area (share of the image), boxes touching the image's edge;
+- objects per image, box area (share of the image), boxes touching the image's edge, objects without a mask pixel;
 - fill: an object's mask pixels over its box (both at mask resolution);
 - purity: the share of the image pixels under an object's mask within 40 levels (each channel) of the mask's
   median colour; a mask shifted or grown off its shape covers photo and purity falls;
@@ -35,17 +35,17 @@ from common import default_source  # noqa: E402
 from task_sets import make_shapes_seg  # noqa: E402
 
 TOL = 40
-STATS = ("objects", "box_area", "edge", "fill", "purity", "recall", "sharpness", "grey")
+STATS = ("objects", "box_area", "edge", "empty", "fill", "purity", "recall", "sharpness", "grey")
 
 
 def object_stats(img: np.ndarray, masks: np.ndarray, boxes: np.ndarray, ratio: int) -> list[dict]:
     """img HxWx3 uint8; masks h x w overlap (value j+1 = object j); boxes [n, 4] xyxy pixels."""
     h, w = img.shape[:2]
     rows = []
-    for j, (x1, y1, x2, y2) in enumerate(boxes):
+    for j, (x1, y1, x2, y2) in enumerate(np.clip(boxes, 0, [w, h, w, h])):   # Ultralytics' flip leaves -1e-5s
         m = masks == j + 1
         if not m.any():
-            rows.append({"fill": 0.0, "purity": np.nan, "recall": np.nan,
+            rows.append({"fill": 0.0, "purity": np.nan, "recall": np.nan, "empty": 1.0,
                          "box_area": (x2 - x1) * (y2 - y1) / (h * w), "edge": float(_edge(x1, y1, x2, y2, w, h))})
             continue
         full = np.repeat(np.repeat(m, ratio, 0), ratio, 1)[:h, :w]
@@ -58,7 +58,7 @@ def object_stats(img: np.ndarray, masks: np.ndarray, boxes: np.ndarray, ratio: i
         recall = float((near & full[by1:by2, bx1:bx2]).sum() / max(near.sum(), 1))
         mb = m[int(y1 // ratio):int(np.ceil(y2 / ratio)), int(x1 // ratio):int(np.ceil(x2 / ratio))]
         box_cells = max((x2 - x1) * (y2 - y1) / ratio**2, 1e-6)
-        rows.append({"fill": float(mb.sum() / box_cells), "purity": purity, "recall": recall,
+        rows.append({"fill": float(mb.sum() / box_cells), "purity": purity, "recall": recall, "empty": 0.0,
                      "box_area": (x2 - x1) * (y2 - y1) / (h * w), "edge": float(_edge(x1, y1, x2, y2, w, h))})
     return rows
 
@@ -76,7 +76,15 @@ def _edge(x1, y1, x2, y2, w, h, tol=0.5) -> bool:
     return x1 <= tol or y1 <= tol or x2 >= w - tol or y2 >= h - tol
 
 
-def ultralytics_side(data_yaml: Path, imgsz: int, samples: int, hsv: bool, seed: int) -> tuple[list, list]:
+def overrides(imgsz: int, hsv: bool, mosaic: bool) -> dict:
+    """Ultralytics' training arguments both sides take: its defaults, HSV off unless asked, mosaic as asked."""
+    over = {"task": "segment", "imgsz": imgsz, "mask_ratio": 4, "overlap_mask": True}
+    if not hsv:
+        over |= {"hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0}
+    return over | ({} if mosaic else {"mosaic": 0.0})
+
+
+def ultralytics_side(data_yaml: Path, imgsz: int, samples: int, over: dict, seed: int) -> tuple[list, list]:
     import torch
     import yaml
     from ultralytics.cfg import get_cfg
@@ -86,9 +94,6 @@ def ultralytics_side(data_yaml: Path, imgsz: int, samples: int, hsv: bool, seed:
     random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
     y = yaml.safe_load(data_yaml.read_text())
     data = {"names": y["names"], "nc": len(y["names"]), "channels": 3}
-    over = {"task": "segment", "imgsz": imgsz, "mask_ratio": 4, "overlap_mask": True}
-    if not hsv:
-        over |= {"hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0}
     cfg = get_cfg(DEFAULT_CFG, overrides=over)
     ds = build_yolo_dataset(cfg, str(Path(y["path"]) / y["train"]), 16, data, mode="train")
     counts, rows, images = [], [], []
@@ -105,7 +110,7 @@ def ultralytics_side(data_yaml: Path, imgsz: int, samples: int, hsv: bool, seed:
     return counts, rows, images
 
 
-def fastfeed_side(store: Path, imgsz: int, samples: int, hsv: bool, seed: int) -> tuple[list, list]:
+def fastfeed_side(store: Path, imgsz: int, samples: int, over: dict, seed: int) -> tuple[list, list]:
     from ultralytics.cfg import get_cfg
     from ultralytics.utils import DEFAULT_CFG
 
@@ -113,9 +118,6 @@ def fastfeed_side(store: Path, imgsz: int, samples: int, hsv: bool, seed: int) -
     from fastfeed.integrations.ultralytics.args import augment_hyp, task_fields
     from fastfeed.loaders import LoaderConfig, create_loader
 
-    over = {"task": "segment", "imgsz": imgsz, "mask_ratio": 4, "overlap_mask": True}
-    if not hsv:
-        over |= {"hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0}
     args = get_cfg(DEFAULT_CFG, overrides=over)
     cfg = LoaderConfig(imgsz=imgsz, batch_size=16, workers=2, seed=seed, shuffle=True, hyp=augment_hyp(args),
                        **task_fields(args, "segment"))
@@ -142,6 +144,36 @@ def fastfeed_side(store: Path, imgsz: int, samples: int, hsv: bool, seed: int) -
     return counts, rows, images
 
 
+def trainer_side(data_yaml: Path, imgsz: int, samples: int, over: dict, seed: int) -> tuple[list, list]:
+    """The batches FastfeedSegmentationTrainer hands Ultralytics' loss (its collate: masks, batch_idx, bboxes)."""
+    from fastfeed.integrations.ultralytics import FastfeedSegmentationTrainer
+
+    args = over | {"model": "yolov8n-seg.yaml", "data": str(data_yaml), "batch": 16, "epochs": 20, "device": "cpu",
+                   "workers": 2, "plots": False, "val": False, "seed": seed, "project": str(data_yaml.parent / "runs")}
+    trainer = FastfeedSegmentationTrainer(overrides=args)
+    trainer.model = trainer.get_model(cfg="yolov8n-seg.yaml", verbose=False)
+    feed = trainer.get_dataloader(trainer.data["train"], batch_size=16, rank=-1, mode="train")
+    counts, rows, images, epoch = [], [], [], 0
+    try:
+        while len(counts) < samples:
+            feed.sampler.set_epoch(epoch)
+            epoch += 1
+            for b in feed:
+                for k in range(len(b["img"])):
+                    img = b["img"][k].permute(1, 2, 0).numpy()
+                    h, w = img.shape[:2]
+                    bx = b["bboxes"][b["batch_idx"] == k].numpy().reshape(-1, 4) * [w, h, w, h]
+                    xyxy = np.c_[bx[:, :2] - bx[:, 2:] / 2, bx[:, :2] + bx[:, 2:] / 2]
+                    counts.append(len(xyxy))
+                    rows += object_stats(img, b["masks"][k].numpy(), xyxy, h // b["masks"].shape[-1])
+                    images.append(image_stats(img))
+                if len(counts) >= samples:
+                    break
+    finally:
+        feed.close()
+    return counts, rows, images
+
+
 def summary(counts: list, rows: list, images: list) -> dict:
     out = {"objects": (float(np.mean(counts)), *np.percentile(counts, [25, 50, 75]))}
     for k in STATS[1:]:
@@ -156,6 +188,7 @@ def main() -> int:
     ap.add_argument("--imgsz", type=int, default=128)
     ap.add_argument("--samples", type=int, default=800, help="training samples per side")
     ap.add_argument("--hsv", action="store_true", help="keep HSV augmentation on (purity and recall then mean less)")
+    ap.add_argument("--no-mosaic", action="store_true", help="mosaic off (as in the last close_mosaic epochs)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -165,9 +198,12 @@ def main() -> int:
         store = tmp / "seg.ff"
         subprocess.run([sys.executable, "-m", "fastfeed", "pack", str(data), "--task", "segment", "-o", str(store),
                         "--quiet"], check=True, capture_output=True)
-        res = {"Ultralytics": summary(*ultralytics_side(data, args.imgsz, args.samples, args.hsv, args.seed)),
-               "fastfeed cpu": summary(*fastfeed_side(store, args.imgsz, args.samples, args.hsv, args.seed))}
-    print(f"imgsz {args.imgsz}, {args.samples} training samples a side, HSV {'on' if args.hsv else 'off'}; "
+        over = overrides(args.imgsz, args.hsv, not args.no_mosaic)
+        res = {"Ultralytics": summary(*ultralytics_side(data, args.imgsz, args.samples, over, args.seed)),
+               "fastfeed cpu": summary(*fastfeed_side(store, args.imgsz, args.samples, over, args.seed)),
+               "FastfeedSegmentationTrainer": summary(*trainer_side(data, args.imgsz, args.samples, over, args.seed))}
+    print(f"imgsz {args.imgsz}, {args.samples} training samples a side, HSV {'on' if args.hsv else 'off'}, "
+          f"mosaic {'off' if args.no_mosaic else 'on'}; "
           "mean (quartiles)\n")
     print("| side | " + " | ".join(STATS) + " |\n|---|" + "---|" * len(STATS))
     for side, s in res.items():
