@@ -156,23 +156,36 @@ def shape_polygon(cls: int, x1: int, y1: int, side: int) -> np.ndarray:
     return np.float32([[x1 + side / 2, y1], [x1 + side, y1 + side], [x1, y1 + side]])
 
 
-def paint_shapes(img: np.ndarray, rng) -> list[str]:
-    """Paint 1-4 non-overlapping shapes on `img` (BGR, in place); their YOLO-seg lines (the painted polygons)."""
-    h, w = img.shape[:2]
-    taken, lines = [], []
+def placements(h: int, w: int, rng, lo: float = 0.12, hi: float = 0.4):
+    """1-4 non-overlapping squares (x1, y1, side) in an h x w image, side a `lo`-`hi` share of the short side
+    (a square given up after 20 tries). A generator: what the caller draws from `rng` between two squares keeps
+    its place in the stream."""
+    taken = []
     for _ in range(int(rng.integers(1, 5))):
         for _attempt in range(20):
-            side = int(rng.uniform(0.12, 0.4) * min(h, w))
+            side = int(rng.uniform(lo, hi) * min(h, w))
             x1, y1 = int(rng.integers(0, w - side)), int(rng.integers(0, h - side))
             if all(x1 + side < a or a + s < x1 or y1 + side < b or b + s < y1 for a, b, s in taken):
                 break
         else:
             continue
         taken.append((x1, y1, side))
+        yield x1, y1, side
+
+
+def _fill(img: np.ndarray, poly: np.ndarray, rng) -> None:
+    colour = tuple(int(c) for c in rng.integers(0, 256, 3))
+    cv2.fillPoly(img, [np.round(poly).astype(np.int32)], colour, lineType=cv2.LINE_AA)
+
+
+def paint_shapes(img: np.ndarray, rng) -> list[str]:
+    """Paint 1-4 non-overlapping shapes on `img` (BGR, in place); their YOLO-seg lines (the painted polygons)."""
+    h, w = img.shape[:2]
+    lines = []
+    for x1, y1, side in placements(h, w, rng):
         cls = int(rng.integers(len(SHAPES)))
         poly = shape_polygon(cls, x1, y1, side)
-        colour = tuple(int(c) for c in rng.integers(0, 256, 3))
-        cv2.fillPoly(img, [np.round(poly).astype(np.int32)], colour, lineType=cv2.LINE_AA)
+        _fill(img, poly, rng)
         lines.append(f"{cls} {_fmt((poly / np.float32([w, h])).clip(0, 1).ravel())}")
     return lines
 
