@@ -1,6 +1,6 @@
 """Datasets per Ultralytics task from coco128's real photos (issue 28), YOLO layout + data.yaml each.
 
-    python benchmarks/task_sets.py --task segment|pose|obb|detect|shapes-seg --out DIR [--images N]
+    python benchmarks/task_sets.py --task segment|pose|obb|detect|shapes-seg|shapes-pose|shapes-obb --out DIR
 
 - `segment`: coco128's own polygons (COCO `segmentation`, crowd regions left out as for boxes) as YOLO-seg
   lines. An object drawn in several parts (82 of coco128's 929) becomes one outline: each further part is
@@ -17,6 +17,11 @@
 - `shapes-seg`: a set a from-scratch yolov8n-seg learns on a CPU in minutes: coco128 photos as
   backgrounds with 1-4 non-overlapping squares, discs (32-gons) and triangles painted with exactly the
   polygons of their labels; train and val on different photos.
+- `shapes-pose`: the same kind of set for a from-scratch yolov8n-pose: 1-4 non-overlapping isosceles triangles
+  turned by up to +-30 degrees, one class, their corners as 3 keypoints (apex, the image's left base, right
+  base; visibility 2), kpt_shape [3, 3], flip_idx [0, 2, 1] (a mirror swaps the base corners).
+- `shapes-obb`: 1-4 non-overlapping rectangles (aspect 1.4-2.2) and bars (3.5-5) turned by any angle, their
+  YOLO-OBB lines exactly the painted corners.
 `--images N` cycles the source images to N real files (`common.replicate_coco`); data.yaml has train = val.
 """
 
@@ -156,23 +161,36 @@ def shape_polygon(cls: int, x1: int, y1: int, side: int) -> np.ndarray:
     return np.float32([[x1 + side / 2, y1], [x1 + side, y1 + side], [x1, y1 + side]])
 
 
-def paint_shapes(img: np.ndarray, rng) -> list[str]:
-    """Paint 1-4 non-overlapping shapes on `img` (BGR, in place); their YOLO-seg lines (the painted polygons)."""
-    h, w = img.shape[:2]
-    taken, lines = [], []
+def placements(h: int, w: int, rng, lo: float = 0.12, hi: float = 0.4):
+    """1-4 non-overlapping squares (x1, y1, side) in an h x w image, side a `lo`-`hi` share of the short side
+    (a square given up after 20 tries). A generator: what the caller draws from `rng` between two squares keeps
+    its place in the stream."""
+    taken = []
     for _ in range(int(rng.integers(1, 5))):
         for _attempt in range(20):
-            side = int(rng.uniform(0.12, 0.4) * min(h, w))
+            side = int(rng.uniform(lo, hi) * min(h, w))
             x1, y1 = int(rng.integers(0, w - side)), int(rng.integers(0, h - side))
             if all(x1 + side < a or a + s < x1 or y1 + side < b or b + s < y1 for a, b, s in taken):
                 break
         else:
             continue
         taken.append((x1, y1, side))
+        yield x1, y1, side
+
+
+def _fill(img: np.ndarray, poly: np.ndarray, rng) -> None:
+    colour = tuple(int(c) for c in rng.integers(0, 256, 3))
+    cv2.fillPoly(img, [np.round(poly).astype(np.int32)], colour, lineType=cv2.LINE_AA)
+
+
+def paint_shapes(img: np.ndarray, rng) -> list[str]:
+    """Paint 1-4 non-overlapping shapes on `img` (BGR, in place); their YOLO-seg lines (the painted polygons)."""
+    h, w = img.shape[:2]
+    lines = []
+    for x1, y1, side in placements(h, w, rng):
         cls = int(rng.integers(len(SHAPES)))
         poly = shape_polygon(cls, x1, y1, side)
-        colour = tuple(int(c) for c in rng.integers(0, 256, 3))
-        cv2.fillPoly(img, [np.round(poly).astype(np.int32)], colour, lineType=cv2.LINE_AA)
+        _fill(img, poly, rng)
         lines.append(f"{cls} {_fmt((poly / np.float32([w, h])).clip(0, 1).ravel())}")
     return lines
 
@@ -183,15 +201,84 @@ def make_shapes_seg(dst: Path, src: Path | None = None, n_train: int = 192, n_va
     return write_painted_set(dst, backgrounds, paint_shapes, list(SHAPES), n_train, n_val, seed)
 
 
+# --- shapes-pose, shapes-obb ---------------------------------------------------------------------
+
+POSE_KPTS = ("apex", "left_base", "right_base")   # left/right as the image shows them
+POSE_FLIP_IDX = [0, 2, 1]                          # a mirrored image's left base is the original's right one
+OBB_SHAPES = ("rectangle", "bar")
+_OBB_ASPECT = ((1.4, 2.2), (3.5, 5.0))             # long side over short side per OBB class
+_SIZES = (0.18, 0.45)                              # bigger than shapes-seg's: keypoints and thin bars at imgsz 128
+
+
+def pose_triangle(x1: float, y1: float, side: float, angle: float) -> np.ndarray:
+    """An isosceles triangle inscribed in the circle of the square (x1, y1, side), apex up when `angle` (degrees,
+    clockwise on screen) is 0: float32 [3, 2] pixels in POSE_KPTS' order. The base corners sit at 135 and 45
+    degrees from the apex's 270 (y down), so for |angle| < 45 the left base has the smaller x."""
+    r = side / 2
+    t = np.radians(np.float32([270, 135, 45]) + angle)
+    return np.stack([x1 + r + r * np.cos(t), y1 + r + r * np.sin(t)], 1).astype(np.float32)
+
+
+def obb_corners(x1: float, y1: float, side: float, aspect: float, angle: float) -> np.ndarray:
+    """A rectangle of `aspect` whose diagonal is `side`, centred in the square (x1, y1, side) and turned by
+    `angle` degrees: its four corners, float32 [4, 2] pixels (cv2.boxPoints' order)."""
+    long_side = side / np.sqrt(1 + aspect ** -2)
+    return cv2.boxPoints(((x1 + side / 2, y1 + side / 2), (long_side, long_side / aspect), angle)).astype(np.float32)
+
+
+def paint_pose(img: np.ndarray, rng) -> list[str]:
+    """Paint 1-4 non-overlapping triangles turned by up to +-30 degrees; their YOLO-pose lines (box of the
+    corners, the three corners as keypoints, visibility 2)."""
+    h, w = img.shape[:2]
+    lines = []
+    for x1, y1, side in placements(h, w, rng, *_SIZES):
+        tri = pose_triangle(x1, y1, side, rng.uniform(-30, 30))
+        _fill(img, tri, rng)
+        (lx, ly), (hx, hy) = tri.min(0), tri.max(0)
+        box = [(lx + hx) / 2 / w, (ly + hy) / 2 / h, (hx - lx) / w, (hy - ly) / h]
+        lines.append("0 " + _fmt(box) + "".join(f" {u:.6f} {v:.6f} 2" for u, v in tri / np.float32([w, h])))
+    return lines
+
+
+def paint_obb(img: np.ndarray, rng) -> list[str]:
+    """Paint 1-4 non-overlapping rectangles and bars at any angle; their YOLO-OBB lines (the painted corners)."""
+    h, w = img.shape[:2]
+    lines = []
+    for x1, y1, side in placements(h, w, rng, *_SIZES):
+        cls = int(rng.integers(len(OBB_SHAPES)))
+        corners = obb_corners(x1, y1, side, rng.uniform(*_OBB_ASPECT[cls]), rng.uniform(0, 180))
+        _fill(img, corners, rng)
+        lines.append(f"{cls} {_fmt((corners / np.float32([w, h])).clip(0, 1).ravel())}")
+    return lines
+
+
+def make_shapes_pose(dst: Path, src: Path | None = None, n_train: int = 192, n_val: int = 64, seed: int = 0) -> Path:
+    """Triangles with their corners as 3 keypoints (see paint_pose) on the source's photos; data.yaml with
+    kpt_shape [3, 3] and flip_idx POSE_FLIP_IDX."""
+    backgrounds = sorted((Path(src or default_source()) / "images" / SPLIT).glob("*.jpg"))
+    data = write_painted_set(dst, backgrounds, paint_pose, ["triangle"], n_train, n_val, seed)
+    data.write_text(data.read_text() + f"kpt_shape: [{len(POSE_KPTS)}, 3]\nflip_idx: {POSE_FLIP_IDX}\n")
+    return data
+
+
+def make_shapes_obb(dst: Path, src: Path | None = None, n_train: int = 192, n_val: int = 64, seed: int = 0) -> Path:
+    """Rectangles and bars at random angles with exactly their corners as YOLO-OBB labels, on the source's photos."""
+    backgrounds = sorted((Path(src or default_source()) / "images" / SPLIT).glob("*.jpg"))
+    return write_painted_set(dst, backgrounds, paint_obb, list(OBB_SHAPES), n_train, n_val, seed)
+
+
+PAINTED = {"shapes-seg": make_shapes_seg, "shapes-pose": make_shapes_pose, "shapes-obb": make_shapes_obb}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--task", required=True, choices=(*TASKS, "shapes-seg"))
+    ap.add_argument("--task", required=True, choices=(*TASKS, *PAINTED))
     ap.add_argument("--out", type=Path, required=True, help="folder to write (replaced)")
     ap.add_argument("--images", type=int, help="cycle the source images to this many files (default: each once)")
     ap.add_argument("--src", type=Path, help="COCO source (default: coco128)")
     args = ap.parse_args()
-    if args.task == "shapes-seg":
-        data = make_shapes_seg(args.out, args.src)
+    if args.task in PAINTED:
+        data = PAINTED[args.task](args.out, args.src)
     else:
         data = make_task_set(args.task, args.out, args.src, args.images)
     labels = list((args.out / "labels").rglob("*.txt"))

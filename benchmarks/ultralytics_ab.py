@@ -1,6 +1,6 @@
 """A/B inside Ultralytics' own trainer: its training dataloader against fastfeed's (`FastfeedTrainer`).
 
-    python benchmarks/ultralytics_ab.py [--task detect|segment] [--data shapes|coco128] [--imgsz 160] [--epochs 30]
+    python benchmarks/ultralytics_ab.py [--task detect|segment|pose|obb] [--data shapes|coco128] [--imgsz 160] [--epochs 30]
                                         [--batch 16] [--seeds 0 1] [--contender ultralytics --contender cpu ...] [--json F]
                                         [--weights PRETRAINED.pt] [--classes 0 ...] [--close-mosaic N]
 
@@ -24,9 +24,19 @@ loader or by FastfeedSegmentationTrainer; box and mask mAPs side by side. Its `s
 shapes-seg (the same kind of set, non-overlapping shapes whose polygons are exactly the painted ones); its
 `coco128` is coco128's own polygons (`task_sets.py --task segment`, train = val).
 
-A from-scratch model learns nothing from coco128 in the epochs a CPU allows, so the real-data A/B there is a
-fine-tune: `--weights` starts both contenders from one checkpoint (e.g. a model trained first on the same set by
-Ultralytics' own loader), `--classes` can narrow it to the classes a small set holds enough of.
+`--task pose`: `yolov8n-pose.yaml` in PoseTrainer (kpt_shape from data.yaml) or FastfeedPoseTrainer; box and
+pose (keypoint OKS) mAPs. Its `shapes` is shapes-pose (triangles turned by up to +-30 degrees, their 3 corners
+as keypoints, flip_idx [0, 2, 1]); its `coco128` is task_sets' DERIVED pose set (template keypoints on
+coco128's persons: a plumbing check, not a benchmark of keypoints). `--task obb`: `yolov8n-obb.yaml` in
+OBBTrainer or FastfeedOBBTrainer; mAPs of the rotated boxes (Ultralytics' metrics.box for OBB). Its `shapes`
+is shapes-obb (rectangles and bars at any angle, labels their painted corners); its `coco128` is task_sets'
+DERIVED OBB set (each outline's minimum-area rectangle).
+
+A from-scratch model learns nothing from coco128 in the epochs a CPU allows, so a real-data A/B there is either
+long runs on an accelerator or a fine-tune: `--weights` starts both contenders from one checkpoint of the task's
+model (pretrained elsewhere), `--classes` narrows it to the classes a small set holds enough of. A CPU could not
+make such a checkpoint here: yolov8n-seg, 60 epochs from scratch on coco128's persons at imgsz 160, reached box
+mAP50 0.0005.
 
 The runs use `.venv-ultralytics` (`make venv-ultralytics`), created on first use.
 """
@@ -46,14 +56,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import REPO, default_source, machine, replicate_coco, write_painted_set  # noqa: E402
-from task_sets import make_shapes_seg, make_task_set  # noqa: E402
+from task_sets import PAINTED, make_task_set  # noqa: E402
 
 ULTRA_VENV = REPO / ".venv-ultralytics"
 CONTENDERS = ("ultralytics", "cpu", "shm")
 SHAPES = ("square", "disc", "triangle")
 # task -> the model trained from scratch and fastfeed's trainer for it
 TASK_RUNS = {"detect": ("yolov8n.yaml", "FastfeedTrainer"),
-             "segment": ("yolov8n-seg.yaml", "FastfeedSegmentationTrainer")}
+             "segment": ("yolov8n-seg.yaml", "FastfeedSegmentationTrainer"),
+             "pose": ("yolov8n-pose.yaml", "FastfeedPoseTrainer"),
+             "obb": ("yolov8n-obb.yaml", "FastfeedOBBTrainer")}
+# task -> (Ultralytics' metrics attribute, our key prefix) of the mAPs reported beside the box ones
+SECOND_MAPS = {"segment": ("seg", "mask"), "pose": ("pose", "pose")}
 
 
 def ensure_ultralytics_venv() -> Path:
@@ -146,8 +160,11 @@ def run_one(contender: str, data: str, seed: int, args) -> dict:
                           **({"classes": args.classes} if args.classes else {}),
                           **({"close_mosaic": args.close_mosaic} if args.close_mosaic is not None else {}))
     wall = time.perf_counter() - t0
-    masks = {"mask_map50": float(metrics.seg.map50), "mask_map": float(metrics.seg.map)} if args.task == "segment" else {}
-    return masks | {"contender": contender, "seed": seed, "map50": float(metrics.box.map50), "map": float(metrics.box.map),
+    second = {}
+    if args.task in SECOND_MAPS:
+        attr, key = SECOND_MAPS[args.task]
+        second = {f"{key}_map50": float(getattr(metrics, attr).map50), f"{key}_map": float(getattr(metrics, attr).map)}
+    return second | {"contender": contender, "seed": seed, "map50": float(metrics.box.map50), "map": float(metrics.box.map),
             "images_s": clock["images"] / clock["train"], "wait_share": clock["wait"] / clock["train"],
             "wait_s": clock["wait"], "step_s": clock["step"], "train_s": clock["train"], "wall_s": wall, "batches": clock["batches"]}
 
@@ -155,10 +172,11 @@ def run_one(contender: str, data: str, seed: int, args) -> dict:
 # --- driver --------------------------------------------------------------------------------------
 
 def summarise(results: list[dict], contenders) -> list[str]:
-    """Markdown rows per contender: medians (ranges) of box mAPs, and of mask mAPs when the runs have them."""
+    """Markdown rows per contender: medians (ranges) of box mAPs, and of mask or pose mAPs when the runs have them."""
     maps = [("map50", "mAP50"), ("map", "mAP50-95")]
-    if results and "mask_map" in results[0]:
-        maps = [("map50", "box mAP50"), ("map", "box mAP50-95"), ("mask_map50", "mask mAP50"), ("mask_map", "mask mAP50-95")]
+    for key in (k for _, k in SECOND_MAPS.values() if results and f"{k}_map" in results[0]):
+        maps = [("map50", "box mAP50"), ("map", "box mAP50-95"), (f"{key}_map50", f"{key} mAP50"),
+                (f"{key}_map", f"{key} mAP50-95")]
     heads = ["loader", "images/s", "waiting for data", *(h for _, h in maps), "runs (seed: " + " / ".join(h for _, h in maps) + ")"]
     lines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
     for c in contenders:
@@ -176,7 +194,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", choices=tuple(TASK_RUNS), default="detect")
     ap.add_argument("--data", choices=("shapes", "coco128"), default="shapes",
-                    help="shapes: painted shapes a scratch model learns on a CPU (segment: shapes-seg); coco128: real")
+                    help="shapes: painted shapes a scratch model learns on a CPU (segment, pose, obb: task_sets' "
+                         "shapes-seg, shapes-pose, shapes-obb); coco128: real (segment: its polygons; pose, obb: "
+                         "task_sets' sets DERIVED from them, see above)")
     ap.add_argument("--imgsz", type=int, default=160)
     ap.add_argument("--epochs", type=int, default=30)
     ap.add_argument("--batch", type=int, default=16)
@@ -205,9 +225,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="ff-ulab-") as tmp:
         tmp = Path(tmp)
         src = default_source()
-        if args.task == "segment":
-            data = (make_shapes_seg(tmp / "shapes-seg", src) if args.data == "shapes"
-                    else make_task_set("segment", tmp / "coco128-seg", src))
+        if args.task != "detect":
+            painted = {"segment": "shapes-seg", "pose": "shapes-pose", "obb": "shapes-obb"}[args.task]
+            data = (PAINTED[painted](tmp / painted, src) if args.data == "shapes"
+                    else make_task_set(args.task, tmp / f"coco128-{args.task}", src))
         else:
             data = make_shapes(src, tmp / "shapes") if args.data == "shapes" else make_coco128(src, tmp / "coco128")
         env = os.environ | {"YOLO_CONFIG_DIR": str(tmp / "yolo-config"), "YOLO_OFFLINE": "1"}
@@ -226,7 +247,8 @@ def main() -> int:
                                        f"{out.stderr[-5000:]}")
                 r = json.loads(lines[-1][7:])
                 results.append(r)
-                masks = f", mask mAP50 {r['mask_map50']:.3f}, mask mAP50-95 {r['mask_map']:.3f}" if "mask_map" in r else ""
+                masks = "".join(f", {k} mAP50 {r[f'{k}_map50']:.3f}, {k} mAP50-95 {r[f'{k}_map']:.3f}"
+                                for _, k in SECOND_MAPS.values() if f"{k}_map" in r)
                 print(f"{c:12s} seed {seed}: {r['images_s']:6.1f} images/s, waiting {100 * r['wait_share']:4.1f}%, "
                       f"mAP50 {r['map50']:.3f}, mAP50-95 {r['map']:.3f}{masks} ({r['wall_s']:.0f} s)", flush=True)
         shutil.rmtree(tmp / "runs", ignore_errors=True)
