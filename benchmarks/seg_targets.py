@@ -63,6 +63,17 @@ def object_stats(img: np.ndarray, masks: np.ndarray, boxes: np.ndarray, ratio: i
     return rows
 
 
+def add_sample(acc: tuple[list, list, list], img: np.ndarray, masks: np.ndarray, xywh: np.ndarray, ratio: int) -> None:
+    """One training sample's statistics into acc = (objects per image, per-object rows, per-image rows); img HxWx3
+    RGB, masks the overlap mask, xywh [n, 4] normalised boxes in the masks' order."""
+    h, w = img.shape[:2]
+    b = xywh.reshape(-1, 4) * [w, h, w, h]
+    xyxy = np.c_[b[:, :2] - b[:, 2:] / 2, b[:, :2] + b[:, 2:] / 2]
+    acc[0].append(len(xyxy))
+    acc[1].extend(object_stats(img, masks, xyxy, ratio))
+    acc[2].append(image_stats(img))
+
+
 def image_stats(img: np.ndarray) -> dict:
     """sharpness: mean |Laplacian| of the grey image off the fill; grey: the share of fill (114) pixels."""
     import cv2
@@ -96,18 +107,11 @@ def ultralytics_side(data_yaml: Path, imgsz: int, samples: int, over: dict, seed
     data = {"names": y["names"], "nc": len(y["names"]), "channels": 3}
     cfg = get_cfg(DEFAULT_CFG, overrides=over)
     ds = build_yolo_dataset(cfg, str(Path(y["path"]) / y["train"]), 16, data, mode="train")
-    counts, rows, images = [], [], []
-    order = np.random.default_rng(seed).permutation(np.resize(np.arange(len(ds)), samples))
-    for i in order:
+    acc = ([], [], [])
+    for i in np.random.default_rng(seed).permutation(np.resize(np.arange(len(ds)), samples)):
         s = ds[int(i)]
-        img = s["img"].permute(1, 2, 0).numpy()                           # RGB
-        h, w = img.shape[:2]
-        b = s["bboxes"].numpy().reshape(-1, 4) * [w, h, w, h]            # xywh pixels
-        xyxy = np.c_[b[:, :2] - b[:, 2:] / 2, b[:, :2] + b[:, 2:] / 2]
-        counts.append(len(xyxy))
-        rows += object_stats(img, s["masks"][0].numpy(), xyxy, 4)
-        images.append(image_stats(img))
-    return counts, rows, images
+        add_sample(acc, s["img"].permute(1, 2, 0).numpy(), s["masks"][0].numpy(), s["bboxes"].numpy(), 4)
+    return acc
 
 
 def fastfeed_side(store: Path, imgsz: int, samples: int, over: dict, seed: int) -> tuple[list, list]:
@@ -122,26 +126,21 @@ def fastfeed_side(store: Path, imgsz: int, samples: int, over: dict, seed: int) 
     cfg = LoaderConfig(imgsz=imgsz, batch_size=16, workers=2, seed=seed, shuffle=True, hyp=augment_hyp(args),
                        **task_fields(args, "segment"))
     loader = create_loader("cpu", Store(store), cfg)
-    counts, rows, images, epoch = [], [], [], 0
+    acc, epoch = ([], [], []), 0
     try:
-        while len(counts) < samples:
+        while len(acc[0]) < samples:
             loader.set_epoch(epoch)
             epoch += 1
             for batch in loader:
                 t = batch.targets.numpy()
                 for k in range(len(batch.images)):
-                    img = batch.images[k].permute(1, 2, 0).numpy()
-                    h, w = img.shape[:2]
-                    b = t[t[:, 0] == k, 2:6] * [w, h, w, h]
-                    xyxy = np.c_[b[:, :2] - b[:, 2:] / 2, b[:, :2] + b[:, 2:] / 2]
-                    counts.append(len(xyxy))
-                    rows += object_stats(img, batch.masks[k].numpy(), xyxy, cfg.mask_ratio)
-                    images.append(image_stats(img))
-                if len(counts) >= samples:
+                    add_sample(acc, batch.images[k].permute(1, 2, 0).numpy(), batch.masks[k].numpy(),
+                               t[t[:, 0] == k, 2:6], cfg.mask_ratio)
+                if len(acc[0]) >= samples:
                     break
     finally:
         loader.close()
-    return counts, rows, images
+    return acc
 
 
 def trainer_side(data_yaml: Path, imgsz: int, samples: int, over: dict, seed: int) -> tuple[list, list]:
@@ -153,25 +152,19 @@ def trainer_side(data_yaml: Path, imgsz: int, samples: int, over: dict, seed: in
     trainer = FastfeedSegmentationTrainer(overrides=args)
     trainer.model = trainer.get_model(cfg="yolov8n-seg.yaml", verbose=False)
     feed = trainer.get_dataloader(trainer.data["train"], batch_size=16, rank=-1, mode="train")
-    counts, rows, images, epoch = [], [], [], 0
+    acc, trainer.epoch = ([], [], []), 0
     try:
-        while len(counts) < samples:
-            feed.sampler.set_epoch(epoch)
-            epoch += 1
-            for b in feed:
+        while len(acc[0]) < samples:
+            for b in feed:   # the epoch is the trainer's (its loop sets it; here, below)
                 for k in range(len(b["img"])):
-                    img = b["img"][k].permute(1, 2, 0).numpy()
-                    h, w = img.shape[:2]
-                    bx = b["bboxes"][b["batch_idx"] == k].numpy().reshape(-1, 4) * [w, h, w, h]
-                    xyxy = np.c_[bx[:, :2] - bx[:, 2:] / 2, bx[:, :2] + bx[:, 2:] / 2]
-                    counts.append(len(xyxy))
-                    rows += object_stats(img, b["masks"][k].numpy(), xyxy, h // b["masks"].shape[-1])
-                    images.append(image_stats(img))
-                if len(counts) >= samples:
+                    add_sample(acc, b["img"][k].permute(1, 2, 0).numpy(), b["masks"][k].numpy(),
+                               b["bboxes"][b["batch_idx"] == k].numpy(), imgsz // b["masks"].shape[-1])
+                if len(acc[0]) >= samples:
                     break
+            trainer.epoch += 1
     finally:
         feed.close()
-    return counts, rows, images
+    return acc
 
 
 def summary(counts: list, rows: list, images: list) -> dict:
