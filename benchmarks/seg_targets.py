@@ -95,7 +95,7 @@ def overrides(imgsz: int, hsv: bool, mosaic: bool) -> dict:
     return over | ({} if mosaic else {"mosaic": 0.0})
 
 
-def ultralytics_side(data_yaml: Path, imgsz: int, samples: int, over: dict, seed: int) -> tuple[list, list]:
+def ultralytics_side(data_yaml: Path, imgsz: int, samples: int, over: dict, seed: int) -> tuple[list, list, list]:
     import torch
     import yaml
     from ultralytics.cfg import get_cfg
@@ -114,7 +114,7 @@ def ultralytics_side(data_yaml: Path, imgsz: int, samples: int, over: dict, seed
     return acc
 
 
-def fastfeed_side(store: Path, imgsz: int, samples: int, over: dict, seed: int) -> tuple[list, list]:
+def fastfeed_side(store: Path, imgsz: int, samples: int, over: dict, seed: int) -> tuple[list, list, list]:
     from ultralytics.cfg import get_cfg
     from ultralytics.utils import DEFAULT_CFG
 
@@ -143,7 +143,7 @@ def fastfeed_side(store: Path, imgsz: int, samples: int, over: dict, seed: int) 
     return acc
 
 
-def trainer_side(data_yaml: Path, imgsz: int, samples: int, over: dict, seed: int) -> tuple[list, list]:
+def trainer_side(data_yaml: Path, imgsz: int, samples: int, over: dict, seed: int) -> tuple[list, list, list]:
     """The batches FastfeedSegmentationTrainer hands Ultralytics' loss (its collate: masks, batch_idx, bboxes)."""
     from fastfeed.integrations.ultralytics import FastfeedSegmentationTrainer
 

@@ -195,9 +195,14 @@ def paint_shapes(img: np.ndarray, rng) -> list[str]:
     return lines
 
 
+def _backgrounds(src: Path | None) -> list[Path]:
+    """The source's photos the painted sets paint on (coco128's by default)."""
+    return sorted((Path(src or default_source()) / "images" / SPLIT).glob("*.jpg"))
+
+
 def make_shapes_seg(dst: Path, src: Path | None = None, n_train: int = 192, n_val: int = 64, seed: int = 0) -> Path:
     """Shapes with exact polygons on the source's photos (320 px long side), train/val on different photos."""
-    backgrounds = sorted((Path(src or default_source()) / "images" / SPLIT).glob("*.jpg"))
+    backgrounds = _backgrounds(src)
     return write_painted_set(dst, backgrounds, paint_shapes, list(SHAPES), n_train, n_val, seed)
 
 
@@ -255,7 +260,7 @@ def paint_obb(img: np.ndarray, rng) -> list[str]:
 def make_shapes_pose(dst: Path, src: Path | None = None, n_train: int = 192, n_val: int = 64, seed: int = 0) -> Path:
     """Triangles with their corners as 3 keypoints (see paint_pose) on the source's photos; data.yaml with
     kpt_shape [3, 3] and flip_idx POSE_FLIP_IDX."""
-    backgrounds = sorted((Path(src or default_source()) / "images" / SPLIT).glob("*.jpg"))
+    backgrounds = _backgrounds(src)
     data = write_painted_set(dst, backgrounds, paint_pose, ["triangle"], n_train, n_val, seed)
     data.write_text(data.read_text() + f"kpt_shape: [{len(POSE_KPTS)}, 3]\nflip_idx: {POSE_FLIP_IDX}\n")
     return data
@@ -263,7 +268,7 @@ def make_shapes_pose(dst: Path, src: Path | None = None, n_train: int = 192, n_v
 
 def make_shapes_obb(dst: Path, src: Path | None = None, n_train: int = 192, n_val: int = 64, seed: int = 0) -> Path:
     """Rectangles and bars at random angles with exactly their corners as YOLO-OBB labels, on the source's photos."""
-    backgrounds = sorted((Path(src or default_source()) / "images" / SPLIT).glob("*.jpg"))
+    backgrounds = _backgrounds(src)
     return write_painted_set(dst, backgrounds, paint_obb, list(OBB_SHAPES), n_train, n_val, seed)
 
 
