@@ -1,7 +1,7 @@
 """What a segmentation model is trained on, fastfeed's loader against Ultralytics' own (issue 28): statistics of
 the training targets both make from the same shapes-seg set with the same augmentation.
 
-    .venv-ultralytics/bin/python benchmarks/seg_targets.py [--imgsz 128] [--samples 800] [--hsv] [--no-mosaic] [--json F]
+    .venv-ultralytics/bin/python benchmarks/seg_targets.py [--imgsz 128] [--samples 800] [--hsv] [--no-mosaic] [--no-flip] [--json F]
 
 Both sides read `task_sets.py`'s shapes-seg set (squares, discs and triangles painted on coco128 photos with
 exactly their labels' polygons): Ultralytics through `build_yolo_dataset` in train mode (task=segment, its
@@ -13,9 +13,15 @@ painted shape keeps one colour and a mask can be judged against the image it lab
 - fill: an object's mask pixels over its box (both at mask resolution);
 - purity: the share of the image pixels under an object's mask within 40 levels (each channel) of the mask's
   median colour; a mask shifted or grown off its shape covers photo and purity falls;
-- recall: of the pixels in the object's box within that tolerance of the colour, the share under the mask.
+- recall: of the pixels in the object's box within that tolerance of the colour, the share under the mask;
+- alignment (`ALIGN`, objects off the image's edge): the signed offsets in pixels of each mask's and box's centre
+  from its painted region's, the mask's area and the box's sides over the painted region's (`--no-flip` keeps
+  the sign of x offsets);
+- sharpness (mean |Laplacian| of the photo, 3 px off the fill) and the share of fill.
 
-Printed as one table, per side: mean and quartiles. Runs in `.venv-ultralytics` (fastfeed is importable there).
+A fourth side is Ultralytics' val dataset of the same set (letterboxed, unaugmented, square here; its validator
+uses rect batches of the same scale): what the validator scores the model's masks against.
+Printed as two tables, per side: mean and quartiles. Runs in `.venv-ultralytics` (fastfeed is importable there).
 """
 
 from __future__ import annotations
@@ -36,6 +42,10 @@ from task_sets import make_shapes_seg  # noqa: E402
 
 TOL = 40
 STATS = ("objects", "box_area", "edge", "empty", "fill", "purity", "recall", "sharpness", "grey")
+# Alignment against the painted shape (objects off the image's edge only): signed offsets in image pixels of the
+# mask's and the box's centre from the painted region's, the mask's area and the box's width and height over the
+# painted region's. A bias here (a target shifted or grown against its pixels) is what purity and recall blur.
+ALIGN = ("mask_dx", "mask_dy", "mask_size", "box_dx", "box_dy", "box_w", "box_h")
 
 
 def object_stats(img: np.ndarray, masks: np.ndarray, boxes: np.ndarray, ratio: int) -> list[dict]:
@@ -59,8 +69,35 @@ def object_stats(img: np.ndarray, masks: np.ndarray, boxes: np.ndarray, ratio: i
         mb = m[int(y1 // ratio):int(np.ceil(y2 / ratio)), int(x1 // ratio):int(np.ceil(x2 / ratio))]
         box_cells = max((x2 - x1) * (y2 - y1) / ratio**2, 1e-6)
         rows.append({"fill": float(mb.sum() / box_cells), "purity": purity, "recall": recall, "empty": 0.0,
-                     "box_area": (x2 - x1) * (y2 - y1) / (h * w), "edge": float(_edge(x1, y1, x2, y2, w, h))})
+                     "box_area": (x2 - x1) * (y2 - y1) / (h * w), "edge": float(_edge(x1, y1, x2, y2, w, h)),
+                     **alignment(img, full, colour, (x1, y1, x2, y2))})
     return rows
+
+
+def alignment(img: np.ndarray, full: np.ndarray, colour: np.ndarray, box) -> dict:
+    """The ALIGN figures of one object: its painted region is the largest connected set of pixels within TOL of
+    the mask's colour in the box grown by 3 px; NaN for objects on the image's edge or too small to judge."""
+    import cv2
+
+    h, w = img.shape[:2]
+    x1, y1, x2, y2 = box
+    if _edge(x1, y1, x2, y2, w, h, tol=2.0) or min(x2 - x1, y2 - y1) < 6:
+        return dict.fromkeys(ALIGN, np.nan)
+    gx1, gy1 = max(int(np.floor(x1)) - 3, 0), max(int(np.floor(y1)) - 3, 0)
+    gx2, gy2 = min(int(np.ceil(x2)) + 3, w), min(int(np.ceil(y2)) + 3, h)
+    near = (np.abs(img[gy1:gy2, gx1:gx2].astype(int) - colour).max(2) < TOL).astype(np.uint8)
+    n, lab, st, _ = cv2.connectedComponentsWithStats(near, connectivity=4)
+    if n < 2:
+        return dict.fromkeys(ALIGN, np.nan)
+    k = 1 + int(np.argmax(st[1:, cv2.CC_STAT_AREA]))
+    ys, xs = np.nonzero(lab == k)
+    px, py = xs.mean() + gx1 + 0.5, ys.mean() + gy1 + 0.5            # pixel centres: the continuous frame
+    pw, ph = xs.max() - xs.min() + 1, ys.max() - ys.min() + 1
+    pcx, pcy = (xs.min() + xs.max() + 1) / 2 + gx1, (ys.min() + ys.max() + 1) / 2 + gy1
+    my, mx = np.nonzero(full)
+    return {"mask_dx": mx.mean() + 0.5 - px, "mask_dy": my.mean() + 0.5 - py, "mask_size": len(mx) / len(xs),
+            "box_dx": (x1 + x2) / 2 - pcx, "box_dy": (y1 + y2) / 2 - pcy, "box_w": (x2 - x1) / pw,
+            "box_h": (y2 - y1) / ph}
 
 
 def add_sample(acc: tuple[list, list, list], img: np.ndarray, masks: np.ndarray, xywh: np.ndarray, ratio: int) -> None:
@@ -80,22 +117,29 @@ def image_stats(img: np.ndarray) -> dict:
 
     grey = (img == 114).all(2)
     lap = np.abs(cv2.Laplacian(cv2.cvtColor(np.ascontiguousarray(img), cv2.COLOR_RGB2GRAY), cv2.CV_32F))
-    return {"sharpness": float(lap[~grey].mean()) if (~grey).any() else np.nan, "grey": float(grey.mean())}
+    # off the fill and 3 px from it: a warp blends the fill's edge into a band of mixed pixels that a resize
+    # leaves crisp, and that edge (not the photo's detail) would otherwise dominate the figure
+    photo = ~cv2.dilate(grey.astype(np.uint8), np.ones((7, 7), np.uint8)).astype(bool)
+    return {"sharpness": float(lap[photo].mean()) if photo.any() else np.nan, "grey": float(grey.mean())}
 
 
 def _edge(x1, y1, x2, y2, w, h, tol=0.5) -> bool:
     return x1 <= tol or y1 <= tol or x2 >= w - tol or y2 >= h - tol
 
 
-def overrides(imgsz: int, hsv: bool, mosaic: bool) -> dict:
-    """Ultralytics' training arguments both sides take: its defaults, HSV off unless asked, mosaic as asked."""
-    over = {"task": "segment", "imgsz": imgsz, "mask_ratio": 4, "overlap_mask": True}
+def overrides(imgsz: int, hsv: bool, mosaic: bool, flip: bool = True) -> dict:
+    """Ultralytics' training arguments both sides take: its defaults, HSV off unless asked, mosaic and the
+    left-right flip as asked (without the flip a signed x offset cannot cancel out)."""
+    over = {"task": "segment", "imgsz": imgsz, "mask_ratio": 4, "overlap_mask": True} | ({} if flip else {"fliplr": 0.0})
     if not hsv:
         over |= {"hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0}
     return over | ({} if mosaic else {"mosaic": 0.0})
 
 
-def ultralytics_side(data_yaml: Path, imgsz: int, samples: int, over: dict, seed: int) -> tuple[list, list, list]:
+def ultralytics_side(data_yaml: Path, imgsz: int, samples: int, over: dict, seed: int,
+                     split: str = "train") -> tuple[list, list, list]:
+    """Ultralytics' dataset of `split` in that mode: train (augmented), or val (what its validator scores against:
+    letterboxed, unaugmented, its masks; each image once)."""
     import torch
     import yaml
     from ultralytics.cfg import get_cfg
@@ -106,9 +150,10 @@ def ultralytics_side(data_yaml: Path, imgsz: int, samples: int, over: dict, seed
     y = yaml.safe_load(data_yaml.read_text())
     data = {"names": y["names"], "nc": len(y["names"]), "channels": 3}
     cfg = get_cfg(DEFAULT_CFG, overrides=over)
-    ds = build_yolo_dataset(cfg, str(Path(y["path"]) / y["train"]), 16, data, mode="train")
+    ds = build_yolo_dataset(cfg, str(Path(y["path"]) / y[split]), 16, data, mode=split, rect=False)
     acc = ([], [], [])
-    for i in np.random.default_rng(seed).permutation(np.resize(np.arange(len(ds)), samples)):
+    order = np.arange(len(ds)) if split == "val" else np.resize(np.arange(len(ds)), samples)
+    for i in np.random.default_rng(seed).permutation(order):
         s = ds[int(i)]
         add_sample(acc, s["img"].permute(1, 2, 0).numpy(), s["masks"][0].numpy(), s["bboxes"].numpy(), 4)
     return acc
@@ -169,8 +214,8 @@ def trainer_side(data_yaml: Path, imgsz: int, samples: int, over: dict, seed: in
 
 def summary(counts: list, rows: list, images: list) -> dict:
     out = {"objects": (float(np.mean(counts)), *np.percentile(counts, [25, 50, 75]))}
-    for k in STATS[1:]:
-        v = np.array([r[k] for r in (images if k in ("sharpness", "grey") else rows)], float)
+    for k in STATS[1:] + ALIGN:
+        v = np.array([r.get(k, np.nan) for r in (images if k in ("sharpness", "grey") else rows)], float)
         v = v[~np.isnan(v)]
         out[k] = (float(v.mean()), *(float(q) for q in np.percentile(v, [25, 50, 75])))
     return out
@@ -182,6 +227,7 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=800, help="training samples per side")
     ap.add_argument("--hsv", action="store_true", help="keep HSV augmentation on (purity and recall then mean less)")
     ap.add_argument("--no-mosaic", action="store_true", help="mosaic off (as in the last close_mosaic epochs)")
+    ap.add_argument("--no-flip", action="store_true", help="no left-right flips (signed x offsets keep their sign)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -191,10 +237,12 @@ def main() -> int:
         store = tmp / "seg.ff"
         subprocess.run([sys.executable, "-m", "fastfeed", "pack", str(data), "--task", "segment", "-o", str(store),
                         "--quiet"], check=True, capture_output=True)
-        over = overrides(args.imgsz, args.hsv, not args.no_mosaic)
+        over = overrides(args.imgsz, args.hsv, not args.no_mosaic, not args.no_flip)
         res = {"Ultralytics": summary(*ultralytics_side(data, args.imgsz, args.samples, over, args.seed)),
                "fastfeed cpu": summary(*fastfeed_side(store, args.imgsz, args.samples, over, args.seed)),
-               "FastfeedSegmentationTrainer": summary(*trainer_side(data, args.imgsz, args.samples, over, args.seed))}
+               "FastfeedSegmentationTrainer": summary(*trainer_side(data, args.imgsz, args.samples, over, args.seed)),
+               "validation (Ultralytics' val set)": summary(*ultralytics_side(data, args.imgsz, 0, over, args.seed,
+                                                                              "val"))}
     print(f"imgsz {args.imgsz}, {args.samples} training samples a side, HSV {'on' if args.hsv else 'off'}, "
           f"mosaic {'off' if args.no_mosaic else 'on'}; "
           "mean (quartiles)\n")
@@ -202,6 +250,10 @@ def main() -> int:
     for side, s in res.items():
         print(f"| {side} | " + " | ".join(f"{s[k][0]:.3f} ({s[k][1]:.2f}, {s[k][2]:.2f}, {s[k][3]:.2f})"
                                           for k in STATS) + " |")
+    print("\n| side | " + " | ".join(ALIGN) + " |\n|---|" + "---|" * len(ALIGN))
+    for side, s in res.items():
+        print(f"| {side} | " + " | ".join(f"{s[k][0]:+.3f} ({s[k][1]:.2f}, {s[k][2]:.2f}, {s[k][3]:.2f})"
+                                          for k in ALIGN) + " |")
     if args.json:
         args.json.write_text(json.dumps(res | {"config": {k: str(v) for k, v in vars(args).items()}}, indent=1))
     return 0
