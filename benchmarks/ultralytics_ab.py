@@ -39,7 +39,8 @@ make such a checkpoint here: yolov8n-seg, 60 epochs from scratch on coco128's pe
 mAP50 0.0005.
 
 `--no-augment` trains both contenders on plain letterboxed images (mosaic, shift, zoom, flips and HSV off): the
-samples are then the same on both sides (tests/integrations/test_ultralytics_masks.py), only their order differs,
+samples are then the same on both sides up to resampling (fastfeed decodes JPEGs at a DCT scale; same geometry, boxes
+and masks: tests/integrations/test_ultralytics_masks.py), only their order differs,
 so a gap that stays is in the trainer's feed, and one that goes is in the augmentation's samples.
 
 The runs use `.venv-ultralytics` (`make venv-ultralytics`), created on first use.
