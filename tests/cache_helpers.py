@@ -61,6 +61,13 @@ def painted_store(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def own_painted_store(tmp_path_factory):
+    """The painted store with a fingerprint of this test run's own: a test that uses the default cache_dir
+    (/dev/shm itself) cannot meet the same segment of another run on the machine (two `make test` at once)."""
+    return make_painted_store(tmp_path_factory.mktemp("painted"), tag=f"-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture(scope="module")
 def jpeg_store(tmp_path_factory, sample_dir):
     """The bundled sample as packed: real JPEGs (mostly 640x480), decoded with DCT scaling at imgsz 320."""
     out = tmp_path_factory.mktemp("jpeg") / "s.ff"

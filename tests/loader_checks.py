@@ -20,15 +20,16 @@ def painted(k: int, h: int, w: int):
     return img, [x1, y1, bw, bh]
 
 
-def make_painted_store(root, store: str = "raw"):
+def make_painted_store(root, store: str = "raw", tag: str = ""):
     """24 painted images (160x120 / 120x160), one red box each, packed into root/s.ff. `raw` (the default):
-    exact pixels, no JPEG ringing at the edges, for box checks; `original`: the JPEGs, for decoders."""
+    exact pixels, no JPEG ringing at the edges, for box checks; `original`: the JPEGs, for decoders. `tag`, added
+    to the class names, gives the store a fingerprint of its own (and so its own shm cache segment)."""
     from conftest import CocoBuilder, jpeg_bytes
     from store_helpers import run_pack
 
     from fastfeed import Store
 
-    b = CocoBuilder(root / "src")
+    b = CocoBuilder(root / "src", categories=((1, f"person{tag}"), (3, f"car{tag}"), (18, f"dog{tag}")))
     for k in range(24):
         h, w = (120, 160) if k % 2 else (160, 120)
         img, box = painted(k, h, w)

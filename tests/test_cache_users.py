@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from cache_helpers import dead_pid, jpeg_store, painted_store, shm_dir  # noqa: F401  (fixtures)
+from cache_helpers import dead_pid, jpeg_store, own_painted_store, painted_store, shm_dir  # noqa: F401  (fixtures)
 
 from fastfeed.cache import acquire, clear_caches, layout, list_caches, users
 from fastfeed.cache import build as cache_build
@@ -43,10 +43,10 @@ def test_keep_leaves_the_segment_for_the_next_run(painted_store, shm_dir):
     assert [r.path for r in removed] == [lease.path] and not kept
 
 
-def test_cleanup_leaves_dev_shm_as_it_was(painted_store):
+def test_cleanup_leaves_dev_shm_as_it_was(own_painted_store):
     """The default cache_dir itself: nothing of ours is left in /dev/shm once the user is gone."""
     before = set(os.listdir("/dev/shm"))
-    lease = acquire(painted_store, 96)
+    lease = acquire(own_painted_store, 96)
     during = set(os.listdir("/dev/shm")) - before
     assert {lease.path.name, lease.path.name + ".users"} <= during
     lease.release()

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from cache_helpers import processes, scratch_shm_dir
+from cache_helpers import own_painted_store, processes, scratch_shm_dir  # noqa: F401  (fixture)
 from loader_checks import (
     NO_COLOUR,
     assert_batch_contract,
@@ -130,16 +130,16 @@ def test_two_ranks_share_one_segment_and_read_disjoint_samples(painted_store, sh
     assert not list(shm_dir.iterdir())                                # removed with the last rank
 
 
-def test_closing_or_dropping_the_loader_removes_the_segment_from_dev_shm(painted_store):
+def test_closing_or_dropping_the_loader_removes_the_segment_from_dev_shm(own_painted_store):
     before = set(os.listdir("/dev/shm"))
-    loader = create_loader("shm", painted_store, LoaderConfig(imgsz=96, batch_size=4, workers=2))   # /dev/shm itself
+    loader = create_loader("shm", own_painted_store, LoaderConfig(imgsz=96, batch_size=4, workers=2))   # /dev/shm itself
     next(iter(loader))
     path = loader.cache.path
     assert path.parent == Path("/dev/shm") and path.exists()
     loader.close()
     loader.close()
     assert not path.exists()
-    loader = create_loader("shm", painted_store, LoaderConfig(imgsz=96, batch_size=4, workers=0))
+    loader = create_loader("shm", own_painted_store, LoaderConfig(imgsz=96, batch_size=4, workers=0))
     list(loader)
     del loader                     # never closed: the finalizer detaches
     gc.collect()
