@@ -300,3 +300,20 @@ def test_mixup_blends_two_augmented_samples_and_keeps_both_boxes(raw_store):
             red = images[int(j), 0, y1 + 1:y2 - 1, x1 + 1:x2 - 1].float().mean()
             assert 140 < red < 225, f"box {x1, y1, x2, y2}: red {red:.0f} is not a blend of red paint and grey"
     assert all((np.bincount(t[:, 0].long().numpy()) == 1).all() for _, t in closed)   # no mixup when closed
+
+
+def test_a_task_stores_boxes_alone_with_task_detect(tmp_path):
+    """DALI moves boxes only: a segment store is refused (test_loader_tasks), but read with task='detect' it gives
+    the batches of the same dataset packed for detection."""
+    from store_helpers import run_pack
+    from task_stores import make_task_store
+
+    seg = make_task_store(tmp_path / "seg", "segment")
+    run_pack(tmp_path / "seg" / "src", tmp_path / "d.ff", task="detect")
+    cfg = dict(imgsz=64, batch_size=4, workers=0, seed=3)
+    with _dali(seg, task="detect", **cfg) as a, _dali(Store(tmp_path / "d.ff"), **cfg) as b:
+        assert a.task == "detect"
+        got, twin = _collect(a, 1), _collect(b, 1)
+    assert len(got) == len(twin) > 0
+    for (x, t), (y, u) in zip(got, twin):
+        assert torch.equal(x, y) and torch.equal(t, u)

@@ -1,6 +1,6 @@
 """The cpu and shm loaders carry a segment, pose or OBB store's geometry into the Batch (issue 28): after mosaic,
 affine and flip, masks cover their objects' paint, keypoints land on their dots (left and right swapped by flip_idx
-when flipped), rotated boxes on their painted rectangles; the batch contract; what the other loaders refuse."""
+when flipped), rotated boxes on their painted rectangles; the batch contract; what the other loaders refuse; task='detect': any store's boxes alone."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from loader_checks import make_painted_store
+from store_helpers import run_pack
 from task_stores import (
     N_IMAGES,
     check_keypoints_on_dots,
@@ -18,6 +19,7 @@ from task_stores import (
     make_task_store,
 )
 
+from fastfeed import Store
 from fastfeed.augment import AugmentHyp
 from fastfeed.loaders import LoaderConfig, UnsupportedTask, create_loader
 from fastfeed.prefetch import DevicePrefetcher
@@ -126,11 +128,58 @@ def test_loaders_that_cannot_carry_the_geometry_refuse_by_name(stores):
     cfg = LoaderConfig(imgsz=S, batch_size=4, workers=0, device="cpu")
     where = stores["segment"].path
     with pytest.raises(UnsupportedTask, match=f"the dali loader cannot carry the polygons of segment store {where}; "
-                                              "use the cpu, shm or device loader"):
+                                              "use the cpu, shm or device loader, or task='detect' for its boxes alone"):
         create_loader("dali", stores["segment"], cfg)
     with pytest.raises(UnsupportedTask, match="device_augment cannot flip the keypoints of a pose store: leave it "
-                                              "False"):
+                                              r"False \(the workers flip them\), or read its boxes alone \(task='detect'\)"):
         create_loader("cpu", stores["pose"], LoaderConfig(imgsz=S, batch_size=4, device_augment=True))
+
+
+@pytest.fixture(scope="module")
+def detect_twins(stores):
+    """Each task store's source packed again as a detect store (boxes alone)."""
+    out = {}
+    for task, store in stores.items():
+        src = store.path.parent / "src"
+        run_pack(src, store.path.parent / "d.ff", task="detect")
+        out[task] = Store(store.path.parent / "d.ff")
+    return out
+
+
+@pytest.mark.parametrize("name", ["cpu", "shm", "device"])
+@pytest.mark.parametrize("task", ["segment", "pose", "obb"])
+def test_task_detect_reads_a_task_store_as_its_detect_twin(stores, detect_twins, tmp_path, name, task):
+    """task='detect': a task store's batches are boxes alone, pixel for pixel and row for row those of the same
+    dataset packed for detection; nothing else drawn."""
+    got = batches(stores[task], name, tmp_path, task="detect")
+    twin = batches(detect_twins[task], name, tmp_path)
+    assert len(got) == len(twin) == 2 * (N_IMAGES // 4)
+    for a, b in zip(got, twin):
+        assert a.extras() == {} and torch.equal(a.images, b.images) and torch.equal(a.targets, b.targets)
+        assert np.array_equal(a.indices, b.indices)
+    assert sum(len(b.targets) for b in got) > N_IMAGES
+
+
+def test_task_detect_lets_the_device_flip_a_task_stores_boxes(stores):
+    cfg = LoaderConfig(imgsz=S, batch_size=4, workers=0, hyp=HYP, device="cpu", device_augment=True, task="detect")
+    with create_loader("cpu", stores["pose"], cfg) as loader:
+        assert loader.task == "detect" and loader.cfg.task == "detect"
+        b = next(iter(DevicePrefetcher(loader, "cpu")))
+        assert b.extras() == {} and len(b.targets) > 0
+
+
+def test_a_task_the_store_does_not_hold_is_refused_by_name(stores, detect_twins):
+    cfg = LoaderConfig(imgsz=S, batch_size=4, workers=0, device="cpu", task="segment")
+    with pytest.raises(ValueError, match=f"LoaderConfig.task 'segment': {detect_twins['segment'].path} is a detect "
+                                         "store; .* pack the dataset with --task segment for polygons"):
+        create_loader("cpu", detect_twins["segment"], cfg)
+    with pytest.raises(ValueError, match="LoaderConfig.task 'segment': .* is a pose store"):
+        create_loader("shm", stores["pose"], cfg)
+    with pytest.raises(ValueError, match="LoaderConfig.task must be None .* or one of detect, segment, pose, obb, "
+                                         "got 'seg'"):
+        LoaderConfig(task="seg")
+    with create_loader("cpu", stores["obb"], LoaderConfig(imgsz=S, batch_size=4, workers=0, task="obb")) as loader:
+        assert loader.task == "obb" and set(next(iter(loader)).extras()) == {"rboxes"}
 
 
 @pytest.mark.parametrize("field,value,rule", [("mask_ratio", 3, "must be an integer >= 1 dividing imgsz 128"),

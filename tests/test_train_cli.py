@@ -162,6 +162,24 @@ def test_train_config_errors_name_the_flag():
     assert TrainConfig(data=".").lr == 0.01 and TrainConfig(data=".", batch="auto").resolved_accum(1, 8) == 8
 
 
+def test_a_segment_store_trains_and_evaluates_on_its_boxes_alone(tmp_path, capsys, monkeypatch):
+    """The bundled models detect: a task store's polygons are neither drawn into masks nor refused with
+    --device-augment (which flips boxes only); the run says it trains on the boxes."""
+    from task_stores import make_task_store
+
+    import fastfeed.loaders.task_builder as task_builder
+
+    seg = make_task_store(tmp_path / "seg", "segment")
+    monkeypatch.setattr(task_builder, "rasterise", lambda *a, **k: pytest.fail("a mask was drawn for a detector"))
+    assert main(["train", "--data", str(seg.path), "--val", str(seg.path), "--model", "yolov3-tiny", "--imgsz", "64",
+                 "--batch", "4", "--epochs", "1", "--max-steps", "1", "--workers", "0", "--device-augment",
+                 "--out", str(tmp_path / "run"), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert f"{seg.path} is a segment store: training on its boxes alone" in captured.err
+    summary = json.loads(captured.out)
+    assert summary["step"] == 1 and summary["map50"] is not None
+
+
 def test_train_and_evaluate_with_the_device_loader(store, tmp_path, capsys):
     """`fastfeed train --loader device`: batches made on the device (here the CPU) go straight to the step."""
     assert main(["train", "--data", str(store), "--val", str(store), "--loader", "device", "--model", "yolov3-tiny",

@@ -36,13 +36,30 @@ def store_task(store) -> str:
     return getattr(getattr(store, "manifest", None), "task", None) or "detect"
 
 
-def refuse_task(store, loader: str) -> None:
-    """UnsupportedTask naming the store, its task and the loaders that can read it, unless it is a detect store."""
-    task = store_task(store)
+def batch_task(store, cfg: LoaderConfig | None = None) -> str:
+    """The task of the batches a loader of `store` makes under `cfg`: `cfg.task` when given, else the store's.
+    'detect' reads boxes only from a store of any task (a detection model trained on a segment, pose or OBB
+    store: nothing drawn that it would not use); any other task must be the store's (a ValueError naming both)."""
+    held = store_task(store)
+    asked = getattr(cfg, "task", None)
+    if asked is None or asked == held:
+        return held
+    if asked == "detect":
+        return asked
+    raise ValueError(f"LoaderConfig.task {asked!r}: {getattr(store, 'path', None) or store} is a {held} store; its "
+                     f"batches can carry its own task ({held}) or boxes alone ('detect'); pack the dataset with "
+                     f"--task {asked} for {GEOMETRY.get(asked, asked)}")
+
+
+def refuse_task(store, loader: str, cfg: LoaderConfig | None = None) -> None:
+    """UnsupportedTask naming the store, its task and the loaders that can read it, unless the batches asked of it
+    (`batch_task`) are detection's."""
+    task = batch_task(store, cfg)
     if task != "detect":
         where = getattr(store, "path", None) or store
         raise UnsupportedTask(f"the {loader} loader cannot carry the {GEOMETRY.get(task, task)} of {task} store "
-                              f"{where}; use the {', '.join(TASK_LOADERS[:-1])} or {TASK_LOADERS[-1]} loader")
+                              f"{where}; use the {', '.join(TASK_LOADERS[:-1])} or {TASK_LOADERS[-1]} loader, or "
+                              f"task='detect' for its boxes alone")
 
 
 @dataclass
@@ -94,6 +111,8 @@ class LoaderConfig:
     overlap_mask: bool = True        # one int16 mask per image (value j+1: its j-th object), else one per object
     mask_rule: str = "centre"        # which mask pixels an object takes (augment.masks.MASK_RULES): "centre" (exact),
                                      # "ultralytics" (as Ultralytics' datasets and validator draw them, larger)
+    task: str | None = None          # what the batches carry: None, the store's task; "detect", boxes alone from a
+                                     # store of any task (`batch_task`)
 
     def __post_init__(self):
         def need(ok: bool, name: str, rule: str):
@@ -116,6 +135,7 @@ class LoaderConfig:
              and self.imgsz % self.mask_ratio == 0, "mask_ratio", f"must be an integer >= 1 dividing imgsz {self.imgsz}")
         need(isinstance(self.overlap_mask, bool), "overlap_mask", "must be True or False")
         need(self.mask_rule in MASK_RULES, "mask_rule", f"must be one of {', '.join(MASK_RULES)}")
+        need(self.task is None or self.task in TASKS, "task", f"must be None (the store's) or one of {', '.join(TASKS)}")
         try:
             parse_device(self.device)
         except ValueError as e:
@@ -157,22 +177,25 @@ class LoaderConfig:
         return self.augment and self.hyp.mixup > 0 and not self.closed(epoch)
 
     def for_store(self, store, prefetcher_augments: bool = True) -> LoaderConfig:
-        """This config as a loader of `store` applies it: a pose store without flip_idx flips nothing (a warning
-        naming it, as Ultralytics does: a flip without the swap would put left keypoints on the right), and the
-        device augmentation, which moves pixels and boxes only, is refused for a store with task geometry (unless
-        `prefetcher_augments` is False: a loader on the device, which ignores device_augment)."""
-        task = store_task(store)
+        """This config as a loader of `store` applies it: `task` set to what the batches carry (`batch_task`); a
+        pose store without flip_idx flips nothing (a warning naming it, as Ultralytics does: a flip without the
+        swap would put left keypoints on the right), and the device augmentation, which moves pixels and boxes
+        only, is refused for batches with task geometry (unless `prefetcher_augments` is False: a loader on the
+        device, which ignores device_augment)."""
+        task = batch_task(store, self)
+        cfg = self if self.task == task else replace(self, task=task)
         if task == "detect":
-            return self
+            return cfg
         if self.device_augment and prefetcher_augments:
             raise UnsupportedTask(f"LoaderConfig.device_augment cannot flip the {GEOMETRY.get(task, task)} of a "
-                                  f"{task} store: leave it False (the workers flip them)")
+                                  f"{task} store: leave it False (the workers flip them), or read its boxes alone "
+                                  f"(task='detect')")
         if task == "pose" and self.augment and self.hyp.fliplr > 0 and store.manifest.flip_idx is None:
             log.warning("pose store %s has no flip_idx: hyp.fliplr=%s set to 0 (a left-right flip cannot swap its "
                         "keypoints; pack it with flip_idx in data.yaml to flip)", getattr(store, "path", store),
                         self.hyp.fliplr)
-            return replace(self, hyp=replace(self.hyp, fliplr=0.0))
-        return self
+            return replace(cfg, hyp=replace(self.hyp, fliplr=0.0))
+        return cfg
 
     def to_dict(self) -> dict:
         return {f.name: (getattr(self, f.name).__dict__ if f.name == "hyp" else getattr(self, f.name))
@@ -198,7 +221,7 @@ class Loader(ABC):
 
     What a consumer (the DevicePrefetcher, a trainer) may rely on: `store`, `cfg` (the LoaderConfig),
     `rank` / `world_size` (this process's share), `order` (the `EpochOrder` its batches follow), `len()`,
-    `set_epoch(epoch, start)`, `task` (the store's: detect, segment, pose, obb), `state_dict()` / `load_state_dict()` (the position
+    `set_epoch(epoch, start)`, `task` (what its batches carry: detect, segment, pose, obb; `batch_task`), `state_dict()` / `load_state_dict()` (the position
     and what makes the batches: position.py), iteration (each `Batch` with its record `indices`), `close()`, `device_hyp`
     (augmentation left for the device to do) and `on_device` (batches that are already on the device: no
     prefetcher needed). A subclass calls `Loader.__init__`, which also refuses a config that would give
@@ -209,9 +232,9 @@ class Loader(ABC):
     tasks: tuple = ("detect",)
 
     def __init__(self, store, cfg: LoaderConfig, order: EpochOrder | None = None):
-        self.task = store_task(store)
+        self.task = batch_task(store, cfg)
         if self.task not in self.tasks:
-            refuse_task(store, type(self).__name__)
+            refuse_task(store, type(self).__name__, cfg)
         cfg = cfg.for_store(store, prefetcher_augments=not self.on_device)
         self.store, self.cfg = store, cfg
         self.rank, self.world_size = cfg.resolved_rank()

@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import augment
 from ..augment.masks import mask_side, rasterise
-from .base import LoaderConfig
+from .base import LoaderConfig, batch_task
 from .pipeline import BatchBuilder
 
 
@@ -100,8 +100,8 @@ class TaskBatchBuilder(BatchBuilder):
 
 def make_builder(source, store, cfg: LoaderConfig, rank: int, partner_buffer: int) -> BatchBuilder:
     """The builder a cpu or shm worker runs for `store`: `pipeline.BatchBuilder` (boxes only, the path it always
-    had) for a detect store, a `TaskBatchBuilder` for a segment, pose or OBB one."""
-    manifest = store.manifest
-    if getattr(manifest, "task", "detect") == "detect":
+    had) for detection batches (a detect store, or any with task='detect'), a `TaskBatchBuilder` for a segment,
+    pose or OBB store's own."""
+    if batch_task(store, cfg) == "detect":
         return BatchBuilder(source, cfg, rank, partner_buffer)
-    return TaskBatchBuilder(source, cfg, rank, partner_buffer, manifest)
+    return TaskBatchBuilder(source, cfg, rank, partner_buffer, store.manifest)

@@ -122,9 +122,10 @@ def evaluate(model, store, *, imgsz: int, batch_size: int, device: torch.device,
 
     gt, frames = coco_ground_truth(store, imgsz)
     kw = {} if workers is None else {"workers": workers}
-    # rank 0 of 1 whatever torch.distributed says: evaluation sees the whole store, in order.
+    # rank 0 of 1 whatever torch.distributed says: evaluation sees the whole store, in order; boxes alone, from a
+    # store of any task (the model detects).
     cfg = LoaderConfig(imgsz=imgsz, batch_size=batch_size, augment=False, shuffle=False, drop_last=False,
-                       rank=0, world_size=1, device=str(device), **kw)
+                       rank=0, world_size=1, device=str(device), task="detect", **kw)
     was_training = model.training
     model.eval()
     detections, seen = [], 0

@@ -134,6 +134,7 @@ def resuming(run: Run) -> bool:
 def set_up(cfg: TrainConfig, stack) -> Run:
     """A Run ready for its first step (a checkpoint to resume from is read here, restored by resume.py)."""
     from ..loaders import LoaderConfig, create_loader
+    from ..loaders.base import store_task
 
     run = open_run(cfg, stack)
     device, dd, nc = run.device, run.dd, len(run.store.class_names)
@@ -168,11 +169,16 @@ def set_up(cfg: TrainConfig, stack) -> Run:
                          f"{len(run.store)} images; use a smaller --batch")
 
     # --- the loader and its feed onto the device ----------------------------------------------------------
+    # Boxes alone (task="detect"), whatever the store's task: the bundled models detect, and a segment, pose or
+    # OBB store trains them without masks, keypoints or rotated boxes drawn for nothing.
     run.loader = create_loader(cfg.loader, run.store, LoaderConfig(
         imgsz=cfg.imgsz, batch_size=batch, augment=cfg.augment, seed=cfg.seed, epochs=cfg.epochs,
-        close_mosaic=cfg.close_mosaic, device_augment=cfg.device_augment, device=str(device),
+        close_mosaic=cfg.close_mosaic, device_augment=cfg.device_augment, device=str(device), task="detect",
         **({} if cfg.workers is None else {"workers": cfg.workers}), **({} if cfg.hyp is None else {"hyp": cfg.hyp})))
     stack.callback(run.loader.close)
+    if store_task(run.store) != "detect":
+        run.say("%s is a %s store: training on its boxes alone (the bundled models detect)", run.store.path,
+                store_task(run.store))
     run.nb = len(run.loader)                                  # loader batches per epoch on this rank
     # A step never spans two epochs: with fewer batches in an epoch than --accum asks for (a small store), a
     # step takes the epoch's batches, and that is what images_per_step (and the weight decay) count.

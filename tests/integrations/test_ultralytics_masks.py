@@ -50,8 +50,9 @@ def test_the_segment_trainers_masks_are_ultralytics_own_for_the_same_polygons(se
 
 def test_the_segment_trainer_asks_for_ultralytics_mask_rule():
     args = get_cfg(overrides={"mask_ratio": 4, "overlap_mask": True})
-    assert task_fields(args, "segment") == {"mask_ratio": 4, "overlap_mask": True, "mask_rule": "ultralytics"}
-    assert task_fields(args, "pose") == {}
+    assert task_fields(args, "segment") == {"task": "segment", "mask_ratio": 4, "overlap_mask": True,
+                                            "mask_rule": "ultralytics"}
+    assert task_fields(args, "pose") == {"task": "pose"} and task_fields(args, "detect") == {"task": "detect"}
 
 
 @pytest.mark.parametrize(("imgsz", "fliplr"), [(128, 0.0), (128, 1.0), (64, 1.0), (160, 0.0)])

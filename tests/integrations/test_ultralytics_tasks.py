@@ -185,6 +185,28 @@ def test_a_detect_store_given_to_the_segment_trainer_is_refused_by_name(tmp_path
     assert det.train_store(det.data["train"]).manifest.task == "detect"   # a detect trainer takes any store's boxes
 
 
+def test_the_detect_trainer_reads_a_segment_stores_boxes_alone(tmp_path, monkeypatch):
+    """FastfeedTrainer (detection) given a segment store: its batches are boxes, no masks drawn for a loss that
+    reads none (the loader asked for task='detect')."""
+    import fastfeed.loaders.task_builder as task_builder
+
+    data = make_set(tmp_path / "seg", "segment")
+    pack(PackConfig(src=data / "data.yaml", split="train", out=tmp_path / "seg.ff", progress=False, task="segment"))
+    monkeypatch.setenv("FASTFEED_STORE", str(tmp_path / "seg.ff"))
+    monkeypatch.setattr(task_builder, "rasterise", lambda *a, **k: pytest.fail("a mask was drawn for a detector"))
+    det = FastfeedTrainer(overrides=dict(model="yolov8n.yaml", data=str(data / "data.yaml"), device="cpu", imgsz=64,
+                                         batch=4, epochs=1, workers=0, plots=False, val=False,
+                                         project=str(tmp_path / "runs"), name="det"))
+    det.model = det.get_model(cfg="yolov8n.yaml", verbose=False)
+    feed = det.get_dataloader(det.data["train"], batch_size=4, rank=-1, mode="train")
+    try:
+        assert feed.loader.task == "detect" and feed.store.manifest.task == "segment"
+        b = next(iter(feed))
+        assert "masks" not in b and len(b["cls"]) > 0 and b["bboxes"].shape == (len(b["cls"]), 4)
+    finally:
+        feed.close()
+
+
 def test_a_pose_store_of_another_kpt_shape_than_data_yamls_is_refused_by_name(tmp_path, monkeypatch):
     data = make_set(tmp_path / "pose", "pose")
     pack(PackConfig(src=data / "data.yaml", split="train", out=tmp_path / "p.ff", progress=False, task="pose"))

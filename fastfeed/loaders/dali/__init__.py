@@ -23,8 +23,9 @@ from .device import DaliDevice, dali_device, dali_missing, require_dali
 
 
 def create_dali_loader(store: Store, cfg: LoaderConfig, opts: CpuOptions | None = None, order=None):
-    """The `dali` loader for `store`, on `cfg.device` (see device.py); detect stores only (UnsupportedTask)."""
-    refuse_task(store, "dali")   # its graph moves boxes only: said before asking for DALI
+    """The `dali` loader for `store`, on `cfg.device` (see device.py); boxes only: a detect store, or
+    any store with task='detect' (else UnsupportedTask)."""
+    refuse_task(store, "dali", cfg)   # its graph moves boxes only: said before asking for DALI
     require_dali()
     dev = dali_device(cfg.device)
     from .loader import DaliLoader

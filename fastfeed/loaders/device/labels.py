@@ -20,12 +20,12 @@ import numpy as np
 from ...augment import batch_rows, letterbox_labels, make_targets, paste_labels
 from ...augment.masks import rasterise
 from ...augment.paste import region_crop
-from ..base import UnsupportedTask, store_task
+from ..base import UnsupportedTask, batch_task
 
 
 def refuse_masks(store, cfg) -> None:
     """UnsupportedTask for a segment store read with overlap_mask=False (see the module docstring)."""
-    if store_task(store) == "segment" and not cfg.overlap_mask:
+    if batch_task(store, cfg) == "segment" and not cfg.overlap_mask:
         raise UnsupportedTask(f"the device loader makes a segment store's masks only with overlap_mask=True (one "
                               f"int16 mask per image; one mask per object would cross the worker queue and the "
                               f"bus for every object): set overlap_mask=True, or use the cpu or shm loader for "

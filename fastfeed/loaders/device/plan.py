@@ -29,7 +29,7 @@ from ...augment import SamplePlan, letterbox_boxes, letterbox_geometry, make_tar
 from ...augment.labels import Labels
 from ...augment.paste import region_crop
 from ...store.record import Record
-from ..base import LoaderConfig, store_task
+from ..base import LoaderConfig, batch_task
 from ..partners import PartnerBuffer
 from . import boxes as tboxes
 from .labels import TaskGeometry
@@ -103,7 +103,7 @@ class Planner:
         self.hyp = cfg.hyp              # everything is done on the device: nothing is left to a prefetcher
         self.partners = PartnerBuffer(partner_buffer, self._load, keep=cfg.augment)
         self.token = os.getpid()
-        self.task = TaskGeometry(store.manifest, cfg) if store_task(store) != "detect" else None
+        self.task = TaskGeometry(store.manifest, cfg) if batch_task(store, cfg) != "detect" else None
 
     def _load(self, index: int, times: dict) -> Tile:
         t0 = perf_counter()
