@@ -1,7 +1,10 @@
-"""The `Batch` every loader yields and the prefetcher moves: torch only, so device code and a bare
-GPU machine can use it without the loaders' dependencies (OpenCV, LMDB, ...)."""
+"""The `Batch` every loader yields and the prefetcher moves, and `BatchFeed`, what a fastfeed loader declares to
+whoever moves its batches: torch only, so device code and a bare GPU machine can use them without the loaders'
+dependencies (OpenCV, LMDB, ...), and the prefetcher without importing the loaders."""
 
 from __future__ import annotations
+
+from abc import ABC, abstractmethod
 
 import torch
 
@@ -64,3 +67,23 @@ class Batch:
         if missing:
             raise ValueError(f"with_tensors: the batch carries {sorted(missing)} too; give them anew")
         return Batch(images, targets, self.indices, **extras)
+
+
+class BatchFeed(ABC):
+    """What a fastfeed loader (`loaders.base.Loader`) declares to whoever moves its batches (the DevicePrefetcher),
+    beyond being an iterable of `Batch`es with a `len()`: `rank` (a device augmentation's draws are keyed by it),
+    `on_device` (its batches are already on `cfg.device`: nothing to move), `device_hyp` (the gains whose HSV jitter
+    and flip it leaves to the device, else None), `cfg` (`hyp`, `augment`, `device`) and `set_epoch(epoch, start)`
+    (a `start` > 0 skips batches without building them). Any other iterable of batches declares none of these."""
+
+    rank: int = 0
+    #: True: batches already on `cfg.device`, images float in [0,1]; False: uint8 host batches.
+    on_device: bool = False
+
+    @property
+    @abstractmethod
+    def device_hyp(self):
+        """The `AugmentHyp` whose HSV jitter and flip this feed leaves to the device, else None."""
+
+    @abstractmethod
+    def set_epoch(self, epoch: int, start: int = 0) -> None: ...

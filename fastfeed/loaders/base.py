@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, replace
 
@@ -11,7 +11,7 @@ import torch
 
 from ..augment.hyp import AugmentHyp
 from ..augment.masks import MASK_RULES
-from ..batch import Batch
+from ..batch import Batch, BatchFeed
 from ..devices import has_cuda, parse_device, resolve_device
 from ..imgsz import check_imgsz
 from ..procs import usable_cores
@@ -216,7 +216,7 @@ def check_epoch(store, cfg: LoaderConfig) -> int:
     return count
 
 
-class Loader(ABC):
+class Loader(BatchFeed):
     """An iterable of `Batch` over one rank's share of an epoch.
 
     What a consumer (the DevicePrefetcher, a trainer) may rely on: `store`, `cfg` (the LoaderConfig),
@@ -285,7 +285,7 @@ class Loader(ABC):
 
     #: True for a loader whose batches are already on `cfg.device`, images float in [0,1] (it does what the
     #: DevicePrefetcher does itself): iterate it directly. False: uint8 host batches, for a DevicePrefetcher.
-    on_device: bool = False
+    on_device: bool = False   # (BatchFeed's declaration)
 
     @property
     def device_hyp(self) -> AugmentHyp | None:

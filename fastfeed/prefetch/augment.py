@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 
+from ..batch import BatchFeed
 from ..device_augment import DeviceAugment
-from ..loaders.base import Loader
 
 log = logging.getLogger(__name__)
 
@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 def resolve_augment(loader, device_augment, seed: int) -> DeviceAugment | None:
     """The DeviceAugment to apply: what a fastfeed `Loader` declares it leaves to the device (its
     `device_hyp`), or what the caller forces; any other iterable of batches declares nothing."""
-    ours = isinstance(loader, Loader)
+    ours = isinstance(loader, BatchFeed)
     left = loader.device_hyp if ours else None
     if device_augment is None:
         device_augment = left is not None

@@ -8,10 +8,9 @@ import weakref
 
 import torch
 
-from ..batch import Batch
+from ..batch import Batch, BatchFeed
 from ..device_augment import DeviceAugment
 from ..devices import accelerator_module, parse_device, resolve_device, to_channels_last
-from ..loaders.base import Loader
 from . import drivers
 from .augment import resolve_augment
 from .host import HostBuffers
@@ -30,7 +29,7 @@ class DevicePrefetcher:
     request. `depth`: batches prepared ahead of the one in use. `device_augment`: None follows what a
     fastfeed `Loader` leaves to the device (`loader.device_hyp`: HSV jitter and flip), True forces that
     with `loader.cfg.hyp`'s gains, or a `DeviceAugment`; `seed` seeds it (with the epoch and the
-    loader's rank). Any iterable of batches works; only a `Loader` declares augmentation and a rank. `thread`: run the
+    loader's rank). Any iterable of batches works; only a fastfeed loader (a `BatchFeed`) declares augmentation and a rank. `thread`: run the
     loader in a background thread (default: on cpu only). `channels_last`: images in the device's channels-last
     layout (`fastfeed.devices.to_channels_last`: NHWC strides, NC1HWC0 on an Ascend NPU). `ops`: internal seam
     for tests (a fake stream API). Closing stops any background work; the loader stays open (it is the caller's).
@@ -39,7 +38,7 @@ class DevicePrefetcher:
     def __init__(self, loader, device: str | torch.device = "cuda", depth: int = 2,
                  dtype: torch.dtype = torch.float32, device_augment: bool | DeviceAugment | None = None,
                  seed: int = 0, thread: bool | None = None, *, channels_last: bool = False, ops=None):
-        if isinstance(loader, Loader) and loader.on_device:
+        if isinstance(loader, BatchFeed) and loader.on_device:
             raise ValueError(f"the {type(loader).__name__} already yields batches on {loader.cfg.device}: iterate it "
                              "directly, without a DevicePrefetcher")
         self.loader = loader
@@ -53,7 +52,7 @@ class DevicePrefetcher:
             raise ValueError(f"dtype must be one of {', '.join(map(str, DTYPES))}, got {dtype!r}")
         self.depth, self.dtype, self.channels_last = depth, dtype, bool(channels_last)
         self.augment = resolve_augment(loader, device_augment, seed)
-        self._rank = loader.rank if isinstance(loader, Loader) else 0
+        self._rank = loader.rank if isinstance(loader, BatchFeed) else 0
         self.accelerated = ops is not None or kind != "cpu"
         self.ops = self.stream = None   # the accelerator's stream API (StreamOps, or a test's fake) and the side stream
         mod = accelerator_module(kind) if self.accelerated and ops is None else None   # imports torch_npu for npu
@@ -83,7 +82,7 @@ class DevicePrefetcher:
         """Ends an unfinished iteration and passes `epoch` (and `start`, the first batch: resuming) to the
         loader; the device augmentation's draws are those of batch `start` of `epoch` on."""
         self._stop_active()
-        if isinstance(self.loader, Loader):
+        if isinstance(self.loader, BatchFeed):
             self.loader.set_epoch(epoch, start)
         elif hasattr(self.loader, "set_epoch"):   # any other iterable of batches that has epochs
             if start:
