@@ -138,6 +138,15 @@ def test_the_store_never_imports_the_loaders():
             assert not bad, f"{m} imports {bad}: the store must not choose an order"
 
 
+def test_the_prefetcher_never_imports_the_loaders():
+    """The device loader's feed builds on the prefetcher; the prefetcher knows a fastfeed loader only by the
+    `batch.BatchFeed` it implements: nothing in fastfeed/prefetch imports fastfeed.loaders (the arrow runs one way)."""
+    for m, deps in _module_graph().items():
+        if m.startswith("fastfeed.prefetch"):
+            bad = sorted(d for d in deps if d.startswith("fastfeed.loaders"))
+            assert not bad, f"{m} imports {bad}: ask isinstance(x, batch.BatchFeed) instead"
+
+
 def test_the_import_rules_see_a_circle_and_a_loader_import(tmp_path, monkeypatch):
     """The two rules above are not vacuous: a store module importing the loaders inside a function is found."""
     fake = tmp_path / "fastfeed" / "store"

@@ -18,7 +18,7 @@ the built-in loaders (cpu, shm, dali, device; LMDB, simplejpeg, DALI) register t
 registry is used, so the Loader ABC is importable on a bare GPU machine.
 """
 
-from .base import Batch, Loader, LoaderConfig, StageTimes, UnsupportedTask, check_epoch
+from .base import Batch, Loader, LoaderConfig, StageTimes, check_epoch
 from .registry import (
     LoaderInfo,
     create_loader,
@@ -29,6 +29,7 @@ from .registry import (
     unregister_loader,
 )
 from .sampler import EpochOrder, ShuffledOrder
+from .tasks import UnsupportedTask
 from .workers import WorkerError
 
 __all__ = ["Batch", "EpochOrder", "Loader", "LoaderConfig", "LoaderInfo", "ShuffledOrder", "StageTimes", "UnsupportedTask",

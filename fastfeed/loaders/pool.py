@@ -26,9 +26,10 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ..augment.masks import mask_side
-from .base import TASKS, Batch, Loader, LoaderConfig, StageTimes
+from .base import Batch, Loader, LoaderConfig, StageTimes
 from .partners import history
 from .sampler import EpochOrder
+from .tasks import TASKS
 from .workers import WorkerPool
 
 

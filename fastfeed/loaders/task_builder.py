@@ -19,8 +19,9 @@ import numpy as np
 
 from .. import augment
 from ..augment.masks import mask_side, rasterise
-from .base import LoaderConfig, batch_task
+from .base import LoaderConfig
 from .pipeline import BatchBuilder
+from .tasks import batch_task
 
 
 class TaskBatchBuilder(BatchBuilder):

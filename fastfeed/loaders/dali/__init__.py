@@ -16,9 +16,10 @@ mosaic partner pool), plan.py (per-sample geometry and boxes), graph.py (the DAL
 from __future__ import annotations
 
 from ...store.reader import Store
-from ..base import LoaderConfig, refuse_task
+from ..base import LoaderConfig
 from ..pool import CpuOptions
 from ..registry import register_loader
+from ..tasks import refuse_task
 from .device import DaliDevice, dali_device, dali_missing, require_dali
 
 

@@ -20,7 +20,7 @@ import numpy as np
 from ...augment import batch_rows, letterbox_labels, make_targets, paste_labels
 from ...augment.masks import rasterise
 from ...augment.paste import region_crop
-from ..base import UnsupportedTask, batch_task
+from ..tasks import UnsupportedTask, batch_task
 
 
 def refuse_masks(store, cfg) -> None:

@@ -7,7 +7,8 @@ import logging
 import torch
 
 from ...store.reader import Store
-from ..base import TASKS, Loader, LoaderConfig, StageTimes
+from ..base import Loader, LoaderConfig, StageTimes
+from ..tasks import TASKS
 from . import DTYPES
 from .decode import make_decoder
 from .feed import DeviceFeed

@@ -29,8 +29,9 @@ from ...augment import SamplePlan, letterbox_boxes, letterbox_geometry, make_tar
 from ...augment.labels import Labels
 from ...augment.paste import region_crop
 from ...store.record import Record
-from ..base import LoaderConfig, batch_task
+from ..base import LoaderConfig
 from ..partners import PartnerBuffer
+from ..tasks import batch_task
 from . import boxes as tboxes
 from .labels import TaskGeometry
 

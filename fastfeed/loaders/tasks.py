@@ -1,0 +1,44 @@
+"""Which task a loader's batches carry: the store's own (segment polygons, pose keypoints, OBB corners beside the
+boxes) or detection's boxes alone (`LoaderConfig.task="detect"`), decided in one place (`batch_task`) for every
+loader, builder and planner; and what a loader that cannot carry a task raises (`UnsupportedTask`)."""
+
+from __future__ import annotations
+
+TASKS = ("detect", "segment", "pose", "obb")     # store.format.TASKS (the store package needs LMDB; this does not)
+GEOMETRY = {"segment": "polygons", "pose": "keypoints", "obb": "oriented boxes"}
+TASK_LOADERS = ["cpu", "shm", "device"]           # the loaders that carry every task's geometry into the Batch
+
+
+class UnsupportedTask(ValueError):
+    """A loader asked to read a store whose task geometry (polygons, keypoints, oriented boxes) it cannot carry."""
+
+
+def store_task(store) -> str:
+    """The task of `store`'s records (its manifest's; 'detect' for a source that says nothing)."""
+    return getattr(getattr(store, "manifest", None), "task", None) or "detect"
+
+
+def batch_task(store, cfg=None) -> str:
+    """The task of the batches a loader of `store` makes under `cfg` (a LoaderConfig, or None): `cfg.task` when
+    given, else the store's. 'detect' reads boxes only from a store of any task (a detection model trained on a segment, pose or OBB
+    store: nothing drawn that it would not use); any other task must be the store's (a ValueError naming both)."""
+    held = store_task(store)
+    asked = getattr(cfg, "task", None)
+    if asked is None or asked == held:
+        return held
+    if asked == "detect":
+        return asked
+    raise ValueError(f"LoaderConfig.task {asked!r}: {getattr(store, 'path', None) or store} is a {held} store; its "
+                     f"batches can carry its own task ({held}) or boxes alone ('detect'); pack the dataset with "
+                     f"--task {asked} for {GEOMETRY.get(asked, asked)}")
+
+
+def refuse_task(store, loader: str, cfg=None) -> None:
+    """UnsupportedTask naming the store, its task and the loaders that can read it, unless the batches asked of it
+    (`batch_task`) are detection's."""
+    task = batch_task(store, cfg)
+    if task != "detect":
+        where = getattr(store, "path", None) or store
+        raise UnsupportedTask(f"the {loader} loader cannot carry the {GEOMETRY.get(task, task)} of {task} store "
+                              f"{where}; use the {', '.join(TASK_LOADERS[:-1])} or {TASK_LOADERS[-1]} loader, or "
+                              f"task='detect' for its boxes alone")
