@@ -50,3 +50,35 @@ def test_bench_of_a_detect_store_says_detect_and_no_task_line(tmp_path, capsys):
     assert rc == 0 and "(2 images, original, task detect)" in text.splitlines()[0]
     assert not any(line.startswith("task ") for line in text.splitlines())
     assert d["store"]["task"] == {"name": "detect"}
+
+
+def test_bench_task_detect_reads_a_segment_store_as_boxes_alone_and_says_so(segment_store, tmp_path, capsys,
+                                                                            monkeypatch):
+    import fastfeed.loaders.task_builder as task_builder
+
+    monkeypatch.setattr(task_builder, "rasterise", lambda *a, **k: pytest.fail("a mask was drawn for --task detect"))
+    out = tmp_path / "b.json"
+    rc = main(["bench", "--data", str(segment_store), "--loader", "cpu", "--workers", "0", "--batches", "2",
+               "--warmup", "1", "--task", "detect", "--json", str(out), *FAST])
+    text, d = capsys.readouterr().out, json.loads(out.read_text())
+    assert rc == 0 and "task segment store read as detection: boxes alone" in text.splitlines()
+    assert not any(line.startswith("task segment:") for line in text.splitlines())
+    assert d["store"]["batches"] == "detect" and d["config"]["task"] == "detect"
+
+
+def test_bench_task_rules_name_the_flag(segment_store, tmp_path, capsys):
+    args = ["bench", "--data", str(segment_store), "--loader", "cpu", "--workers", "0", "--batches", "1", *FAST]
+    assert main(args + ["--model", "yolov3-tiny", "--task", "segment"]) == 2
+    assert "--task must be detect with --model (the bundled models detect), got 'segment'" in capsys.readouterr().err
+    assert main(args + ["--task", "pose"]) == 2      # before any loader is measured
+    assert f"--task 'pose': {segment_store} is a segment store; its batches can carry its own task (segment) or boxes " \
+           "alone ('detect'); pack the dataset with --task pose for keypoints" in capsys.readouterr().err
+
+
+def test_bench_with_the_bundled_model_reads_boxes_alone(segment_store, tmp_path, capsys):
+    out = tmp_path / "b.json"
+    assert main(["bench", "--data", str(segment_store), "--loader", "cpu", "--workers", "0", "--batches", "1",
+                 "--warmup", "1", "--model", "yolov3-tiny", "--json", str(out), *FAST]) == 0
+    text = capsys.readouterr().out
+    assert "task segment store read as detection: boxes alone (--model: the bundled models detect)" in text
+    assert json.loads(out.read_text())["store"]["batches"] == "detect"

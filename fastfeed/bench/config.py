@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..devices import DEVICES
 from ..imgsz import check_imgsz
+from ..loaders.tasks import TASKS
 from ..store.urls import location
 from ..train.config import MODELS
 
@@ -19,7 +20,8 @@ class BenchConfig:
     The clock runs for `seconds`, or for `batches` timed batches when that is set (it wins).
     The first max(warmup, 1) batches are untimed (the first one's latency is reported apart).
     `step_ms` simulates an accelerator step of that length (the host sleeps, as it would while a
-    GPU computes); `model` runs the bundled trainer's step instead.
+    GPU computes); `model` runs the bundled trainer's step instead. `task`: what the batches carry (None: the
+    store's task; "detect": boxes alone, from a store of any task); with `model` always boxes alone (it detects).
     """
 
     data: Path | str
@@ -39,6 +41,7 @@ class BenchConfig:
     store_options: object = None   # StoreOptions for a store at a URL (never in to_dict: credentials)
     sweep_seconds: float | None = None    # per worker count in --workers auto (default: seconds/4, 1..3 s)
     monitor_interval: float = 0.2         # seconds between CPU/memory samples
+    task: str | None = None               # LoaderConfig.task: None, the store's; "detect", boxes alone
 
     def __post_init__(self):
         self.data = location(self.data)   # a folder, or a store's URL
@@ -65,10 +68,18 @@ class BenchConfig:
              self.model)
         need(self.step_ms is None or self.model is None, "--step-ms", "and --model exclude each other",
              (self.step_ms, self.model))
+        need(self.task is None or self.task in TASKS, "--task", f"must be one of {', '.join(TASKS)}", self.task)
+        need(self.model is None or self.task in (None, "detect"), "--task",
+             "must be detect with --model (the bundled models detect)", self.task)
         need(self.sweep_seconds is None or (_is_num(self.sweep_seconds) and self.sweep_seconds > 0),
              "sweep_seconds", "must be > 0", self.sweep_seconds)
         need(_is_num(self.monitor_interval) and self.monitor_interval > 0, "monitor_interval", "must be > 0",
              self.monitor_interval)
+
+    @property
+    def batch_task(self) -> str | None:
+        """LoaderConfig.task of the loaders measured: boxes alone for the bundled model's step."""
+        return "detect" if self.model is not None else self.task
 
     def resolved_loaders(self) -> list[str]:
         """The loader names in order, 'all' expanded, duplicates dropped; unknown names raise ValueError."""

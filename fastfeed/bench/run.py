@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 
 from .. import __version__
 from ..loaders import LoaderConfig
+from ..loaders.tasks import batch_task
 from ..procs import usable_cores
 from ..store.reader import Store
 from ..store.verify import task_summary
@@ -80,7 +81,9 @@ def run_bench(cfg: BenchConfig) -> BenchResult:
     step = make_step(cfg, device)
     copy = make_copy(device)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    base = LoaderConfig(imgsz=cfg.imgsz, batch_size=cfg.batch_size, augment=cfg.augment, seed=cfg.seed, device=cfg.device)
+    base = LoaderConfig(imgsz=cfg.imgsz, batch_size=cfg.batch_size, augment=cfg.augment, seed=cfg.seed, device=cfg.device,
+                        task=cfg.batch_task)
+    batches = batch_task(store, base, setting="--task")   # a task the store does not hold: said before measuring
 
     results = []
     for name in names:
@@ -103,6 +106,7 @@ def run_bench(cfg: BenchConfig) -> BenchResult:
                                 "timed_by": "batches" if cfg.batches else "seconds",
                                 "stall_mode": step is not None, "copy_device": str(device) if device else None}
     store_info = {"path": str(store.path), "images": len(store), "fingerprint": store.fingerprint,
-                  "payload": store.manifest.payload, "task": task_summary(store.manifest)}
+                  "payload": store.manifest.payload, "task": task_summary(store.manifest),
+                  "batches": batches}   # what the loaders' batches carried
     return BenchResult(created=started, fastfeed_version=__version__, machine=machine_info(cfg.device),
                        store=store_info, config=resolved, results=results, baseline=baseline)

@@ -34,7 +34,7 @@ def _workers_arg(value: str):
 
 
 def add_parser(sub) -> None:
-    from ..bench.config import MODELS, BenchConfig
+    from ..bench.config import MODELS, TASKS, BenchConfig
 
     def d(name):
         return default(BenchConfig, name)
@@ -77,6 +77,11 @@ def add_parser(sub) -> None:
                    help="simulate an accelerator step of MS milliseconds; report the stall fraction and steps/s")
     g.add_argument("--model", choices=MODELS,
                    help="run the bundled model's training step instead of a simulated one")
+    p.add_argument("--task", choices=TASKS,
+                   help="what the batches carry: the store's task (default: a segment store's masks, a pose store's "
+                        "keypoints, an OBB store's rotated boxes), or detect: boxes alone, from a store of any task "
+                        "(what a detection model trains on; the dali loader reads a task store so). --model "
+                        "implies detect")
     p.add_argument("--seed", type=int, default=d("seed"), help=f"loader seed (default {d('seed')})")
     p.add_argument("--json", type=Path, metavar="FILE", help="write every figure, the machine and the configuration")
     p.add_argument("--plot", type=Path, metavar="FILE.png",
@@ -98,7 +103,7 @@ def run(args) -> int:
         cfg = BenchConfig(data=args.data, store_options=store_options(args), loaders=tuple(args.loaders or ("cpu",)), imgsz=args.imgsz,
                           batch_size=args.batch, workers=args.workers, seconds=args.seconds, batches=args.batches,
                           warmup=args.warmup, augment=args.augment, device=args.device, step_ms=args.step_ms,
-                          model=args.model, seed=args.seed, progress=not args.quiet)
+                          model=args.model, seed=args.seed, progress=not args.quiet, task=args.task)
         if args.plot is not None:
             import importlib.util
 
@@ -113,7 +118,10 @@ def run(args) -> int:
     except (DeviceError, ImportError) as e:
         return fail(str(e))
     print(format_table(res), end="")
-    if (line := describe_task(res.store["task"])) is not None:   # what the loaders carried besides boxes
+    if res.store["batches"] == "detect" and res.store["task"]["name"] != "detect":
+        print(f"task {res.store['task']['name']} store read as detection: boxes alone"
+              f"{' (--model: the bundled models detect)' if args.model else ''}")
+    elif (line := describe_task(res.store["task"])) is not None:   # what the loaders carried besides boxes
         print(line)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -246,7 +246,7 @@ class Loader(BatchFeed):
 
     #: True for a loader whose batches are already on `cfg.device`, images float in [0,1] (it does what the
     #: DevicePrefetcher does itself): iterate it directly. False: uint8 host batches, for a DevicePrefetcher.
-    on_device: bool = False   # (BatchFeed's declaration)
+    on_device: bool = False
 
     @property
     def device_hyp(self) -> AugmentHyp | None:
