@@ -88,7 +88,8 @@ def add_parser(sub) -> None:
                     "and mAP@0.5:0.95 on --val; ends with a bottleneck verdict and what to try.")
     d = p.add_argument_group("data")
     d.add_argument("--data", type=store_path,
-                   help="training store, a folder or its URL (s3://bucket/coco.ff; required unless --eval-only)")
+                   help="training store, a folder or its URL (s3://bucket/coco.ff; required unless --eval-only); a "
+                        "segment, pose or OBB store trains on its boxes alone (the models detect)")
     d.add_argument("--val", type=store_path, help="store to evaluate after each epoch (COCO mAP with pycocotools)")
     d.add_argument("--loader", default=D["loader"], choices=_Loaders(), metavar="NAME",
                    help="fastfeed loader feeding the training (`fastfeed loaders` lists them; default %(default)s)")
