@@ -5,6 +5,7 @@ keypoints and rotated boxes on the paint, the letterbox path equal to the cpu lo
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -106,6 +107,8 @@ def test_per_object_masks_are_refused_by_name(stores):
     cfg = LoaderConfig(imgsz=96, batch_size=4, workers=0, overlap_mask=False)
     with pytest.raises(UnsupportedTask, match="overlap_mask=True.*cpu or shm loader.*s.ff"):
         create_loader("device", stores["segment"], cfg)
+    with create_loader("device", stores["segment"], replace(cfg, task="detect")) as loader:   # no masks: no refusal
+        assert next(iter(loader)).extras() == {}
 
 
 def test_a_pose_store_without_flip_idx_is_not_flipped(tmp_path, caplog):
