@@ -77,7 +77,8 @@ class BatchFeed(ABC):
     (a `start` > 0 skips batches without building them). Any other iterable of batches declares none of these."""
 
     rank: int = 0
-    #: True: batches already on `cfg.device`, images float in [0,1]; False: uint8 host batches.
+    #: True for a loader whose batches are already on `cfg.device`, images float in [0,1] (it does what the
+    #: DevicePrefetcher does itself): iterate it directly. False: uint8 host batches, for a DevicePrefetcher.
     on_device: bool = False
 
     @property

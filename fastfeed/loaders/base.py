@@ -244,10 +244,6 @@ class Loader(BatchFeed):
         """Follow `order` from now on (before the next iteration; a resumed epoch's remainder)."""
         self.order = order
 
-    #: True for a loader whose batches are already on `cfg.device`, images float in [0,1] (it does what the
-    #: DevicePrefetcher does itself): iterate it directly. False: uint8 host batches, for a DevicePrefetcher.
-    on_device: bool = False
-
     @property
     def device_hyp(self) -> AugmentHyp | None:
         """The augmentation gains whose HSV jitter and flip this loader leaves to the device

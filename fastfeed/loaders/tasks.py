@@ -20,9 +20,9 @@ def store_task(store) -> str:
 
 def batch_task(store, cfg=None, setting: str = "LoaderConfig.task") -> str:
     """The task of the batches a loader of `store` makes under `cfg` (a LoaderConfig, or None): `cfg.task` when
-    given, else the store's. 'detect' reads boxes only from a store of any task (a detection model trained on a segment, pose or OBB
-    store: nothing drawn that it would not use); any other task must be the store's (a ValueError naming both, and
-    the `setting` that asked: a command names its flag)."""
+    given, else the store's. 'detect' reads boxes only from a store of any task (a detection model trained on a
+    segment, pose or OBB store: nothing drawn that it would not use); any other task must be the store's (a
+    ValueError naming both, and the `setting` that asked: a command names its flag)."""
     held = store_task(store)
     asked = getattr(cfg, "task", None)
     if asked is None or asked == held:
