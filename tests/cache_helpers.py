@@ -67,6 +67,14 @@ def own_painted_store(tmp_path_factory):
     return make_painted_store(tmp_path_factory.mktemp("painted"), tag=f"-{uuid.uuid4().hex[:8]}")
 
 
+def new_in_dev_shm(store, before: set) -> set:
+    """What is in /dev/shm now and was not in `before` of `store`'s own segments (their users files and build
+    temporaries included): another test run's segments, made meanwhile, are not this test's leftovers."""
+    from fastfeed.cache.layout import PREFIX
+
+    return {e for e in set(os.listdir("/dev/shm")) - before if e.startswith(f"{PREFIX}{store.fingerprint}-")}
+
+
 @pytest.fixture(scope="module")
 def jpeg_store(tmp_path_factory, sample_dir):
     """The bundled sample as packed: real JPEGs (mostly 640x480), decoded with DCT scaling at imgsz 320."""

@@ -8,7 +8,14 @@ import threading
 import time
 
 import pytest
-from cache_helpers import dead_pid, jpeg_store, own_painted_store, painted_store, shm_dir  # noqa: F401  (fixtures)
+from cache_helpers import (  # noqa: F401  (fixtures)
+    dead_pid,
+    jpeg_store,
+    new_in_dev_shm,
+    own_painted_store,
+    painted_store,
+    shm_dir,
+)
 
 from fastfeed.cache import acquire, clear_caches, layout, list_caches, users
 from fastfeed.cache import build as cache_build
@@ -50,7 +57,7 @@ def test_cleanup_leaves_dev_shm_as_it_was(own_painted_store):
     during = set(os.listdir("/dev/shm")) - before
     assert {lease.path.name, lease.path.name + ".users"} <= during
     lease.release()
-    assert not {e for e in set(os.listdir("/dev/shm")) - before if e.startswith("fastfeed-")}
+    assert not new_in_dev_shm(own_painted_store, before)
     assert not lease.path.exists()
 
 

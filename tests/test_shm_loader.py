@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from cache_helpers import own_painted_store, processes, scratch_shm_dir  # noqa: F401  (fixture)
+from cache_helpers import new_in_dev_shm, own_painted_store, processes, scratch_shm_dir  # noqa: F401  (fixture)
 from loader_checks import (
     NO_COLOUR,
     assert_batch_contract,
@@ -144,4 +144,4 @@ def test_closing_or_dropping_the_loader_removes_the_segment_from_dev_shm(own_pai
     del loader                     # never closed: the finalizer detaches
     gc.collect()
     assert not path.exists()
-    assert not {e for e in set(os.listdir("/dev/shm")) - before if e.startswith("fastfeed-")}
+    assert not new_in_dev_shm(own_painted_store, before)
