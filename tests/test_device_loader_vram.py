@@ -15,8 +15,10 @@ def test_the_vram_cache_gives_the_same_batches(painted):
     cfg = LoaderConfig(imgsz=96, batch_size=4, workers=2, seed=5)
     want = run(painted, cfg, epochs=(0, 1))
     loader = create_loader("device", painted, cfg, cache="device", cache_reserve_gb=0)
+    # every record at its tile size (long side imgsz: 96x72 of 160x120), as the cpu loader takes it
     assert loader.host.ship == "none" and loader.vram_bytes == sum(h * w * 3 for h, w in
-                                                                       [painted.record(i).size for i in range(24)])
+                                                                       [painted.record(i).tile_size(96) for i in range(24)])
+    assert loader.vram_bytes == 24 * 96 * 72 * 3
     assert same([b for e in (0, 1) for b in collect(loader, e)], want)
     loader.close()
     with pytest.raises(RuntimeError, match="closed, which freed its VRAM cache; create a new loader"):

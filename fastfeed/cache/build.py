@@ -1,7 +1,7 @@
 """Building a segment: read every record's size and labels, check the budget, then decode the images
 on every core straight into a temporary file and rename it into place once it is complete.
 
-Images are decoded as a loader would (JPEG DCT scaling to the smallest scale that covers the
+Images are the loaders' tiles (`Record.decode_tile`: JPEG DCT scaling to the smallest scale that covers the
 target, then an area resize) so the long side is imgsz; smaller images are kept as they are (the
 augmentations scale anyway, and upscaled pixels would only cost memory).
 """
@@ -19,7 +19,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import codec
 from ..procs import usable_cores, worker_context
 from ..progress import bar as progress_bar
 from ..store import FormatError
@@ -43,7 +42,7 @@ def scan(store: Store, imgsz: int):
     boxes, classes = [], []
     for i in range(n):
         r = store.record(i, check_crc=False)   # sizes and labels only; every payload's CRC is checked when filled
-        shapes[i] = codec.fit_size(r.height, r.width, imgsz)
+        shapes[i] = r.tile_size(imgsz)
         counts[i] = len(r.boxes)
         boxes.append(r.boxes)
         classes.append(r.classes)
@@ -55,8 +54,9 @@ def _cat(parts: list, empty_shape: tuple, dtype) -> np.ndarray:
 
 
 def decode_resized(store: Store, index: int, size: tuple[int, int]) -> np.ndarray:
-    """Record `index` decoded (JPEG: at the smallest DCT scale >= size) and area-resized to `size`."""
-    return codec.resize_to(store.record(index).decode(size), size)
+    """Record `index` as a loader's tile (`Record.decode_tile`) of `size`, its `Record.tile_size` (the long side of
+    a tile is the side it was sized for)."""
+    return store.record(index).decode_tile(max(size))
 
 
 def shapes_at(shapes: np.ndarray, imgsz: int, new: int) -> np.ndarray:

@@ -30,7 +30,7 @@ class StoreSource:
         t0 = perf_counter()
         r = self.store.record(index)
         t1 = perf_counter()
-        img = r.decode_to_cover(self.imgsz)
+        img = r.decode_tile(self.imgsz)
         t2 = perf_counter()
         times["read"] += t1 - t0
         times["decode"] += t2 - t1
@@ -41,7 +41,7 @@ class StoreSource:
         t0 = perf_counter()
         r = self.store.record(index)
         t1 = perf_counter()
-        img = r.decode_to_cover(self.imgsz)
+        img = r.decode_tile(self.imgsz)
         times["read"] += t1 - t0
         times["decode"] += perf_counter() - t1
         return img, r

@@ -126,17 +126,16 @@ class Record:
         except _codec.DecodeError as e:
             raise _codec.DecodeError(f"{self.where}: {e}; run `fastfeed verify --decode` and re-pack") from None
 
-    def cover(self, side: int) -> tuple[int, int] | None:
-        """The min_size that decodes just enough pixels for an output of long side `side`."""
-        return _codec.cover_size(self.height, self.width, side)
+    def tile_size(self, side: int) -> tuple[int, int]:
+        """(h, w) of `decode_tile(side)`: the long side `side`, never enlarged (`codec.fit_size`). The one size every
+        loader takes a training image at: the cpu decode, the shm cache, the device loader's resize, evaluation's
+        letterbox frame (Ultralytics' `load_image` resizes to imgsz first too)."""
+        return _codec.fit_size(self.height, self.width, side)
 
-    def decode_to_cover(self, side: int) -> np.ndarray:
-        """Decoded at the smallest DCT scale whose long side still reaches `side` (what a loader needs)."""
-        return self.decode(self.cover(side))
-
-    def decoded_size(self, side: int | None = None) -> tuple[int, int]:
-        """(h, w) of `decode_to_cover(side)` (or of `decode()`), without decoding."""
-        return _codec.decoded_size(self.codec, self.size, self.cover(side) if side else None, self.orientation)
+    def decode_tile(self, side: int) -> np.ndarray:
+        """Decoded at the smallest DCT scale that covers `tile_size(side)`, then area-resized to it."""
+        size = self.tile_size(side)
+        return _codec.resize_to(self.decode(size), size)
 
     def pixel_boxes(self, size: tuple[int, int] | None = None) -> np.ndarray:
         """Training boxes in pixels of an image of `size` (h, w; default: the record's)."""

@@ -49,8 +49,8 @@ class ImageFrame:
 
 def letterbox_frame(record, imgsz: int) -> tuple[int, int, int, int]:
     """(left, top, nw, nh) of a record's letterboxed image, exactly as the loader builds it: decoded at
-    the size `Record.decode_to_cover` gives, then `augment.letterbox_geometry`."""
-    h, w = record.decoded_size(imgsz)
+    the size `Record.tile_size` gives, then `augment.letterbox_geometry`."""
+    h, w = record.tile_size(imgsz)
     g = letterbox_geometry(h, w, imgsz)
     return g.left, g.top, g.nw, g.nh
 

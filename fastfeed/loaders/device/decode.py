@@ -12,7 +12,7 @@ device; other codecs take the host path, raw stores need no decode.
 
 Device-decoded pixels are in the stored frame: `orient` turns them as `codec.apply_orientation` does
 (tested against it for all 8 EXIF values), then `fit` resizes them (antialiased) to the size the
-cpu loader decodes at (`Record.decoded_size`: a JPEG larger than imgsz is DCT-scaled there), so the
+cpu loader's tiles have (`Record.tile_size`: the long side imgsz, never enlarged), so the
 sampler's geometry is that of the cpu loader.
 """
 

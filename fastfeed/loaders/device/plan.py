@@ -5,8 +5,8 @@ each sample's tiles and move its boxes. The pixels are left to the device (feed.
 Same seed, rank, worker count and partner buffer -> the same plans as the `cpu` loader: the whole batch is
 loaded first (each record's tile appended to a `PartnerBuffer` of the last `partner_buffer` loaded, as
 the cpu workers append decoded images), then `augment.draw_batch` draws every sample's plan. Tiles are laid
-out by `augment.sample_layout` in the frame the cpu loader decodes into (`Record.decoded_size`: the DCT size
-that covers imgsz), so the geometry is the cpu loader's too.
+out by `augment.sample_layout` in the frame the cpu loader decodes into (`Record.tile_size`: long side
+imgsz), so the geometry is the cpu loader's too.
 
 What travels to the device per batch (`Plan`, through the pool's result queue), and the new
 records' payloads, written into the batch's shared slot (`Item`): JPEG bytes for a device decoder,
@@ -87,11 +87,11 @@ class Plan:
 def ship_record(r: Record, size: int, mode: str) -> tuple[str, object, tuple[int, int], int]:
     """(kind, payload bytes or pixel array, upright (h, w) on the device, orientation to apply) of record
     `r` for an output of side `size`: how every record reaches the device, from a worker or the main process."""
-    if r.codec == "raw":
+    if r.codec == "raw" and r.size == r.tile_size(size):
         return "pixels", r.payload, r.size, 1          # stored upright, at the size the sampler uses
     if r.codec == "jpeg" and mode == SHIP_ENCODED:
-        return "jpeg", r.payload, r.decoded_size(size), r.orientation
-    img = r.decode_to_cover(size)                     # the cpu loader's decode: upright, DCT-scaled
+        return "jpeg", r.payload, r.tile_size(size), r.orientation
+    img = r.decode_tile(size)                         # the cpu loader's tile: upright, long side size
     return "pixels", img, img.shape[:2], 1
 
 
@@ -110,7 +110,7 @@ class Planner:
         t0 = perf_counter()
         # With the VRAM cache only the labels are read here: every payload's CRC was checked when it was built.
         r = self.store.record(int(index), check_crc=False if self.ship == SHIP_NONE else None)
-        hw = r.decoded_size(self.size)
+        hw = r.tile_size(self.size)
         labels = Labels.of_record(r, hw[1], hw[0]) if self.task is not None else None
         times["read"] += perf_counter() - t0
         return Tile(int(index), hw, r.pixel_boxes(hw), r.classes, r, labels)

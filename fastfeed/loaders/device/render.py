@@ -9,7 +9,7 @@ pixel centre (x+0.5, y+0.5) of sample b:
     t = [p.x >= xc] + 2 [p.y >= yc]              the tile: mosaic_layout's quadrants around the centre
                                                  (one-tile samples: centre at infinity, so t = 0)
     inside = region_t contains p                 else the fill (114)
-    u = (p - o_t) / r_t                          tile pixels (the frame Record.decoded_size gives)
+    u = (p - o_t) / r_t                          tile pixels (the frame Record.tile_size gives)
     value = bilinear(tile_t, u)                  4 gathers from a flat [P,3] uint8 pixel buffer,
                                                  edge pixels replicated
 

@@ -1,7 +1,7 @@
 """The VRAM cache (`cache="device"`): the whole store decoded, at the size the sampler uses, in one flat
 pixel buffer on the accelerator, so per step only the plans (a few KB) cross PCIe and nothing is decoded.
 
-Sized before anything is allocated: every record's decoded size (`Record.decoded_size`, the frame the cpu
+Sized before anything is allocated: every record's decoded size (`Record.tile_size`, the frame the cpu
 loader decodes into) from its header, against the device's free memory (`fastfeed.devices.free_memory`)
 less the loader's working memory and `cache_reserve_gb` kept for the model. What does not fit raises
 `VramCacheError` saying what it needs, what is free, and about what imgsz would fit. Built once per
@@ -104,7 +104,7 @@ def build_vram_cache(store, imgsz: int, batch_size: int, device: torch.device, d
     """Decode every record of `store` into a new DeviceCache on `device` (upload: host tensor -> device copy)."""
     t0 = time.perf_counter()
     n = len(store)
-    shapes = np.array([store.record(i, check_crc=False).decoded_size(imgsz) for i in range(n)], np.int64).reshape(-1, 2)
+    shapes = np.array([store.record(i, check_crc=False).tile_size(imgsz) for i in range(n)], np.int64).reshape(-1, 2)
     need = check_fits(shapes, imgsz, batch_size, device, reserve_gb)
     rows = shapes[:, 0] * shapes[:, 1]
     starts = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64)
