@@ -70,7 +70,7 @@ def replace_record(store_dir, index, orientation=None, **changes):
                   image_id=r.image_id, file_name=r.file_name, boxes=r.boxes, classes=r.classes,
                   crowd_boxes=r.crowd_boxes, crowd_classes=r.crowd_classes, payload=bytes(r.payload),
                   orientation=r.orientation if orientation in (None, 0) else orientation, task=r.task,
-                  polygons=r.polygons, keypoints=r.keypoints, obb=r.obb) | changes
+                  geometry=r.geometry) | changes
     store.close()
     rec = bytearray(encode_record(**fields))
     if orientation == 0:

@@ -58,12 +58,13 @@ def test_letterbox_labels_and_labels_ops():
 
 @pytest.mark.parametrize("task,extra", [("detect", {}), ("pose", {"keypoints": [[[0.5, 0.5, 2]], [[0, 0, 0]]]}),
                                         ("segment", {"polygons": [[[0, 0], [0.5, 0], [0.5, 0.5]], []]}),
-                                        ("obb", {"obb": [[[0, 0], [1, 0], [1, 1], [0, 1]]] * 2})])
+                                        ("obb", {"corners": [[[0, 0], [1, 0], [1, 1], [0, 1]]] * 2})])
 def test_labels_of_a_store_record(task, extra):
     buf = encode_record(codec="raw", height=2, width=4, orig_height=2, orig_width=4, image_id=1, file_name="a",
                         boxes=np.array([[0, 0, .5, .5], [.5, .5, 1, 1]], np.float32), classes=np.array([1, 2]),
                         crowd_boxes=np.zeros((0, 4), np.float32), crowd_classes=np.zeros(0, np.int64),
-                        payload=bytes(24), task=task, **{k: [np.array(v, np.float32) for v in x] for k, x in extra.items()})
+                        payload=bytes(24), task=task,
+                        geometry=next(([np.array(v, np.float32) for v in x] for x in extra.values()), None))
     lab = Labels.of_record(parse_record(buf, 0, "s"), 400, 200)
     assert lab.task == task and lab.classes.dtype == np.int64 and lab.classes.tolist() == [1, 2]
     np.testing.assert_allclose(lab.boxes, [[0, 0, 200, 100], [200, 100, 400, 200]])

@@ -54,7 +54,7 @@ def test_bench_of_a_detect_store_says_detect_and_no_task_line(tmp_path, capsys):
 
 def test_bench_task_detect_reads_a_segment_store_as_boxes_alone_and_says_so(segment_store, tmp_path, capsys,
                                                                             monkeypatch):
-    import fastfeed.loaders.task_builder as task_builder
+    import fastfeed.loaders.pipeline as task_builder
 
     monkeypatch.setattr(task_builder, "rasterise", lambda *a, **k: pytest.fail("a mask was drawn for --task detect"))
     out = tmp_path / "b.json"

@@ -189,9 +189,3 @@ def test_mask_settings_are_checked_by_name(field, value, rule):
     with pytest.raises(ValueError, match=f"LoaderConfig.{field} {rule}"):
         LoaderConfig(imgsz=S, **{field: value})
 
-
-def test_the_loaders_task_list_is_the_stores():
-    from fastfeed.loaders.tasks import TASKS
-    from fastfeed.store.format import TASKS as STORE_TASKS
-
-    assert TASKS == STORE_TASKS

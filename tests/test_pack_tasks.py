@@ -53,7 +53,7 @@ def test_a_polygon_in_a_detect_pack_is_its_box_and_a_record_holds_no_geometry(tm
     res = run_pack(tmp_path / "y", tmp_path / "o")
     assert res.report.counts["polygon_to_box"] == 1 and res.manifest.task == "detect"
     r = Store(tmp_path / "o").record(0)
-    assert r.task == "detect" and r.polygons is None and r.keypoints is None and r.obb is None
+    assert r.task == "detect" and r.polygons is None and r.keypoints is None and r.corners is None and r.geometry is None
     np.testing.assert_allclose(r.boxes[0], [0.1, 0.2, 0.5, 0.6], atol=1e-7)
 
 
@@ -63,9 +63,9 @@ def test_obb_lines_pack_their_corners_and_a_box_line_becomes_four(tmp_path):
     res = run_pack(tmp_path / "y", tmp_path / "o", task="obb")
     assert res.report.counts["box_to_obb"] == 1
     r = Store(tmp_path / "o").record(0)
-    np.testing.assert_array_equal(r.obb[0], np.float32(OBB).reshape(4, 2))
+    np.testing.assert_array_equal(r.corners[0], np.float32(OBB).reshape(4, 2))
     np.testing.assert_allclose(r.boxes[0], [0.1, 0.1, 0.6, 0.5], atol=1e-7)   # the corners' bounds
-    np.testing.assert_allclose(r.obb[1], [[0.6, 0.6], [0.8, 0.6], [0.8, 0.8], [0.6, 0.8]], atol=1e-6)
+    np.testing.assert_allclose(r.corners[1], [[0.6, 0.6], [0.8, 0.6], [0.8, 0.8], [0.6, 0.8]], atol=1e-6)
 
 
 def test_pose_is_chosen_by_data_yaml_and_packs_the_exact_keypoints(tmp_path):
@@ -164,7 +164,7 @@ def test_verify_names_a_record_whose_polygon_leaves_the_image(tmp_path, capsys):
     b = YoloBuilder(tmp_path / "y", names=["a"])
     b.add("1", [_line(0, POLY)])
     run_pack(tmp_path / "y", tmp_path / "o", task="segment")
-    replace_record(tmp_path / "o", 0, polygons=[np.float32([[0.1, 0.2], [1.5, 0.2], [0.4, 0.6]])])
+    replace_record(tmp_path / "o", 0, geometry=[np.float32([[0.1, 0.2], [1.5, 0.2], [0.4, 0.6]])])
     assert main(["verify", str(tmp_path / "o"), "--workers", "1", "--quiet"]) != 0
     assert "1 polygons for 1 boxes, or points outside 0..1" in capsys.readouterr().out
 

@@ -167,7 +167,7 @@ def test_a_segment_store_trains_and_evaluates_on_its_boxes_alone(tmp_path, capsy
     --device-augment (which flips boxes only); the run says it trains on the boxes."""
     from task_stores import make_task_store
 
-    import fastfeed.loaders.task_builder as task_builder
+    import fastfeed.loaders.pipeline as task_builder
 
     seg = make_task_store(tmp_path / "seg", "segment")
     monkeypatch.setattr(task_builder, "rasterise", lambda *a, **k: pytest.fail("a mask was drawn for a detector"))

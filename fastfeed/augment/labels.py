@@ -8,7 +8,8 @@ loader collects per output image: boxes float32 [N,4] x1,y1,x2,y2 and classes in
     keypoints  pose: float32 [N,K,D] x, y (+ visibility when D == 3)
     corners    obb: float32 [N,4,2] the oriented box's corners, in the label's order
 
-A field is None when the task has no such geometry (a detect store fills only boxes and classes). Pure
+A field is None when the task has no such geometry (a detect store fills only boxes and classes): at most one is
+set, and which one is its task's (`fastfeed.tasks`: the field's name, how it scales, joins, selects and maps). Pure
 numpy; nothing here moves anything: that is `points.paste_labels` (one rule for every loader).
 """
 
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-_FIELDS = ("polygons", "keypoints", "corners")
+from .. import tasks
 
 
 @dataclass
@@ -34,54 +35,41 @@ class Labels:
         return len(self.boxes)
 
     @property
+    def spec(self) -> tasks.Task:
+        """The task whose geometry these labels carry (`fastfeed.tasks`; detect: boxes only)."""
+        return next((t for t in tasks.GEOMETRY_TASKS if getattr(self, t.field) is not None), tasks.get("detect"))
+
+    @property
     def task(self) -> str:
-        """'segment', 'pose', 'obb' or 'detect': which geometry these labels carry."""
-        if self.polygons is not None:
-            return "segment"
-        if self.keypoints is not None:
-            return "pose"
-        return "obb" if self.corners is not None else "detect"
+        return self.spec.name
 
     @classmethod
-    def of_record(cls, record, w: float, h: float) -> Labels:
-        """A store record's training labels (normalised) scaled to a w x h decode of its image."""
+    def of_record(cls, record, w: float, h: float, task: str | None = None) -> Labels:
+        """A store record's training labels (normalised) scaled to a w x h decode of its image: its task's, or
+        `task`'s ('detect': its boxes alone, whatever the record holds)."""
         scale = np.array([w, h], np.float32)
         boxes = record.boxes.reshape(-1, 4) * np.tile(scale, 2)
-        polygons = keypoints = corners = None
-        task = getattr(record, "task", "detect")
-        if task == "segment":
-            polygons = [np.asarray(p, np.float32).reshape(-1, 2) * scale for p in record.polygons]
-        elif task == "pose":
-            keypoints = np.array(record.keypoints, np.float32)   # a copy: only x, y are scaled
-            keypoints[..., :2] *= scale
-        elif task == "obb":
-            corners = np.asarray(record.obb, np.float32).reshape(-1, 4, 2) * scale
-        return cls(boxes.astype(np.float32, copy=False), np.asarray(record.classes, np.int64), polygons,
-                   keypoints, corners)
+        spec = tasks.get(task or getattr(record, "task", "detect"))
+        extra = {spec.field: spec.to_pixels(record.geometry, scale)} if spec.field else {}
+        return cls(boxes.astype(np.float32, copy=False), np.asarray(record.classes, np.int64), **extra)
+
+    def _with(self, boxes, classes, value) -> Labels:
+        field = self.spec.field
+        return Labels(boxes, classes, **({field: value} if field else {}))
 
     @classmethod
     def concat(cls, parts: Sequence[Labels]) -> Labels:
         """One Labels holding the objects of `parts` in order (all of the same task)."""
         if not parts:
             raise ValueError("Labels.concat needs at least one Labels")
-        task = parts[0].task
-        if any(p.task != task for p in parts):
+        spec = parts[0].spec
+        if any(p.spec is not spec for p in parts):
             raise ValueError(f"Labels.concat: cannot join labels of tasks {sorted({p.task for p in parts})}")
         if len(parts) == 1:
             return parts[0]
-        first = parts[0]
-        out = cls(np.concatenate([p.boxes for p in parts]).astype(np.float32, copy=False),
-                  np.concatenate([p.classes for p in parts]).astype(np.int64, copy=False))
-        if first.polygons is not None:
-            out.polygons = [q for p in parts for q in p.polygons]
-        if first.keypoints is not None:
-            shapes = {p.keypoints.shape[1:] for p in parts}
-            if len(shapes) > 1:
-                raise ValueError(f"Labels.concat: keypoints of different shapes {sorted(shapes)}")
-            out.keypoints = np.concatenate([p.keypoints for p in parts])
-        if first.corners is not None:
-            out.corners = np.concatenate([p.corners for p in parts])
-        return out
+        value = spec.join([getattr(p, spec.field) for p in parts]) if spec.field else None
+        return parts[0]._with(np.concatenate([p.boxes for p in parts]).astype(np.float32, copy=False),
+                              np.concatenate([p.classes for p in parts]).astype(np.int64, copy=False), value)
 
     def take(self, keep) -> Labels:
         """The objects selected by a bool mask [N] or an index array, every field alike."""
@@ -91,10 +79,9 @@ class Labels:
                 raise ValueError(f"keep mask of shape {idx.shape} for {len(self)} objects")
             idx = np.flatnonzero(idx)
         idx = idx.astype(np.int64, copy=False).reshape(-1)
-        polygons = None if self.polygons is None else [self.polygons[i] for i in idx]
-        return Labels(self.boxes[idx], self.classes[idx], polygons,
-                      None if self.keypoints is None else self.keypoints[idx],
-                      None if self.corners is None else self.corners[idx])
+        spec = self.spec
+        return self._with(self.boxes[idx], self.classes[idx],
+                          spec.take(getattr(self, spec.field), idx) if spec.field else None)
 
     @classmethod
     def empty_like(cls, labels: Labels) -> Labels:
@@ -104,11 +91,5 @@ class Labels:
     def map_points(self, fn) -> Labels:
         """These labels with every point (polygons, keypoint x/y, corners) replaced by fn(points [..., 2])
         (float32 in, float32 out) and the boxes as they are: for maps that move points and boxes apart."""
-        kp = None
-        if self.keypoints is not None:
-            kp = self.keypoints.copy()
-            kp[..., :2] = fn(kp[..., :2])
-        return Labels(self.boxes, self.classes,
-                      None if self.polygons is None else [fn(p) for p in self.polygons], kp,
-                      None if self.corners is None else fn(self.corners))
-
+        spec = self.spec
+        return self._with(self.boxes, self.classes, spec.map_points(getattr(self, spec.field), fn) if spec.field else None)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from ..devices import DEVICES
 from ..imgsz import check_imgsz
-from ..loaders.tasks import TASKS
 from ..store.urls import location
+from ..tasks import TASKS
 from ..train.config import MODELS
 
 

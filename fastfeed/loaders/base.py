@@ -16,9 +16,11 @@ from ..devices import has_cuda, parse_device, resolve_device
 from ..imgsz import check_imgsz
 from ..procs import usable_cores
 from ..renamed import renamed
+from ..tasks import TASKS
+from ..tasks import get as task_spec
 from .sampler import EpochOrder, batches_per_epoch
 from .shard_order import default_order
-from .tasks import GEOMETRY, TASKS, UnsupportedTask, batch_task, refuse_task
+from .tasks import UnsupportedTask, batch_task, refuse_task
 
 log = logging.getLogger(__name__)
 
@@ -145,13 +147,14 @@ class LoaderConfig:
         device, which ignores device_augment)."""
         task = batch_task(store, self)
         cfg = self if self.task == task else replace(self, task=task)
-        if task == "detect":
+        spec = task_spec(task)
+        if spec.field is None:
             return cfg
         if self.device_augment and prefetcher_augments:
-            raise UnsupportedTask(f"LoaderConfig.device_augment cannot flip the {GEOMETRY.get(task, task)} of a "
+            raise UnsupportedTask(f"LoaderConfig.device_augment cannot flip the {spec.words} of a "
                                   f"{task} store: leave it False (the workers flip them), or read its boxes alone "
                                   f"(task='detect')")
-        if task == "pose" and self.augment and self.hyp.fliplr > 0 and store.manifest.flip_idx is None:
+        if spec.needs_flip_idx and self.augment and self.hyp.fliplr > 0 and store.manifest.flip_idx is None:
             log.warning("pose store %s has no flip_idx: hyp.fliplr=%s set to 0 (a left-right flip cannot swap its "
                         "keypoints; pack it with flip_idx in data.yaml to flip)", getattr(store, "path", store),
                         self.hyp.fliplr)

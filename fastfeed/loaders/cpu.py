@@ -10,11 +10,10 @@ from .base import LoaderConfig
 from .pipeline import BatchBuilder, StoreSource
 from .pool import CpuOptions, PoolLoader
 from .registry import register_loader
-from .task_builder import make_builder
 
 
 def _store_builder(store, cfg: LoaderConfig, rank: int, opts: CpuOptions) -> BatchBuilder:
-    return make_builder(StoreSource(store, cfg.imgsz), store, cfg, rank, opts.partner_buffer)
+    return BatchBuilder(StoreSource(store, cfg.imgsz, cfg.task), cfg, rank, opts.partner_buffer, store.manifest)
 
 
 @register_loader("cpu", options=CpuOptions,

@@ -26,10 +26,11 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ..augment.masks import mask_side
+from ..tasks import TASKS
+from ..tasks import get as task_spec
 from .base import Batch, Loader, LoaderConfig, StageTimes
 from .partners import history
 from .sampler import EpochOrder
-from .tasks import TASKS
 from .workers import WorkerPool
 
 
@@ -58,18 +59,15 @@ class CpuOptions:
 
 
 def image_batch(slot: torch.Tensor, count: int, result, indices) -> Batch:
-    """The cpu and shm loaders' batch: the slot's first `count` images, the targets the builder returned (with a
-    task store's builder: (targets, extras), the extras as numpy arrays)."""
-    if isinstance(result, tuple):
-        targets, extras = result
-        return Batch(slot[:count], torch.from_numpy(targets), indices,
-                     **{k: torch.from_numpy(v) for k, v in extras.items()})
-    return Batch(slot[:count], torch.from_numpy(result), indices)
+    """The cpu and shm loaders' batch: the slot's first `count` images, the targets and extras the builder returned
+    (`pipeline.BatchBuilder.build`: (targets, extras), numpy arrays)."""
+    targets, extras = result
+    return Batch(slot[:count], torch.from_numpy(targets), indices, **{k: torch.from_numpy(v) for k, v in extras.items()})
 
 
 def mask_slot_shape(task: str, cfg: LoaderConfig) -> tuple | None:
     """[B, S/r, S/r]: the shared int16 mask slot of a segment store's batch with overlap_mask, else None."""
-    if task != "segment" or not cfg.overlap_mask:
+    if task_spec(task).extra != "masks" or not cfg.overlap_mask:
         return None
     side = mask_side(cfg.imgsz, cfg.mask_ratio)
     return cfg.batch_size, side, side

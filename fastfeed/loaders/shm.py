@@ -20,13 +20,14 @@ from time import perf_counter
 
 import numpy as np
 
+from ..augment import Labels
 from ..cache import CacheHandle, CacheLease, acquire
 from ..store.reader import Store
+from ..tasks import get as task_spec
 from .base import LoaderConfig, check_epoch
 from .pipeline import BatchBuilder, StoreSource
 from .pool import CpuOptions, PoolLoader
 from .registry import register_loader
-from .task_builder import make_builder
 
 
 @dataclass(frozen=True)
@@ -56,36 +57,33 @@ class ShmOptions(CpuOptions):
 
 class ShmSource:
     """`StoreSource.load()` from the shared cache: views into the segment, mapped on first use in
-    each process; records past the cached prefix (a partial cache) fall back to the store."""
+    each process; records past the cached prefix (a partial cache) fall back to the store. The cache holds
+    pixels and boxes: a task's geometry (polygons, points) is read from the store's record, without its CRC
+    check or a decode."""
 
-    def __init__(self, handle: CacheHandle, store: Store, imgsz: int):
-        self.handle = handle
+    def __init__(self, handle: CacheHandle, store: Store, imgsz: int, task: str = "detect"):
+        self.handle, self.task = handle, task
         self.n_cached = handle.n_cached
-        self.fallback = StoreSource(store, imgsz)
+        self.fallback = StoreSource(store, imgsz, task)
+        self.geometry = task_spec(task).field is not None
 
-    def load(self, index: int, times: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(image HWC RGB, boxes normalised xyxy float32, classes int64) of record `index`."""
+    def load(self, index: int, times: dict) -> tuple[np.ndarray, Labels]:
+        """(image HWC RGB, its `augment.Labels` in its pixels) of record `index`."""
         if index >= self.n_cached:
             return self.fallback.load(index, times)
         t0 = perf_counter()
-        sample = self.handle.view().record(index)
+        img, boxes, classes = self.handle.view().record(index)
+        h, w = img.shape[:2]
+        if self.geometry:
+            labels = Labels.of_record(self.fallback.store.record(index, check_crc=False), w, h, self.task)
+        else:
+            labels = Labels(boxes * np.array([w, h, w, h], np.float32), classes)
         times["read"] += perf_counter() - t0
-        return sample
-
-    def load_record(self, index: int, times: dict):
-        """(image HWC RGB, its `Record`): the image from the cache, the record (its geometry) read from the
-        store without its CRC check or a decode (the cache holds pixels and boxes, not polygons or points)."""
-        if index >= self.n_cached:
-            return self.fallback.load_record(index, times)
-        t0 = perf_counter()
-        img = self.handle.view().record(index)[0]
-        record = self.fallback.store.record(index, check_crc=False)
-        times["read"] += perf_counter() - t0
-        return img, record
+        return img, labels
 
 
 def _shm_builder(handle: CacheHandle, store: Store, cfg: LoaderConfig, rank: int, opts: ShmOptions) -> BatchBuilder:
-    return make_builder(ShmSource(handle, store, cfg.imgsz), store, cfg, rank, opts.partner_buffer)
+    return BatchBuilder(ShmSource(handle, store, cfg.imgsz, cfg.task), cfg, rank, opts.partner_buffer, store.manifest)
 
 
 class ShmLoader(PoolLoader):

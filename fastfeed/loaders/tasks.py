@@ -4,8 +4,8 @@ loader, builder and planner; and what a loader that cannot carry a task raises (
 
 from __future__ import annotations
 
-TASKS = ("detect", "segment", "pose", "obb")     # store.format.TASKS (the store package needs LMDB; this does not)
-GEOMETRY = {"segment": "polygons", "pose": "keypoints", "obb": "oriented boxes"}
+from ..tasks import get
+
 TASK_LOADERS = ["cpu", "shm", "device"]           # the loaders that carry every task's geometry into the Batch
 
 
@@ -25,21 +25,19 @@ def batch_task(store, cfg=None, setting: str = "LoaderConfig.task") -> str:
     ValueError naming both, and the `setting` that asked: a command names its flag)."""
     held = store_task(store)
     asked = getattr(cfg, "task", None)
-    if asked is None or asked == held:
-        return held
-    if asked == "detect":
-        return asked
+    if asked is None or asked == held or get(asked, setting).field is None:   # boxes alone: from any store
+        return asked or held
     raise ValueError(f"{setting} {asked!r}: {getattr(store, 'path', None) or store} is a {held} store; its "
                      f"batches can carry its own task ({held}) or boxes alone ('detect'); pack the dataset with "
-                     f"--task {asked} for {GEOMETRY.get(asked, asked)}")
+                     f"--task {asked} for {get(asked).words}")
 
 
 def refuse_task(store, loader: str, cfg=None) -> None:
     """UnsupportedTask naming the store, its task and the loaders that can read it, unless the batches asked of it
     (`batch_task`) are detection's."""
     task = batch_task(store, cfg)
-    if task != "detect":
+    if get(task).field is not None:
         where = getattr(store, "path", None) or store
-        raise UnsupportedTask(f"the {loader} loader cannot carry the {GEOMETRY.get(task, task)} of {task} store "
+        raise UnsupportedTask(f"the {loader} loader cannot carry the {get(task).words} of {task} store "
                               f"{where}; use the {', '.join(TASK_LOADERS[:-1])} or {TASK_LOADERS[-1]} loader, or "
                               f"task='detect' for its boxes alone")

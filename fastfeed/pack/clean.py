@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import tasks
 from .report import Problem
 
 CLIP_TOLERANCE_PX = 0.5  # COCO boxes often overshoot by float noise; that is not worth a note
@@ -51,31 +52,20 @@ def clean_boxes(xyxy: np.ndarray, classes, crowd, size, name: str, problems: lis
     return np.clip(xyxy[keep], 0.0, 1.0), classes[keep], crowd[keep], keep
 
 
-def _area(pts: np.ndarray) -> float:
-    x, y = pts[:, 0], pts[:, 1]
-    return 0.5 * abs(float(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1))))
-
-
-def _active(task: str, g: np.ndarray) -> np.ndarray:
-    """The points the rule applies to: every one, except keypoints marked missing (visibility 0; with no visibility
-    value, a negative coordinate, as Ultralytics reads a two-value keypoint)."""
-    if task != "pose":
-        return np.ones(len(g), bool)
-    return g[:, 2] > 0 if g.shape[1] == 3 else (g[:, 0] >= 0) & (g[:, 1] >= 0)
-
-
 def clean_geometry(task: str, geometry: list, classes, size, name: str, problems: list[Problem], where=None):
     """Check each training object's points (normalised float64: segment [P,2] (P 0: no polygon), pose [K,D], obb
-    [4,2]) by the rule above. Returns (the kept mask, the cleaned geometry of the kept objects)."""
+    [4,2]) by the rule above, each task's parts of it its own (`fastfeed.tasks`: which points count, what is
+    degenerate). Returns (the kept mask, the cleaned geometry of the kept objects)."""
     h, w = size
+    spec = tasks.get(task)
     keep, out = np.ones(len(geometry), bool), []
     for i, g in enumerate(geometry):
         at = f"{where[i]}: " if where else ""
         what = f"{at}class {classes[i]}"
-        if task == "segment" and len(g) == 0:
+        if len(g) == 0 and spec.box_alone:   # an object with its box and no points (segment: Ultralytics' too)
             out.append(g)
             continue
-        active = _active(task, g)
+        active = spec.active(g)
         pts = g[:, :2]
         if far_outside(pts[active][None]).any():
             problems.append(Problem("points_far_outside", name, (
@@ -83,22 +73,13 @@ def clean_geometry(task: str, geometry: list, classes, size, name: str, problems
                 f"{w}x{h} image, far outside 0..1 (pixels where fractions of the image belong?)")))
             keep[i] = False
             continue
-        if task in ("segment", "obb") and (len(g) < 3 or _area(pts) * w * h < _MIN_AREA_PX):
-            problems.append(Problem(f"{'polygon' if task == 'segment' else 'obb'}_degenerate", name,
-                                    f"{what}: {len(g)} points enclosing no area"))
+        if spec.degenerate(g, w, h, _MIN_AREA_PX):
+            problems.append(Problem(spec.degenerate_reason, name, f"{what}: {len(g)} points enclosing no area"))
             keep[i] = False
             continue
-        g = g.copy()
         beyond = active & (overshoot_px(pts[:, None], w, h) > CLIP_TOLERANCE_PX)
-        if task == "pose" and g.shape[1] == 3:
-            g[beyond, 2] = 0.0
-            inside = active & ~beyond
-            g[inside, :2] = np.clip(g[inside, :2], 0.0, 1.0)
-            if beyond.any():
-                problems.append(Problem("keypoint_hidden", name, f"{what}: keypoint(s) {np.flatnonzero(beyond).tolist()}"))
-        else:
-            g[active, :2] = np.clip(g[active, :2], 0.0, 1.0)
-            if beyond.any():
-                problems.append(Problem("points_clipped", name, f"{what}: {int(beyond.sum())} point(s)"))
+        g, note = spec.settle(g, active, beyond)
+        if note:
+            problems.append(Problem(note[0], name, f"{what}: {note[1]}"))
         out.append(g)
     return keep, out

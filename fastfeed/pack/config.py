@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..store import urls
-from ..store.format import TASKS
+from ..tasks import TASKS
 from .check import DEFAULT_MAX_PIXELS
 from .process import EXIF_MODES, STORE_MODES
 from .usable import COCO_BOX_UNITS

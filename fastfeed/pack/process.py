@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import codec
+from .. import codec, tasks
 from ..augment.boxes import cxcywh_to_xyxy
 from ..store.record import crc32, encode_record
 from .check import DEFAULT_MAX_PIXELS, check_image
@@ -48,7 +48,7 @@ class Result:
     orientation: int = 1                 # the record's (1: its pixels decode upright as they are)
     source_crc: int = 0                  # CRC32 of the source file (+ its label file), for the source fingerprint
     exif_frame: str | None = None        # COCO image with an EXIF orientation: the frame its width/height show
-    geometry: dict = field(default_factory=dict)   # counts for the manifest (`geometry_counts`)
+    geometry: dict = field(default_factory=dict)   # counts for the manifest (the task's `counts`)
 
 
 def _coco_geometry(item: Item, keep, size, cfg: PayloadConfig, problems: list[Problem]) -> list:
@@ -190,33 +190,8 @@ def process_item(item: Item, cfg: PayloadConfig, nc: int | None, data=None) -> R
         codec=how, height=size[0], width=size[1], orig_height=orig[0], orig_width=orig[1],
         image_id=item.image_id, file_name=item.name, boxes=xyxy[~crowd], classes=classes[~crowd],
         crowd_boxes=xyxy[crowd], crowd_classes=classes[crowd], payload=payload, orientation=checked.orientation,
-        task=cfg.task, **_geometry_fields(cfg, geometry))
-    res.geometry = geometry_counts(cfg.task, geometry)
+        task=cfg.task, geometry=None if geometry is None else tasks.get(cfg.task).record_value(geometry, cfg.kpt_shape))
+    res.geometry = tasks.get(cfg.task).counts(geometry or [])
     res.classes, res.n_crowd, res.orig_size, res.size = classes[~crowd], int(crowd.sum()), orig, size
     res.orientation = checked.orientation
     return res
-
-
-def _geometry_fields(cfg: PayloadConfig, geometry) -> dict:
-    if cfg.task == "segment":
-        return {"polygons": geometry}
-    if cfg.task == "pose":
-        return {"keypoints": np.asarray(geometry, np.float32).reshape(-1, *cfg.kpt_shape)}
-    if cfg.task == "obb":
-        return {"obb": np.asarray(geometry, np.float32).reshape(-1, 4, 2)}
-    return {}
-
-
-def geometry_counts(task: str, geometry) -> dict:
-    """What a record's geometry adds up to, for the manifest's `stats.geometry` (summed over the records)."""
-    if task == "segment":
-        return {"polygons": sum(len(p) > 0 for p in geometry), "polygon_points": sum(len(p) for p in geometry)}
-    if task == "pose":
-        if not geometry:
-            return {"posed": 0, "keypoints_labelled": 0}
-        kp = np.asarray(geometry)
-        seen = kp[..., 2] > 0 if kp.shape[2] == 3 else (kp[..., 0] >= 0) & (kp[..., 1] >= 0)
-        return {"posed": len(geometry), "keypoints_labelled": int(seen.sum())}
-    if task == "obb":
-        return {"oriented": len(geometry)}
-    return {}

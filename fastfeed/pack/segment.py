@@ -42,7 +42,7 @@ class SegmentStats:
     exif_frames: Counter = field(default_factory=Counter)        # COCO frames of EXIF images (process.Result.exif_frame)
     record_crcs: bytearray = field(default_factory=bytearray)   # 4 bytes per record, in order
     sources: list = field(default_factory=list)                  # (name, source CRC) per image
-    geometry: Counter = field(default_factory=Counter)           # process.geometry_counts, summed
+    geometry: Counter = field(default_factory=Counter)           # the task's `counts`, summed
 
     def merge(self, other: SegmentStats) -> None:
         self.class_boxes.update(other.class_boxes)

@@ -19,7 +19,6 @@ FORMAT_NAME = "fastfeed"
 FORMAT_VERSION = 4   # 2: the per-record EXIF orientation (version 1 reads as upright); 3: each shard's sha256;
                      # 4: records FFR2 with the task's geometry (polygons, keypoints, oriented corners), the task
 READABLE_VERSIONS = (1, 2, 3, 4)
-TASKS = ("detect", "segment", "pose", "obb")   # what a record holds besides boxes (version 4; `geometry.py`)
 MANIFEST = "manifest.json"
 REJECTS = "rejects.jsonl"
 

@@ -8,7 +8,7 @@ Record layout (little-endian), CRC32 over every byte after the CRC field::
     name     UTF-8 source file name, `name_len` bytes
     boxes    float32 [n_boxes + n_crowd, 4]  x1, y1, x2, y2 normalised to 0..1 of the image
     classes  int32   [n_boxes + n_crowd]     contiguous class ids 0..C-1
-    geometry FFR2 only: the training objects' polygons, keypoints or oriented corners (`geometry.py`)
+    geometry FFR2 only: the training objects' polygons, keypoints or oriented corners (its task's: `fastfeed.tasks`)
     payload  JPEG bytes (codec jpeg), other encoded image bytes such as PNG (codec cv2),
              or raw uint8 HWC RGB pixels (codec raw, height * width * 3)
 
@@ -28,8 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import codec as _codec
+from .. import tasks as _tasks
+from ..renamed import renamed
 from .format import FormatError, RecordCorrupt
-from .geometry import TASKS, encode_geometry, parse_geometry
 
 try:  # the same CRC-32 as zlib's, computed with carry-less multiplication: ~7x faster
     from zlib_ng.zlib_ng import crc32
@@ -43,7 +44,7 @@ _CODEC_ID = {name: i for i, name in enumerate(CODECS)}
 
 # magic, crc32, codec, channels, orientation, height, width, orig_h, orig_w, image_id, n_boxes, n_crowd, name_len
 HEADER = struct.Struct("<4sIBBHIIIIqIIH")
-# ... then task id (geometry.TASKS), keypoints per object K, values per keypoint D (2 or 3; pose only)
+# ... then task id (its index in fastfeed.tasks.REGISTRY), keypoints per object K, values per keypoint D (2 or 3; pose only)
 HEADER2 = struct.Struct("<4sIBBHIIIIqIIHBHB")
 _CRC_FROM = 8  # the CRC covers everything after magic and the CRC itself
 
@@ -51,10 +52,10 @@ _CRC_FROM = 8  # the CRC covers everything after magic and the CRC itself
 def encode_record(*, codec: str, height: int, width: int, orig_height: int, orig_width: int,
                   image_id: int, file_name: str, boxes: np.ndarray, classes: np.ndarray,
                   crowd_boxes: np.ndarray, crowd_classes: np.ndarray, payload: bytes, orientation: int = 1,
-                  task: str = "detect", polygons=None, keypoints=None, obb=None) -> bytes:
+                  task: str = "detect", geometry=None) -> bytes:
     """One record's bytes. height/width/boxes: of the upright image; orientation: what turns the decoded
-    payload upright (1 for pixels stored upright). `task`'s geometry, one entry per training box: `polygons`
-    (segment: [P,2] arrays, P may be 0), `keypoints` (pose: [N,K,D]) or `obb` (obb: [N,4,2]), normalised."""
+    payload upright (1 for pixels stored upright). `geometry`: `task`'s, one entry per training box, normalised
+    (segment: [P,2] arrays, P may be 0; pose: [N,K,D]; obb: [N,4,2]); its bytes are the task's (`fastfeed.tasks`)."""
     name = file_name.encode("utf-8")
     if len(name) > 0xFFFF:
         raise FormatError(f"file name longer than 65535 bytes: {file_name[:80]}...")
@@ -63,12 +64,13 @@ def encode_record(*, codec: str, height: int, width: int, orig_height: int, orig
     all_boxes = np.concatenate([boxes, crowd_boxes]).astype("<f4", copy=False).reshape(-1, 4)
     all_classes = np.concatenate([classes, crowd_classes]).astype("<i4", copy=False)
     try:
-        task_id, k, d, geometry = encode_geometry(task, len(boxes), polygons, keypoints, obb)
+        spec = _tasks.get(task)
+        k, d, section = spec.encode(len(boxes), geometry)
     except ValueError as e:
         raise FormatError(f"{file_name}: {e}") from None
     head = HEADER2.pack(MAGIC, 0, _CODEC_ID[codec], 3, orientation, height, width, orig_height, orig_width,
-                        image_id, len(boxes), len(crowd_boxes), len(name), task_id, k, d)
-    body = b"".join([head[_CRC_FROM:], name, all_boxes.tobytes(), all_classes.tobytes(), geometry])
+                        image_id, len(boxes), len(crowd_boxes), len(name), _tasks.REGISTRY.index(spec), k, d)
+    body = b"".join([head[_CRC_FROM:], name, all_boxes.tobytes(), all_classes.tobytes(), section])
     return b"".join([MAGIC, struct.pack("<I", crc32(payload, crc32(body))), body, payload])
 
 
@@ -81,6 +83,7 @@ def check_crc(buf) -> bool:
     return len(buf) >= HEADER.size and crc32(memoryview(buf)[_CRC_FROM:]) == struct.unpack_from("<I", buf, 4)[0]
 
 
+@renamed(obb="corners", keywords=False)
 @dataclass(slots=True)
 class Record:
     """One record, parsed but not decoded: labels as arrays, `payload` a view into the shard's map
@@ -104,7 +107,13 @@ class Record:
     task: str = "detect"        # what the geometry below is: 'detect' (none), 'segment', 'pose', 'obb'
     polygons: list | None = None         # segment: float32 [P,2] x, y normalised per training box (P may be 0)
     keypoints: np.ndarray | None = None  # pose: float32 [N,K,D] x, y (, visibility) normalised
-    obb: np.ndarray | None = None        # obb: float32 [N,4,2] corners normalised
+    corners: np.ndarray | None = None    # obb: float32 [N,4,2] corners normalised (was `obb`)
+
+    @property
+    def geometry(self):
+        """The task's geometry (the field `fastfeed.tasks.get(self.task).field` names; None for detect)."""
+        field = _tasks.get(self.task).field
+        return getattr(self, field) if field else None
 
     @property
     def size(self) -> tuple[int, int]:
@@ -176,9 +185,13 @@ def parse_record(buf, index: int, shard: str, check: bool = True) -> Record:
     off += n * 16
     classes = np.frombuffer(buf, "<i4", n, off).astype(np.int64)
     off += n * 4
-    polygons, keypoints, obb, off = parse_geometry(buf, off, task_id, k, d, nb, bad)
+    spec = _tasks.by_id(task_id)
+    if spec is None:
+        raise bad(f"unknown task id {task_id}")
+    geometry, off = spec.parse(buf, off, k, d, nb, bad)
     payload = buf[off:]
     if codec_id == _CODEC_ID["raw"] and len(payload) != h * w * 3:
         raise bad(f"raw payload of {len(payload)} bytes, expected {h}x{w}x3")
     return Record(index, shard, CODECS[codec_id], h, w, oh, ow, orientation or 1, image_id, name,
-                  boxes[:nb], classes[:nb], boxes[nb:], classes[nb:], payload, TASKS[task_id], polygons, keypoints, obb)
+                  boxes[:nb], classes[:nb], boxes[nb:], classes[nb:], payload, spec.name,
+                  **({spec.field: geometry} if spec.field else {}))

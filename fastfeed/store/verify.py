@@ -8,7 +8,7 @@ from pathlib import Path
 import lmdb
 import numpy as np
 
-from .. import codec
+from .. import codec, tasks
 from ..procs import worker_context
 from ..progress import bar as progress_bar
 from . import format as fmt
@@ -30,27 +30,14 @@ class VerifyResult:
         return not self.damaged
 
 
-def _outside(points: np.ndarray) -> bool:
-    return bool(((points < 0) | (points > 1) | ~np.isfinite(points)).any())
-
-
 def check_geometry(r, m: fmt.Manifest) -> None:
     """A record's geometry is its store's task's, one entry per training box, its points inside the image (as the
     pack clipped them); raises RecordCorrupt naming what is not."""
     if r.task != m.task:
         raise fmt.RecordCorrupt(f"holds {r.task} labels in a {m.task} store")
-    if r.task == "segment" and (len(r.polygons) != len(r.boxes) or any(_outside(p) for p in r.polygons)):
-        raise fmt.RecordCorrupt(f"{len(r.polygons)} polygons for {len(r.boxes)} boxes, or points outside 0..1")
-    if r.task == "pose":
-        if list(r.keypoints.shape[1:]) != list(m.kpt_shape) or len(r.keypoints) != len(r.boxes):
-            raise fmt.RecordCorrupt(f"keypoints {list(r.keypoints.shape)} for {len(r.boxes)} boxes of kpt_shape "
-                                    f"{m.kpt_shape}")
-        kp = r.keypoints
-        labelled = kp[..., 2] > 0 if kp.shape[2] == 3 else (kp[..., 0] >= 0) & (kp[..., 1] >= 0)
-        if _outside(kp[labelled][:, :2]):
-            raise fmt.RecordCorrupt("labelled keypoints outside 0..1")
-    if r.task == "obb" and (len(r.obb) != len(r.boxes) or _outside(r.obb)):
-        raise fmt.RecordCorrupt(f"{len(r.obb)} oriented boxes for {len(r.boxes)} boxes, or corners outside 0..1")
+    problem = tasks.get(r.task).check_record(r.geometry, len(r.boxes), m)
+    if problem:
+        raise fmt.RecordCorrupt(problem)
 
 
 def _check_range(args) -> tuple[int, list[dict]]:
@@ -141,12 +128,7 @@ def task_summary(m: fmt.Manifest) -> dict:
     """What a store's records hold besides boxes: the task, the pose set's kpt_shape and flip_idx, and the counts
     the pack took (`stats.geometry`; a store of format version 3 or older: detect, nothing more)."""
     counts = dict(m.stats.get("geometry") or {})
-    out = {"name": m.task, **counts}
-    if m.task == "segment" and counts.get("polygons"):
-        out["mean_points"] = round(counts["polygon_points"] / counts["polygons"], 1)
-    if m.task == "pose":
-        out |= {"kpt_shape": m.kpt_shape, "flip_idx": m.flip_idx}
-    return out
+    return {"name": m.task, **counts, **tasks.get(m.task).summary(counts, m)}
 
 
 def summarize(path, options=None) -> dict:

@@ -188,7 +188,7 @@ def test_a_detect_store_given_to_the_segment_trainer_is_refused_by_name(tmp_path
 def test_the_detect_trainer_reads_a_segment_stores_boxes_alone(tmp_path, monkeypatch):
     """FastfeedTrainer (detection) given a segment store: its batches are boxes, no masks drawn for a loss that
     reads none (the loader asked for task='detect')."""
-    import fastfeed.loaders.task_builder as task_builder
+    import fastfeed.loaders.pipeline as task_builder
 
     data = make_set(tmp_path / "seg", "segment")
     pack(PackConfig(src=data / "data.yaml", split="train", out=tmp_path / "seg.ff", progress=False, task="segment"))

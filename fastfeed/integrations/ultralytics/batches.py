@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ... import tasks
 from ...augment.boxes import xyxy_to_cxcywh
 from .extras import extra_fields, label_extras, take_labels
 
@@ -41,7 +42,7 @@ def read_records(store, image_dir: Path | None) -> RecordInfo:
         boxes.append(cxcywh)
         classes.append(r.classes)
         extras.append(label_extras(task, r))
-    return RecordInfo(files, shapes, boxes, classes, extras if task != "detect" else None)
+    return RecordInfo(files, shapes, boxes, classes, extras if tasks.get(task).field else None)
 
 
 class ClassFilter:

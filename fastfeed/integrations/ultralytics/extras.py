@@ -13,8 +13,9 @@ is again the j-th kept object of the image (a dropped object's pixels become bac
 
 from __future__ import annotations
 
-import numpy as np
 import torch
+
+from ... import tasks
 
 
 def _rank_in_image(image: torch.Tensor, batch_size: int) -> torch.Tensor:
@@ -75,25 +76,23 @@ def _semantic_separate(masks: torch.Tensor, image: torch.Tensor, cls: torch.Tens
 def extra_fields(extras: dict, targets: torch.Tensor, keep, cls: torch.Tensor, overlap: bool, batch_size: int) -> dict:
     """The task's fields of a trainer batch from a Batch's `extras()` (rows `keep` of `targets`, None: all)."""
     out = {}
-    if extras.get("masks") is not None:
-        out.update(mask_fields(extras["masks"], targets, keep, cls, overlap, batch_size))
-    for name, key in (("keypoints", "keypoints"), ("rboxes", "bboxes")):
-        value = extras.get(name)
-        if value is not None:
-            out[key] = (value if keep is None else value[keep.to(value.device)]).contiguous()
+    for spec in tasks.GEOMETRY_TASKS:
+        value = extras.get(spec.extra)
+        if value is None:
+            continue
+        if spec.extra == "masks":   # drawn per image or per object: re-indexed to the kept rows
+            out.update(mask_fields(value, targets, keep, cls, overlap, batch_size))
+        else:
+            out[spec.ultralytics_key] = (value if keep is None else value[keep.to(value.device)]).contiguous()
     return out
 
 
 def label_extras(task: str, record) -> dict:
     """A record's task geometry as Ultralytics' dataset labels hold it (normalised): `segments` (segment: a
-    polygon per object, obb: its four corners) and `keypoints` [N, K, D]."""
-    if task == "segment" and record.polygons is not None:
-        return {"segments": [np.asarray(p, np.float32).reshape(-1, 2) for p in record.polygons]}
-    if task == "obb" and record.obb is not None:
-        return {"segments": list(np.asarray(record.obb, np.float32).reshape(-1, 4, 2))}
-    if task == "pose" and record.keypoints is not None:
-        return {"keypoints": np.asarray(record.keypoints, np.float32)}
-    return {}
+    polygon per object, obb: its four corners) and `keypoints` [N, K, D] (`tasks.Task.ultralytics_labels`)."""
+    spec = tasks.get(task)
+    value = getattr(record, spec.field) if spec.field else None
+    return {} if value is None else spec.ultralytics_labels(value)
 
 
 def take_labels(extra: dict, keep) -> dict:

@@ -19,6 +19,7 @@ import os
 import shutil
 from pathlib import Path
 
+from ... import tasks
 from ...pack import PackConfig, PackError, pack
 from ...pack.datayaml import labels_dir_for, load_yaml, pose_of, read_data_yaml, single
 from ...pack.signature import source_signature
@@ -131,11 +132,12 @@ def prepare_store(train, progress: bool = True, names=None, options: StoreOption
         return store
     images, root, name = train_source(train)
     names = _names(names)
-    stem = store_stem(root, name if task == "detect" else f"{name}-{task}")
+    spec = tasks.get(task)
+    stem = store_stem(root, f"{name}-{task}" if spec.field else name)
     try:
         # One pack for every process that asks (other nodes, a second job); the lock file goes with the pack.
         with pack_lock(stem.with_name(f"{stem.name}.ff"), wait=True):
-            return _packed(images, stem, names, progress, task, _pose_yaml(images, data_yaml) if task == "pose" else None)
+            return _packed(images, stem, names, progress, task, _task_yaml(images, data_yaml) if spec.data_yaml_keys else None)
     except PackError as e:
         how = ""
         if "--allow-background-only" in str(e):   # a flag of `fastfeed pack`, which this trainer cannot pass
@@ -145,8 +147,8 @@ def prepare_store(train, progress: bool = True, names=None, options: StoreOption
         raise ValueError(f"fastfeed cannot pack the train split {images}: {e}{how}") from None
 
 
-def _pose_yaml(images: Path, data_yaml) -> Path | None:
-    """The data.yaml to pack a pose split from (its kpt_shape and flip_idx): `data_yaml` when its train: entry is
+def _task_yaml(images: Path, data_yaml) -> Path | None:
+    """The data.yaml to pack a task's split from (a pose set's kpt_shape and flip_idx): `data_yaml` when its train: entry is
     `images`; None (the data.yaml beside the dataset, if any) otherwise."""
     try:
         if data_yaml and read_data_yaml(Path(data_yaml)).folder("train").resolve() == images.resolve():
@@ -236,13 +238,13 @@ def check_task(store: Store, task: str, data: dict, trainer: str) -> None:
     boxes); a pose store's kpt_shape and flip_idx must be data.yaml's (the model is built from data.yaml's)."""
     m = store.manifest
     have = getattr(m, "task", "detect")
-    if task != "detect" and have != task:
+    spec = tasks.get(task)
+    if spec.field and have != task:
         raise ValueError(f"{store.path} is a {have} store but {trainer} trains {task}: pack the train split for it "
                          f"(`fastfeed pack data.yaml -o train-{task}.ff --task {task}`) or unset {STORE_ENV} to let the "
                          "trainer pack it")
-    if task != "pose":
-        return
-    for key, ours in (("kpt_shape", m.kpt_shape), ("flip_idx", m.flip_idx)):
+    for key in spec.data_yaml_keys:
+        ours = getattr(m, key)
         theirs = data.get(key)
         theirs = list(theirs) if theirs is not None else None
         if (list(ours) if ours is not None else None) != theirs:

@@ -20,6 +20,7 @@ from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.utils import DEFAULT_CFG, RANK
 from ultralytics.utils.torch_utils import torch_distributed_zero_first
 
+from ... import tasks
 from ...loaders import LoaderConfig
 from ...store.options import StoreOptions
 from .args import augment_hyp, describe, loader_name, loader_workers, log, task_fields, warn_unsupported
@@ -117,7 +118,7 @@ class FastfeedMixin(StoppableMixin):
                                    image_dir=image_dir, class_filter=ClassFilter(self.args.classes, self.args.single_cls))
         if RANK in (-1, 0):
             where = f", {options['dtype']} images made on {self.device}" if feed.on_device else ""
-            if self.fastfeed_task == "segment":
+            if tasks.get(cfg.task).extra == "masks":
                 where += (f", masks at 1/{cfg.mask_ratio} ({'one per image' if cfg.overlap_mask else 'one per object'})"
                           " drawn as Ultralytics draws its validation masks")
             log.info(f"fastfeed: {name} loader over {store.path}: {len(store)} images, batch {cfg.batch_size} "

@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...augment import batch_rows, letterbox_labels, make_targets, paste_labels
-from ...augment.masks import rasterise
+from ...augment import letterbox_labels, make_targets, paste_labels
 from ...augment.paste import region_crop
+from ...tasks import get as task_spec
+from ..pipeline import BatchExtras
 from ..tasks import UnsupportedTask, batch_task
 
 
 def refuse_masks(store, cfg) -> None:
     """UnsupportedTask for a segment store read with overlap_mask=False (see the module docstring)."""
-    if batch_task(store, cfg) == "segment" and not cfg.overlap_mask:
+    if task_spec(batch_task(store, cfg)).extra == "masks" and not cfg.overlap_mask:
         raise UnsupportedTask(f"the device loader makes a segment store's masks only with overlap_mask=True (one "
                               f"int16 mask per image; one mask per object would cross the worker queue and the "
                               f"bus for every object): set overlap_mask=True, or use the cpu or shm loader for "
@@ -36,9 +37,9 @@ class TaskGeometry:
     """Targets and extras of one planned batch of a task store (one per planning worker)."""
 
     def __init__(self, manifest, cfg):
-        self.task, self.flip_idx = manifest.task, manifest.flip_idx
-        self.kpt_shape = tuple(manifest.kpt_shape or (0, 3))
-        self.size, self.augment, self.ratio, self.rule = cfg.imgsz, cfg.augment, cfg.mask_ratio, cfg.mask_rule
+        self.flip_idx = manifest.flip_idx
+        self.size, self.augment = cfg.imgsz, cfg.augment
+        self.extras = BatchExtras(manifest.task, cfg, tuple(manifest.kpt_shape or (0, 3)))
 
     def targets(self, matrices: np.ndarray, p, per_tile: list, plans, hyp, masks=None) -> tuple[np.ndarray, dict]:
         """(targets float32 [M,6], extras) of plan `p`: `matrices` [B,3,3] mid frame -> output, `per_tile`
@@ -48,7 +49,7 @@ class TaskGeometry:
         shown: list[list] = [[] for _ in range(b)]
         for j, t, tl in per_tile:
             shown[j].append((t, tl))
-        rows, parts = [], []
+        rows = []
         for j, tiles in enumerate(shown):
             if plans is None:   # letterbox: the mid frame is the image, matrices[j] scales and pads it
                 m = matrices[j]
@@ -65,18 +66,6 @@ class TaskGeometry:
                                       crops, flip_lr=plans[j].geometry.affine.flip_lr, flip_idx=self.flip_idx)
             if len(labels):
                 rows.append(make_targets(j, labels.classes, labels.boxes, S))
-            if self.task == "segment":
-                rasterise(labels.polygons, S, self.ratio, True, out=masks[j], rule=self.rule)
-            parts.append(self._rows(labels))
+            self.extras.add(labels, None if masks is None else masks[j])
         targets = np.concatenate(rows).astype(np.float32) if rows else np.zeros((0, 6), np.float32)
-        return targets, self._extras(parts)
-
-    def _rows(self, labels):
-        return batch_rows(labels, self.size)
-
-    def _extras(self, parts) -> dict:
-        if self.task == "segment":
-            return {}
-        if self.task == "pose":
-            return {"keypoints": np.concatenate(parts) if parts else np.zeros((0, *self.kpt_shape), np.float32)}
-        return {"rboxes": np.concatenate(parts) if parts else np.zeros((0, 5), np.float32)}
+        return targets, self.extras.finish()

@@ -7,8 +7,8 @@ import logging
 import torch
 
 from ...store.reader import Store
+from ...tasks import TASKS
 from ..base import Loader, LoaderConfig, StageTimes
-from ..tasks import TASKS
 from . import DTYPES
 from .decode import make_decoder
 from .feed import DeviceFeed

@@ -29,6 +29,7 @@ from ...augment import SamplePlan, letterbox_boxes, letterbox_geometry, make_tar
 from ...augment.labels import Labels
 from ...augment.paste import region_crop
 from ...store.record import Record
+from ...tasks import get as task_spec
 from ..base import LoaderConfig
 from ..partners import PartnerBuffer
 from ..tasks import batch_task
@@ -104,7 +105,7 @@ class Planner:
         self.hyp = cfg.hyp              # everything is done on the device: nothing is left to a prefetcher
         self.partners = PartnerBuffer(partner_buffer, self._load, keep=cfg.augment)
         self.token = os.getpid()
-        self.task = TaskGeometry(store.manifest, cfg) if batch_task(store, cfg) != "detect" else None
+        self.task = TaskGeometry(store.manifest, cfg) if task_spec(batch_task(store, cfg)).field else None
 
     def _load(self, index: int, times: dict) -> Tile:
         t0 = perf_counter()

@@ -1,0 +1,103 @@
+"""`Task`: what a task module describes (see the package docstring); its defaults are a task without geometry."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def polygon_area(pts: np.ndarray) -> float:
+    """The area a closed polygon's points [P,2] enclose (shoelace), in the points' units squared."""
+    x, y = pts[:, 0], pts[:, 1]
+    return 0.5 * abs(float(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1))))
+
+
+def outside(points: np.ndarray) -> bool:
+    """Any coordinate outside 0..1 (or not finite): what no packed, normalised point may be."""
+    return bool(((points < 0) | (points > 1) | ~np.isfinite(points)).any())
+
+
+class Task:
+    """One task's description. `field` names its geometry in a `Record` and in `augment.Labels` (the same word in
+    both: polygons, keypoints, corners), None for detect; `words` names it in messages; `extra` is the `Batch`
+    field the loaders fill from it. Array-valued geometry (one array [N, ...] for N objects) is the default;
+    segment overrides the list-valued parts."""
+
+    name: str = "detect"
+    field: str | None = None        # the Record / augment.Labels attribute holding the geometry
+    words: str = "boxes"            # what it is, in messages ("the polygons of a segment store")
+    extra: str | None = None        # the Batch field it becomes: masks | keypoints | rboxes
+    degenerate_reason: str | None = None   # the pack's rejection reason for an object whose points enclose nothing
+    box_alone: bool = False         # an object may have its box and no points (a segment object without polygon)
+    needs_flip_idx: bool = False    # a left-right flip must rename its points (pose: flip_idx, or no flip at all)
+    data_yaml_keys: tuple = ()      # what it reads from Ultralytics' data.yaml (pose: kpt_shape, flip_idx)
+    ultralytics_key: str | None = None   # the key of its extra in the batch Ultralytics' loss reads
+
+    def __repr__(self) -> str:
+        return f"<task {self.name}>"
+
+    # --- a record's bytes (format version 4; the record layout itself is store/record.py's) ------------------
+
+    def encode(self, n: int, value) -> tuple[int, int, bytes]:
+        """(K, D, the geometry section's bytes) for `n` training objects; ValueError on a mismatch."""
+        return 0, 0, b""
+
+    def parse(self, buf, off: int, k: int, d: int, n: int, bad):
+        """(the value, the offset after the section); `bad(why)` makes the error to raise."""
+        return None, off
+
+    def check_record(self, value, n: int, manifest) -> str | None:
+        """What is wrong with a parsed record's geometry for `n` training boxes in a store of `manifest` (None: fine)."""
+        return None
+
+    # --- packing: one object's points, the record's value, the manifest's counts -------------------------------
+
+    def active(self, g: np.ndarray) -> np.ndarray:
+        """Which of an object's points [P, D] the pack's rules apply to (all but keypoints marked missing)."""
+        return np.ones(len(g), bool)
+
+    def degenerate(self, g: np.ndarray, w: int, h: int, min_area_px: float) -> bool:
+        """Whether an object's normalised points enclose (almost) no area on a w x h image (a rejection)."""
+        return False
+
+    def settle(self, g: np.ndarray, active: np.ndarray, beyond: np.ndarray):
+        """(an object's points with those `beyond` the tolerance settled, (reason, detail) or None): clipped into
+        the image and counted, by default (`pack/clean.py` holds the rule; keypoints hide rather than clip)."""
+        g = g.copy()
+        g[active, :2] = np.clip(g[active, :2], 0.0, 1.0)
+        return g, (("points_clipped", f"{int(beyond.sum())} point(s)") if beyond.any() else None)
+
+    def record_value(self, geometry: list, kpt_shape=None):
+        """The value a record holds for the kept objects' cleaned geometry."""
+        return None
+
+    def counts(self, geometry: list) -> dict:
+        """What a record's geometry adds up to, for the manifest's `stats.geometry` (summed over the records)."""
+        return {}
+
+    def summary(self, counts: dict, manifest) -> dict:
+        """`fastfeed inspect`'s task facts beyond the counts."""
+        return {}
+
+    # --- augment.Labels: the field in pixels, joined, selected, mapped ---------------------------------------
+
+    def to_pixels(self, value, scale: np.ndarray):
+        """A record's normalised value scaled by `scale` ([w, h]) to pixels of a decode (a new array)."""
+        return np.asarray(value, np.float32) * scale
+
+    def join(self, values: list):
+        return np.concatenate(values)
+
+    def take(self, value, idx: np.ndarray):
+        return value[idx]
+
+    def map_points(self, value, fn):
+        """`value` with every x, y replaced by fn(points [..., 2])."""
+        return fn(value)
+
+    def ultralytics_labels(self, value) -> dict:
+        """A record's value as Ultralytics' dataset labels hold it (normalised: `segments`, `keypoints`)."""
+        return {}
+
+    def empty_extra(self, kpt_shape, side: int) -> np.ndarray | None:
+        """The `extra` of a batch without objects (None: the task has none)."""
+        return None

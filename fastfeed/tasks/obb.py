@@ -1,0 +1,50 @@
+"""obb: an oriented box per training object, its four corners (float32 [N,4,2] x, y normalised, in the label's
+order). Batch extra: `rboxes` [M,5] cx, cy, w, h normalised, angle in radians (`augment.corners_to_rboxes`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Task, outside, polygon_area
+
+
+class Obb(Task):
+    name, field, words, extra = "obb", "corners", "oriented boxes", "rboxes"
+    degenerate_reason, ultralytics_key = "obb_degenerate", "bboxes"   # Ultralytics' OBB loss reads rboxes as bboxes
+
+    def encode(self, n, value):
+        corners = np.asarray(value if value is not None else np.zeros((0, 4, 2)), "<f4").reshape(-1, 4, 2)
+        if len(corners) != n:
+            raise ValueError(f"{len(corners)} oriented boxes for {n} objects")
+        return 0, 0, corners.tobytes()
+
+    def parse(self, buf, off, k, d, n, bad):
+        if len(buf) < off + 32 * n:
+            raise bad("shorter than its oriented boxes")
+        return np.frombuffer(buf, "<f4", n * 8, off).reshape(n, 4, 2).astype(np.float32), off + 32 * n
+
+    def check_record(self, value, n, manifest):
+        if len(value) != n or outside(value):
+            return f"{len(value)} oriented boxes for {n} boxes, or corners outside 0..1"
+        return None
+
+    def degenerate(self, g, w, h, min_area_px):
+        return len(g) < 3 or polygon_area(g[:, :2]) * w * h < min_area_px
+
+    def record_value(self, geometry, kpt_shape=None):
+        return np.asarray(geometry, np.float32).reshape(-1, 4, 2)
+
+    def counts(self, geometry):
+        return {"oriented": len(geometry)}
+
+    def to_pixels(self, value, scale):
+        return np.asarray(value, np.float32).reshape(-1, 4, 2) * scale
+
+    def ultralytics_labels(self, value):
+        return {"segments": list(np.asarray(value, np.float32).reshape(-1, 4, 2))}
+
+    def empty_extra(self, kpt_shape, side):
+        return np.zeros((0, 5), np.float32)
+
+
+OBB = Obb()
