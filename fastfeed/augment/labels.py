@@ -43,6 +43,10 @@ class Labels:
     def task(self) -> str:
         return self.spec.name
 
+    @property
+    def boxes_only(self) -> bool:
+        return self.polygons is None and self.keypoints is None and self.corners is None
+
     @classmethod
     def of_record(cls, record, w: float, h: float, task: str | None = None) -> Labels:
         """A store record's training labels (normalised) scaled to a w x h decode of its image: its task's, or

@@ -45,7 +45,7 @@ def render_labels(tiles: Sequence[tuple[np.ndarray, Labels]], geometry: Geometry
         crops.append(crop)
         regions.append(region_crop(place, region, img.shape[:2]))
     labels = [t[1] for t in tiles[:n]]
-    if all(x.task == "detect" for x in labels):   # boxes only: the box rule, without building shapes
+    if all(x.boxes_only for x in labels):   # boxes only: the box rule, without building shapes
         boxes, classes = paste_boxes([x.boxes for x in labels], [x.classes for x in labels], realised, crops,
                                      size, hyp, regions)
         return out, Labels(boxes, classes)

@@ -6,6 +6,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .. import tasks
 from ..devices import DEVICES
 from ..imgsz import check_imgsz
 from ..store.urls import location
@@ -69,7 +70,7 @@ class BenchConfig:
         need(self.step_ms is None or self.model is None, "--step-ms", "and --model exclude each other",
              (self.step_ms, self.model))
         need(self.task is None or self.task in TASKS, "--task", f"must be one of {', '.join(TASKS)}", self.task)
-        need(self.model is None or self.task in (None, "detect"), "--task",
+        need(self.model is None or self.task is None or tasks.get(self.task).field is None, "--task",
              "must be detect with --model (the bundled models detect)", self.task)
         need(self.sweep_seconds is None or (_is_num(self.sweep_seconds) and self.sweep_seconds > 0),
              "sweep_seconds", "must be > 0", self.sweep_seconds)

@@ -7,6 +7,7 @@ import contextlib
 import json
 from pathlib import Path
 
+from .. import tasks
 from .common import (
     EXIT_FAIL,
     EXIT_OK,
@@ -118,7 +119,7 @@ def run(args) -> int:
     except (DeviceError, ImportError) as e:
         return fail(str(e))
     print(format_table(res), end="")
-    if res.store["batches"] == "detect" and res.store["task"]["name"] != "detect":
+    if tasks.get(res.store["batches"]).field is None and tasks.get(res.store["task"]["name"]).field:
         print(f"task {res.store['task']['name']} store read as detection: boxes alone"
               f"{' (--model: the bundled models detect)' if args.model else ''}")
     elif (line := describe_task(res.store["task"])) is not None:   # what the loaders carried besides boxes

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from .. import tasks
 from .common import EXIT_FAIL, EXIT_OK, add_remote_args, fail, store_options, store_path
 
 INSPECT_HELP = "summarise a store: task, counts, classes, image sizes, bytes"
@@ -54,16 +55,7 @@ def cmd_inspect(args) -> int:
 
 def describe_task(t: dict) -> str | None:
     """One line for a store's task (`verify.task_summary`); None for detect (boxes only)."""
-    if t["name"] == "segment":
-        mean = f", {t['mean_points']} points each on average" if t.get("mean_points") else ""
-        return f"task segment: {t.get('polygons', 0)} objects with a polygon{mean}"
-    if t["name"] == "pose":
-        flip = f"flip_idx {t['flip_idx']}" if t["flip_idx"] is not None else "no flip_idx"
-        return (f"task pose: kpt_shape {t['kpt_shape']}, {flip}; {t.get('posed', 0)} objects, "
-                f"{t.get('keypoints_labelled', 0)} keypoints labelled")
-    if t["name"] == "obb":
-        return f"task obb: {t.get('oriented', 0)} oriented boxes"
-    return None
+    return tasks.get(t["name"]).describe(t)
 
 
 def add_verify(sub) -> None:

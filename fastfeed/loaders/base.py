@@ -154,7 +154,7 @@ class LoaderConfig:
             raise UnsupportedTask(f"LoaderConfig.device_augment cannot flip the {spec.words} of a "
                                   f"{task} store: leave it False (the workers flip them), or read its boxes alone "
                                   f"(task='detect')")
-        if spec.needs_flip_idx and self.augment and self.hyp.fliplr > 0 and store.manifest.flip_idx is None:
+        if spec.keypoints and self.augment and self.hyp.fliplr > 0 and store.manifest.flip_idx is None:
             log.warning("pose store %s has no flip_idx: hyp.fliplr=%s set to 0 (a left-right flip cannot swap its "
                         "keypoints; pack it with flip_idx in data.yaml to flip)", getattr(store, "path", store),
                         self.hyp.fliplr)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import tasks
 from .report import Problem
 from .source import Item, PackError, Source, list_folder
 
@@ -116,8 +117,9 @@ def read_coco(ann_file: Path, images_dir: Path, split: str | None = None, root: 
     """`task`: segment or pose keep each annotation's `segmentation` or `keypoints` (checked in the workers)."""
     data = _load_json(ann_file)
     names, cat_ids, cat_map = _categories(data["categories"], ann_file)
-    kpt_shape, flip_idx = coco_pose(data["categories"], ann_file) if task == "pose" else (None, None)
-    extra = {"segment": "segmentation", "pose": "keypoints"}.get(task)
+    spec = tasks.get(task)
+    kpt_shape, flip_idx = coco_pose(data["categories"], ann_file) if spec.keypoints else (None, None)
+    extra = spec.coco_field
     problems: list[Problem] = []
     entries = []
     for im in data["images"]:

@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import asdict
 from datetime import datetime, timezone
 
-from .. import __version__
+from .. import __version__, tasks
 from ..store import format as fmt
 from .report import PackReport
 
@@ -22,8 +22,9 @@ def build_manifest(cfg, source, shards: list[dict], stats, report: PackReport, w
     for ann in source.annotation_files:
         source_hash.update(hashlib.sha256(ann.read_bytes()).digest())
     task = source.task
-    kpt_shape = list(task.kpt_shape) if task.name == "pose" else None
-    flip_idx = source.flip_idx if task.name == "pose" else None
+    keypoints = tasks.get(task.name).keypoints
+    kpt_shape = list(task.kpt_shape) if keypoints else None
+    flip_idx = source.flip_idx if keypoints else None
     content = (f"{fmt.FORMAT_VERSION}:{cfg.store}:{cfg.max_side}:{cfg.quality}:{names}:{task.name}:{kpt_shape}:"
                f"{flip_idx}").encode() + bytes(stats.record_crcs)
     return fmt.Manifest(

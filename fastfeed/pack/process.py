@@ -59,10 +59,10 @@ def _coco_geometry(item: Item, keep, size, cfg: PayloadConfig, problems: list[Pr
     for (ann_id, value), crowd in zip([g for g, k in zip(item.coco_geometry, keep) if k], item.coco_crowd[keep]):
         if crowd:
             out.append(None)
-        elif cfg.task == "segment":
-            out.append(segmentation_points(value, size, unit, item.name, ann_id, problems))
-        else:
+        elif tasks.get(cfg.task).keypoints:
             out.append(keypoint_values(value, unit, cfg.kpt_shape[0], item.name, ann_id, problems))
+        else:
+            out.append(segmentation_points(value, size, unit, item.name, ann_id, problems))
     return out
 
 
@@ -86,7 +86,7 @@ def _labels(item: Item, size, nc: int | None, problems: list[Problem], cfg: Payl
         xyxy = np.stack([b[:, 0] / sw, b[:, 1] / sh, (b[:, 0] + b[:, 2]) / sw, (b[:, 1] + b[:, 3]) / sh], 1)
         classes, crowd = item.coco_classes, item.coco_crowd
     xyxy, classes, crowd, keep = _clean_boxes(xyxy.reshape(-1, 4), classes, crowd, size, item.name, problems, where)
-    if cfg.task == "detect":
+    if tasks.get(cfg.task).field is None:
         return xyxy, classes, crowd, None
     if item.coco_xywh is not None:
         geometry = _coco_geometry(item, keep, size, cfg, problems)

@@ -28,8 +28,11 @@ class Task:
     extra: str | None = None        # the Batch field it becomes: masks | keypoints | rboxes
     degenerate_reason: str | None = None   # the pack's rejection reason for an object whose points enclose nothing
     box_alone: bool = False         # an object may have its box and no points (a segment object without polygon)
-    needs_flip_idx: bool = False    # a left-right flip must rename its points (pose: flip_idx, or no flip at all)
+    keypoints: bool = False         # shaped by a kpt_shape, renamed in a left-right flip by flip_idx (data.yaml's
+                                    # or COCO's categories'); without flip_idx nothing flips
     data_yaml_keys: tuple = ()      # what it reads from Ultralytics' data.yaml (pose: kpt_shape, flip_idx)
+    coco_field: str | None = None   # the COCO annotation field it is read from (None: boxes, or not in COCO)
+    from_coco: bool = True          # COCO can hold it (oriented boxes: YOLO-OBB lines only)
     ultralytics_key: str | None = None   # the key of its extra in the batch Ultralytics' loss reads
 
     def __repr__(self) -> str:
@@ -77,6 +80,10 @@ class Task:
     def summary(self, counts: dict, manifest) -> dict:
         """`fastfeed inspect`'s task facts beyond the counts."""
         return {}
+
+    def describe(self, summary: dict) -> str | None:
+        """One line for `fastfeed inspect` from `store.verify.task_summary` (None: boxes only, nothing to say)."""
+        return None
 
     # --- augment.Labels: the field in pixels, joined, selected, mapped ---------------------------------------
 

@@ -11,6 +11,7 @@ from .base import Task, outside, polygon_area
 class Obb(Task):
     name, field, words, extra = "obb", "corners", "oriented boxes", "rboxes"
     degenerate_reason, ultralytics_key = "obb_degenerate", "bboxes"   # Ultralytics' OBB loss reads rboxes as bboxes
+    from_coco = False
 
     def encode(self, n, value):
         corners = np.asarray(value if value is not None else np.zeros((0, 4, 2)), "<f4").reshape(-1, 4, 2)
@@ -36,6 +37,9 @@ class Obb(Task):
 
     def counts(self, geometry):
         return {"oriented": len(geometry)}
+
+    def describe(self, t):
+        return f"task obb: {t.get('oriented', 0)} oriented boxes"
 
     def to_pixels(self, value, scale):
         return np.asarray(value, np.float32).reshape(-1, 4, 2) * scale

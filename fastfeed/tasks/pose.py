@@ -16,7 +16,7 @@ def labelled(kp: np.ndarray) -> np.ndarray:
 
 class Pose(Task):
     name, field, words, extra = "pose", "keypoints", "keypoints", "keypoints"
-    needs_flip_idx, data_yaml_keys, ultralytics_key = True, ("kpt_shape", "flip_idx"), "keypoints"
+    keypoints, data_yaml_keys, ultralytics_key, coco_field = True, ("kpt_shape", "flip_idx"), "keypoints", "keypoints"
 
     def encode(self, n, value):
         kp = np.asarray(value, "<f4")
@@ -59,6 +59,11 @@ class Pose(Task):
 
     def summary(self, counts, manifest):
         return {"kpt_shape": manifest.kpt_shape, "flip_idx": manifest.flip_idx}
+
+    def describe(self, t):
+        flip = f"flip_idx {t['flip_idx']}" if t["flip_idx"] is not None else "no flip_idx"
+        return (f"task pose: kpt_shape {t['kpt_shape']}, {flip}; {t.get('posed', 0)} objects, "
+                f"{t.get('keypoints_labelled', 0)} keypoints labelled")
 
     def to_pixels(self, value, scale):
         kp = np.array(value, np.float32)   # a copy: only x, y are scaled

@@ -11,7 +11,7 @@ from .base import Task, outside, polygon_area
 
 class Segment(Task):
     name, field, words, extra = "segment", "polygons", "polygons", "masks"
-    degenerate_reason, box_alone, ultralytics_key = "polygon_degenerate", True, "masks"
+    degenerate_reason, box_alone, ultralytics_key, coco_field = "polygon_degenerate", True, "masks", "segmentation"
 
     def encode(self, n, value):
         polygons = [] if value is None else value
@@ -50,6 +50,10 @@ class Segment(Task):
 
     def summary(self, counts, manifest):
         return {"mean_points": round(counts["polygon_points"] / counts["polygons"], 1)} if counts.get("polygons") else {}
+
+    def describe(self, t):
+        mean = f", {t['mean_points']} points each on average" if t.get("mean_points") else ""
+        return f"task segment: {t.get('polygons', 0)} objects with a polygon{mean}"
 
     def to_pixels(self, value, scale):
         return [np.asarray(p, np.float32).reshape(-1, 2) * scale for p in value]

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from .. import tasks
 from ..devices import resolve_device, use_expandable_segments
 from ..preempt import SaveTimer, StopSignals
 from . import distributed
@@ -176,7 +177,7 @@ def set_up(cfg: TrainConfig, stack) -> Run:
         close_mosaic=cfg.close_mosaic, device_augment=cfg.device_augment, device=str(device), task="detect",
         **({} if cfg.workers is None else {"workers": cfg.workers}), **({} if cfg.hyp is None else {"hyp": cfg.hyp})))
     stack.callback(run.loader.close)
-    if store_task(run.store) != "detect":
+    if tasks.get(store_task(run.store)).field:
         run.say("%s is a %s store: training on its boxes alone (the bundled models detect)", run.store.path,
                 store_task(run.store))
     run.nb = len(run.loader)                                  # loader batches per epoch on this rank
