@@ -1,6 +1,7 @@
-"""The device loader's parts against the definitions they mirror: the torch box rules against
-fastfeed.augment's numpy ones, the torch EXIF orientation against codec.apply_orientation, the sampling
-map against plain copies and cv2, the payload slots' overflow path."""
+"""The device loader's parts against the definitions they mirror: the torch EXIF orientation against
+codec.apply_orientation, the sampling map against plain copies and cv2, the payload slots' overflow path. (Its
+boxes are the numpy rules themselves, run in its planning workers: tests/test_device_loader*.py compare its
+batches with the cpu loader's.)"""
 
 from __future__ import annotations
 
@@ -8,70 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from fastfeed import augment, codec
-from fastfeed.augment import AugmentHyp
-from fastfeed.augment.paste import paste_boxes as np_paste_boxes
-from fastfeed.loaders.device import boxes as tboxes
+from fastfeed import codec
 from fastfeed.loaders.device.decode import fit, orient
 from fastfeed.loaders.device.render import Params, render
-
-
-def _random_boxes(rng, n, scale=200.0):
-    xy = rng.uniform(-20, scale, (n, 2))
-    wh = rng.exponential(30.0, (n, 2)) * rng.choice([0.05, 1.0, 3.0], (n, 1))
-    return np.concatenate([xy, xy + wh], 1).astype(np.float32)
-
-
-def _random_affines(rng, n):
-    m = np.tile(np.eye(3), (n, 1, 1))
-    m[:, :2, :2] = rng.normal(0, 0.6, (n, 2, 2)) + np.eye(2)
-    m[:, :2, 2] = rng.uniform(-50, 150, (n, 2))
-    return m
-
-
-def test_box_candidates_keep_exactly_the_numpy_rules_boxes():
-    rng = np.random.default_rng(0)
-    for hyp in (AugmentHyp(), AugmentHyp(min_box_side=0.5, min_box_area_ratio=0.4, max_box_aspect=8.0)):
-        before = _random_boxes(rng, 4000)
-        after = augment.clip_boxes(before + rng.normal(0, 2, before.shape).astype(np.float32), 160, 120)
-        kw = dict(min_side=hyp.min_box_side, min_area_ratio=hyp.min_box_area_ratio, max_aspect=hyp.max_box_aspect)
-        want = augment.box_candidates(before, after, **kw)
-        got = tboxes.box_candidates(torch.from_numpy(before), torch.from_numpy(after), **kw).numpy()
-        assert 0.1 < want.mean() < 0.9 and np.array_equal(got, want)
-
-
-def test_transform_clip_and_cxcywh_equal_numpy():
-    rng = np.random.default_rng(1)
-    b, m = _random_boxes(rng, 500), _random_affines(rng, 500)
-    np.testing.assert_array_equal(tboxes.transform_boxes(torch.from_numpy(b), torch.from_numpy(m)).numpy(),
-                                  augment.transform_boxes(b, m))
-    np.testing.assert_array_equal(tboxes.transform_boxes(torch.from_numpy(b), torch.from_numpy(m[0])).numpy(),
-                                  augment.transform_boxes(b, m[0]))
-    rect = _random_boxes(rng, 500)
-    np.testing.assert_array_equal(tboxes.clip_boxes_to(torch.from_numpy(b), torch.from_numpy(rect)).numpy(),
-                                  augment.clip_boxes_to(b, rect))
-    np.testing.assert_array_equal(augment.xyxy_to_cxcywh(torch.from_numpy(b), 640, 480).numpy(),   # one rule, both kinds
-                                  augment.xyxy_to_cxcywh(b, 640, 480))
-
-
-def test_paste_boxes_equal_the_numpy_paste_boxes():
-    """Several tiles with their own matrices and shown crops, as a mosaic has: the same boxes survive, at
-    the same place."""
-    rng = np.random.default_rng(2)
-    hyp = AugmentHyp()
-    counts = [7, 0, 12, 30]
-    boxes = [_random_boxes(rng, k) for k in counts]
-    classes = [rng.integers(0, 80, k) for k in counts]
-    mats = list(_random_affines(rng, 4))
-    mats[1][:2, :2] = np.diag([-1.3, 0.8])     # a mirrored axis-aligned tile too
-    crops = [tuple(rng.uniform(0, 60, 2)) + tuple(rng.uniform(120, 220, 2)) for _ in counts]
-    want_b, want_c = np_paste_boxes(boxes, classes, mats, crops, 256, hyp)
-    rep = torch.from_numpy(np.repeat(np.arange(4), counts))
-    got_b, keep = tboxes.paste_boxes(torch.from_numpy(np.concatenate(boxes)), torch.from_numpy(np.stack(mats))[rep],
-                                     torch.tensor(crops, dtype=torch.float32)[rep], 256, hyp)
-    assert 0 < len(want_b) < sum(counts)
-    np.testing.assert_array_equal(got_b[keep].numpy(), want_b)
-    np.testing.assert_array_equal(np.concatenate(classes)[keep.numpy()], want_c)
 
 
 @pytest.mark.parametrize("orientation", range(1, 9))

@@ -118,7 +118,7 @@ def test_coco_pose_without_keypoint_names_and_coco_obb_stop(tmp_path):
     b.write()
     with pytest.raises(PackError, match="no category lists 'keypoints'"):
         run_pack(tmp_path / "coco", tmp_path / "o", task="pose")
-    with pytest.raises(PackError, match="--task obb reads YOLO-OBB labels"):
+    with pytest.raises(PackError, match="--task obb reads YOLO labels .its oriented boxes are not a COCO field.*pack it with --task detect or segment"):
         run_pack(tmp_path / "coco", tmp_path / "o", task="obb")
 
 

@@ -1,6 +1,8 @@
-"""A segment, pose or OBB store's labels in the device loader: moved on the host, in the planning workers, by the
-rules every loader uses (`augment.paste_labels`, `augment.letterbox_labels`), so its boxes are the cpu loader's
-rule (a segmented object's box rebuilt from its clipped moved polygon, and so on), and its `Batch` extras with them.
+"""Every task's labels in the device loader (detection's: boxes alone): moved on the host, in the planning workers,
+by the rules every loader uses (`augment.paste_labels`, `augment.letterbox_labels`), so its boxes are the cpu
+loader's rule (a segmented object's box rebuilt from its clipped moved polygon, and so on), and its `Batch` extras
+with them (`pipeline.BatchExtras`). On the host, not the accelerator: how many boxes survive the filter decides the
+shape of a batch's targets, and learning that on the device would stall the host on every batch (a sync).
 
 What the device loader carries, and what it cannot keep cheap:
 
@@ -39,7 +41,7 @@ class TaskGeometry:
     def __init__(self, manifest, cfg):
         self.flip_idx = manifest.flip_idx
         self.size, self.augment = cfg.imgsz, cfg.augment
-        self.extras = BatchExtras(manifest.task, cfg, tuple(manifest.kpt_shape or (0, 3)))
+        self.extras = BatchExtras(cfg.task or manifest.task, cfg, tuple(manifest.kpt_shape or (0, 3)))
 
     def targets(self, matrices: np.ndarray, p, per_tile: list, plans, hyp, masks=None) -> tuple[np.ndarray, dict]:
         """(targets float32 [M,6], extras) of plan `p`: `matrices` [B,3,3] mid frame -> output, `per_tile`

@@ -23,17 +23,12 @@ from time import perf_counter
 from typing import NamedTuple
 
 import numpy as np
-import torch
 
-from ...augment import SamplePlan, letterbox_boxes, letterbox_geometry, make_targets, sample_layout
+from ...augment import SamplePlan, letterbox_geometry, sample_layout
 from ...augment.labels import Labels
-from ...augment.paste import region_crop
 from ...store.record import Record
-from ...tasks import get as task_spec
 from ..base import LoaderConfig
 from ..partners import PartnerBuffer
-from ..tasks import batch_task
-from . import boxes as tboxes
 from .labels import TaskGeometry
 
 SHIP_ENCODED, SHIP_DECODED, SHIP_NONE = "encoded", "decoded", "none"
@@ -41,16 +36,13 @@ _ALIGN = 64
 
 
 class Tile(NamedTuple):
-    """A loaded record as the sampler sees it: its index, the (h, w) the cpu loader would decode it at,
-    its training boxes in pixels of that frame, its classes, the record read (for its payload) and, for a
-    segment, pose or OBB store, its `augment.Labels` in that frame (None for a detect store)."""
+    """A loaded record as the sampler sees it: its index, the (h, w) of its tile (`Record.tile_size`, the cpu
+    loader's), the record read (for its payload) and its `augment.Labels` in that frame for the batches' task."""
 
     record: int
     hw: tuple[int, int]
-    boxes: np.ndarray
-    classes: np.ndarray
     rec: Record
-    labels: Labels | None = None
+    labels: Labels
 
 
 @dataclass
@@ -105,16 +97,17 @@ class Planner:
         self.hyp = cfg.hyp              # everything is done on the device: nothing is left to a prefetcher
         self.partners = PartnerBuffer(partner_buffer, self._load, keep=cfg.augment)
         self.token = os.getpid()
-        self.task = TaskGeometry(store.manifest, cfg) if task_spec(batch_task(store, cfg)).field else None
+        self.task = cfg.task
+        self.labels = TaskGeometry(store.manifest, cfg)
 
     def _load(self, index: int, times: dict) -> Tile:
         t0 = perf_counter()
         # With the VRAM cache only the labels are read here: every payload's CRC was checked when it was built.
         r = self.store.record(int(index), check_crc=False if self.ship == SHIP_NONE else None)
         hw = r.tile_size(self.size)
-        labels = Labels.of_record(r, hw[1], hw[0]) if self.task is not None else None
+        labels = Labels.of_record(r, hw[1], hw[0], self.task)
         times["read"] += perf_counter() - t0
-        return Tile(int(index), hw, r.pixel_boxes(hw), r.classes, r, labels)
+        return Tile(int(index), hw, r, labels)
 
     def warm(self, indices, reset: bool) -> None:
         """Load `indices` into the partner buffer only (`PartnerBuffer.warm`: what resuming replays)."""
@@ -169,10 +162,7 @@ class Planner:
                  np.array(centres, np.float64), np.array(regions, np.float64), np.array(places, np.float64),
                  np.array(hsv, np.float64), np.zeros((0, 6), np.float32),
                  np.array([t.record for t in self.partners.items], np.int64), items)
-        if self.task is None:
-            p.targets = self._targets(matrices, p, per_tile).numpy()
-        else:
-            p.targets, p.extras = self.task.targets(matrices, p, per_tile, plans, self.hyp, masks)
+        p.targets, p.extras = self.labels.targets(matrices, p, per_tile, plans, self.hyp, masks)
         times["plan"] += perf_counter() - t0
         return p, times
 
@@ -189,31 +179,3 @@ class Planner:
         tiles = [tile] + [self.partners[k] for k in geometry.partners or ()]
         layout, _, m = sample_layout(geometry, [t.hw for t in tiles], S, self.hyp)
         return tiles, layout, m, geometry.centre if geometry.mosaic else (math.inf, math.inf)
-
-    def _targets(self, matrices: np.ndarray, p: Plan, per_tile: list) -> torch.Tensor:
-        S = self.size
-        if not per_tile or not any(len(tl.boxes) for _, _, tl in per_tile):
-            return torch.zeros((0, 6), dtype=torch.float32)
-        if not self.cfg.augment:   # letterbox: exactly the cpu loader's boxes, no filter
-            parts = []
-            for j, _, tl in per_tile:
-                m = matrices[j]
-                b = letterbox_boxes(tl.boxes, (m[0, 0], m[1, 1]), (m[0, 2], m[1, 2]))
-                parts.append(make_targets(j, torch.from_numpy(tl.classes), torch.from_numpy(b), S))
-            return torch.cat(parts)
-        counts = [len(tl.boxes) for _, _, tl in per_tile]
-        js = np.array([j for j, _, _ in per_tile])
-        ts = np.array([t for _, t, _ in per_tile])
-        r, ox, oy = (p.place[js, ts, k] for k in range(3))
-        tile_to_mid = np.zeros((len(js), 3, 3))
-        tile_to_mid[:, 0, 0] = tile_to_mid[:, 1, 1] = r
-        tile_to_mid[:, 0, 2], tile_to_mid[:, 1, 2], tile_to_mid[:, 2, 2] = ox, oy, 1.0
-        full = matrices[js] @ tile_to_mid                      # tile pixels -> output pixels
-        crop = region_crop(p.place[js, ts], p.region[js, ts], p.shapes[js, ts])   # what the canvas holds of each tile
-        rep = torch.from_numpy(np.repeat(np.arange(len(js)), counts))
-        boxes = torch.from_numpy(np.concatenate([tl.boxes for _, _, tl in per_tile]))
-        classes = torch.from_numpy(np.concatenate([tl.classes for _, _, tl in per_tile]))
-        after, keep = tboxes.paste_boxes(boxes, torch.from_numpy(full)[rep], torch.from_numpy(crop).float()[rep],
-                                         S, self.hyp)
-        sample = torch.from_numpy(js)[rep]
-        return make_targets(sample[keep], classes[keep], after[keep], S)
