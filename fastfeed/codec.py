@@ -16,7 +16,7 @@ import cv2
 import numpy as np
 import simplejpeg
 
-from .exif import apply_orientation, oriented_size
+from .exif import apply_orientation
 
 JPEG_MAGIC = b"\xff\xd8"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -100,13 +100,6 @@ def dct_size(h: int, w: int, min_size: tuple[int, int] | None) -> tuple[int, int
     return h, w
 
 
-def cover_size(h: int, w: int, side: int) -> tuple[int, int] | None:
-    """The least (h, w) whose long side reaches `side` at the image's aspect (sizes rounded up):
-    what a decode must produce for an output of long side `side`; None when the image is not larger."""
-    r = side / max(h, w)
-    return (math.ceil(h * r), math.ceil(w * r)) if r < 1 else None
-
-
 def decode_payload(codec: str, payload, size: tuple[int, int], min_size: tuple[int, int] | None = None,
                    orientation: int = 1) -> np.ndarray:
     """A stored payload as upright RGB uint8 HWC: the one decode every reader uses.
@@ -126,16 +119,6 @@ def decode_payload(codec: str, payload, size: tuple[int, int], min_size: tuple[i
     else:
         raise DecodeError(f"unknown payload codec {codec!r}")
     return apply_orientation(img, orientation)
-
-
-def decoded_size(codec: str, size: tuple[int, int], min_size: tuple[int, int] | None = None,
-                 orientation: int = 1) -> tuple[int, int]:
-    """The (h, w) `decode_payload` returns for these arguments, without decoding."""
-    if codec != "jpeg" or not min_size:
-        return size
-    h, w = oriented_size(*size, orientation)             # the stored frame's size
-    mh, mw = oriented_size(*min_size, orientation)
-    return oriented_size(*dct_size(h, w, (mh, mw)), orientation)
 
 
 def check_decodable(data, full: bool = False) -> tuple[tuple[int, int], str]:
