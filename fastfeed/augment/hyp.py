@@ -23,6 +23,7 @@ _RANGES = {
     "hsv_h": (0.0, 0.5, True, True),    # +-0.5 of the hue circle already reaches every hue
     "hsv_s": (0.0, 1.0, True, True),
     "hsv_v": (0.0, 1.0, True, True),
+    "bgr": (0.0, 1.0, True, True),
     "fill": (0, 255, True, True),
     "min_box_side": (0.0, math.inf, True, False),
     "min_box_area_ratio": (0.0, 1.0, True, True),
@@ -53,7 +54,8 @@ class AugmentHyp:
 
     mosaic/mixup/fliplr/flipud are probabilities; degrees/shear are +- ranges in degrees;
     translate is a +- fraction of the output side; scale draws the zoom from [1-scale, 1+scale];
-    hsv_* are +- gains (hue as a fraction of the colour circle). The box filter drops a box after
+    hsv_* are +- gains (hue as a fraction of the colour circle); bgr is the probability that a sample's
+    channels come in BGR order instead of RGB (Ultralytics' `bgr`). The box filter drops a box after
     a transform when a side is <= min_box_side px, less than min_box_area_ratio of its area is
     left, or its aspect ratio reaches max_box_aspect: such boxes mostly label invisible slivers. An
     object with a polygon (a segment store) is judged by its polygon's box, against
@@ -71,6 +73,7 @@ class AugmentHyp:
     hsv_h: float = 0.015
     hsv_s: float = 0.7
     hsv_v: float = 0.4
+    bgr: float = 0.0
     fill: int = 114
     min_box_side: float = 2.0
     min_box_area_ratio: float = 0.1

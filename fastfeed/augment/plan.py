@@ -10,6 +10,7 @@ A training sample is drawn as (in this order, from one generator per batch, `bat
       other      the candidate whose own geometry (drawn as above) is blended in
       weight     of the first sample, Beta(32, 32)
     hsv        hue turn, saturation and value factors (`draw_hsv`; nothing drawn when every gain is 0)
+    bgr?     (rng.random() < hyp.bgr; nothing drawn when hyp.bgr is 0) the channels in BGR order
 
 The plan holds only draws (indices into the candidate list, numbers), never pixels or shapes: the
 cpu/shm renderer (numpy/OpenCV), the device renderer (torch) and the DALI graph each take the same plans
@@ -65,6 +66,7 @@ class SamplePlan:
     geometry: Geometry
     mix: Mix | None
     hsv: tuple[float, float, float] | None   # hue turn, saturation and value factors; None: no jitter
+    bgr: bool = False                        # the channels in BGR order instead of RGB
 
     def records(self, own: int, candidates) -> list[int]:
         """The items every tile of this sample shows: `own` first, then the picked `candidates` entries
@@ -97,7 +99,8 @@ def draw_sample(rng: np.random.Generator, hyp: AugmentHyp, size: int, *, mosaic_
         other = int(rng.integers(candidates))
         second = draw_geometry(rng, hyp, size, mosaic_on, candidates)
         mix = Mix(other, second, draw_mixup_weight(rng))
-    return SamplePlan(geometry, mix, draw_hsv(rng, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v))
+    hsv = draw_hsv(rng, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v)
+    return SamplePlan(geometry, mix, hsv, bool(hyp.bgr and rng.random() < hyp.bgr))
 
 
 def draw_batch(rng: np.random.Generator, n: int, hyp: AugmentHyp, size: int, *, mosaic_on: bool, mixup_on: bool,

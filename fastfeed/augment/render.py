@@ -4,7 +4,8 @@
 the plan's layout (`plan.sample_layout`) and affine composed into one map per tile, each tile drawn
 straight into its part of the output (`paste.paste_tile`), the labels moved and filtered by the same
 realised maps (`paste.paste_boxes` for boxes, `points.paste_labels` for polygons, keypoints and oriented
-corners); `render_geometry` is its boxes-only form. `mosaic` and `random_affine` are the same renderer behind their own draws,
+corners); `render_geometry` is its boxes-only form; `finish_pixels` writes a
+rendered sample into its output slot (HSV, channel order). `mosaic` and `random_affine` are the same renderer behind their own draws,
 for callers that have no plan (tests, one-off use).
 """
 
@@ -16,11 +17,12 @@ import numpy as np
 
 from ._validate import check_boxes, check_image, check_out, check_rng, check_size
 from .affine import draw_affine
+from .hsv import hsv_to_planes
 from .hyp import DEFAULT_HYP, AugmentHyp
 from .labels import Labels
 from .mosaic import draw_mosaic_centre
 from .paste import paste_boxes, paste_tile, region_crop
-from .plan import Geometry, sample_layout
+from .plan import Geometry, SamplePlan, sample_layout
 from .points import paste_labels
 
 Tile = tuple[np.ndarray, np.ndarray, np.ndarray]  # (img, boxes [N,4] in img pixels, classes [N])
@@ -51,6 +53,13 @@ def render_labels(tiles: Sequence[tuple[np.ndarray, Labels]], geometry: Geometry
         return out, Labels(boxes, classes)
     return out, paste_labels(labels, realised, crops, size, hyp, regions, flip_lr=geometry.affine.flip_lr,
                              flip_idx=flip_idx)
+
+
+def finish_pixels(res: np.ndarray, slot: np.ndarray, plan: SamplePlan, scratch: np.ndarray) -> None:
+    """The last steps of a rendered sample `res` (HWC RGB uint8, may be modified) into its CHW output `slot`: the
+    plan's HSV jitter, and its channels written in BGR order when the plan drew `bgr` (`scratch`: HxW uint8)."""
+    planes = [slot[2], slot[1], slot[0]] if plan.bgr else [slot[0], slot[1], slot[2]]
+    hsv_to_planes(res, planes, plan.hsv, scratch)
 
 
 def render_geometry(tiles: Sequence[Tile], geometry: Geometry, size: int, hyp: AugmentHyp, out: np.ndarray

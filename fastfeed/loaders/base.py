@@ -16,9 +16,10 @@ from ..devices import has_cuda, parse_device, resolve_device
 from ..imgsz import check_imgsz
 from ..procs import usable_cores
 from ..renamed import renamed
+from .renders import Renders
 from .sampler import EpochOrder, batches_per_epoch
 from .shard_order import default_order
-from .tasks import GEOMETRY, TASKS, UnsupportedTask, batch_task, refuse_task
+from .tasks import GEOMETRY, TASKS, UnsupportedTask, batch_task
 
 log = logging.getLogger(__name__)
 
@@ -189,13 +190,12 @@ class Loader(BatchFeed):
     empty epochs. `store` is anything with the `fastfeed.store.RecordSource` protocol (a `Store`).
     """
 
-    #: The store tasks whose geometry this loader carries into its batches; any other is an UnsupportedTask.
-    tasks: tuple = ("detect",)
+    #: What its renderer draws (`renders.py`: tasks, augmentations, per-object masks); what it does not is refused.
+    renders: Renders = Renders(("base",), ("detect",), frozenset(), False)
 
     def __init__(self, store, cfg: LoaderConfig, order: EpochOrder | None = None):
         self.task = batch_task(store, cfg)
-        if self.task not in self.tasks:
-            refuse_task(store, type(self).__name__, cfg)
+        self.renders.refuse(store, cfg)
         cfg = cfg.for_store(store, prefetcher_augments=not self.on_device)
         self.store, self.cfg = store, cfg
         self.rank, self.world_size = cfg.resolved_rank()

@@ -91,11 +91,10 @@ class BatchBuilder:
         for j, (img, boxes, classes) in enumerate(loaded):
             t0 = perf_counter()
             o = out[j]
-            planes = [o[0], o[1], o[2]]  # the slot is CHW: results are written plane by plane
             if plans is None:
                 res, ratio, pad = augment.letterbox(img, S, fill=hyp.fill, out=self.scratch)
                 boxes = augment.letterbox_boxes(boxes, ratio, pad)
-                cv2.split(res, planes)
+                cv2.split(res, [o[0], o[1], o[2]])   # the slot is CHW: written plane by plane
             else:
                 plan = plans[j]
                 res, boxes, classes = self._render((img, boxes, classes), plan.geometry, self.scratch)
@@ -103,7 +102,7 @@ class BatchBuilder:
                     res2, boxes2, classes2 = self._mixup_sample(plan)
                     augment.blend(res, res2, plan.mix.weight, res)
                     boxes, classes = np.concatenate([boxes, boxes2]), np.concatenate([classes, classes2])
-                augment.hsv_to_planes(res, planes, plan.hsv, self.plane_scratch)
+                augment.finish_pixels(res, o, plan, self.plane_scratch)
             t1 = perf_counter()
             if len(boxes):
                 targets.append(augment.make_targets(j, classes, boxes, S))

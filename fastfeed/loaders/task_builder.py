@@ -55,11 +55,10 @@ class TaskBatchBuilder(BatchBuilder):
         for j, (img, labels) in enumerate(loaded):
             t0 = perf_counter()
             o = out[j]
-            planes = [o[0], o[1], o[2]]
             if plans is None:
                 res, ratio, pad = augment.letterbox(img, S, fill=hyp.fill, out=self.scratch)
                 labels = augment.letterbox_labels(labels, ratio, pad)
-                cv2.split(res, planes)
+                cv2.split(res, [o[0], o[1], o[2]])   # the slot is CHW: written plane by plane
             else:
                 plan = plans[j]
                 res, labels = self._render((img, labels), plan.geometry, self.scratch)
@@ -67,7 +66,7 @@ class TaskBatchBuilder(BatchBuilder):
                     res2, labels2 = self._mixup_sample(plan)
                     augment.blend(res, res2, plan.mix.weight, res)
                     labels = augment.Labels.concat([labels, labels2])
-                augment.hsv_to_planes(res, planes, plan.hsv, self.plane_scratch)
+                augment.finish_pixels(res, o, plan, self.plane_scratch)
             t1 = perf_counter()
             if len(labels):
                 targets.append(augment.make_targets(j, labels.classes, labels.boxes, S))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 TASKS = ("detect", "segment", "pose", "obb")     # store.format.TASKS (the store package needs LMDB; this does not)
 GEOMETRY = {"segment": "polygons", "pose": "keypoints", "obb": "oriented boxes"}
-TASK_LOADERS = ["cpu", "shm", "device"]           # the loaders that carry every task's geometry into the Batch
 
 
 class UnsupportedTask(ValueError):
@@ -32,14 +31,3 @@ def batch_task(store, cfg=None, setting: str = "LoaderConfig.task") -> str:
     raise ValueError(f"{setting} {asked!r}: {getattr(store, 'path', None) or store} is a {held} store; its "
                      f"batches can carry its own task ({held}) or boxes alone ('detect'); pack the dataset with "
                      f"--task {asked} for {GEOMETRY.get(asked, asked)}")
-
-
-def refuse_task(store, loader: str, cfg=None) -> None:
-    """UnsupportedTask naming the store, its task and the loaders that can read it, unless the batches asked of it
-    (`batch_task`) are detection's."""
-    task = batch_task(store, cfg)
-    if task != "detect":
-        where = getattr(store, "path", None) or store
-        raise UnsupportedTask(f"the {loader} loader cannot carry the {GEOMETRY.get(task, task)} of {task} store "
-                              f"{where}; use the {', '.join(TASK_LOADERS[:-1])} or {TASK_LOADERS[-1]} loader, or "
-                              f"task='detect' for its boxes alone")

@@ -139,10 +139,18 @@ def test_augmentation_arguments_map_by_name():
 
 def test_arguments_we_cannot_honour_are_named(monkeypatch):
     args = get_cfg(DEFAULT_CFG, {"perspective": 0.001, "copy_paste": 0.2, "cutmix": 0.1, "bgr": 0.1, "rect": True,
-                                 "fraction": 0.5})
+                                 "fraction": 0.5, "mixup": 0.2})
     found = " | ".join(unsupported(args))
-    for name in ("perspective=0.001", "copy_paste=0.2", "cutmix=0.1", "bgr=0.1", "rect=True", "fraction=0.5"):
+    for name in ("perspective=0.001", "copy_paste=0.2", "cutmix=0.1", "rect=True"):
         assert name in found
+    for name in ("bgr=", "fraction=", "mixup="):     # the cpu and shm loaders honour them
+        assert name not in found
+    said = " | ".join(unsupported(args, loader="device"))   # what the device loader's renderer does not draw
+    assert "bgr=0.1: the device loader does not render it (the cpu and shm loaders do); training without it" in said
+    assert "mixup=0.2: the device loader does not render it" in said
+    hyp = augment_hyp(args, "device")
+    assert (hyp.bgr, hyp.mixup) == (0.0, 0.0) and (augment_hyp(args).bgr, augment_hyp(args).mixup) == (0.1, 0.2)
+    assert augment_hyp(args, "dali").mixup == 0.2
     plain = get_cfg(DEFAULT_CFG, {})
     assert not [m for m in unsupported(plain) if "albumentations" not in m]
 

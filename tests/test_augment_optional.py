@@ -1,0 +1,85 @@
+"""The augmentations not every renderer draws (`loaders.renders.OPTIONAL`): each drawn in the one plan, rendered by
+the cpu and shm loaders with every task's geometry following its pixels, and refused by name by a loader whose
+renderer does not declare it. Their statistics against Ultralytics': tests/integrations/test_ultralytics_augment.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from task_stores import check_masks_on_paint, make_task_store
+from test_loader_tasks import copy
+
+from fastfeed.augment import AugmentHyp, batch_rng, draw_sample
+from fastfeed.loaders import LoaderConfig, UnsupportedAugmentation, UnsupportedTask, create_loader
+from fastfeed.loaders.renders import CPU, DALI, DEVICE, OPTIONAL, asked, renderer
+
+S = 128
+STILL = AugmentHyp(mosaic=0.0, translate=0.0, scale=0.0, fliplr=0.0, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0)   # no motion
+
+
+@pytest.fixture(scope="module")
+def segment(tmp_path_factory):
+    return make_task_store(tmp_path_factory.mktemp("optional"), "segment")
+
+
+def _batches(name, store, hyp, tmp_path, **kw):
+    """One epoch's batches (copies: a batch lives until the next)."""
+    cfg = LoaderConfig(imgsz=S, batch_size=4, workers=0, seed=3, shuffle=False, hyp=hyp, **kw)
+    with create_loader(name, store, cfg, **({"cache_dir": str(tmp_path)} if name == "shm" else {})) as loader:
+        return [copy(b) for b in loader]
+
+
+# --- the declaration -------------------------------------------------------------------------------------
+
+def test_each_renderer_declares_what_it_draws_and_nothing_else_refuses():
+    assert CPU.augmentations == set(OPTIONAL) and CPU.object_masks
+    assert renderer("shm") is CPU and renderer("device") is DEVICE and renderer("dali") is DALI
+    assert "mixup" in DALI.augmentations and DALI.tasks == ("detect",)
+    assert asked(AugmentHyp(bgr=0.2, mixup=0.0)) == ["bgr"]
+    with pytest.raises(ValueError, match="no renderer declares loader 'nope'; declared: cpu, shm, device, dali"):
+        renderer("nope")
+
+
+def test_loaders_refuse_what_their_renderer_does_not_draw_by_name(segment):
+    cfg = LoaderConfig(imgsz=S, batch_size=4, workers=0, device="cpu", task="detect")
+    with pytest.raises(UnsupportedAugmentation, match=r"^the device loader does not render mixup=0.2, bgr=0.5: set "
+                                                      r"them to 0, or use the cpu or shm loader$"):
+        create_loader("device", segment, replace(cfg, hyp=AugmentHyp(mixup=0.2, bgr=0.5)))
+    with pytest.raises(UnsupportedAugmentation, match=r"^the dali loader does not render bgr=0.1: set it to 0, or "
+                                                      r"use the cpu or shm loader$"):
+        create_loader("dali", segment, replace(cfg, hyp=AugmentHyp(bgr=0.1)))   # before DALI is asked for
+    with pytest.raises(UnsupportedTask, match="the device loader makes a segment store's masks only with "
+                                              "overlap_mask=True .* use the cpu or shm loader for"):
+        create_loader("device", segment, LoaderConfig(imgsz=S, batch_size=4, device="cpu", overlap_mask=False))
+    # evaluation batches draw nothing: nothing to refuse
+    create_loader("device", segment, replace(cfg, augment=False, hyp=AugmentHyp(bgr=0.5))).close()
+
+
+# --- bgr ---------------------------------------------------------------------------------------------------
+
+def test_bgr_is_the_last_draw_of_a_sample_and_none_when_off():
+    hyp = AugmentHyp(mixup=0.5)
+    off, on = batch_rng(1, 0, 0, 0), batch_rng(1, 0, 0, 0)
+    plain = draw_sample(off, hyp, S, mosaic_on=True, mixup_on=True, candidates=8)
+    swapped = draw_sample(on, replace(hyp, bgr=1.0), S, mosaic_on=True, mixup_on=True, candidates=8)
+    assert not plain.bgr and swapped.bgr and replace(swapped, bgr=False) == plain   # the same draws before it
+    off.random()                            # bgr on drew exactly one number more, after everything else
+    assert off.random() == on.random()
+    rng = batch_rng(2, 0, 0, 0)
+    share = np.mean([draw_sample(rng, AugmentHyp(bgr=0.3), S, mosaic_on=False, mixup_on=False, candidates=1).bgr
+                     for _ in range(4000)])
+    assert abs(share - 0.3) < 0.03
+
+
+@pytest.mark.parametrize("name", ["cpu", "shm"])
+def test_bgr_reverses_the_channels_and_nothing_else(segment, name, tmp_path):
+    """With every other gain 0 the draws move nothing, so bgr=1 gives bgr=0's batches with the channels reversed,
+    the same targets and masks; the masks stay on their paint."""
+    rgb = _batches(name, segment, STILL, tmp_path)
+    bgr = _batches(name, segment, replace(STILL, bgr=1.0), tmp_path)
+    for a, b in zip(rgb, bgr):
+        assert np.array_equal(a.images.numpy()[:, ::-1], b.images.numpy())
+        assert np.array_equal(a.targets.numpy(), b.targets.numpy()) and np.array_equal(a.masks.numpy(), b.masks.numpy())
+    assert check_masks_on_paint(rgb, 4) > 0
