@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import cv2
 import numpy as np
 import pytest
-from task_stores import check_masks_on_paint, make_task_store
-from test_loader_tasks import copy
+from task_stores import check_keypoints_on_dots, check_masks_on_paint, check_rboxes_on_paint, make_task_store
+from test_loader_tasks import HYP, batches, copy, stores  # noqa: F401  (stores: a fixture)
 
-from fastfeed.augment import AugmentHyp, batch_rng, draw_sample
+from fastfeed.augment import AffineDraw, AugmentHyp, affine_matrix, batch_rng, draw_affine, draw_sample
 from fastfeed.loaders import LoaderConfig, UnsupportedAugmentation, UnsupportedTask, create_loader
 from fastfeed.loaders.renders import CPU, DALI, DEVICE, OPTIONAL, asked, renderer
 
@@ -55,6 +56,8 @@ def test_loaders_refuse_what_their_renderer_does_not_draw_by_name(segment):
         create_loader("device", segment, LoaderConfig(imgsz=S, batch_size=4, device="cpu", overlap_mask=False))
     # evaluation batches draw nothing: nothing to refuse
     create_loader("device", segment, replace(cfg, augment=False, hyp=AugmentHyp(bgr=0.5))).close()
+    with pytest.raises(UnsupportedAugmentation, match="the device loader does not render perspective=0.001"):
+        create_loader("device", segment, replace(cfg, hyp=AugmentHyp(perspective=0.001)))
 
 
 # --- bgr ---------------------------------------------------------------------------------------------------
@@ -83,3 +86,42 @@ def test_bgr_reverses_the_channels_and_nothing_else(segment, name, tmp_path):
         assert np.array_equal(a.images.numpy()[:, ::-1], b.images.numpy())
         assert np.array_equal(a.targets.numpy(), b.targets.numpy()) and np.array_equal(a.masks.numpy(), b.masks.numpy())
     assert check_masks_on_paint(rgb, 4) > 0
+
+
+# --- perspective -----------------------------------------------------------------------------------------
+
+def test_perspective_is_ultralytics_T_S_R_P_C_with_flips_last():
+    d = AffineDraw(0.3, 1.2, 0.1, -0.05, 70.0, 60.0, False, False, 4e-4, -7e-4)
+    centre, size = (64.0, 48.0), 128
+    c = np.array([[1, 0, -centre[0]], [0, 1, -centre[1]], [0, 0, 1.0]])
+    p = np.array([[1, 0, 0], [0, 1, 0], [d.px, d.py, 1.0]])
+    r = np.eye(3)
+    r[:2] = cv2.getRotationMatrix2D((0, 0), np.degrees(d.angle), d.zoom)
+    sh = np.array([[1, d.shear_x, 0], [d.shear_y, 1, 0], [0, 0, 1.0]])
+    t = np.array([[1, 0, d.tx], [0, 1, d.ty], [0, 0, 1.0]])
+    assert np.allclose(affine_matrix(d, centre, size, False), t @ sh @ r @ p @ c)
+    flipped = affine_matrix(d._replace(flip_lr=True, flip_ud=True), centre, size, False)
+    pts = np.array([[0.0, 0.0, 1.0], [100.0, 20.0, 1.0], [30.0, 90.0, 1.0]]).T
+    a, b = t @ sh @ r @ p @ c @ pts, flipped @ pts
+    assert np.allclose(b[:2] / b[2], size - a[:2] / a[2])
+
+
+def test_perspective_is_drawn_last_in_the_affine_and_only_when_asked():
+    off, on = batch_rng(5, 0, 0, 0), batch_rng(5, 0, 0, 0)
+    plain, warped = draw_affine(off, AugmentHyp(), S), draw_affine(on, AugmentHyp(perspective=0.001), S)
+    assert plain == warped._replace(px=0.0, py=0.0) and plain.px == plain.py == 0.0
+    assert 0 < abs(warped.px) <= 0.001 and 0 < abs(warped.py) <= 0.001
+    off.uniform(size=2)
+    assert off.random() == on.random()
+    assert not AugmentHyp(perspective=0.0005).axis_aligned
+    with pytest.raises(ValueError, match=r"AugmentHyp.perspective=0.01 is out of range; valid: \[0.0, 0.001\]"):
+        AugmentHyp(perspective=0.01)
+
+
+@pytest.mark.parametrize("name", ["cpu", "shm"])
+def test_perspective_carries_masks_keypoints_and_corners_with_their_paint(stores, tmp_path, name):  # noqa: F811
+    hyp = replace(HYP, perspective=0.001)   # at 128 px: up to a quarter of the scale, corner to corner
+    assert check_masks_on_paint(batches(stores["segment"], name, tmp_path, hyp=hyp, mask_ratio=4), 4) > 20
+    plain, flipped = check_keypoints_on_dots(batches(stores["pose"], name, tmp_path, hyp=hyp))
+    assert plain > 5 and flipped > 5
+    assert check_rboxes_on_paint(batches(stores["obb"], name, tmp_path, hyp=hyp)) > 20

@@ -18,6 +18,7 @@ _RANGES = {
     "translate": (0.0, 1.0, True, True),
     "scale": (0.0, 1.0, True, False),   # 1 - scale must stay > 0
     "shear": (0.0, 90.0, True, False),  # tan(90 deg) is infinite
+    "perspective": (0.0, 0.001, True, True),   # Ultralytics' typical range; beyond it a corner can cross the horizon
     "fliplr": (0.0, 1.0, True, True),
     "flipud": (0.0, 1.0, True, True),
     "hsv_h": (0.0, 0.5, True, True),    # +-0.5 of the hue circle already reaches every hue
@@ -52,7 +53,8 @@ def check_field(name: str, value, owner: str = "AugmentHyp"):
 class AugmentHyp:
     """Training augmentation settings (Ultralytics/YOLOv3 names and defaults).
 
-    mosaic/mixup/fliplr/flipud are probabilities; degrees/shear are +- ranges in degrees;
+    mosaic/mixup/fliplr/flipud are probabilities; degrees/shear are +- ranges in degrees; perspective is the +-
+    range of the projective terms (Ultralytics': P[2, 0], P[2, 1], per pixel of the centred frame);
     translate is a +- fraction of the output side; scale draws the zoom from [1-scale, 1+scale];
     hsv_* are +- gains (hue as a fraction of the colour circle); bgr is the probability that a sample's
     channels come in BGR order instead of RGB (Ultralytics' `bgr`). The box filter drops a box after
@@ -68,6 +70,7 @@ class AugmentHyp:
     translate: float = 0.1
     scale: float = 0.5
     shear: float = 0.0
+    perspective: float = 0.0
     fliplr: float = 0.5
     flipud: float = 0.0
     hsv_h: float = 0.015
@@ -86,8 +89,8 @@ class AugmentHyp:
 
     @property
     def axis_aligned(self) -> bool:
-        """No rotation or shear: tiles can be placed with cv2.resize instead of warpAffine (3-5x faster)."""
-        return self.degrees == 0 and self.shear == 0
+        """No rotation, shear or perspective: tiles can be placed with cv2.resize instead of a warp (3-5x faster)."""
+        return self.degrees == 0 and self.shear == 0 and self.perspective == 0
 
 
 DEFAULT_HYP = AugmentHyp()  # shared default: the dataclass is frozen, so sharing is safe

@@ -53,17 +53,18 @@ def _spread_holds(ours: float, theirs: list[float], n: int) -> None:
 
 
 def _bgr_share(samples) -> float:
-    """The share of samples whose red paint came out blue: channel order BGR."""
+    """The share of samples whose red paint came out blue (channel order BGR), of those that show paint."""
     red, blue = np.array(RED).reshape(3, 1, 1), np.array(RED[::-1]).reshape(3, 1, 1)
-    flips = [np.all(np.abs(x.astype(int) - blue) <= 40, 0).sum() > np.all(np.abs(x.astype(int) - red) <= 40, 0).sum()
-             for x in samples]
-    return float(np.mean(flips))
+    counts = [(np.all(np.abs(x.astype(int) - blue) <= 40, 0).sum(), np.all(np.abs(x.astype(int) - red) <= 40, 0).sum())
+              for x in samples]
+    return float(np.mean([b > r for b, r in counts if b + r]))
 
 
 def test_bgr_share_inside_ultralytics_spread(painted_yolo, tmp_path):  # noqa: F811
     over = {**NO_COLOUR, "bgr": 0.3}
     theirs = [_bgr_share(_ultralytics_samples(painted_yolo, tmp_path, s, **over)) for s in SEEDS]
     ours = _bgr_share(_fastfeed_samples(painted_yolo, tmp_path, 0, **over))
+    print(f"bgr share: fastfeed {ours:.3f}, Ultralytics {theirs}")
     assert 0.15 < ours < 0.45
     _spread_holds(ours, theirs, SAMPLES)
     assert _bgr_share(_fastfeed_samples(painted_yolo, tmp_path, 0, n=48, **NO_COLOUR)) == 0.0
@@ -84,3 +85,55 @@ def test_fraction_trains_on_the_images_ultralytics_would(painted_yolo, tmp_path,
         assert seen == files
     finally:
         ours.close()
+
+
+def _corner_shift(m: np.ndarray, centre, half: float) -> float:
+    """How far perspective moves the corners of the frame (centre +- half) that matrix `m` (T S R P C, flips on
+    the left) maps: the largest distance, in output pixels, between m and its affine part (P taken out)."""
+    c = np.array([[1, 0, -centre[0]], [0, 1, -centre[1]], [0, 0, 1.0]])
+    # m = A' P C with A' affine (row 2 = 0 0 1): P's terms are m's last row through C's inverse
+    row = m[2] @ np.linalg.inv(c)
+    p = np.array([[1, 0, 0], [0, 1, 0], [row[0] / row[2], row[1] / row[2], 1.0]])
+    affine = (m / row[2]) @ np.linalg.inv(c) @ np.linalg.inv(p) @ c
+    pts = np.array([[centre[0] + sx * half, centre[1] + sy * half, 1.0] for sx in (-1, 1) for sy in (-1, 1)]).T
+    a, b = affine @ pts, m @ pts
+    return float(np.max(np.hypot(*(b[:2] / b[2] - a[:2] / a[2]))))
+
+
+def test_perspective_corner_shift_inside_ultralytics_spread(painted_yolo, tmp_path, monkeypatch):  # noqa: F811
+    """Mosaic on both sides (a 2S canvas about its centre): the corners of the canvas' inner square (S/2 from the
+    centre) moved by the perspective term, mean over the samples."""
+    from ultralytics.data import augment
+
+    import fastfeed.augment.plan as plan
+
+    size, shifts = 128, []
+    real = augment.RandomPerspective._compute_affine_matrix
+
+    def record(self, img, out_size):
+        m, s = real(self, img, out_size)
+        shifts.append(_corner_shift(np.asarray(m, np.float64), (img.shape[1] / 2, img.shape[0] / 2), size / 2))
+        return m, s
+
+    monkeypatch.setattr(augment.RandomPerspective, "_compute_affine_matrix", record)
+    over = {**NO_COLOUR, "perspective": 0.001, "imgsz": size}
+    theirs = []
+    for s in SEEDS:
+        shifts.clear()
+        _ultralytics_samples(painted_yolo, tmp_path, s, **over)
+        theirs.append(float(np.mean(shifts)))
+    real_matrix = plan.affine_matrix
+
+    def ours_record(d, centre, out_size, axis_aligned):
+        m = real_matrix(d, centre, out_size, axis_aligned)
+        shifts.append(_corner_shift(m, centre, size / 2))
+        return m
+
+    monkeypatch.setattr(plan, "affine_matrix", ours_record)
+    shifts.clear()
+    _fastfeed_samples(painted_yolo, tmp_path, 0, **over)
+    ours = float(np.mean(shifts))
+    sd = float(np.std(shifts)) / np.sqrt(len(shifts))
+    assert ours > 1.0                      # pixels: the term does move the corners
+    print(f"perspective corner shift, px: fastfeed {ours:.3f}, Ultralytics {[round(t, 3) for t in theirs]}")
+    assert min(theirs) - 3 * sd <= ours <= max(theirs) + 3 * sd, (ours, theirs)
