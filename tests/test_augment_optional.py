@@ -125,3 +125,63 @@ def test_perspective_carries_masks_keypoints_and_corners_with_their_paint(stores
     plain, flipped = check_keypoints_on_dots(batches(stores["pose"], name, tmp_path, hyp=hyp))
     assert plain > 5 and flipped > 5
     assert check_rboxes_on_paint(batches(stores["obb"], name, tmp_path, hyp=hyp)) > 20
+
+
+# --- cutmix ------------------------------------------------------------------------------------------------
+
+def test_cutmix_is_drawn_after_mixup_and_only_when_asked():
+    hyp = AugmentHyp(mixup=0.5)
+    off, on = batch_rng(7, 0, 0, 0), batch_rng(7, 0, 0, 0)
+    plain = draw_sample(off, hyp, S, mosaic_on=True, mixup_on=True, candidates=8)
+    cut = draw_sample(on, replace(hyp, cutmix=1.0), S, mosaic_on=True, mixup_on=True, candidates=8)
+    assert plain.cut is None and cut.cut is not None and (plain.geometry, plain.mix) == (cut.geometry, cut.mix)
+    assert len(cut.cut.rects) == 3 and all(0 <= a <= b <= S for x1, y1, x2, y2 in cut.cut.rects
+                                           for a, b in ((x1, x2), (y1, y2)))
+    assert cut.records(0, list(range(10, 18)))[-1 - len(cut.cut.geometry.partners or ()):][0] == 10 + cut.cut.other
+    closed = draw_sample(batch_rng(7, 0, 0, 0), replace(hyp, cutmix=1.0), S, mosaic_on=False, mixup_on=False,
+                         candidates=8)
+    assert closed.cut is None and closed.mix is None
+
+
+def _labels(boxes, cls=0):
+    from fastfeed.augment import Labels
+
+    b = np.asarray(boxes, np.float32).reshape(-1, 4)
+    return Labels(b, np.full(len(b), cls, np.int64))
+
+
+def test_cut_in_pastes_a_free_rectangle_and_the_objects_it_shows_clipped():
+    from fastfeed.augment.cutmix import cut_in
+
+    a, b = np.zeros((S, S, 3), np.uint8), np.full((S, S, 3), 200, np.uint8)
+    first = _labels([[0, 0, 40, 40]])
+    second = _labels([[50, 50, 90, 90], [100, 0, 110, 10]], cls=1)
+    rects = ((10, 10, 60, 60), (60, 60, 128, 128), (0, 100, 20, 120))   # the first overlaps the first's box
+    res, got = cut_in(a.copy(), first, b, second, rects, 0.0, AugmentHyp())   # free: the 2nd and 3rd; pick 0: 2nd
+    assert (res[60:128, 60:128] == 200).all() and (res[:60] == 0).all() and (res[:, :60] == 0).all()
+    assert got.classes.tolist() == [0, 1] and np.allclose(got.boxes[1], [60, 60, 90, 90])
+    res, got = cut_in(a.copy(), first, b, second, rects, 0.9, AugmentHyp())   # the 3rd: it shows no object: skipped
+    assert (res == 0).all() and len(got) == 1
+    res, got = cut_in(a.copy(), _labels([[0, 0, 128, 128]]), b, second, rects, 0.0, AugmentHyp())   # none free
+    assert (res == 0).all() and len(got) == 1
+
+
+@pytest.mark.parametrize("name", ["cpu", "shm"])
+def test_cutmix_carries_masks_keypoints_and_corners_with_their_paint(stores, tmp_path, name):  # noqa: F811
+    hyp = replace(HYP, cutmix=1.0)
+    assert check_masks_on_paint(batches(stores["segment"], name, tmp_path, hyp=hyp, mask_ratio=4), 4) > 20
+    plain, flipped = check_keypoints_on_dots(batches(stores["pose"], name, tmp_path, hyp=hyp))
+    assert plain > 5 and flipped > 5
+    assert check_rboxes_on_paint(batches(stores["obb"], name, tmp_path, hyp=hyp)) > 20
+
+
+def test_clip_corners_keeps_the_boxs_angle_and_only_the_part_inside():
+    from fastfeed.augment.cutmix import clip_corners
+
+    box = cv2.boxPoints(((50.0, 50.0), (40.0, 10.0), 30.0))   # a 40 x 10 box at 30 degrees, centred on 50, 50
+    cut = clip_corners(box[None], (50.0, 0.0, 128.0, 128.0))[0]   # its right half kept
+    (cx, cy), (w, h), angle = cv2.minAreaRect(cut)
+    # visible: u >= v tan 30 along the box's axes, so u from -5 tan 30 to 20 and all of v
+    assert min(w, h) == pytest.approx(10.0, abs=0.05) and max(w, h) == pytest.approx(20 + 5 * np.tan(np.radians(30)), abs=0.05)
+    assert np.isclose((angle - 30.0) % 90.0, 0.0, atol=0.1) or np.isclose((angle - 30.0) % 90.0, 90.0, atol=0.1)
+    assert (clip_corners(box[None], (100.0, 100.0, 128.0, 128.0)) == box[0]).all(-1).all()   # outside: a point

@@ -34,6 +34,7 @@ from .letterbox import LetterboxGeometry, letterbox, letterbox_boxes, letterbox_
 from .mixup import blend, draw_mixup_weight, mixup
 from .mosaic import draw_mosaic_centre, mosaic_layout
 from .plan import (
+    Cut,
     Geometry,
     Mix,
     SamplePlan,
@@ -45,12 +46,12 @@ from .plan import (
     single_layout,
 )
 from .points import batch_rows, clip_polygons, corners_to_rboxes, paste_labels
-from .render import finish_pixels, mosaic, random_affine, render_geometry, render_labels
+from .render import finish_pixels, mix_in, mosaic, random_affine, render_geometry, render_labels
 
 __all__ = [
-    "AffineDraw", "AugmentHyp", "Geometry", "Labels", "LetterboxGeometry", "Mix", "SamplePlan", "affine_matrix",
+    "AffineDraw", "AugmentHyp", "Cut", "Geometry", "Labels", "LetterboxGeometry", "Mix", "SamplePlan", "affine_matrix",
     "batch_rng", "batch_rows", "blend", "box_candidates", "clip_boxes", "clip_boxes_to", "clip_polygons", "corners_to_rboxes",
-    "cxcywh_to_xyxy", "draw_affine", "draw_batch", "draw_geometry", "draw_hsv", "draw_mixup_weight", "finish_pixels",
+    "cxcywh_to_xyxy", "draw_affine", "draw_batch", "draw_geometry", "draw_hsv", "draw_mixup_weight", "finish_pixels", "mix_in",
     "draw_mosaic_centre", "draw_sample", "hsv_jitter_to_planes", "hsv_to_planes", "hue_rotation", "letterbox",
     "letterbox_boxes", "letterbox_geometry", "letterbox_labels", "make_targets", "mixup", "mosaic", "mosaic_layout",
     "paste_labels", "random_affine", "random_affine_matrix", "render_geometry", "render_labels", "sample_layout",

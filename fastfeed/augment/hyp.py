@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 _RANGES = {
     "mosaic": (0.0, 1.0, True, True),
     "mixup": (0.0, 1.0, True, True),
+    "cutmix": (0.0, 1.0, True, True),
     "degrees": (0.0, 180.0, True, True),
     "translate": (0.0, 1.0, True, True),
     "scale": (0.0, 1.0, True, False),   # 1 - scale must stay > 0
@@ -53,7 +54,7 @@ def check_field(name: str, value, owner: str = "AugmentHyp"):
 class AugmentHyp:
     """Training augmentation settings (Ultralytics/YOLOv3 names and defaults).
 
-    mosaic/mixup/fliplr/flipud are probabilities; degrees/shear are +- ranges in degrees; perspective is the +-
+    mosaic/mixup/cutmix/fliplr/flipud are probabilities; degrees/shear are +- ranges in degrees; perspective is the +-
     range of the projective terms (Ultralytics': P[2, 0], P[2, 1], per pixel of the centred frame);
     translate is a +- fraction of the output side; scale draws the zoom from [1-scale, 1+scale];
     hsv_* are +- gains (hue as a fraction of the colour circle); bgr is the probability that a sample's
@@ -66,6 +67,7 @@ class AugmentHyp:
 
     mosaic: float = 1.0
     mixup: float = 0.0
+    cutmix: float = 0.0
     degrees: float = 0.0
     translate: float = 0.1
     scale: float = 0.5

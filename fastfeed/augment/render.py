@@ -5,7 +5,7 @@ the plan's layout (`plan.sample_layout`) and affine composed into one map per ti
 straight into its part of the output (`paste.paste_tile`), the labels moved and filtered by the same
 realised maps (`paste.paste_boxes` for boxes, `points.paste_labels` for polygons, keypoints and oriented
 corners); `render_geometry` is its boxes-only form; `finish_pixels` writes a
-rendered sample into its output slot (HSV, channel order). `mosaic` and `random_affine` are the same renderer behind their own draws,
+rendered sample into its output slot (HSV, channel order), after `mix_in` (mixup, cutmix). `mosaic` and `random_affine` are the same renderer behind their own draws,
 for callers that have no plan (tests, one-off use).
 """
 
@@ -17,9 +17,11 @@ import numpy as np
 
 from ._validate import check_boxes, check_image, check_out, check_rng, check_size
 from .affine import draw_affine
+from .cutmix import cut_in
 from .hsv import hsv_to_planes
 from .hyp import DEFAULT_HYP, AugmentHyp
 from .labels import Labels
+from .mixup import blend
 from .mosaic import draw_mosaic_centre
 from .paste import paste_boxes, paste_tile, region_crop
 from .plan import Geometry, SamplePlan, sample_layout
@@ -53,6 +55,20 @@ def render_labels(tiles: Sequence[tuple[np.ndarray, Labels]], geometry: Geometry
         return out, Labels(boxes, classes)
     return out, paste_labels(labels, realised, crops, size, hyp, regions, flip_lr=geometry.affine.flip_lr,
                              flip_idx=flip_idx)
+
+
+def mix_in(res: np.ndarray, labels: Labels, plan: SamplePlan, second, hyp: AugmentHyp) -> tuple[np.ndarray, Labels]:
+    """The plan's mixing steps on rendered sample (res, labels), in Ultralytics' order: mixup (a blend, both
+    samples' objects), then cutmix (`cutmix.cut_in`). `second(other, geometry)` renders a second sample, (img,
+    Labels), into a scratch of its own (one at a time: each is used before the next is rendered)."""
+    if plan.mix is not None:
+        res2, labels2 = second(plan.mix.other, plan.mix.geometry)
+        blend(res, res2, plan.mix.weight, res)
+        labels = Labels.concat([labels, labels2])
+    if plan.cut is not None:
+        res2, labels2 = second(plan.cut.other, plan.cut.geometry)
+        res, labels = cut_in(res, labels, res2, labels2, plan.cut.rects, plan.cut.pick, hyp)
+    return res, labels
 
 
 def finish_pixels(res: np.ndarray, slot: np.ndarray, plan: SamplePlan, scratch: np.ndarray) -> None:

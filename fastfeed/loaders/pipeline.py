@@ -58,7 +58,7 @@ class BatchBuilder:
         self.hyp = cfg.worker_hyp()
         self.scratch = np.empty((self.size, self.size, 3), np.uint8)
         self.plane_scratch = np.empty((self.size, self.size), np.uint8)
-        self.mix_scratch = None    # the second sample of a mixup, allocated on first use
+        self.mix_scratch = None    # a second sample (mixup, cutmix), allocated on first use
         self.partners = PartnerBuffer(partner_buffer, self._load, keep=cfg.augment)
 
     def _load(self, index: int, times: dict):
@@ -71,14 +71,15 @@ class BatchBuilder:
         self.partners.warm(indices, reset)
 
     def _render(self, own, geometry: augment.Geometry, out: np.ndarray):
-        tiles = [own] + [self.partners[k] for k in geometry.partners or ()]
-        return augment.render_geometry(tiles, geometry, self.size, self.hyp, out)
+        """(out, Labels) of `geometry` over `own` and its partners (`augment.render_labels`)."""
+        tiles = [(t[0], augment.Labels(t[1], t[2])) for t in [own] + [self.partners[k] for k in geometry.partners or ()]]
+        return augment.render_labels(tiles, geometry, self.size, self.hyp, out)
 
-    def _mixup_sample(self, plan):
-        """The second sample of `plan`'s mixup, rendered (`_render`) into its own scratch, allocated on first use."""
+    def _second(self, other: int, geometry: augment.Geometry):
+        """A second sample of a plan (mixup, cutmix), rendered (`_render`) into its own scratch, made on first use."""
         if self.mix_scratch is None:
             self.mix_scratch = np.empty_like(self.scratch)
-        return self._render(self.partners[plan.mix.other], plan.mix.geometry, self.mix_scratch)
+        return self._render(self.partners[other], geometry, self.mix_scratch)
 
     def build(self, indices, epoch: int, batch_id: int, mosaic_on: bool, out: np.ndarray):
         """Fill out[:len(indices)] (uint8 [B,3,S,S]); return (targets float32 [M,6], stage seconds)."""
@@ -97,11 +98,9 @@ class BatchBuilder:
                 cv2.split(res, [o[0], o[1], o[2]])   # the slot is CHW: written plane by plane
             else:
                 plan = plans[j]
-                res, boxes, classes = self._render((img, boxes, classes), plan.geometry, self.scratch)
-                if plan.mix is not None:   # blend with a second sample made the same way
-                    res2, boxes2, classes2 = self._mixup_sample(plan)
-                    augment.blend(res, res2, plan.mix.weight, res)
-                    boxes, classes = np.concatenate([boxes, boxes2]), np.concatenate([classes, classes2])
+                res, labels = self._render((img, boxes, classes), plan.geometry, self.scratch)
+                res, labels = augment.mix_in(res, labels, plan, self._second, hyp)
+                boxes, classes = labels.boxes, labels.classes
                 augment.finish_pixels(res, o, plan, self.plane_scratch)
             t1 = perf_counter()
             if len(boxes):

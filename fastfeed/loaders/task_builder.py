@@ -62,10 +62,7 @@ class TaskBatchBuilder(BatchBuilder):
             else:
                 plan = plans[j]
                 res, labels = self._render((img, labels), plan.geometry, self.scratch)
-                if plan.mix is not None:
-                    res2, labels2 = self._mixup_sample(plan)
-                    augment.blend(res, res2, plan.mix.weight, res)
-                    labels = augment.Labels.concat([labels, labels2])
+                res, labels = augment.mix_in(res, labels, plan, self._second, hyp)
                 augment.finish_pixels(res, o, plan, self.plane_scratch)
             t1 = perf_counter()
             if len(labels):

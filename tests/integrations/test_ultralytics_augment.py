@@ -30,8 +30,9 @@ def _ultralytics_samples(painted, tmp, seed: int, n: int = SAMPLES, **over) -> l
 
 
 def _fastfeed_samples(painted, tmp, seed: int, n: int = SAMPLES, **over) -> list[np.ndarray]:
-    """`n` training samples from FastfeedTrainer's loader, epoch after epoch."""
-    trainer, loader = train_loader_of(FastfeedTrainer, painted, tmp, seed=seed, **over)
+    """`n` training samples from FastfeedTrainer's loader, epoch after epoch (mosaic never closed: as Ultralytics'
+    dataset indexed directly)."""
+    trainer, loader = train_loader_of(FastfeedTrainer, painted, tmp, seed=seed, **{"close_mosaic": 0, **over})
     out = []
     try:
         for epoch in range(n):
@@ -136,4 +137,54 @@ def test_perspective_corner_shift_inside_ultralytics_spread(painted_yolo, tmp_pa
     sd = float(np.std(shifts)) / np.sqrt(len(shifts))
     assert ours > 1.0                      # pixels: the term does move the corners
     print(f"perspective corner shift, px: fastfeed {ours:.3f}, Ultralytics {[round(t, 3) for t in theirs]}")
+    assert min(theirs) - 3 * sd <= ours <= max(theirs) + 3 * sd, (ours, theirs)
+
+
+def test_cutmix_mixed_area_share_inside_ultralytics_spread(painted_yolo, tmp_path, monkeypatch):  # noqa: F811
+    """The share of each sample's area pasted from a second sample (0 where no cut was made), mean over samples,
+    with cutmix=1.0 on both sides (the choices each side made, recorded where they are made)."""
+    from ultralytics.data import augment
+
+    import fastfeed.augment.cutmix as cutmix
+
+    size, areas = 128, []
+    real_params = augment.CutMix.get_params
+
+    def their_params(self, labels):
+        params = real_params(self, labels)
+        if not params.get("skip"):
+            x1, y1, x2, y2 = params["area"].astype(int)
+            areas[-1] = (x2 - x1) * (y2 - y1) / size ** 2
+        return params
+
+    real_call = augment.CutMix.__call__
+
+    def their_call(self, labels):
+        areas.append(0.0)
+        return real_call(self, labels)
+
+    monkeypatch.setattr(augment.CutMix, "get_params", their_params)
+    monkeypatch.setattr(augment.CutMix, "__call__", their_call)
+    over = {**NO_COLOUR, "cutmix": 1.0, "imgsz": size}
+    theirs = []
+    for s in SEEDS:
+        areas.clear()
+        _ultralytics_samples(painted_yolo, tmp_path, s, **over)
+        theirs.append(float(np.mean(areas)))
+    real_rect = cutmix.cut_rect
+
+    def our_rect(labels, labels2, rects, pick):
+        chosen = real_rect(labels, labels2, rects, pick)
+        if chosen is not None:
+            x1, y1, x2, y2 = chosen[0]
+            cuts.append((x2 - x1) * (y2 - y1) / size ** 2)
+        return chosen
+
+    monkeypatch.setattr(cutmix, "cut_rect", our_rect)
+    cuts = []
+    samples = _fastfeed_samples(painted_yolo, tmp_path, 0, **over)
+    per_sample = cuts + [0.0] * (len(samples) - len(cuts))
+    ours, sd = float(np.mean(per_sample)), float(np.std(per_sample)) / np.sqrt(len(per_sample))
+    print(f"cutmix mixed-area share: fastfeed {ours:.4f}, Ultralytics {[round(t, 4) for t in theirs]}")
+    assert ours > 0.01
     assert min(theirs) - 3 * sd <= ours <= max(theirs) + 3 * sd, (ours, theirs)

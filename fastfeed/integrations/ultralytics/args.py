@@ -103,7 +103,7 @@ def unsupported(args, task: str = "detect", loader: str = "cpu") -> list[str]:
         out.append("classes=[...] with overlap_mask=True: fastfeed drops the other classes' objects after the masks are "
                    "drawn, so where one of them lay over a kept object that object's mask reads as background "
                    "(Ultralytics drops them before drawing); overlap_mask=False keeps every kept mask whole")
-    for name, what in (("copy_paste", "copy-paste"), ("cutmix", "CutMix")):
+    for name, what in (("copy_paste", "copy-paste"),):
         value = getattr(args, name, 0.0) or 0.0
         if value:
             out.append(f"{name}={value}: fastfeed's loaders do no {what}; training without them")
