@@ -2,8 +2,8 @@
 
 Flips are folded into the matrix, which moves pixels and boxes alike: the warp path gets them for
 free, the resize fast path mirrors each drawn rectangle in place with cv2.flip (~0.04 ms per 640^2,
-against ~1.2 ms for a numpy [:, ::-1] copy). `render.random_affine` is the single-image (non-mosaic) path: fit
-the image's long side to the output, apply the random affine, one pixel pass.
+against ~1.2 ms for a numpy [:, ::-1] copy). A single image (no mosaic) is fitted by its long side to the
+output first (`plan.single_layout`), in the same map: one pixel pass.
 """
 
 from __future__ import annotations
@@ -69,10 +69,3 @@ def affine_matrix(d: AffineDraw, center: tuple[float, float], size: int, axis_al
     if d.flip_ud:
         m[1] = size * m[2] - m[1]
     return m
-
-
-def random_affine_matrix(rng: np.random.Generator, hyp: AugmentHyp, center: tuple[float, float],
-                         size: int) -> np.ndarray:
-    """A 3x3 map taking `center` of a source frame to near the centre of a size x size output:
-    `affine_matrix(draw_affine(...))`. Coordinates are continuous pixels (see boxes.py)."""
-    return affine_matrix(draw_affine(rng, hyp, size), center, size, hyp.axis_aligned)

@@ -1,6 +1,6 @@
 """Draw one rectangle of a source image into an output through an affine (or perspective) map, and nothing else.
 
-This is the engine under `mosaic` and `random_affine`: every output pixel is produced once,
+This is the engine under `render.render_labels` (mosaic or one image): every output pixel is produced once,
 straight from its source tile, so no intermediate canvas is built and the cost follows the output
 size, not the tile resolution. Two paths:
 
