@@ -12,7 +12,7 @@ import pytest
 from task_stores import check_keypoints_on_dots, check_masks_on_paint, check_rboxes_on_paint, make_task_store
 from test_loader_tasks import HYP, batches, copy, stores  # noqa: F401  (stores: a fixture)
 
-from fastfeed.augment import AffineDraw, AugmentHyp, affine_matrix, batch_rng, draw_affine, draw_sample
+from fastfeed.augment import AffineDraw, AugmentHyp, Paste, affine_matrix, batch_rng, draw_affine, draw_sample
 from fastfeed.loaders import LoaderConfig, UnsupportedAugmentation, UnsupportedTask, create_loader
 from fastfeed.loaders.renders import CPU, DALI, DEVICE, OPTIONAL, asked, renderer
 
@@ -185,3 +185,58 @@ def test_clip_corners_keeps_the_boxs_angle_and_only_the_part_inside():
     assert min(w, h) == pytest.approx(10.0, abs=0.05) and max(w, h) == pytest.approx(20 + 5 * np.tan(np.radians(30)), abs=0.05)
     assert np.isclose((angle - 30.0) % 90.0, 0.0, atol=0.1) or np.isclose((angle - 30.0) % 90.0, 90.0, atol=0.1)
     assert (clip_corners(box[None], (100.0, 100.0, 128.0, 128.0)) == box[0]).all(-1).all()   # outside: a point
+
+
+# --- copy_paste --------------------------------------------------------------------------------------------
+
+def test_copy_paste_flip_draws_nothing_and_mixup_draws_before_the_mixup():
+    hyp = AugmentHyp(mixup=0.5)
+    plain = draw_sample(batch_rng(9, 0, 0, 0), hyp, S, mosaic_on=True, mixup_on=True, candidates=8)
+    flip = draw_sample(batch_rng(9, 0, 0, 0), replace(hyp, copy_paste=0.3), S, mosaic_on=True, mixup_on=True,
+                       candidates=8)
+    assert flip.paste == Paste(None, None) and replace(flip, paste=None) == plain
+    mixed = draw_sample(batch_rng(9, 0, 0, 0), replace(hyp, copy_paste=1.0, copy_paste_mode="mixup"), S,
+                        mosaic_on=True, mixup_on=True, candidates=8)
+    assert mixed.paste.other is not None and mixed.geometry == plain.geometry
+    assert mixed.records(0, list(range(10, 18)))[1 + 3] == 10 + mixed.paste.other   # after the own mosaic's tiles
+    closed = draw_sample(batch_rng(9, 0, 0, 0), replace(hyp, copy_paste=0.3), S, mosaic_on=False, mixup_on=False,
+                         candidates=8)
+    assert closed.paste is None
+    with pytest.raises(ValueError, match="AugmentHyp.copy_paste_mode='both': valid: 'flip', 'mixup'"):
+        AugmentHyp(copy_paste_mode="both")
+
+
+def test_pick_takes_the_least_covering_share_of_the_objects_that_cover_under_30_percent():
+    from fastfeed.augment.copypaste import pick
+
+    there = _labels([[0, 0, 10, 10]])
+    candidates = _labels([[0, 0, 10, 10], [8, 8, 20, 20], [50, 50, 60, 60], [7, 0, 20, 10]])   # ioa 1, .04, 0, .3
+    assert pick(there, candidates, 1.0).tolist() == [2, 1]
+    assert pick(there, candidates, 0.5).tolist() == [2]
+    assert pick(_labels([]), candidates, 0.5).tolist() == [0, 1]
+
+
+def test_paste_in_flip_mirrors_the_objects_that_fit_through_the_affine():
+    from fastfeed.augment import Labels
+    from fastfeed.augment.copypaste import mirror, paste_in
+
+    d = AffineDraw(0.0, 1.0, 0.0, 0.0, 70.0, 64.0, False, False)   # the source centre goes to x = 70
+    assert np.allclose(mirror(d, S), [[-1, 0, 140], [0, 1, 0], [0, 0, 1]])
+    res = np.full((S, S, 3), 100, np.uint8)
+    res[20:40, 20:40] = 250
+    square = np.array([[20, 20], [40, 20], [40, 40], [20, 40]], np.float32)
+    labels = Labels(np.array([[20, 20, 40, 40]], np.float32), np.array([1]), [square])
+    out, got = paste_in(res, labels, None, None, d, AugmentHyp(copy_paste=1.0))
+    assert got.classes.tolist() == [1, 1] and np.allclose(got.boxes[1], [100, 20, 120, 40])
+    assert (out[20:40, 100:120] == 250).all() and (out[:, 41:99] == 100).all()
+    detect = Labels(labels.boxes, labels.classes)    # no polygon: nothing pasted
+    assert paste_in(res.copy(), detect, None, None, d, AugmentHyp(copy_paste=1.0))[1] is detect
+
+
+@pytest.mark.parametrize("mode", ["flip", "mixup"])
+def test_copy_paste_masks_lie_on_their_paint_and_add_objects(stores, tmp_path, mode):  # noqa: F811
+    hyp = replace(HYP, mosaic=0.0, copy_paste=1.0, copy_paste_mode=mode)
+    got = batches(stores["segment"], "cpu", tmp_path, hyp=hyp, mask_ratio=4)
+    plain = batches(stores["segment"], "cpu", tmp_path, hyp=replace(hyp, copy_paste=0.0), mask_ratio=4)
+    assert check_masks_on_paint(got, 4, on_paint=0.6) > 20   # a pasted object may hide 30% of one's box
+    assert sum(len(b.targets) for b in got) > 1.2 * sum(len(b.targets) for b in plain)

@@ -37,6 +37,7 @@ from .plan import (
     Cut,
     Geometry,
     Mix,
+    Paste,
     SamplePlan,
     batch_rng,
     draw_batch,
@@ -49,7 +50,7 @@ from .points import batch_rows, clip_polygons, corners_to_rboxes, paste_labels
 from .render import finish_pixels, mix_in, render_geometry, render_labels
 
 __all__ = [
-    "AffineDraw", "AugmentHyp", "Cut", "Geometry", "Labels", "LetterboxGeometry", "Mix", "SamplePlan", "affine_matrix",
+    "AffineDraw", "AugmentHyp", "Cut", "Geometry", "Labels", "LetterboxGeometry", "Mix", "Paste", "SamplePlan", "affine_matrix",
     "batch_rng", "batch_rows", "blend", "box_candidates", "clip_boxes", "clip_boxes_to", "clip_polygons", "corners_to_rboxes",
     "cxcywh_to_xyxy", "draw_affine", "draw_batch", "draw_geometry", "draw_hsv", "draw_mixup_weight", "finish_pixels", "mix_in",
     "draw_mosaic_centre", "draw_sample", "hsv_to_planes", "hue_rotation", "letterbox",

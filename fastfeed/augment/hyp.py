@@ -15,6 +15,7 @@ _RANGES = {
     "mosaic": (0.0, 1.0, True, True),
     "mixup": (0.0, 1.0, True, True),
     "cutmix": (0.0, 1.0, True, True),
+    "copy_paste": (0.0, 1.0, True, True),
     "degrees": (0.0, 180.0, True, True),
     "translate": (0.0, 1.0, True, True),
     "scale": (0.0, 1.0, True, False),   # 1 - scale must stay > 0
@@ -56,7 +57,8 @@ class AugmentHyp:
 
     mosaic/mixup/cutmix/fliplr/flipud are probabilities; degrees/shear are +- ranges in degrees; perspective is the +-
     range of the projective terms (Ultralytics': P[2, 0], P[2, 1], per pixel of the centred frame);
-    translate is a +- fraction of the output side; scale draws the zoom from [1-scale, 1+scale];
+    copy_paste is the share of a segment sample's eligible objects pasted (and, in copy_paste_mode "mixup", the
+    probability of a paste: `copypaste.py`); translate is a +- fraction of the output side; scale draws the zoom from [1-scale, 1+scale];
     hsv_* are +- gains (hue as a fraction of the colour circle); bgr is the probability that a sample's
     channels come in BGR order instead of RGB (Ultralytics' `bgr`). The box filter drops a box after
     a transform when a side is <= min_box_side px, less than min_box_area_ratio of its area is
@@ -68,6 +70,8 @@ class AugmentHyp:
     mosaic: float = 1.0
     mixup: float = 0.0
     cutmix: float = 0.0
+    copy_paste: float = 0.0
+    copy_paste_mode: str = "flip"
     degrees: float = 0.0
     translate: float = 0.1
     scale: float = 0.5
@@ -87,6 +91,10 @@ class AugmentHyp:
 
     def __post_init__(self):
         for f in fields(self):
+            if f.name == "copy_paste_mode":
+                if self.copy_paste_mode not in ("flip", "mixup"):
+                    raise ValueError(f"AugmentHyp.copy_paste_mode={self.copy_paste_mode!r}: valid: 'flip', 'mixup'")
+                continue
             check_field(f.name, getattr(self, f.name))
 
     @property

@@ -6,6 +6,9 @@ A training sample is drawn as (in this order, from one generator per batch, `bat
       partners   3 picks among the candidates (the loader's partner buffer)
       centre     the mosaic centre in the virtual 2S x 2S canvas
     affine     rotation, zoom, shear, shift, flips (`draw_affine`)
+    paste?   (only in mixup epochs when hyp.copy_paste is set: mode "flip" draws nothing, the sample pastes its
+             own objects mirrored; mode "mixup": rng.random() < hyp.copy_paste, then
+      other      the candidate whose own geometry (drawn as above) gives the pasted objects (`copypaste.py`))
     mixup?   (only in mixup epochs: rng.random() < hyp.mixup)
       other      the candidate whose own geometry (drawn as above) is blended in
       weight     of the first sample, Beta(32, 32)
@@ -64,6 +67,15 @@ class Mix:
 
 
 @dataclass(frozen=True)
+class Paste:
+    """Copy-paste: objects of a second geometric sample whose own image is candidate `other` (mode "mixup"), or
+    of the sample itself mirrored (mode "flip": other and geometry None)."""
+
+    other: int | None
+    geometry: Geometry | None
+
+
+@dataclass(frozen=True)
 class Cut:
     """CutMix: a rectangle of a second geometric sample whose own image is candidate `other` (`cutmix.cut_in`)."""
 
@@ -82,13 +94,14 @@ class SamplePlan:
     hsv: tuple[float, float, float] | None   # hue turn, saturation and value factors; None: no jitter
     bgr: bool = False                        # the channels in BGR order instead of RGB
     cut: Cut | None = None
+    paste: Paste | None = None
 
     def records(self, own: int, candidates) -> list[int]:
         """The items every tile of this sample shows: `own` first, then the picked `candidates` entries
-        (mosaic partners; then the mixup sample's own image and its partners, then the cutmix sample's)."""
+        (mosaic partners; then the copy-paste, mixup and cutmix samples' own images and partners)."""
         out = [own] + [candidates[k] for k in self.geometry.partners or ()]
-        for second in (self.mix, self.cut):
-            if second is not None:
+        for second in (self.paste, self.mix, self.cut):
+            if second is not None and second.other is not None:
                 out += [candidates[second.other]] + [candidates[k] for k in second.geometry.partners or ()]
         return out
 
@@ -107,11 +120,15 @@ def draw_sample(rng: np.random.Generator, hyp: AugmentHyp, size: int, *, mosaic_
                 candidates: int) -> SamplePlan:
     """One training sample's plan. `candidates`: how many items the partner list holds (the loader's buffer,
     the batch's own images included); `mosaic_on` / `mixup_on`: whether this epoch may use them (mixup_on: the
-    mixing ones, mixup and cutmix)."""
+    mixing ones, copy-paste, mixup and cutmix)."""
     if candidates < 1 and (mosaic_on or mixup_on):
         raise ValueError("a mosaic or mixup plan needs at least one candidate to pick partners from")
     geometry = draw_geometry(rng, hyp, size, mosaic_on, candidates)
-    mix = cut = None
+    mix = cut = paste = None
+    if mixup_on and hyp.copy_paste and hyp.copy_paste_mode == "flip":
+        paste = Paste(None, None)
+    elif mixup_on and hyp.copy_paste and rng.random() < hyp.copy_paste:
+        paste = Paste(int(rng.integers(candidates)), draw_geometry(rng, hyp, size, mosaic_on, candidates))
     if mixup_on and hyp.mixup and rng.random() < hyp.mixup:
         other = int(rng.integers(candidates))
         second = draw_geometry(rng, hyp, size, mosaic_on, candidates)
@@ -121,7 +138,7 @@ def draw_sample(rng: np.random.Generator, hyp: AugmentHyp, size: int, *, mosaic_
         second = draw_geometry(rng, hyp, size, mosaic_on, candidates)
         cut = Cut(other, second, draw_cut_rects(rng, size), float(rng.random()))
     hsv = draw_hsv(rng, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v)
-    return SamplePlan(geometry, mix, hsv, bool(hyp.bgr and rng.random() < hyp.bgr), cut)
+    return SamplePlan(geometry, mix, hsv, bool(hyp.bgr and rng.random() < hyp.bgr), cut, paste)
 
 
 def draw_batch(rng: np.random.Generator, n: int, hyp: AugmentHyp, size: int, *, mosaic_on: bool, mixup_on: bool,

@@ -5,7 +5,7 @@ the plan's layout (`plan.sample_layout`) and affine composed into one map per ti
 straight into its part of the output (`paste.paste_tile`), the labels moved and filtered by the same
 realised maps (`paste.paste_boxes` for boxes, `points.paste_labels` for polygons, keypoints and oriented
 corners); `render_geometry` is its boxes-only form; `finish_pixels` writes a
-rendered sample into its output slot (HSV, channel order), after `mix_in` (mixup, cutmix).
+rendered sample into its output slot (HSV, channel order), after `mix_in` (copy-paste, mixup, cutmix).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .copypaste import paste_in
 from .cutmix import cut_in
 from .hsv import hsv_to_planes
 from .hyp import AugmentHyp
@@ -54,9 +55,13 @@ def render_labels(tiles: Sequence[tuple[np.ndarray, Labels]], geometry: Geometry
 
 
 def mix_in(res: np.ndarray, labels: Labels, plan: SamplePlan, second, hyp: AugmentHyp) -> tuple[np.ndarray, Labels]:
-    """The plan's mixing steps on rendered sample (res, labels), in Ultralytics' order: mixup (a blend, both
-    samples' objects), then cutmix (`cutmix.cut_in`). `second(other, geometry)` renders a second sample, (img,
-    Labels), into a scratch of its own (one at a time: each is used before the next is rendered)."""
+    """The plan's mixing steps on rendered sample (res, labels), in Ultralytics' order: copy-paste (a segment
+    sample's, `copypaste.paste_in`), mixup (a blend, both samples' objects), then cutmix (`cutmix.cut_in`).
+    `second(other, geometry)` renders a second sample, (img, Labels), into a scratch of its own (one at a time:
+    each is used before the next is rendered)."""
+    if plan.paste is not None:
+        res2, labels2 = (None, None) if plan.paste.other is None else second(plan.paste.other, plan.paste.geometry)
+        res, labels = paste_in(res, labels, res2, labels2, plan.geometry.affine, hyp)
     if plan.mix is not None:
         res2, labels2 = second(plan.mix.other, plan.mix.geometry)
         blend(res, res2, plan.mix.weight, res)

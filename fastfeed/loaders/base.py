@@ -136,8 +136,10 @@ class LoaderConfig:
 
     def mixup_on(self, epoch: int) -> bool:
         """The mixing augmentations: mixup (with probability hyp.mixup, a blend with a second sample made the same
-        way) and cutmix (a rectangle of one, with probability hyp.cutmix); off in the close_mosaic epochs."""
-        return self.augment and (self.hyp.mixup > 0 or self.hyp.cutmix > 0) and not self.closed(epoch)
+        way), cutmix (a rectangle of one, with probability hyp.cutmix) and copy-paste; off in the close_mosaic
+        epochs."""
+        return self.augment and (self.hyp.mixup > 0 or self.hyp.cutmix > 0 or self.hyp.copy_paste > 0) \
+            and not self.closed(epoch)
 
     def for_store(self, store, prefetcher_augments: bool = True) -> LoaderConfig:
         """This config as a loader of `store` applies it: `task` set to what the batches carry (`batch_task`); a

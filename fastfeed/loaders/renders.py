@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from .tasks import GEOMETRY, TASKS, UnsupportedTask, batch_task
 
-OPTIONAL = ("mixup", "cutmix", "perspective", "bgr")   # AugmentHyp fields (a probability or gain; 0: off) that not every renderer draws
+OPTIONAL = ("mixup", "cutmix", "copy_paste", "perspective", "bgr")   # AugmentHyp fields (a probability or gain; 0: off) that not every renderer draws
 
 
 class UnsupportedAugmentation(ValueError):

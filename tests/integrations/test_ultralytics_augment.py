@@ -21,24 +21,27 @@ SAMPLES = 240
 SEEDS = (0, 1, 2)
 
 
-def _ultralytics_samples(painted, tmp, seed: int, n: int = SAMPLES, **over) -> list[np.ndarray]:
-    """`n` training samples (CHW uint8, as its trainer receives them) from Ultralytics' own dataset, seeded."""
-    _, loader = train_loader_of(DetectionTrainer, painted, tmp, seed=seed, **over)
+def _ultralytics_samples(data, tmp, seed: int, n: int = SAMPLES, trainer=DetectionTrainer, **over) -> list:
+    """`n` training samples from Ultralytics' own dataset, seeded: (CHW uint8 image, objects), as its trainer gets
+    them."""
+    _, loader = train_loader_of(trainer, data, tmp, seed=seed, **over)
     random.seed(seed)
     np.random.seed(seed)
-    return [loader.dataset[i % len(loader.dataset)]["img"].numpy() for i in range(n)]
+    samples = (loader.dataset[i % len(loader.dataset)] for i in range(n))
+    return [(s["img"].numpy(), len(s["cls"])) for s in samples]
 
 
-def _fastfeed_samples(painted, tmp, seed: int, n: int = SAMPLES, **over) -> list[np.ndarray]:
-    """`n` training samples from FastfeedTrainer's loader, epoch after epoch (mosaic never closed: as Ultralytics'
-    dataset indexed directly)."""
-    trainer, loader = train_loader_of(FastfeedTrainer, painted, tmp, seed=seed, **{"close_mosaic": 0, **over})
+def _fastfeed_samples(data, tmp, seed: int, n: int = SAMPLES, trainer=FastfeedTrainer, **over) -> list:
+    """`n` training samples from a fastfeed trainer's loader, epoch after epoch (mosaic never closed: as Ultralytics'
+    dataset indexed directly): (image, objects)."""
+    owner, loader = train_loader_of(trainer, data, tmp, seed=seed, **{"close_mosaic": 0, **over})
     out = []
     try:
         for epoch in range(n):
-            trainer.epoch = epoch
+            owner.epoch = epoch
             for batch in loader:
-                out += [x.numpy().copy() for x in batch["img"]]
+                idx = batch["batch_idx"].numpy()
+                out += [(x.numpy().copy(), int((idx == j).sum())) for j, x in enumerate(batch["img"])]
             if len(out) >= n:
                 return out[:n]
     finally:
@@ -57,7 +60,7 @@ def _bgr_share(samples) -> float:
     """The share of samples whose red paint came out blue (channel order BGR), of those that show paint."""
     red, blue = np.array(RED).reshape(3, 1, 1), np.array(RED[::-1]).reshape(3, 1, 1)
     counts = [(np.all(np.abs(x.astype(int) - blue) <= 40, 0).sum(), np.all(np.abs(x.astype(int) - red) <= 40, 0).sum())
-              for x in samples]
+              for x, _ in samples]
     return float(np.mean([b > r for b, r in counts if b + r]))
 
 
@@ -188,3 +191,54 @@ def test_cutmix_mixed_area_share_inside_ultralytics_spread(painted_yolo, tmp_pat
     print(f"cutmix mixed-area share: fastfeed {ours:.4f}, Ultralytics {[round(t, 4) for t in theirs]}")
     assert ours > 0.01
     assert min(theirs) - 3 * sd <= ours <= max(theirs) + 3 * sd, (ours, theirs)
+
+
+@pytest.mark.parametrize("mode", ["flip", "mixup"])
+def test_copy_paste_objects_and_pasted_pixels_inside_ultralytics_spread(tmp_path, monkeypatch, mode):
+    """A painted segment set (segment trainers on both sides), copy_paste=0.5: objects per image, and (mode "mixup",
+    where both paste into the finished sample) the share of its pixels pasted."""
+    from ultra_task_data import make_set
+    from ultralytics.data import augment
+    from ultralytics.models.yolo.segment import SegmentationTrainer
+
+    import fastfeed.augment.copypaste as copypaste
+    from fastfeed.integrations.ultralytics import FastfeedSegmentationTrainer
+
+    data, size, shares = make_set(tmp_path / "seg", "segment", n=16), 128, []
+    real_apply = augment.CopyPaste.apply_image
+
+    def their_apply(self, labels, params=None):
+        out = real_apply(self, labels, params)
+        shares.append(float(params["im_new"].mean()))   # drawn by apply_image
+        return out
+
+    monkeypatch.setattr(augment.CopyPaste, "apply_image", their_apply)
+    over = {**NO_COLOUR, "copy_paste": 0.5, "copy_paste_mode": mode, "imgsz": size}
+    theirs, their_shares = [], []
+    for s in SEEDS:
+        shares.clear()
+        theirs.append(float(np.mean([k for _, k in _ultralytics_samples(data, tmp_path, s, trainer=SegmentationTrainer,
+                                                                         **over)])))
+        their_shares.append(float(np.sum(shares)) / SAMPLES)
+    real_rasterise = copypaste.rasterise
+
+    def our_rasterise(*a, **kw):
+        mask = real_rasterise(*a, **kw)
+        shares.append(float((mask > 0).mean()))
+        return mask
+
+    monkeypatch.setattr(copypaste, "rasterise", our_rasterise)
+    shares.clear()
+    objects = [k for _, k in _fastfeed_samples(data, tmp_path, 0, trainer=FastfeedSegmentationTrainer, **over)]
+    ours, sd = float(np.mean(objects)), float(np.std(objects)) / np.sqrt(len(objects))
+    plain = float(np.mean([k for _, k in _fastfeed_samples(data, tmp_path, 0, trainer=FastfeedSegmentationTrainer,
+                                                            **{**over, "copy_paste": 0.0})]))
+    share = float(np.sum(shares)) / SAMPLES
+    print(f"copy_paste {mode}: objects per image fastfeed {ours:.3f} (without: {plain:.3f}), Ultralytics "
+          f"{[round(t, 3) for t in theirs]}; pasted-pixel share fastfeed {share:.4f}, Ultralytics "
+          f"{[round(t, 4) for t in their_shares]}")
+    assert ours > plain + 0.1
+    assert min(theirs) - 3 * sd <= ours <= max(theirs) + 3 * sd, (ours, theirs)
+    if mode == "mixup":
+        slack = 3 * float(np.std(shares + [0.0] * (SAMPLES - len(shares)))) / np.sqrt(SAMPLES)
+        assert min(their_shares) - slack <= share <= max(their_shares) + slack, (share, their_shares)

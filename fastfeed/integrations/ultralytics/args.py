@@ -74,6 +74,7 @@ def augment_hyp(args, loader: str = "cpu") -> AugmentHyp:
     Ultralytics argument."""
     drawn = renderer(loader).augmentations
     values = {name: getattr(args, name) if name in drawn or name not in OPTIONAL else 0.0 for name in HYP_ARGS}
+    values["copy_paste_mode"] = getattr(args, "copy_paste_mode", "flip")
     values["scale"] = _scale(values["scale"])
     try:
         return AugmentHyp(**values)
@@ -103,10 +104,6 @@ def unsupported(args, task: str = "detect", loader: str = "cpu") -> list[str]:
         out.append("classes=[...] with overlap_mask=True: fastfeed drops the other classes' objects after the masks are "
                    "drawn, so where one of them lay over a kept object that object's mask reads as background "
                    "(Ultralytics drops them before drawing); overlap_mask=False keeps every kept mask whole")
-    for name, what in (("copy_paste", "copy-paste"),):
-        value = getattr(args, name, 0.0) or 0.0
-        if value:
-            out.append(f"{name}={value}: fastfeed's loaders do no {what}; training without them")
     if getattr(args, "augmentations", None):
         out.append("augmentations=[...]: custom Albumentations transforms are not applied by fastfeed's loaders")
     elif importlib.util.find_spec("albumentations") is not None:
