@@ -74,7 +74,7 @@ def fastfeed_side(store_path: Path, imgsz: int, samples: int, seed: int) -> dict
     from fastfeed.loaders import LoaderConfig, create_loader
 
     repeats = []
-    real_render = aug.render_geometry
+    real_render = aug.render_labels
 
     def render(tiles, geometry, *a, **kw):   # the same image object in two tiles of a mosaic is a repeat
         if geometry.mosaic:
@@ -82,7 +82,7 @@ def fastfeed_side(store_path: Path, imgsz: int, samples: int, seed: int) -> dict
             repeats.append(len(set(ids)) < len(ids))
         return real_render(tiles, geometry, *a, **kw)
 
-    aug.render_geometry = render
+    aug.render_labels = render
     store = Store(store_path)
     cfg = LoaderConfig(imgsz=imgsz, batch_size=16, workers=0, seed=seed)   # in this process: one worker's buffer
     per_image, wh, fill = [], [], []
@@ -102,7 +102,7 @@ def fastfeed_side(store_path: Path, imgsz: int, samples: int, seed: int) -> dict
                     break
             epoch += 1
     seconds = time.perf_counter() - t0
-    aug.render_geometry = real_render
+    aug.render_labels = real_render
     return summarise(per_image[:samples], np.concatenate(wh), fill[:samples], repeats, seconds)
 
 

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from fastfeed.augment import AugmentHyp
+from fastfeed.augment import (
+    AugmentHyp,
+    Geometry,
+    draw_affine,
+    draw_hsv,
+    draw_mosaic_centre,
+    hsv_to_planes,
+    render_geometry,
+)
+from fastfeed.augment.hyp import DEFAULT_HYP
 
 
 def paint_bbox(img, colour, thr=60):
@@ -67,3 +76,25 @@ def rect_corners(cx, cy, w, h, angle):
     c, s = np.cos(angle), np.sin(angle)
     half = np.array([[-w, -h], [w, -h], [w, h], [-w, h]]) / 2
     return (half @ np.array([[c, s], [-s, c]]) + (cx, cy)).astype(np.float32)
+
+
+def _render(tiles, geometry, size, hyp, out):
+    tiles = [(t[0], np.asarray(t[1], np.float32).reshape(-1, 4), np.asarray(t[2])) for t in tiles]
+    return render_geometry(tiles, geometry, size, hyp, np.empty((size, size, 3), np.uint8) if out is None else out)
+
+
+def mosaic(tiles, size, rng, hyp=DEFAULT_HYP, out=None):
+    """A 4-tile mosaic under the random affine, drawn as a plan draws them (centre, then `draw_affine`) from
+    `rng`, rendered by `render_geometry`: (out, boxes, classes)."""
+    return _render(tiles, Geometry((1, 2, 3), draw_mosaic_centre(rng, size), draw_affine(rng, hyp, size)), size, hyp,
+                   out)
+
+
+def random_affine(img, boxes, classes, size, rng, hyp=DEFAULT_HYP, out=None):
+    """One image under the random affine (a plan without mosaic), rendered by `render_geometry`."""
+    return _render([(img, boxes, classes)], Geometry(None, None, draw_affine(rng, hyp, size)), size, hyp, out)
+
+
+def hsv_jitter_to_planes(img, planes, rng, hgain, sgain, vgain, scratch):
+    """`hsv_to_planes` of a jitter drawn from `rng` (`draw_hsv`)."""
+    hsv_to_planes(img, planes, draw_hsv(rng, hgain, sgain, vgain), scratch)

@@ -16,7 +16,7 @@ import numbers
 import cv2
 import numpy as np
 
-from fastfeed.augment._validate import check_image, check_rng
+from fastfeed.augment._validate import check_image
 
 _LEVELS = np.arange(256, dtype=np.float64)
 _IDENTITY = np.arange(256, dtype=np.uint8)
@@ -48,7 +48,6 @@ def hsv_jitter(img: np.ndarray, rng: np.random.Generator, hgain: float = 0.015, 
     pixel work too.
     """
     check_image(img)
-    check_rng(rng)
     hgain = _check_gain(hgain, "hgain", 0.5)
     sgain = _check_gain(sgain, "sgain", 1.0)
     vgain = _check_gain(vgain, "vgain", 1.0)

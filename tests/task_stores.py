@@ -96,9 +96,9 @@ def row_masks(batch, ratio: int = 1) -> list[np.ndarray]:
     return out
 
 
-def check_masks_on_paint(batches, ratio: int) -> int:
-    """Each row's mask lies on its class's paint (the paint's share of its pixels) and inside its box; together
-    they cover the paint. Returns the rows checked."""
+def check_masks_on_paint(batches, ratio: int, on_paint: float = 0.75) -> int:
+    """Each row's mask lies on its class's paint (the paint's share of its pixels above `on_paint`) and inside its
+    box; together they cover the paint. Returns the rows checked."""
     checked = uncovered = total = 0
     for batch in batches:
         images, t = batch.images.numpy(), batch.targets.numpy()
@@ -109,7 +109,7 @@ def check_masks_on_paint(batches, ratio: int) -> int:
         for (j, c, cx, cy, w, h), m in zip(t, row_masks(batch)):
             j, c = int(j), int(c)
             if m.sum() * ratio ** 2 >= 160:   # (smaller ones are a few coarse pixels)
-                assert paint[c][j][m].mean() > 0.75, f"the mask of a class {c} object is not on its paint"
+                assert paint[c][j][m].mean() > on_paint, f"the mask of a class {c} object is not on its paint"
                 ys, xs = np.nonzero(m)
                 xs, ys, r = xs * ratio, ys * ratio, ratio
                 x1, y1, x2, y2 = (np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2]) * S).tolist()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from augment_helpers import hsv_jitter_to_planes
 
 import fastfeed.augment as aug
 from fastfeed.augment import (
@@ -21,7 +22,6 @@ from fastfeed.augment import (
     cxcywh_to_xyxy,
     letterbox,
     letterbox_boxes,
-    mixup,
     transform_boxes,
     xyxy_to_cxcywh,
 )
@@ -194,28 +194,18 @@ def test_hsv_value_saturation_and_hue_act_as_their_names_say():
 def test_hsv_jitter_writes_into_a_chw_slot_and_follows_its_draw():
     img = noisy(30, 40, lo=0, hi=255)
     slot = np.zeros((3, 30, 40), np.uint8)
-    aug.hsv_jitter_to_planes(img.copy(), [slot[0], slot[1], slot[2]], np.random.default_rng(5), 0.2, 0.5, 0.5,
-                             np.empty((30, 40), np.uint8))
+    hsv_jitter_to_planes(img.copy(), [slot[0], slot[1], slot[2]], np.random.default_rng(5), 0.2, 0.5, 0.5,
+                         np.empty((30, 40), np.uint8))
     draw = aug.draw_hsv(np.random.default_rng(5), 0.2, 0.5, 0.5)
     assert (np.moveaxis(slot, 0, -1) == _planes(img, draw)).all() and not (np.moveaxis(slot, 0, -1) == img).all()
 
 
 # --- mixup -----------------------------------------------------------------------------------------
 
-def test_mixup_blends_and_concatenates():
+def test_blend_weights_the_first_image():
     a, b = np.full((32, 32, 3), 0, np.uint8), np.full((32, 32, 3), 200, np.uint8)
-    ab, bb = np.array([[1, 1, 5, 5]], np.float32), np.array([[2, 2, 9, 9], [3, 3, 8, 8]], np.float32)
-    img, boxes, cls = mixup(a, ab, [1], b, bb, [2, 3], np.random.default_rng(0))
-    assert img.dtype == np.uint8 and 60 < img[0, 0, 0] < 140 and (img == img[0, 0, 0]).all()
-    assert boxes.shape == (3, 4) and boxes.dtype == np.float32 and cls.tolist() == [1, 2, 3]
-    img2, _, _ = mixup(a, ab, [1], b, bb, [2, 3], np.random.default_rng(0), out=a)
-    assert img2 is a and (a == img).all()
-    _, eb, ec = mixup(a, np.zeros((0, 4)), [], b, np.zeros((0, 4)), [], np.random.default_rng(0))
-    assert eb.shape == (0, 4) and ec.shape == (0,)
-    with pytest.raises(ValueError, match="same shape"):
-        mixup(a, ab, [1], b[:16], bb, [2, 3], np.random.default_rng(0))
-    with pytest.raises(ValueError, match="classes"):
-        mixup(a, ab, [1, 2], b, bb, [2, 3], np.random.default_rng(0))
+    assert (aug.blend(a, b, 0.25, np.empty_like(a)) == 150).all()
+    assert aug.blend(a, b, aug.draw_mixup_weight(np.random.default_rng(0)), a) is a and 60 < a[0, 0, 0] < 140
 
 
 # --- API hygiene -----------------------------------------------------------------------------------

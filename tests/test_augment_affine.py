@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from augment_helpers import COLOURS, ROTATED, check_contract, check_painted, painted_tile
+from augment_helpers import COLOURS, ROTATED, check_contract, check_painted, painted_tile, random_affine
 
-from fastfeed.augment import AugmentHyp, random_affine
+from fastfeed.augment import AugmentHyp
 
 # --- random affine (single image) ------------------------------------------------------------------
 

@@ -7,9 +7,10 @@ import cv2
 import numpy as np
 import pytest
 import torch
+from augment_helpers import hsv_jitter_to_planes
 
 from fastfeed import codec
-from fastfeed.augment import AugmentHyp, hsv_jitter_to_planes, hue_rotation
+from fastfeed.augment import AugmentHyp, hue_rotation
 from fastfeed.device_augment import DeviceAugment, hflip, hsv_jitter, hue_rotations
 
 GAINS = (0.015, 0.7, 0.4)   # the YOLO defaults: hsv_h, hsv_s, hsv_v

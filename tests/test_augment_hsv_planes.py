@@ -5,10 +5,11 @@ from __future__ import annotations
 import cv2
 import numpy as np
 import pytest
+from augment_helpers import hsv_jitter_to_planes
 from hsv_reference import hsv_jitter
 
 from fastfeed import codec
-from fastfeed.augment import hsv_jitter_to_planes, hue_rotation
+from fastfeed.augment import hue_rotation
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,14 @@ from store_helpers import run_pack
 
 from fastfeed import Store
 from fastfeed.augment import AugmentHyp
-from fastfeed.loaders import LoaderConfig, WorkerError, create_loader, list_loaders, loader_options
+from fastfeed.loaders import (
+    LoaderConfig,
+    UnsupportedAugmentation,
+    WorkerError,
+    create_loader,
+    list_loaders,
+    loader_options,
+)
 from fastfeed.loaders.device.decode import make_decoder
 
 # --- the contract ----------------------------------------------------------------------------------
@@ -266,5 +273,6 @@ def test_payloads_that_do_not_fit_the_slot_travel_through_the_queue(painted, mon
 def test_mixup_is_refused_not_ignored(painted):
     from fastfeed.augment import AugmentHyp
 
-    with pytest.raises(ValueError, match="the device loader does not blend mixup samples"):
+    with pytest.raises(UnsupportedAugmentation, match=r"the device loader does not render mixup=0.2: set it to 0, or "
+                                                      r"use the cpu, shm or dali loader"):
         create_loader("device", painted, LoaderConfig(imgsz=64, batch_size=4, device="cpu", hyp=AugmentHyp(mixup=0.2)))

@@ -17,7 +17,7 @@ box conversions and targets layout (boxes.py, for numpy arrays and torch tensors
 definition every loader uses, whether it moves pixels with OpenCV (here), DALI or torch.
 """
 
-from .affine import AffineDraw, affine_matrix, draw_affine, random_affine_matrix
+from .affine import AffineDraw, affine_matrix, draw_affine
 from .boxes import (
     box_candidates,
     clip_boxes,
@@ -27,15 +27,17 @@ from .boxes import (
     transform_boxes,
     xyxy_to_cxcywh,
 )
-from .hsv import draw_hsv, hsv_jitter_to_planes, hsv_to_planes, hue_rotation
+from .hsv import draw_hsv, hsv_to_planes, hue_rotation
 from .hyp import AugmentHyp
 from .labels import Labels
 from .letterbox import LetterboxGeometry, letterbox, letterbox_boxes, letterbox_geometry, letterbox_labels
-from .mixup import blend, draw_mixup_weight, mixup
+from .mixup import blend, draw_mixup_weight
 from .mosaic import draw_mosaic_centre, mosaic_layout
 from .plan import (
+    Cut,
     Geometry,
     Mix,
+    Paste,
     SamplePlan,
     batch_rng,
     draw_batch,
@@ -45,14 +47,14 @@ from .plan import (
     single_layout,
 )
 from .points import batch_rows, clip_polygons, corners_to_rboxes, paste_labels
-from .render import mosaic, random_affine, render_geometry, render_labels
+from .render import finish_pixels, mix_in, render_geometry, render_labels
 
 __all__ = [
-    "AffineDraw", "AugmentHyp", "Geometry", "Labels", "LetterboxGeometry", "Mix", "SamplePlan", "affine_matrix",
+    "AffineDraw", "AugmentHyp", "Cut", "Geometry", "Labels", "LetterboxGeometry", "Mix", "Paste", "SamplePlan", "affine_matrix",
     "batch_rng", "batch_rows", "blend", "box_candidates", "clip_boxes", "clip_boxes_to", "clip_polygons", "corners_to_rboxes",
-    "cxcywh_to_xyxy", "draw_affine", "draw_batch", "draw_geometry", "draw_hsv", "draw_mixup_weight",
-    "draw_mosaic_centre", "draw_sample", "hsv_jitter_to_planes", "hsv_to_planes", "hue_rotation", "letterbox",
-    "letterbox_boxes", "letterbox_geometry", "letterbox_labels", "make_targets", "mixup", "mosaic", "mosaic_layout",
-    "paste_labels", "random_affine", "random_affine_matrix", "render_geometry", "render_labels", "sample_layout",
+    "cxcywh_to_xyxy", "draw_affine", "draw_batch", "draw_geometry", "draw_hsv", "draw_mixup_weight", "finish_pixels", "mix_in",
+    "draw_mosaic_centre", "draw_sample", "hsv_to_planes", "hue_rotation", "letterbox",
+    "letterbox_boxes", "letterbox_geometry", "letterbox_labels", "make_targets", "mosaic_layout",
+    "paste_labels", "render_geometry", "render_labels", "sample_layout",
     "single_layout", "transform_boxes", "xyxy_to_cxcywh",
 ]

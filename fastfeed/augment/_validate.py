@@ -23,19 +23,6 @@ def check_image(img, name: str = "img") -> np.ndarray:
     return img
 
 
-def check_boxes(boxes, classes, name: str = "boxes") -> tuple[np.ndarray, np.ndarray]:
-    """float32 [N,4] x1,y1,x2,y2 boxes and an [N] class array of the same length."""
-    b = np.asarray(boxes, dtype=np.float32)
-    if b.size == 0:
-        b = b.reshape(0, 4)
-    if b.ndim != 2 or b.shape[1] != 4:
-        raise ValueError(f"{name} must have shape [N,4] (x1,y1,x2,y2 pixels), got {b.shape}")
-    c = np.asarray(classes)
-    if c.ndim != 1 or len(c) != len(b):
-        raise ValueError(f"classes must have shape [N] matching {name} [N,4]; got {c.shape} for {b.shape}")
-    return b, c
-
-
 def check_size(size, name: str = "size", lo: int = 1) -> int:
     """A positive integer output side."""
     if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < lo:
@@ -60,13 +47,6 @@ def check_out(out, shape: tuple[int, int, int], name: str = "out") -> np.ndarray
     if not out.flags.writeable:
         raise ValueError(f"{name} must be writeable")
     return out
-
-
-def check_rng(rng) -> np.random.Generator:
-    if not isinstance(rng, np.random.Generator):
-        raise ValueError(f"rng must be a numpy.random.Generator (np.random.default_rng(seed)), "
-                         f"got {type(rng).__name__}")
-    return rng
 
 
 def check_fill(fill) -> int:

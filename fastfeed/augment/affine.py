@@ -2,8 +2,8 @@
 
 Flips are folded into the matrix, which moves pixels and boxes alike: the warp path gets them for
 free, the resize fast path mirrors each drawn rectangle in place with cv2.flip (~0.04 ms per 640^2,
-against ~1.2 ms for a numpy [:, ::-1] copy). `render.random_affine` is the single-image (non-mosaic) path: fit
-the image's long side to the output, apply the random affine, one pixel pass.
+against ~1.2 ms for a numpy [:, ::-1] copy). A single image (no mosaic) is fitted by its long side to the
+output first (`plan.single_layout`), in the same map: one pixel pass.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ class AffineDraw(NamedTuple):
     ty: float
     flip_lr: bool
     flip_ud: bool
+    px: float = 0.0   # perspective: the projective row's x / y terms, in the centred frame (Ultralytics' P)
+    py: float = 0.0
 
     def linear(self) -> np.ndarray:
         """The 2x2 zoom-rotate-shear part."""
@@ -37,36 +39,33 @@ class AffineDraw(NamedTuple):
 def draw_affine(rng: np.random.Generator, hyp: AugmentHyp, size: int) -> AffineDraw:
     """Draw, in this fixed order (so a seed means the same sample whatever the gains, on every path
     that augments: the workers, the DALI plan): angle in +-degrees, zoom in [1-scale, 1+scale], x/y
-    shear in +-shear degrees, x/y shift in +-translate*size, then the horizontal and vertical flips."""
+    shear in +-shear degrees, x/y shift in +-translate*size, the horizontal and vertical flips, then (only when
+    hyp.perspective is set) the x/y perspective terms in +-perspective."""
     angle = math.radians(rng.uniform(-hyp.degrees, hyp.degrees))
     zoom = rng.uniform(1.0 - hyp.scale, 1.0 + hyp.scale)
     shx, shy = np.tan(np.radians(rng.uniform(-hyp.shear, hyp.shear, 2)))
     tx, ty = rng.uniform(0.5 - hyp.translate, 0.5 + hyp.translate, 2) * size
     flip_lr = rng.random() < hyp.fliplr
     flip_ud = rng.random() < hyp.flipud
-    return AffineDraw(angle, zoom, float(shx), float(shy), float(tx), float(ty), bool(flip_lr), bool(flip_ud))
+    px, py = rng.uniform(-hyp.perspective, hyp.perspective, 2) if hyp.perspective else (0.0, 0.0)
+    return AffineDraw(angle, zoom, float(shx), float(shy), float(tx), float(ty), bool(flip_lr), bool(flip_ud),
+                      float(px), float(py))
 
 
 def affine_matrix(d: AffineDraw, center: tuple[float, float], size: int, axis_aligned: bool) -> np.ndarray:
-    """The 3x3 map of draw `d` taking `center` of a source frame to (tx, ty) of a size x size output,
-    flips applied last. `axis_aligned` (no rotation/shear asked for) zeroes the off-diagonal exactly."""
+    """The 3x3 map of draw `d` taking `center` of a source frame to (tx, ty) of a size x size output: shift by
+    -center, perspective (`d.px`, `d.py`), zoom-rotate-shear, shift to (tx, ty) (Ultralytics' T S R P C), flips
+    applied last. `axis_aligned` (no rotation/shear/perspective asked for) zeroes the off-diagonal exactly."""
     lin = d.linear()
     if axis_aligned:
         lin[0, 1] = lin[1, 0] = 0.0  # exactly diagonal: selects the resize fast path downstream
     m = np.eye(3)
     m[:2, :2] = lin
-    m[:2, 2] = (d.tx, d.ty) - lin @ np.asarray(center, np.float64)
-    if d.flip_lr:  # x -> size - x, after everything else
-        m[0] = -m[0]
-        m[0, 2] += size
+    m[:2, 2] = (d.tx, d.ty)
+    cx, cy = center
+    m = m @ np.array([[1.0, 0.0, -cx], [0.0, 1.0, -cy], [d.px, d.py, 1.0 - d.px * cx - d.py * cy]])
+    if d.flip_lr:  # x -> size - x, after everything else (x = row0 / row2)
+        m[0] = size * m[2] - m[0]
     if d.flip_ud:
-        m[1] = -m[1]
-        m[1, 2] += size
+        m[1] = size * m[2] - m[1]
     return m
-
-
-def random_affine_matrix(rng: np.random.Generator, hyp: AugmentHyp, center: tuple[float, float],
-                         size: int) -> np.ndarray:
-    """A 3x3 map taking `center` of a source frame to near the centre of a size x size output:
-    `affine_matrix(draw_affine(...))`. Coordinates are continuous pixels (see boxes.py)."""
-    return affine_matrix(draw_affine(rng, hyp, size), center, size, hyp.degrees == 0 and hyp.shear == 0)

@@ -16,7 +16,7 @@ _CORNER_Y = np.array([1, 1, 3, 3])
 
 
 def transform_boxes(boxes: np.ndarray, matrix: np.ndarray) -> np.ndarray:
-    """Map boxes by an affine matrix; returns the axis-aligned box enclosing each mapped rectangle.
+    """Map boxes by an affine (or perspective) matrix; returns the axis-aligned box enclosing each mapped rectangle.
 
     `matrix` is one 3x3 (or 2x3) map, or one per box ([N,3,3] / [N,2,3]) so boxes from several
     tiles go through in a single vectorised call. Under rotation or shear the enclosing box grows:
@@ -32,6 +32,9 @@ def transform_boxes(boxes: np.ndarray, matrix: np.ndarray) -> np.ndarray:
     cy = b[:, _CORNER_Y].astype(np.float64)
     x = cx * m[:, 0, 0, None] + cy * m[:, 0, 1, None] + m[:, 0, 2, None]
     y = cx * m[:, 1, 0, None] + cy * m[:, 1, 1, None] + m[:, 1, 2, None]
+    if m.shape[1] == 3 and (m[:, 2, :2] != 0).any():   # perspective: divide by the projective row
+        z = cx * m[:, 2, 0, None] + cy * m[:, 2, 1, None] + m[:, 2, 2, None]
+        x, y = x / z, y / z
     return np.stack([x.min(1), y.min(1), x.max(1), y.max(1)], axis=1).astype(np.float32)
 
 

@@ -43,16 +43,6 @@ def draw_hsv(rng: np.random.Generator, hgain: float, sgain: float, vgain: float)
     return float(dh), 1.0 + float(ds), 1.0 + float(dv)
 
 
-def hsv_jitter_to_planes(img: np.ndarray, planes: list[np.ndarray], rng: np.random.Generator,
-                         hgain: float, sgain: float, vgain: float, scratch: np.ndarray) -> None:
-    """Jitter HWC RGB uint8 `img` and write the result as three HxW planes (e.g. a CHW slot).
-
-    `img` may be modified (hue rotation happens in place); `scratch` is an HxW uint8 buffer.
-    Gains are validated by AugmentHyp; all-zero gains draw nothing.
-    """
-    hsv_to_planes(img, planes, draw_hsv(rng, hgain, sgain, vgain), scratch)
-
-
 def hsv_to_planes(img: np.ndarray, planes: list[np.ndarray], draw: tuple[float, float, float] | None,
                   scratch: np.ndarray) -> None:
     """Apply a drawn jitter (`draw_hsv`'s (hue turn, saturation, value), e.g. a plan's; None: none) to HWC RGB

@@ -14,15 +14,19 @@ from dataclasses import dataclass, fields
 _RANGES = {
     "mosaic": (0.0, 1.0, True, True),
     "mixup": (0.0, 1.0, True, True),
+    "cutmix": (0.0, 1.0, True, True),
+    "copy_paste": (0.0, 1.0, True, True),
     "degrees": (0.0, 180.0, True, True),
     "translate": (0.0, 1.0, True, True),
     "scale": (0.0, 1.0, True, False),   # 1 - scale must stay > 0
     "shear": (0.0, 90.0, True, False),  # tan(90 deg) is infinite
+    "perspective": (0.0, 0.001, True, True),   # Ultralytics' typical range; beyond it a corner can cross the horizon
     "fliplr": (0.0, 1.0, True, True),
     "flipud": (0.0, 1.0, True, True),
     "hsv_h": (0.0, 0.5, True, True),    # +-0.5 of the hue circle already reaches every hue
     "hsv_s": (0.0, 1.0, True, True),
     "hsv_v": (0.0, 1.0, True, True),
+    "bgr": (0.0, 1.0, True, True),
     "fill": (0, 255, True, True),
     "min_box_side": (0.0, math.inf, True, False),
     "min_box_area_ratio": (0.0, 1.0, True, True),
@@ -51,9 +55,12 @@ def check_field(name: str, value, owner: str = "AugmentHyp"):
 class AugmentHyp:
     """Training augmentation settings (Ultralytics/YOLOv3 names and defaults).
 
-    mosaic/mixup/fliplr/flipud are probabilities; degrees/shear are +- ranges in degrees;
-    translate is a +- fraction of the output side; scale draws the zoom from [1-scale, 1+scale];
-    hsv_* are +- gains (hue as a fraction of the colour circle). The box filter drops a box after
+    mosaic/mixup/cutmix/fliplr/flipud are probabilities; degrees/shear are +- ranges in degrees; perspective is the +-
+    range of the projective terms (Ultralytics': P[2, 0], P[2, 1], per pixel of the centred frame);
+    copy_paste is the share of a segment sample's eligible objects pasted (and, in copy_paste_mode "mixup", the
+    probability of a paste: `copypaste.py`); translate is a +- fraction of the output side; scale draws the zoom from [1-scale, 1+scale];
+    hsv_* are +- gains (hue as a fraction of the colour circle); bgr is the probability that a sample's
+    channels come in BGR order instead of RGB (Ultralytics' `bgr`). The box filter drops a box after
     a transform when a side is <= min_box_side px, less than min_box_area_ratio of its area is
     left, or its aspect ratio reaches max_box_aspect: such boxes mostly label invisible slivers. An
     object with a polygon (a segment store) is judged by its polygon's box, against
@@ -62,15 +69,20 @@ class AugmentHyp:
 
     mosaic: float = 1.0
     mixup: float = 0.0
+    cutmix: float = 0.0
+    copy_paste: float = 0.0
+    copy_paste_mode: str = "flip"
     degrees: float = 0.0
     translate: float = 0.1
     scale: float = 0.5
     shear: float = 0.0
+    perspective: float = 0.0
     fliplr: float = 0.5
     flipud: float = 0.0
     hsv_h: float = 0.015
     hsv_s: float = 0.7
     hsv_v: float = 0.4
+    bgr: float = 0.0
     fill: int = 114
     min_box_side: float = 2.0
     min_box_area_ratio: float = 0.1
@@ -79,12 +91,16 @@ class AugmentHyp:
 
     def __post_init__(self):
         for f in fields(self):
+            if f.name == "copy_paste_mode":
+                if self.copy_paste_mode not in ("flip", "mixup"):
+                    raise ValueError(f"AugmentHyp.copy_paste_mode={self.copy_paste_mode!r}: valid: 'flip', 'mixup'")
+                continue
             check_field(f.name, getattr(self, f.name))
 
     @property
     def axis_aligned(self) -> bool:
-        """No rotation or shear: tiles can be placed with cv2.resize instead of warpAffine (3-5x faster)."""
-        return self.degrees == 0 and self.shear == 0
+        """No rotation, shear or perspective: tiles can be placed with cv2.resize instead of a warp (3-5x faster)."""
+        return self.degrees == 0 and self.shear == 0 and self.perspective == 0
 
 
 DEFAULT_HYP = AugmentHyp()  # shared default: the dataclass is frozen, so sharing is safe

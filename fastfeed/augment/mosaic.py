@@ -6,7 +6,7 @@ canvas is only a coordinate frame: each tile's placement and the random affine a
 one map and the tile is drawn straight into its part of the output (see paste.py), so about S*S
 pixels are produced in total and a tile may come at any resolution (its own scale S/long_side is
 part of the map). Decode tiles within 2x of S (e.g. JPEG DCT scaling) to avoid aliasing. The pixels
-are drawn by render.py (`mosaic`, `render_geometry`).
+are drawn by render.py (`render_labels`).
 """
 
 from __future__ import annotations

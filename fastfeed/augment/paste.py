@@ -1,6 +1,6 @@
-"""Draw one rectangle of a source image into an output through an affine map, and nothing else.
+"""Draw one rectangle of a source image into an output through an affine (or perspective) map, and nothing else.
 
-This is the engine under `mosaic` and `random_affine`: every output pixel is produced once,
+This is the engine under `render.render_labels` (mosaic or one image): every output pixel is produced once,
 straight from its source tile, so no intermediate canvas is built and the cost follows the output
 size, not the tile resolution. Two paths:
 
@@ -9,7 +9,7 @@ size, not the tile resolution. Two paths:
   cheaper than warpAffine and reads only real tile pixels, so seams are clean. The source crop is
   snapped to whole pixels, which perturbs the drawn scale by under a pixel; the returned matrix is
   the realised one, so boxes still match pixels exactly.
-* rotated/sheared maps: `cv2.warpAffine` into the bounding rectangle of the mapped quad with
+* rotated/sheared maps: `cv2.warpAffine` (`cv2.warpPerspective` under perspective) into the bounding rectangle of the mapped quad with
   BORDER_TRANSPARENT. OpenCV blends a bilinear sample that straddles the source edge with the
   pixel already in the output (grey or another tile); a 1 px replicated border around the crop
   keeps that blend outside the tile's own region, so the region itself is never smeared. The
@@ -58,11 +58,13 @@ def paste_tile(out: np.ndarray, img: np.ndarray, place: Place, region: Rect,
     h, w = img.shape[:2]
     full = matrix @ _place_matrix(place)
     x1, y1, x2, y2 = region
-    if matrix[0, 1] == 0 and matrix[1, 0] == 0:
+    projective = matrix[2, 0] != 0 or matrix[2, 1] != 0
+    if matrix[0, 1] == 0 and matrix[1, 0] == 0 and not projective:
         return _paste_resize(out, img, full, (matrix[0, 0] * x1 + matrix[0, 2], matrix[0, 0] * x2 + matrix[0, 2]),
                              (matrix[1, 1] * y1 + matrix[1, 2], matrix[1, 1] * y2 + matrix[1, 2]))
     crop = region_crop(place, region, (h, w))
-    corners = matrix[:2] @ np.array([[x1, x2, x1, x2], [y1, y1, y2, y2], [1.0, 1.0, 1.0, 1.0]])
+    corners = matrix @ np.array([[x1, x2, x1, x2], [y1, y1, y2, y2], [1.0, 1.0, 1.0, 1.0]])
+    corners = corners[:2] / corners[2]
     j0, j1 = pixel_span(corners[0].min(), corners[0].max(), out.shape[1])
     i0, i1 = pixel_span(corners[1].min(), corners[1].max(), out.shape[0])
     # Source pixels whose bilinear footprint the region needs: index floor(x1-0.5) .. ceil(x2-0.5)
@@ -76,14 +78,12 @@ def paste_tile(out: np.ndarray, img: np.ndarray, place: Place, region: Rect,
     pads = (vy0 - fy, ly + 1 - vy1, vx0 - fx, lx + 1 - vx1)  # top, bottom, left, right: 0 or 1
     if any(pads):
         src = cv2.copyMakeBorder(src, *pads, cv2.BORDER_REPLICATE)
-    # src continuous -> roi continuous, then to OpenCV's pixel-centre convention (+-0.5).
-    m = full.copy()
-    m[0, 2] += m[0, 0] * fx + m[0, 1] * fy - j0
-    m[1, 2] += m[1, 0] * fx + m[1, 1] * fy - i0
-    m[0, 2] += 0.5 * (m[0, 0] + m[0, 1]) - 0.5
-    m[1, 2] += 0.5 * (m[1, 0] + m[1, 1]) - 0.5
-    cv2.warpAffine(src, m[:2], (j1 - j0, i1 - i0), dst=out[i0:i1, j0:j1], flags=cv2.INTER_LINEAR,
-                   borderMode=cv2.BORDER_TRANSPARENT)
+    # src pixel index -> src continuous (+0.5, the crop's origin) -> out continuous -> roi pixel index (-0.5)
+    m = np.array([[1.0, 0.0, -j0 - 0.5], [0.0, 1.0, -i0 - 0.5], [0.0, 0.0, 1.0]]) @ full @ np.array(
+        [[1.0, 0.0, fx + 0.5], [0.0, 1.0, fy + 0.5], [0.0, 0.0, 1.0]])
+    warp = (cv2.warpPerspective, m) if projective else (cv2.warpAffine, m[:2])
+    warp[0](src, warp[1], (j1 - j0, i1 - i0), dst=out[i0:i1, j0:j1], flags=cv2.INTER_LINEAR,
+            borderMode=cv2.BORDER_TRANSPARENT)
     return full, crop
 
 
@@ -168,7 +168,7 @@ def move_boxes(b: np.ndarray, per_box_m: np.ndarray, per_box_crop: np.ndarray, p
                size: int) -> tuple[np.ndarray, np.ndarray]:
     """(before, after) of `paste_boxes`' rule for boxes [N,4] with one matrix [N,3,3], crop and region [N,4]
     each: what `box_candidates` judges (also `points.paste_labels`' rule for objects without a polygon)."""
-    turned = (per_box_m[:, 0, 1] != 0) | (per_box_m[:, 1, 0] != 0)
+    turned = (per_box_m[:, 0, 1] != 0) | (per_box_m[:, 1, 0] != 0) | (per_box_m[:, 2, :2] != 0).any(1)
     judged = np.where(turned[:, None], b, clip_boxes_to(b, per_box_region))
     n = len(b)
     both = transform_boxes(np.concatenate([judged, clip_boxes_to(b, per_box_crop)]), np.concatenate([per_box_m] * 2))

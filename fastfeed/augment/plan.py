@@ -6,10 +6,17 @@ A training sample is drawn as (in this order, from one generator per batch, `bat
       partners   3 picks among the candidates (the loader's partner buffer)
       centre     the mosaic centre in the virtual 2S x 2S canvas
     affine     rotation, zoom, shear, shift, flips (`draw_affine`)
+    paste?   (only in mixup epochs when hyp.copy_paste is set: mode "flip" draws nothing, the sample pastes its
+             own objects mirrored; mode "mixup": rng.random() < hyp.copy_paste, then
+      other      the candidate whose own geometry (drawn as above) gives the pasted objects (`copypaste.py`))
     mixup?   (only in mixup epochs: rng.random() < hyp.mixup)
       other      the candidate whose own geometry (drawn as above) is blended in
       weight     of the first sample, Beta(32, 32)
+    cutmix?  (only in mixup epochs, when hyp.cutmix is set: rng.random() < hyp.cutmix)
+      other      the candidate whose own geometry (drawn as above) a rectangle is cut from
+      rects      3 candidate rectangles, then `pick` (uniform) among those the renderer finds free (`cutmix.py`)
     hsv        hue turn, saturation and value factors (`draw_hsv`; nothing drawn when every gain is 0)
+    bgr?     (rng.random() < hyp.bgr; nothing drawn when hyp.bgr is 0) the channels in BGR order
 
 The plan holds only draws (indices into the candidate list, numbers), never pixels or shapes: the
 cpu/shm renderer (numpy/OpenCV), the device renderer (torch) and the DALI graph each take the same plans
@@ -24,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .affine import AffineDraw, affine_matrix, draw_affine
+from .cutmix import draw_cut_rects
 from .hsv import draw_hsv
 from .hyp import AugmentHyp
 from .mixup import draw_mixup_weight
@@ -59,19 +67,42 @@ class Mix:
 
 
 @dataclass(frozen=True)
+class Paste:
+    """Copy-paste: objects of a second geometric sample whose own image is candidate `other` (mode "mixup"), or
+    of the sample itself mirrored (mode "flip": other and geometry None)."""
+
+    other: int | None
+    geometry: Geometry | None
+
+
+@dataclass(frozen=True)
+class Cut:
+    """CutMix: a rectangle of a second geometric sample whose own image is candidate `other` (`cutmix.cut_in`)."""
+
+    other: int
+    geometry: Geometry
+    rects: tuple                            # candidate (x1, y1, x2, y2), output pixels
+    pick: float                             # which of the free candidates, as a share of them
+
+
+@dataclass(frozen=True)
 class SamplePlan:
     """Everything drawn for one training sample (see the module docstring for the order)."""
 
     geometry: Geometry
     mix: Mix | None
     hsv: tuple[float, float, float] | None   # hue turn, saturation and value factors; None: no jitter
+    bgr: bool = False                        # the channels in BGR order instead of RGB
+    cut: Cut | None = None
+    paste: Paste | None = None
 
     def records(self, own: int, candidates) -> list[int]:
         """The items every tile of this sample shows: `own` first, then the picked `candidates` entries
-        (mosaic partners; then the mixup sample's own image and its partners)."""
+        (mosaic partners; then the copy-paste, mixup and cutmix samples' own images and partners)."""
         out = [own] + [candidates[k] for k in self.geometry.partners or ()]
-        if self.mix is not None:
-            out += [candidates[self.mix.other]] + [candidates[k] for k in self.mix.geometry.partners or ()]
+        for second in (self.paste, self.mix, self.cut):
+            if second is not None and second.other is not None:
+                out += [candidates[second.other]] + [candidates[k] for k in second.geometry.partners or ()]
         return out
 
 
@@ -88,16 +119,26 @@ def draw_geometry(rng: np.random.Generator, hyp: AugmentHyp, size: int, mosaic_o
 def draw_sample(rng: np.random.Generator, hyp: AugmentHyp, size: int, *, mosaic_on: bool, mixup_on: bool,
                 candidates: int) -> SamplePlan:
     """One training sample's plan. `candidates`: how many items the partner list holds (the loader's buffer,
-    the batch's own images included); `mosaic_on` / `mixup_on`: whether this epoch may use them."""
+    the batch's own images included); `mosaic_on` / `mixup_on`: whether this epoch may use them (mixup_on: the
+    mixing ones, copy-paste, mixup and cutmix)."""
     if candidates < 1 and (mosaic_on or mixup_on):
         raise ValueError("a mosaic or mixup plan needs at least one candidate to pick partners from")
     geometry = draw_geometry(rng, hyp, size, mosaic_on, candidates)
-    mix = None
-    if mixup_on and rng.random() < hyp.mixup:
+    mix = cut = paste = None
+    if mixup_on and hyp.copy_paste and hyp.copy_paste_mode == "flip":
+        paste = Paste(None, None)
+    elif mixup_on and hyp.copy_paste and rng.random() < hyp.copy_paste:
+        paste = Paste(int(rng.integers(candidates)), draw_geometry(rng, hyp, size, mosaic_on, candidates))
+    if mixup_on and hyp.mixup and rng.random() < hyp.mixup:
         other = int(rng.integers(candidates))
         second = draw_geometry(rng, hyp, size, mosaic_on, candidates)
         mix = Mix(other, second, draw_mixup_weight(rng))
-    return SamplePlan(geometry, mix, draw_hsv(rng, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v))
+    if mixup_on and hyp.cutmix and rng.random() < hyp.cutmix:
+        other = int(rng.integers(candidates))
+        second = draw_geometry(rng, hyp, size, mosaic_on, candidates)
+        cut = Cut(other, second, draw_cut_rects(rng, size), float(rng.random()))
+    hsv = draw_hsv(rng, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v)
+    return SamplePlan(geometry, mix, hsv, bool(hyp.bgr and rng.random() < hyp.bgr), cut, paste)
 
 
 def draw_batch(rng: np.random.Generator, n: int, hyp: AugmentHyp, size: int, *, mosaic_on: bool, mixup_on: bool,

@@ -84,9 +84,12 @@ def polygon_bounds(points: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 def _map(points: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """points [T,2] each by its own 3x3 (or 2x3) matrix m [T,...]."""
+    """points [T,2] each by its own 3x3 (or 2x3) matrix m [T,...] (a perspective one: divided by its last row)."""
     x, y = points[:, 0], points[:, 1]
-    return np.stack([m[:, 0, 0] * x + m[:, 0, 1] * y + m[:, 0, 2], m[:, 1, 0] * x + m[:, 1, 1] * y + m[:, 1, 2]], 1)
+    out = np.stack([m[:, 0, 0] * x + m[:, 0, 1] * y + m[:, 0, 2], m[:, 1, 0] * x + m[:, 1, 1] * y + m[:, 1, 2]], 1)
+    if m.shape[1] == 3:
+        out /= (m[:, 2, 0] * x + m[:, 2, 1] * y + m[:, 2, 2])[:, None]
+    return out
 
 
 def paste_labels(labels: Sequence[Labels], realised: Sequence[np.ndarray], crops, size: int, hyp: AugmentHyp,

@@ -4,8 +4,8 @@
 the plan's layout (`plan.sample_layout`) and affine composed into one map per tile, each tile drawn
 straight into its part of the output (`paste.paste_tile`), the labels moved and filtered by the same
 realised maps (`paste.paste_boxes` for boxes, `points.paste_labels` for polygons, keypoints and oriented
-corners); `render_geometry` is its boxes-only form. `mosaic` and `random_affine` are the same renderer behind their own draws,
-for callers that have no plan (tests, one-off use).
+corners); `render_geometry` is its boxes-only form; `finish_pixels` writes a
+rendered sample into its output slot (HSV, channel order), after `mix_in` (copy-paste, mixup, cutmix).
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ._validate import check_boxes, check_image, check_out, check_rng, check_size
-from .affine import draw_affine
-from .hyp import DEFAULT_HYP, AugmentHyp
+from .copypaste import paste_in
+from .cutmix import cut_in
+from .hsv import hsv_to_planes
+from .hyp import AugmentHyp
 from .labels import Labels
-from .mosaic import draw_mosaic_centre
+from .mixup import blend
 from .paste import paste_boxes, paste_tile, region_crop
-from .plan import Geometry, sample_layout
+from .plan import Geometry, SamplePlan, sample_layout
 from .points import paste_labels
 
 Tile = tuple[np.ndarray, np.ndarray, np.ndarray]  # (img, boxes [N,4] in img pixels, classes [N])
@@ -53,6 +54,31 @@ def render_labels(tiles: Sequence[tuple[np.ndarray, Labels]], geometry: Geometry
                              flip_idx=flip_idx)
 
 
+def mix_in(res: np.ndarray, labels: Labels, plan: SamplePlan, second, hyp: AugmentHyp) -> tuple[np.ndarray, Labels]:
+    """The plan's mixing steps on rendered sample (res, labels), in Ultralytics' order: copy-paste (a segment
+    sample's, `copypaste.paste_in`), mixup (a blend, both samples' objects), then cutmix (`cutmix.cut_in`).
+    `second(other, geometry)` renders a second sample, (img, Labels), into a scratch of its own (one at a time:
+    each is used before the next is rendered)."""
+    if plan.paste is not None:
+        res2, labels2 = (None, None) if plan.paste.other is None else second(plan.paste.other, plan.paste.geometry)
+        res, labels = paste_in(res, labels, res2, labels2, plan.geometry.affine, hyp)
+    if plan.mix is not None:
+        res2, labels2 = second(plan.mix.other, plan.mix.geometry)
+        blend(res, res2, plan.mix.weight, res)
+        labels = Labels.concat([labels, labels2])
+    if plan.cut is not None:
+        res2, labels2 = second(plan.cut.other, plan.cut.geometry)
+        res, labels = cut_in(res, labels, res2, labels2, plan.cut.rects, plan.cut.pick, hyp)
+    return res, labels
+
+
+def finish_pixels(res: np.ndarray, slot: np.ndarray, plan: SamplePlan, scratch: np.ndarray) -> None:
+    """The last steps of a rendered sample `res` (HWC RGB uint8, may be modified) into its CHW output `slot`: the
+    plan's HSV jitter, and its channels written in BGR order when the plan drew `bgr` (`scratch`: HxW uint8)."""
+    planes = [slot[2], slot[1], slot[0]] if plan.bgr else [slot[0], slot[1], slot[2]]
+    hsv_to_planes(res, planes, plan.hsv, scratch)
+
+
 def render_geometry(tiles: Sequence[Tile], geometry: Geometry, size: int, hyp: AugmentHyp, out: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`render_labels` for boxes only: `tiles` are (img, boxes [N,4] in img pixels, classes [N]). Boxes follow
@@ -61,45 +87,3 @@ def render_geometry(tiles: Sequence[Tile], geometry: Geometry, size: int, hyp: A
     (out, boxes float32 [M,4] in output pixels, classes [M])."""
     out, labels = render_labels([(t[0], Labels(t[1], t[2])) for t in tiles], geometry, size, hyp, out)
     return out, labels.boxes, labels.classes
-
-
-def mosaic(tiles: Sequence[Tile], size: int, rng: np.random.Generator, hyp: AugmentHyp = DEFAULT_HYP,
-           out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """4-image mosaic followed by the random affine, into a size x size uint8 output.
-
-    Draws the canvas centre uniformly in [S/2, 3S/2] on both axes, then the affine about the canvas
-    centre (flips, zoom, rotation and shift from `hyp`), and renders that geometry (`render_geometry`).
-    Returns (out, boxes float32 [M,4], classes [M]). hyp.mosaic and hyp.mixup are not read here: a
-    loader's plan decides whether a sample is a mosaic (`plan.draw_sample`).
-    """
-    if len(tiles) != 4:
-        raise ValueError(f"tiles must hold exactly 4 (img, boxes, classes) tuples, got {len(tiles)}")
-    size = check_size(size, lo=2)
-    check_rng(rng)
-    checked = []
-    for k, tile in enumerate(tiles):
-        if len(tile) != 3:
-            raise ValueError(f"tiles[{k}] must be an (img, boxes, classes) tuple, got {len(tile)} items")
-        checked.append((check_image(tile[0], f"tiles[{k}] img"), *check_boxes(tile[1], tile[2], f"tiles[{k}] boxes")))
-    out = check_out(out, (size, size, 3))
-    centre = draw_mosaic_centre(rng, size)
-    geometry = Geometry((1, 2, 3), centre, draw_affine(rng, hyp, size))
-    return render_geometry(checked, geometry, size, hyp, out)
-
-
-def random_affine(img: np.ndarray, boxes: np.ndarray, classes: np.ndarray, size: int,
-                  rng: np.random.Generator, hyp: AugmentHyp = DEFAULT_HYP,
-                  out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Random affine of one image into a size x size uint8 output (the non-mosaic training path).
-
-    The image is scaled so its long side is `size` (any input resolution; the scale is part of the
-    matrix, so no separate resize pass), centred, then transformed by the drawn affine. Uncovered pixels
-    get `hyp.fill`. Boxes follow, are clipped to the output and filtered by the hyp's box thresholds;
-    classes follow their boxes. Returns (out, boxes float32 [M,4], classes [M]).
-    """
-    check_image(img)
-    size = check_size(size)
-    check_rng(rng)
-    b, c = check_boxes(boxes, classes)
-    out = check_out(out, (size, size, 3))
-    return render_geometry([(img, b, c)], Geometry(None, None, draw_affine(rng, hyp, size)), size, hyp, out)

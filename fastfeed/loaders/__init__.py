@@ -28,11 +28,12 @@ from .registry import (
     register_loader,
     unregister_loader,
 )
+from .renders import UnsupportedAugmentation
 from .sampler import EpochOrder, ShuffledOrder
 from .tasks import UnsupportedTask
 from .workers import WorkerError
 
-__all__ = ["Batch", "EpochOrder", "Loader", "LoaderConfig", "LoaderInfo", "ShuffledOrder", "StageTimes", "UnsupportedTask",
+__all__ = ["Batch", "EpochOrder", "Loader", "LoaderConfig", "LoaderInfo", "ShuffledOrder", "StageTimes", "UnsupportedAugmentation", "UnsupportedTask",
            "WorkerError",
            "check_epoch", "create_loader", "list_loaders", "loader_info", "loader_options", "register_loader",
            "unregister_loader"]

@@ -18,9 +18,10 @@ from ..procs import usable_cores
 from ..renamed import renamed
 from ..tasks import TASKS
 from ..tasks import get as task_spec
+from .renders import Renders
 from .sampler import EpochOrder, batches_per_epoch
 from .shard_order import default_order
-from .tasks import UnsupportedTask, batch_task, refuse_task
+from .tasks import UnsupportedTask, batch_task
 
 log = logging.getLogger(__name__)
 
@@ -136,8 +137,11 @@ class LoaderConfig:
         return self.augment and self.hyp.mosaic > 0 and not self.closed(epoch)
 
     def mixup_on(self, epoch: int) -> bool:
-        """Mixup (with probability hyp.mixup, a blend with a second sample made the same way)."""
-        return self.augment and self.hyp.mixup > 0 and not self.closed(epoch)
+        """The mixing augmentations: mixup (with probability hyp.mixup, a blend with a second sample made the same
+        way), cutmix (a rectangle of one, with probability hyp.cutmix) and copy-paste; off in the close_mosaic
+        epochs."""
+        return self.augment and (self.hyp.mixup > 0 or self.hyp.cutmix > 0 or self.hyp.copy_paste > 0) \
+            and not self.closed(epoch)
 
     def for_store(self, store, prefetcher_augments: bool = True) -> LoaderConfig:
         """This config as a loader of `store` applies it: `task` set to what the batches carry (`batch_task`); a
@@ -192,13 +196,12 @@ class Loader(BatchFeed):
     empty epochs. `store` is anything with the `fastfeed.store.RecordSource` protocol (a `Store`).
     """
 
-    #: The store tasks whose geometry this loader carries into its batches; any other is an UnsupportedTask.
-    tasks: tuple = ("detect",)
+    #: What its renderer draws (`renders.py`: tasks, augmentations, per-object masks); what it does not is refused.
+    renders: Renders = Renders(("base",), ("detect",), frozenset(), False)
 
     def __init__(self, store, cfg: LoaderConfig, order: EpochOrder | None = None):
         self.task = batch_task(store, cfg)
-        if self.task not in self.tasks:
-            refuse_task(store, type(self).__name__, cfg)
+        self.renders.refuse(store, cfg)
         cfg = cfg.for_store(store, prefetcher_augments=not self.on_device)
         self.store, self.cfg = store, cfg
         self.rank, self.world_size = cfg.resolved_rank()

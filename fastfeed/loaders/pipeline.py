@@ -84,7 +84,7 @@ class BatchBuilder:
         self.hyp = cfg.worker_hyp()
         self.scratch = np.empty((self.size, self.size, 3), np.uint8)
         self.plane_scratch = np.empty((self.size, self.size), np.uint8)
-        self.mix_scratch = None    # the second sample of a mixup, allocated on first use
+        self.mix_scratch = None    # a second sample (mixup, cutmix), allocated on first use
         self.partners = PartnerBuffer(partner_buffer, source.load, keep=cfg.augment)
         self.flip_idx = getattr(manifest, "flip_idx", None)
         self.extras = BatchExtras(source.task, cfg, tuple(getattr(manifest, "kpt_shape", None) or (0, 3)))
@@ -94,14 +94,15 @@ class BatchBuilder:
         self.partners.warm(indices, reset)
 
     def _render(self, own, geometry: augment.Geometry, out: np.ndarray):
+        """(out, Labels) of `geometry` over `own` and its partners (`augment.render_labels`)."""
         tiles = [own] + [self.partners[k] for k in geometry.partners or ()]
         return augment.render_labels(tiles, geometry, self.size, self.hyp, out, flip_idx=self.flip_idx)
 
-    def _mixup_sample(self, plan):
-        """The second sample of `plan`'s mixup, rendered (`_render`) into its own scratch, allocated on first use."""
+    def _second(self, other: int, geometry: augment.Geometry):
+        """A second sample of a plan (mixup, cutmix), rendered (`_render`) into its own scratch, made on first use."""
         if self.mix_scratch is None:
             self.mix_scratch = np.empty_like(self.scratch)
-        return self._render(self.partners[plan.mix.other], plan.mix.geometry, self.mix_scratch)
+        return self._render(self.partners[other], geometry, self.mix_scratch)
 
     def build(self, indices, epoch: int, batch_id: int, mosaic_on: bool, out: np.ndarray, masks: np.ndarray = None):
         """Fill out[:len(indices)] (uint8 [B,3,S,S]; and masks[:len(indices)] with overlap masks); return ((targets
@@ -115,19 +116,15 @@ class BatchBuilder:
         for j, (img, labels) in enumerate(loaded):
             t0 = perf_counter()
             o = out[j]
-            planes = [o[0], o[1], o[2]]  # the slot is CHW: results are written plane by plane
             if plans is None:
                 res, ratio, pad = augment.letterbox(img, S, fill=hyp.fill, out=self.scratch)
                 labels = augment.letterbox_labels(labels, ratio, pad)
-                cv2.split(res, planes)
+                cv2.split(res, [o[0], o[1], o[2]])   # the slot is CHW: written plane by plane
             else:
                 plan = plans[j]
                 res, labels = self._render((img, labels), plan.geometry, self.scratch)
-                if plan.mix is not None:   # blend with a second sample made the same way
-                    res2, labels2 = self._mixup_sample(plan)
-                    augment.blend(res, res2, plan.mix.weight, res)
-                    labels = augment.Labels.concat([labels, labels2])
-                augment.hsv_to_planes(res, planes, plan.hsv, self.plane_scratch)
+                res, labels = augment.mix_in(res, labels, plan, self._second, hyp)
+                augment.finish_pixels(res, o, plan, self.plane_scratch)
             t1 = perf_counter()
             if len(labels):
                 targets.append(augment.make_targets(j, labels.classes, labels.boxes, S))

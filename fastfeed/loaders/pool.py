@@ -26,10 +26,10 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from ..augment.masks import mask_side
-from ..tasks import TASKS
 from ..tasks import get as task_spec
 from .base import Batch, Loader, LoaderConfig, StageTimes
 from .partners import history
+from .renders import CPU
 from .sampler import EpochOrder
 from .workers import WorkerPool
 
@@ -95,7 +95,7 @@ class _Epoch:
 class PoolLoader(Loader):
     """Batches built by `make_builder()`-built workers into shared slots (see the module docstring)."""
 
-    tasks = TASKS   # the cpu and shm builders carry every task's geometry (the device loader refuses it first)
+    renders = CPU
 
     def __init__(self, store, cfg: LoaderConfig, opts: CpuOptions, make_builder: Callable, *,
                  order: EpochOrder | None = None, slot_shape: tuple | None = None, pin: bool | None = None,

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from ..tasks import get
 
-TASK_LOADERS = ["cpu", "shm", "device"]           # the loaders that carry every task's geometry into the Batch
-
 
 class UnsupportedTask(ValueError):
     """A loader asked to read a store whose task geometry (polygons, keypoints, oriented boxes) it cannot carry."""
@@ -30,14 +28,3 @@ def batch_task(store, cfg=None, setting: str = "LoaderConfig.task") -> str:
     raise ValueError(f"{setting} {asked!r}: {getattr(store, 'path', None) or store} is a {held} store; its "
                      f"batches can carry its own task ({held}) or boxes alone ('detect'); pack the dataset with "
                      f"--task {asked} for {get(asked).words}")
-
-
-def refuse_task(store, loader: str, cfg=None) -> None:
-    """UnsupportedTask naming the store, its task and the loaders that can read it, unless the batches asked of it
-    (`batch_task`) are detection's."""
-    task = batch_task(store, cfg)
-    if get(task).field is not None:
-        where = getattr(store, "path", None) or store
-        raise UnsupportedTask(f"the {loader} loader cannot carry the {get(task).words} of {task} store "
-                              f"{where}; use the {', '.join(TASK_LOADERS[:-1])} or {TASK_LOADERS[-1]} loader, or "
-                              f"task='detect' for its boxes alone")

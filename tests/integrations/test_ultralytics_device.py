@@ -123,7 +123,7 @@ def test_multi_scale_single_cls_cache_and_mixup(sample_yolo, tmp_path, device_lo
     assert all((s["cls"] == 0).all() for s in _Seen.seen)         # single_cls, on the device's targets
     feed = model.trainer.train_loader
     assert feed.options["cache"] == "device" and all(s["vram_cache"] for s in _Seen.seen)   # cache=True: VRAM cache
-    assert "mixup=0.3: the device loader does not blend mixup samples" in caplog.text
+    assert "mixup=0.3: the device loader does not render it (the cpu and shm loaders do)" in caplog.text
     assert "keeps the decoded store in cpu memory" in caplog.text
 
 

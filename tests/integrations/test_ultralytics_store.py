@@ -139,10 +139,17 @@ def test_augmentation_arguments_map_by_name():
 
 def test_arguments_we_cannot_honour_are_named(monkeypatch):
     args = get_cfg(DEFAULT_CFG, {"perspective": 0.001, "copy_paste": 0.2, "cutmix": 0.1, "bgr": 0.1, "rect": True,
-                                 "fraction": 0.5})
+                                 "fraction": 0.5, "mixup": 0.2})
     found = " | ".join(unsupported(args))
-    for name in ("perspective=0.001", "copy_paste=0.2", "cutmix=0.1", "bgr=0.1", "rect=True", "fraction=0.5"):
-        assert name in found
+    assert "rect=True" in found
+    for name in ("bgr=", "fraction=", "mixup=", "perspective=", "cutmix=", "copy_paste="):   # the cpu and shm loaders do
+        assert name not in found
+    said = " | ".join(unsupported(args, loader="device"))   # what the device loader's renderer does not draw
+    assert "bgr=0.1: the device loader does not render it (the cpu and shm loaders do); training without it" in said
+    assert "mixup=0.2: the device loader does not render it" in said
+    hyp = augment_hyp(args, "device")
+    assert (hyp.bgr, hyp.mixup) == (0.0, 0.0) and (augment_hyp(args).bgr, augment_hyp(args).mixup) == (0.1, 0.2)
+    assert augment_hyp(args, "dali").mixup == 0.2
     plain = get_cfg(DEFAULT_CFG, {})
     assert not [m for m in unsupported(plain) if "albumentations" not in m]
 
@@ -157,10 +164,11 @@ def test_warnings_go_to_ultralytics_log():
     handler.emit = lambda record: seen.append((record.levelno, record.getMessage()))
     log.addHandler(handler)
     try:
-        warn_unsupported(get_cfg(DEFAULT_CFG, {"perspective": 0.001}))
+        warn_unsupported(get_cfg(DEFAULT_CFG, {"copy_paste": 0.1}), loader="device")
     finally:
         log.removeHandler(handler)
-    assert any(level == logging.WARNING and "fastfeed: perspective=0.001" in m for level, m in seen)
+    assert any(level == logging.WARNING and "fastfeed: copy_paste=0.1: the device loader does not render it" in m
+               for level, m in seen)
 
 
 def test_store_is_where_pack_put_it(sample_yolo):  # noqa: F811

@@ -11,6 +11,7 @@ from dataclasses import fields
 from ...augment import AugmentHyp
 from ...devices import device_count
 from ...loaders import list_loaders
+from ...loaders.renders import OPTIONAL, renderer
 
 # Ultralytics' own logger: messages appear where its users read its output, silenced on ranks > 0 as its are.
 log = logging.getLogger("ultralytics").getChild("fastfeed")
@@ -21,7 +22,9 @@ _NO_CACHE = {"false", "disk", "none", ""}
 
 # Ultralytics' augmentation arguments that fastfeed's AugmentHyp has under the same name and meaning.
 # (hsv_h: theirs scales hue in OpenCV's 0..180 space, ours rotates it; same range, statistically close.)
-HYP_ARGS = ("mosaic", "mixup", "degrees", "translate", "scale", "shear", "fliplr", "flipud", "hsv_h", "hsv_s", "hsv_v")
+# The OPTIONAL ones (`loaders.renders`) are honoured by the loaders that render them, else warned about and set to 0.
+HYP_ARGS = ("mosaic", "mixup", "degrees", "translate", "scale", "shear", "fliplr", "flipud", "hsv_h", "hsv_s", "hsv_v",
+            *OPTIONAL)
 
 
 # The loaders FastfeedTrainer takes: uint8 host batches that Ultralytics' preprocess_batch moves and converts
@@ -65,10 +68,13 @@ def _scale(value) -> float:
     return s
 
 
-def augment_hyp(args) -> AugmentHyp:
-    """fastfeed's AugmentHyp from Ultralytics' arguments; a value out of fastfeed's range raises ValueError
-    naming the Ultralytics argument."""
-    values = {name: getattr(args, name) for name in HYP_ARGS}
+def augment_hyp(args, loader: str = "cpu") -> AugmentHyp:
+    """fastfeed's AugmentHyp from Ultralytics' arguments, for `loader` (the OPTIONAL augmentations its renderer does
+    not draw set to 0: `unsupported` warns of them); a value out of fastfeed's range raises ValueError naming the
+    Ultralytics argument."""
+    drawn = renderer(loader).augmentations
+    values = {name: getattr(args, name) if name in drawn or name not in OPTIONAL else 0.0 for name in HYP_ARGS}
+    values["copy_paste_mode"] = getattr(args, "copy_paste_mode", "flip")
     values["scale"] = _scale(values["scale"])
     try:
         return AugmentHyp(**values)
@@ -89,18 +95,15 @@ def task_fields(args, task: str) -> dict:
             "mask_rule": "ultralytics"}
 
 
-def unsupported(args, task: str = "detect") -> list[str]:
-    """One message per training argument (at a non-default value) that the fastfeed loader cannot honour."""
-    out = []
+def unsupported(args, task: str = "detect", loader: str = "cpu") -> list[str]:
+    """One message per training argument (at a non-default value) that fastfeed's `loader` cannot honour."""
+    drawn = renderer(loader).augmentations
+    out = [f"{name}={getattr(args, name)}: the {loader} loader does not render it (the cpu and shm loaders do); "
+           f"training without it" for name in OPTIONAL if (getattr(args, name, 0) or 0) and name not in drawn]
     if task == "segment" and getattr(args, "classes", None) is not None and getattr(args, "overlap_mask", False):
         out.append("classes=[...] with overlap_mask=True: fastfeed drops the other classes' objects after the masks are "
                    "drawn, so where one of them lay over a kept object that object's mask reads as background "
                    "(Ultralytics drops them before drawing); overlap_mask=False keeps every kept mask whole")
-    for name, what in (("perspective", "perspective warps"), ("copy_paste", "copy-paste"), ("cutmix", "CutMix"),
-                       ("bgr", "RGB/BGR channel swaps")):
-        value = getattr(args, name, 0.0) or 0.0
-        if value:
-            out.append(f"{name}={value}: fastfeed's loaders do no {what}; training without them")
     if getattr(args, "augmentations", None):
         out.append("augmentations=[...]: custom Albumentations transforms are not applied by fastfeed's loaders")
     elif importlib.util.find_spec("albumentations") is not None:
@@ -108,22 +111,25 @@ def unsupported(args, task: str = "detect") -> list[str]:
                    "(Blur, MedianBlur, ToGray, CLAHE at p=0.01); fastfeed's loaders do not")
     if getattr(args, "rect", False):
         out.append("rect=True: fastfeed trains on square batches (as Ultralytics' own shuffled loader does)")
-    fraction = _train_fraction(getattr(args, "fraction", 1.0))
-    if fraction != 1.0:
-        out.append(f"fraction={fraction}: fastfeed trains on the whole train split")
     return out
 
 
-def _train_fraction(fraction):
+def train_count(args, n: int) -> int:
+    """How many records Ultralytics' `fraction` trains on of a train split of `n` images: its rule
+    (`get_split_fraction`: a ratio, or a count when an int), applied to the first records, as it keeps the first
+    images of its sorted file list (a store packed from a folder holds them in that order)."""
+    fraction = getattr(args, "fraction", 1.0)
     try:
         from ultralytics.data.utils import get_split_fraction
+        fraction = get_split_fraction(fraction, "train")
     except ImportError:  # older Ultralytics: a plain float
-        return fraction
-    return get_split_fraction(fraction, "train")
+        pass
+    count = fraction if isinstance(fraction, int) else max(1, round(n * fraction))
+    return min(int(count), n)
 
 
-def warn_unsupported(args, task: str = "detect") -> None:
-    for message in unsupported(args, task):
+def warn_unsupported(args, task: str = "detect", loader: str = "cpu") -> None:
+    for message in unsupported(args, task, loader):
         log.warning(f"fastfeed: {message}")
 
 

@@ -17,8 +17,6 @@ without it.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import torch
 
 from ...train.multiscale import resize, step_size
@@ -42,10 +40,6 @@ def training_dtype(trainer) -> torch.dtype:
 
 def loader_setup(trainer, hyp):
     """(hyp, options) for the device loader from Ultralytics' arguments, each difference said by name."""
-    if hyp.mixup > 0:
-        log.warning(f"fastfeed: mixup={hyp.mixup}: the device loader does not blend mixup samples; training without "
-                    "mixup (FASTFEED_LOADER=cpu or shm do it)")
-        hyp = replace(hyp, mixup=0.0)
     dtype = training_dtype(trainer)
     options = {"dtype": str(dtype).removeprefix("torch.")}
     if str(trainer.args.cache).strip().lower() in _RAM:

@@ -164,7 +164,8 @@ class FastfeedTrainLoader:
         self.mosaic_closed = True
         epoch = int(self._epoch_of()) if self._epoch_of is not None else self.epoch
         if self.cfg.mosaic_on(epoch):
-            self.cfg = replace(self.cfg, hyp=replace(self.cfg.hyp, mosaic=0.0, mixup=0.0))   # as Ultralytics closes both
+            self.cfg = replace(self.cfg, hyp=replace(self.cfg.hyp, mosaic=0.0, mixup=0.0, cutmix=0.0,
+                                                               copy_paste=0.0))   # as Ultralytics
             old, self.loader = self.loader, create_loader(self.name, self.store, self.cfg, **self.options)
             old.close()          # after the new one holds its own lease on a shared cache
             if self._resumed is not None:   # the resumed epoch, not begun yet: the new loader continues it too

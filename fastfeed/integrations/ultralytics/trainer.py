@@ -21,9 +21,18 @@ from ultralytics.utils import DEFAULT_CFG, RANK
 from ultralytics.utils.torch_utils import torch_distributed_zero_first
 
 from ... import tasks
-from ...loaders import LoaderConfig
+from ...loaders import LoaderConfig, ShuffledOrder
 from ...store.options import StoreOptions
-from .args import augment_hyp, describe, loader_name, loader_workers, log, task_fields, warn_unsupported
+from .args import (
+    augment_hyp,
+    describe,
+    loader_name,
+    loader_workers,
+    log,
+    task_fields,
+    train_count,
+    warn_unsupported,
+)
 from .batches import ClassFilter, read_records
 from .device import NAME as DEVICE_LOADER
 from .device import finish_batch, for_plots, loader_setup
@@ -102,16 +111,19 @@ class FastfeedMixin(StoppableMixin):
         store = self.train_store(dataset_path, rank)
         name = loader_name(self.args.cache)
         if RANK in (-1, 0):
-            warn_unsupported(self.args, self.fastfeed_task)
-        hyp, options = augment_hyp(self.args), {}
+            warn_unsupported(self.args, self.fastfeed_task, name)
+        hyp, options = augment_hyp(self.args, name), {}
         if name == DEVICE_LOADER:   # batches finished on this trainer's device, in the dtype it trains in
             hyp, options = loader_setup(self, hyp)
-        cfg = LoaderConfig(imgsz=int(self.args.imgsz), batch_size=max(1, min(batch_size, len(store))),
+        count = train_count(self.args, len(store))   # `fraction`: the first `count` records
+        cfg = LoaderConfig(imgsz=int(self.args.imgsz), batch_size=max(1, min(batch_size, count)),
                            workers=loader_workers(self.args.workers, self.device), seed=int(self.args.seed),
                            shuffle=True, drop_last=bool(self.args.compile), epochs=int(self.epochs),
                            close_mosaic=int(self.args.close_mosaic), hyp=hyp,
                            device=str(self.device) if self.device.type in ("cuda", "npu") else "cpu",
                            pin_memory=self.device.type == "cuda", **task_fields(self.args, self.fastfeed_task))
+        if count < len(store):
+            options["order"] = ShuffledOrder.for_loader(count, cfg, *cfg.resolved_rank())
         ref = weakref.ref(self)
         image_dir = Path(dataset_path) if isinstance(dataset_path, (str, os.PathLike)) else None
         feed = FastfeedTrainLoader(name, store, cfg, epoch_of=lambda: getattr(ref(), "epoch", 0), options=options,
@@ -121,7 +133,7 @@ class FastfeedMixin(StoppableMixin):
             if tasks.get(cfg.task).extra == "masks":
                 where += (f", masks at 1/{cfg.mask_ratio} ({'one per image' if cfg.overlap_mask else 'one per object'})"
                           " drawn as Ultralytics draws its validation masks")
-            log.info(f"fastfeed: {name} loader over {store.path}: {len(store)} images, batch {cfg.batch_size} "
+            log.info(f"fastfeed: {name} loader over {store.path}: {count} images{'' if count == len(store) else f' of {len(store)} (fraction)'}, batch {cfg.batch_size} "
                      f"x {feed.world_size} rank(s), {cfg.workers} worker(s) per rank, imgsz {cfg.imgsz}, "
                      f"close_mosaic {cfg.close_mosaic}{where}; {describe(cfg.hyp)}")
             if feed.cache_line:

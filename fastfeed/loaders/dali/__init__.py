@@ -19,14 +19,14 @@ from ...store.reader import Store
 from ..base import LoaderConfig
 from ..pool import CpuOptions
 from ..registry import register_loader
-from ..tasks import refuse_task
+from ..renders import DALI
 from .device import DaliDevice, dali_device, dali_missing, require_dali
 
 
 def create_dali_loader(store: Store, cfg: LoaderConfig, opts: CpuOptions | None = None, order=None):
     """The `dali` loader for `store`, on `cfg.device` (see device.py); boxes only: a detect store, or
-    any store with task='detect' (else UnsupportedTask)."""
-    refuse_task(store, "dali", cfg)   # its graph moves boxes only: said before asking for DALI
+    any store with task='detect' (else UnsupportedTask); what it does not render is refused (`renders.DALI`)."""
+    DALI.refuse(store, cfg)   # said before asking for DALI
     require_dali()
     dev = dali_device(cfg.device)
     from .loader import DaliLoader

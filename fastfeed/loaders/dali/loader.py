@@ -15,6 +15,7 @@ from ...codec import DecodeError
 from ...store import FormatError
 from ...store.reader import Store
 from ..base import Batch, Loader, LoaderConfig, StageTimes
+from ..renders import DALI
 from ..workers import WorkerError
 from .device import DaliDevice
 from .graph import OUTPUTS, build_pipeline
@@ -37,6 +38,8 @@ class DaliLoader(Loader):
     A new pipeline is built on first use, after an abandoned epoch, or when set_epoch() asks for an
     epoch other than the next one; otherwise DALI queues the next epoch's batches as this one ends.
     """
+
+    renders = DALI
 
     def __init__(self, store: Store, cfg: LoaderConfig, device: DaliDevice, opts=None, order=None):
         super().__init__(store, cfg, order)

@@ -65,9 +65,6 @@ class DeviceOptions(CpuOptions):
 def create_device_loader(store: Store, cfg: LoaderConfig, opts: DeviceOptions, order=None):
     from .loader import DeviceLoader
 
-    if cfg.augment and cfg.hyp.mixup > 0:   # never accepted and then ignored
-        raise ValueError(f"the device loader does not blend mixup samples (hyp.mixup={cfg.hyp.mixup}): use the cpu "
-                         "or shm loader for mixup, or AugmentHyp(mixup=0)")
     return DeviceLoader(store, cfg, opts.resolved(len(store), cfg.batch_size), order=order)
 
 

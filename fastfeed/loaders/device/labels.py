@@ -12,7 +12,7 @@ What the device loader carries, and what it cannot keep cheap:
   copied up with the payloads: B * (S/r)^2 * 2 bytes a batch (3.3 MB at 640, r 4, B 64).
 * masks without `overlap_mask`: one [S/r, S/r] mask per object, M of them a batch (tens of MB at 640 for a
   COCO-like batch) through the workers' result queue and up to the device: not cheap; refused by name
-  (`refuse_masks`), use the cpu or shm loader (or overlap_mask=True).
+  (its declaration, `renders.DEVICE`), use the cpu or shm loader (or overlap_mask=True).
 """
 
 from __future__ import annotations
@@ -21,18 +21,7 @@ import numpy as np
 
 from ...augment import letterbox_labels, make_targets, paste_labels
 from ...augment.paste import region_crop
-from ...tasks import get as task_spec
 from ..pipeline import BatchExtras
-from ..tasks import UnsupportedTask, batch_task
-
-
-def refuse_masks(store, cfg) -> None:
-    """UnsupportedTask for a segment store read with overlap_mask=False (see the module docstring)."""
-    if task_spec(batch_task(store, cfg)).extra == "masks" and not cfg.overlap_mask:
-        raise UnsupportedTask(f"the device loader makes a segment store's masks only with overlap_mask=True (one "
-                              f"int16 mask per image; one mask per object would cross the worker queue and the "
-                              f"bus for every object): set overlap_mask=True, or use the cpu or shm loader for "
-                              f"{getattr(store, 'path', store)}")
 
 
 class TaskGeometry:

@@ -7,13 +7,12 @@ import logging
 import torch
 
 from ...store.reader import Store
-from ...tasks import TASKS
 from ..base import Loader, LoaderConfig, StageTimes
+from ..renders import DEVICE
 from . import DTYPES
 from .decode import make_decoder
 from .feed import DeviceFeed
 from .host import HostLoader
-from .labels import refuse_masks
 from .plan import SHIP_DECODED, SHIP_ENCODED, SHIP_NONE
 from .vram_cache import build_vram_cache
 
@@ -32,10 +31,9 @@ class DeviceLoader(Loader):
     """
 
     on_device = True
-    tasks = TASKS   # a segment store's masks with overlap_mask only (labels.py says why)
+    renders = DEVICE
 
     def __init__(self, store: Store, cfg: LoaderConfig, opts, *, order=None, ops=None, device: torch.device | None = None):
-        refuse_masks(store, cfg)
         super().__init__(store, cfg, order)
         cfg = self.cfg   # as it applies to this store (Loader.__init__: a pose store without flip_idx does not flip)
         self.opts = opts

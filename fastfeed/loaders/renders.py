@@ -1,0 +1,77 @@
+"""What each renderer draws: one declaration per renderer (the tasks whose geometry it carries, the augmentations
+beyond the base set it renders, per-object segment masks), and every refusal a loader makes of a task, a mask
+layout or an augmentation comes from it (`Renders.refuse`, called by `Loader.__init__` before any set-up).
+
+Every renderer draws the base plan (mosaic, the affine, flips, HSV); `OPTIONAL` are the `AugmentHyp` fields
+a renderer may not: a nonzero value asked of a renderer that does not declare it is refused by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..tasks import TASKS
+from ..tasks import get as task_spec
+from .tasks import UnsupportedTask, batch_task
+
+OPTIONAL = ("mixup", "cutmix", "copy_paste", "perspective", "bgr")   # AugmentHyp fields (a probability or gain; 0: off) that not every renderer draws
+
+
+class UnsupportedAugmentation(ValueError):
+    """A loader asked for an augmentation (a nonzero `AugmentHyp` field in OPTIONAL) its renderer does not draw."""
+
+
+@dataclass(frozen=True)
+class Renders:
+    """What the renderer of `loaders` draws."""
+
+    loaders: tuple[str, ...]
+    tasks: tuple[str, ...]
+    augmentations: frozenset     # the OPTIONAL fields it renders
+    object_masks: bool           # a segment store's masks one per object (overlap_mask=False)
+
+    def refuse(self, store, cfg) -> None:
+        """UnsupportedTask or UnsupportedAugmentation naming what this renderer does not draw of what `cfg` asks
+        of `store`, and the loaders that do; nothing when it draws it all."""
+        task, name, where = batch_task(store, cfg), self.loaders[0], getattr(store, "path", None) or store
+        spec = task_spec(task)
+        if task not in self.tasks:
+            raise UnsupportedTask(f"the {name} loader cannot carry the {spec.words} of {task} store "
+                                  f"{where}; use the {_loaders(lambda r: task in r.tasks)} loader, or "
+                                  f"task='detect' for its boxes alone")
+        if spec.extra == "masks" and not cfg.overlap_mask and not self.object_masks:
+            raise UnsupportedTask(f"the {name} loader makes a segment store's masks only with overlap_mask=True (one "
+                                  f"int16 mask per image; one mask per object would cross the worker queue and the "
+                                  f"bus for every object): set overlap_mask=True, or use the "
+                                  f"{_loaders(lambda r: r.object_masks)} loader for {where}")
+        missing = [k for k in asked(cfg.hyp) if k not in self.augmentations]
+        if cfg.augment and missing:
+            said = ", ".join(f"{k}={getattr(cfg.hyp, k)}" for k in missing)
+            raise UnsupportedAugmentation(f"the {name} loader does not render {said}: set "
+                                          f"{'them' if len(missing) > 1 else 'it'} to 0, or use the "
+                                          f"{_loaders(lambda r: set(missing) <= r.augmentations)} loader")
+
+
+def asked(hyp) -> list[str]:
+    """The OPTIONAL augmentations `hyp` turns on (nonzero)."""
+    return [k for k in OPTIONAL if getattr(hyp, k)]
+
+
+CPU = Renders(("cpu", "shm"), TASKS, frozenset(OPTIONAL), True)     # augment.render_labels, finish_pixels
+DEVICE = Renders(("device",), TASKS, frozenset(), False)            # loaders/device/render.py
+DALI = Renders(("dali",), TASKS[:1], frozenset({"mixup"}), False)          # loaders/dali/graph.py: boxes only
+RENDERERS = (CPU, DEVICE, DALI)
+
+
+def renderer(loader: str) -> Renders:
+    """The declaration of the renderer behind loader `loader` (a registered name)."""
+    for r in RENDERERS:
+        if loader in r.loaders:
+            return r
+    raise ValueError(f"no renderer declares loader {loader!r}; declared: "
+                     f"{', '.join(n for r in RENDERERS for n in r.loaders)}")
+
+
+def _loaders(fits) -> str:
+    names = [n for r in RENDERERS if fits(r) for n in r.loaders]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"

@@ -1,0 +1,244 @@
+"""Each augmentation fastfeed renders beyond the base plan, against Ultralytics' own training loader on the same
+images, built the way each trainer builds it: its statistic (the share of BGR samples for bgr, ...) inside
+Ultralytics' run-to-run spread, and `fraction`'s choice of images. Run in the Ultralytics venv."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ultra_data import NO_COLOUR, RED, painted_yolo, train_loader_of  # noqa: F401  (painted_yolo: a fixture)
+
+pytest.importorskip("ultralytics")
+
+from ultralytics.models.yolo.detect import DetectionTrainer  # noqa: E402
+
+from fastfeed.integrations.ultralytics import FastfeedTrainer  # noqa: E402
+
+SAMPLES = 240
+SEEDS = (0, 1, 2)
+
+
+def _ultralytics_samples(data, tmp, seed: int, n: int = SAMPLES, trainer=DetectionTrainer, **over) -> list:
+    """`n` training samples from Ultralytics' own dataset, seeded: (CHW uint8 image, objects), as its trainer gets
+    them."""
+    _, loader = train_loader_of(trainer, data, tmp, seed=seed, **over)
+    random.seed(seed)
+    np.random.seed(seed)
+    samples = (loader.dataset[i % len(loader.dataset)] for i in range(n))
+    return [(s["img"].numpy(), len(s["cls"])) for s in samples]
+
+
+def _fastfeed_samples(data, tmp, seed: int, n: int = SAMPLES, trainer=FastfeedTrainer, **over) -> list:
+    """`n` training samples from a fastfeed trainer's loader, epoch after epoch (mosaic never closed: as Ultralytics'
+    dataset indexed directly): (image, objects)."""
+    owner, loader = train_loader_of(trainer, data, tmp, seed=seed, **{"close_mosaic": 0, **over})
+    out = []
+    try:
+        for epoch in range(n):
+            owner.epoch = epoch
+            for batch in loader:
+                idx = batch["batch_idx"].numpy()
+                out += [(x.numpy().copy(), int((idx == j).sum())) for j, x in enumerate(batch["img"])]
+            if len(out) >= n:
+                return out[:n]
+    finally:
+        loader.close()
+    return out
+
+
+def _spread_holds(ours: float, theirs: list[float], n: int) -> None:
+    """`ours` inside Ultralytics' run-to-run range, widened by 3 binomial standard deviations of an n-sample share."""
+    p = float(np.mean(theirs))
+    slack = 3 * np.sqrt(max(p * (1 - p), 1e-3) / n)
+    assert min(theirs) - slack <= ours <= max(theirs) + slack, (ours, theirs)
+
+
+def _bgr_share(samples) -> float:
+    """The share of samples whose red paint came out blue (channel order BGR), of those that show paint."""
+    red, blue = np.array(RED).reshape(3, 1, 1), np.array(RED[::-1]).reshape(3, 1, 1)
+    counts = [(np.all(np.abs(x.astype(int) - blue) <= 40, 0).sum(), np.all(np.abs(x.astype(int) - red) <= 40, 0).sum())
+              for x, _ in samples]
+    return float(np.mean([b > r for b, r in counts if b + r]))
+
+
+def test_bgr_share_inside_ultralytics_spread(painted_yolo, tmp_path):  # noqa: F811
+    over = {**NO_COLOUR, "bgr": 0.3}
+    theirs = [_bgr_share(_ultralytics_samples(painted_yolo, tmp_path, s, **over)) for s in SEEDS]
+    ours = _bgr_share(_fastfeed_samples(painted_yolo, tmp_path, 0, **over))
+    print(f"bgr share: fastfeed {ours:.3f}, Ultralytics {theirs}")
+    assert 0.15 < ours < 0.45
+    _spread_holds(ours, theirs, SAMPLES)
+    assert _bgr_share(_fastfeed_samples(painted_yolo, tmp_path, 0, n=48, **NO_COLOUR)) == 0.0
+
+
+@pytest.mark.parametrize("fraction", [0.5, 7])
+def test_fraction_trains_on_the_images_ultralytics_would(painted_yolo, tmp_path, fraction):  # noqa: F811
+    _, theirs = train_loader_of(DetectionTrainer, painted_yolo, tmp_path, fraction=fraction)
+    trainer, ours = train_loader_of(FastfeedTrainer, painted_yolo, tmp_path, fraction=fraction, batch=2)
+    try:
+        files = {Path(f).name for f in theirs.dataset.im_files}
+        assert len(files) == (12 if fraction == 0.5 else 7)
+        seen = set()
+        for epoch in range(3):
+            trainer.epoch = epoch
+            for batch in ours:
+                seen |= {Path(f).name for f in batch["im_file"]}
+        assert seen == files
+    finally:
+        ours.close()
+
+
+def _corner_shift(m: np.ndarray, centre, half: float) -> float:
+    """How far perspective moves the corners of the frame (centre +- half) that matrix `m` (T S R P C, flips on
+    the left) maps: the largest distance, in output pixels, between m and its affine part (P taken out)."""
+    c = np.array([[1, 0, -centre[0]], [0, 1, -centre[1]], [0, 0, 1.0]])
+    # m = A' P C with A' affine (row 2 = 0 0 1): P's terms are m's last row through C's inverse
+    row = m[2] @ np.linalg.inv(c)
+    p = np.array([[1, 0, 0], [0, 1, 0], [row[0] / row[2], row[1] / row[2], 1.0]])
+    affine = (m / row[2]) @ np.linalg.inv(c) @ np.linalg.inv(p) @ c
+    pts = np.array([[centre[0] + sx * half, centre[1] + sy * half, 1.0] for sx in (-1, 1) for sy in (-1, 1)]).T
+    a, b = affine @ pts, m @ pts
+    return float(np.max(np.hypot(*(b[:2] / b[2] - a[:2] / a[2]))))
+
+
+def test_perspective_corner_shift_inside_ultralytics_spread(painted_yolo, tmp_path, monkeypatch):  # noqa: F811
+    """Mosaic on both sides (a 2S canvas about its centre): the corners of the canvas' inner square (S/2 from the
+    centre) moved by the perspective term, mean over the samples."""
+    from ultralytics.data import augment
+
+    import fastfeed.augment.plan as plan
+
+    size, shifts = 128, []
+    real = augment.RandomPerspective._compute_affine_matrix
+
+    def record(self, img, out_size):
+        m, s = real(self, img, out_size)
+        shifts.append(_corner_shift(np.asarray(m, np.float64), (img.shape[1] / 2, img.shape[0] / 2), size / 2))
+        return m, s
+
+    monkeypatch.setattr(augment.RandomPerspective, "_compute_affine_matrix", record)
+    over = {**NO_COLOUR, "perspective": 0.001, "imgsz": size}
+    theirs = []
+    for s in SEEDS:
+        shifts.clear()
+        _ultralytics_samples(painted_yolo, tmp_path, s, **over)
+        theirs.append(float(np.mean(shifts)))
+    real_matrix = plan.affine_matrix
+
+    def ours_record(d, centre, out_size, axis_aligned):
+        m = real_matrix(d, centre, out_size, axis_aligned)
+        shifts.append(_corner_shift(m, centre, size / 2))
+        return m
+
+    monkeypatch.setattr(plan, "affine_matrix", ours_record)
+    shifts.clear()
+    _fastfeed_samples(painted_yolo, tmp_path, 0, **over)
+    ours = float(np.mean(shifts))
+    sd = float(np.std(shifts)) / np.sqrt(len(shifts))
+    assert ours > 1.0                      # pixels: the term does move the corners
+    print(f"perspective corner shift, px: fastfeed {ours:.3f}, Ultralytics {[round(t, 3) for t in theirs]}")
+    assert min(theirs) - 3 * sd <= ours <= max(theirs) + 3 * sd, (ours, theirs)
+
+
+def test_cutmix_mixed_area_share_inside_ultralytics_spread(painted_yolo, tmp_path, monkeypatch):  # noqa: F811
+    """The share of each sample's area pasted from a second sample (0 where no cut was made), mean over samples,
+    with cutmix=1.0 on both sides (the choices each side made, recorded where they are made)."""
+    from ultralytics.data import augment
+
+    import fastfeed.augment.cutmix as cutmix
+
+    size, areas = 128, []
+    real_params = augment.CutMix.get_params
+
+    def their_params(self, labels):
+        params = real_params(self, labels)
+        if not params.get("skip"):
+            x1, y1, x2, y2 = params["area"].astype(int)
+            areas[-1] = (x2 - x1) * (y2 - y1) / size ** 2
+        return params
+
+    real_call = augment.CutMix.__call__
+
+    def their_call(self, labels):
+        areas.append(0.0)
+        return real_call(self, labels)
+
+    monkeypatch.setattr(augment.CutMix, "get_params", their_params)
+    monkeypatch.setattr(augment.CutMix, "__call__", their_call)
+    over = {**NO_COLOUR, "cutmix": 1.0, "imgsz": size}
+    theirs = []
+    for s in SEEDS:
+        areas.clear()
+        _ultralytics_samples(painted_yolo, tmp_path, s, **over)
+        theirs.append(float(np.mean(areas)))
+    real_rect = cutmix.cut_rect
+
+    def our_rect(labels, labels2, rects, pick):
+        chosen = real_rect(labels, labels2, rects, pick)
+        if chosen is not None:
+            x1, y1, x2, y2 = chosen[0]
+            cuts.append((x2 - x1) * (y2 - y1) / size ** 2)
+        return chosen
+
+    monkeypatch.setattr(cutmix, "cut_rect", our_rect)
+    cuts = []
+    samples = _fastfeed_samples(painted_yolo, tmp_path, 0, **over)
+    per_sample = cuts + [0.0] * (len(samples) - len(cuts))
+    ours, sd = float(np.mean(per_sample)), float(np.std(per_sample)) / np.sqrt(len(per_sample))
+    print(f"cutmix mixed-area share: fastfeed {ours:.4f}, Ultralytics {[round(t, 4) for t in theirs]}")
+    assert ours > 0.01
+    assert min(theirs) - 3 * sd <= ours <= max(theirs) + 3 * sd, (ours, theirs)
+
+
+@pytest.mark.parametrize("mode", ["flip", "mixup"])
+def test_copy_paste_objects_and_pasted_pixels_inside_ultralytics_spread(tmp_path, monkeypatch, mode):
+    """A painted segment set (segment trainers on both sides), copy_paste=0.5: objects per image, and (mode "mixup",
+    where both paste into the finished sample) the share of its pixels pasted."""
+    from ultra_task_data import make_set
+    from ultralytics.data import augment
+    from ultralytics.models.yolo.segment import SegmentationTrainer
+
+    import fastfeed.augment.copypaste as copypaste
+    from fastfeed.integrations.ultralytics import FastfeedSegmentationTrainer
+
+    data, size, shares = make_set(tmp_path / "seg", "segment", n=16), 128, []
+    real_apply = augment.CopyPaste.apply_image
+
+    def their_apply(self, labels, params=None):
+        out = real_apply(self, labels, params)
+        shares.append(float(params["im_new"].mean()))   # drawn by apply_image
+        return out
+
+    monkeypatch.setattr(augment.CopyPaste, "apply_image", their_apply)
+    over = {**NO_COLOUR, "copy_paste": 0.5, "copy_paste_mode": mode, "imgsz": size}
+    theirs, their_shares = [], []
+    for s in SEEDS:
+        shares.clear()
+        theirs.append(float(np.mean([k for _, k in _ultralytics_samples(data, tmp_path, s, trainer=SegmentationTrainer,
+                                                                         **over)])))
+        their_shares.append(float(np.sum(shares)) / SAMPLES)
+    real_rasterise = copypaste.rasterise
+
+    def our_rasterise(*a, **kw):
+        mask = real_rasterise(*a, **kw)
+        shares.append(float((mask > 0).mean()))
+        return mask
+
+    monkeypatch.setattr(copypaste, "rasterise", our_rasterise)
+    shares.clear()
+    objects = [k for _, k in _fastfeed_samples(data, tmp_path, 0, trainer=FastfeedSegmentationTrainer, **over)]
+    ours, sd = float(np.mean(objects)), float(np.std(objects)) / np.sqrt(len(objects))
+    plain = float(np.mean([k for _, k in _fastfeed_samples(data, tmp_path, 0, trainer=FastfeedSegmentationTrainer,
+                                                            **{**over, "copy_paste": 0.0})]))
+    share = float(np.sum(shares)) / SAMPLES
+    print(f"copy_paste {mode}: objects per image fastfeed {ours:.3f} (without: {plain:.3f}), Ultralytics "
+          f"{[round(t, 3) for t in theirs]}; pasted-pixel share fastfeed {share:.4f}, Ultralytics "
+          f"{[round(t, 4) for t in their_shares]}")
+    assert ours > plain + 0.1
+    assert min(theirs) - 3 * sd <= ours <= max(theirs) + 3 * sd, (ours, theirs)
+    if mode == "mixup":
+        slack = 3 * float(np.std(shares + [0.0] * (SAMPLES - len(shares)))) / np.sqrt(SAMPLES)
+        assert min(their_shares) - slack <= share <= max(their_shares) + slack, (share, their_shares)
