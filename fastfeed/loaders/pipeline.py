@@ -57,6 +57,8 @@ class BatchExtras:
 
     def add(self, labels: augment.Labels, mask_slot: np.ndarray | None = None) -> None:
         """One sample's share (labels in output pixels); its overlap mask goes into `mask_slot`."""
+        if self.spec.extra is None:
+            return
         if not self.masks:
             self.parts.append(augment.batch_rows(labels, self.size))
         elif self.overlap:
