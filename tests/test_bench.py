@@ -186,4 +186,4 @@ def test_plot_without_matplotlib_names_the_extra(store, tmp_path, monkeypatch, c
         write_plot(r, tmp_path / "x.png")
     # The CLI says so before measuring anything.
     assert main(["bench", "--data", str(store), "--plot", str(tmp_path / "x.png"), *FAST]) == 1
-    assert "pip install fastfeed[plot]" in capsys.readouterr().err
+    assert "pip install -e '.[plot]'" in capsys.readouterr().err

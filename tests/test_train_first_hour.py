@@ -55,7 +55,7 @@ def test_the_cost_counts_the_images_of_this_process_and_names_no_setting_the_run
     run, _ = _run(model="yolov3-tiny", imgsz=320, epochs=1)
     with caplog.at_level(logging.INFO, logger="fastfeed"):
         guards.estimate(run, seconds=lambda r: 0.01)     # minutes, not hours: no advice
-    assert len(caplog.records) == 1 and "the 7 steps left ~4 s" in caplog.records[0].getMessage()
+    assert len(caplog.records) == 1 and "the 7 steps left ~4.5 s" in caplog.records[0].getMessage()
 
 
 def test_the_verdicts_advice_on_a_cpu_names_no_setting_the_run_already_has():
