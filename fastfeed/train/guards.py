@@ -68,9 +68,10 @@ def _duration(s: float) -> str:
     return f"{s / 3600:.1f} h" if s < 48 * 3600 else f"{s / 86400:.1f} days"
 
 
-def pace(run, step_s: float, how: str, tips: bool = True) -> None:
+def pace(run, step_s: float, how: str, tips: bool = True) -> bool:
     """What a step (`step_s`: `how` says where the figure comes from), an epoch and the steps left take; with
-    `tips`, on a CPU, when that is hours, the smaller settings that would shorten it."""
+    `tips`, on a CPU, when that is hours, the smaller settings that would shorten it (returns whether it named
+    them)."""
     cfg = run.cfg
     end = min(run.total_steps, cfg.max_steps) if cfg.max_steps is not None else run.total_steps
     left = max(end - run.step, 0)
@@ -78,14 +79,16 @@ def pace(run, step_s: float, how: str, tips: bool = True) -> None:
     run.report.record({"event": "pace", "how": how, "step": run.step, "step_s": step_s, "epoch_s": epoch_s,
                        "run_s": run_s, "steps_left": left})
     if not run.dd.main:
-        return
+        return False
     log.info("%s %s; at that pace an epoch (%d steps) takes ~%s and the %d steps left ~%s", how,
              _duration(step_s) if step_s >= 1 else f"{step_s:.2f} s", run.steps_per_epoch, _duration(epoch_s), left,
              _duration(run_s))
-    if tips and run.device.type == "cpu" and run_s >= HOURS_HINT_S:
-        smaller = smaller_settings(cfg.model, cfg.imgsz) + [f"fewer --epochs (now {cfg.epochs}) or --max-steps N"]
-        log.warning("on a CPU this run takes ~%s; to finish sooner: %s, or an accelerator (--device cuda or npu)",
-                    _duration(run_s), ", ".join(smaller))
+    if not (tips and run.device.type == "cpu" and run_s >= HOURS_HINT_S):
+        return False
+    smaller = smaller_settings(cfg.model, cfg.imgsz) + [f"fewer --epochs (now {cfg.epochs}) or --max-steps N"]
+    log.warning("on a CPU this run takes ~%s; to finish sooner: %s, or an accelerator (--device cuda or npu)",
+                _duration(run_s), ", ".join(smaller))
+    return True
 
 
 def image_seconds(run) -> float:
@@ -110,13 +113,13 @@ def image_seconds(run) -> float:
     return took
 
 
-def estimate(run, seconds=None) -> None:
+def estimate(run, seconds=None) -> bool:
     """Before the first step (on a CPU, where a step of 64 images at 640 takes minutes): one image's forward and
     backward measured (`seconds(run)`, default `image_seconds`), scaled to a step's images on this process; what a step, an epoch and the
-    run take at that pace, and, when that is hours, the smaller settings."""
+    run take at that pace, and, when that is hours, the smaller settings (returns whether it named them)."""
     per_image = (seconds or image_seconds)(run)
     images = run.images_per_step // run.dd.world_size
-    pace(run, per_image * images, f"cost, before the first step: one image's forward and backward took "
+    return pace(run, per_image * images, f"cost, before the first step: one image's forward and backward took "
                                   f"{per_image:.2f} s here, so a step of {images} images takes about")
 
 

@@ -66,9 +66,8 @@ def train(cfg: TrainConfig) -> TrainResult:
         run.report = Reporter(run, stack)
         run.report.started()
         run.stop = cfg.max_steps is not None and run.step >= cfg.max_steps
-        run.estimated = not run.stop and run.device.type == "cpu" and run.dd.world_size == 1
-        if run.estimated:
-            estimate(run)   # where a step is long: its cost before it is paid (DDP's hooks would see its backward)
+        if not run.stop and run.device.type == "cpu" and run.dd.world_size == 1:   # (DDP's hooks would see its backward)
+            run.cost_said = estimate(run)   # where a step is long: its cost before it is paid
         if run.eval_pending:   # a stop at the end of an epoch left its evaluation for now
             if run.dd.main:
                 evaluate_now(run, run.skip)
@@ -104,7 +103,7 @@ def train_epoch(run) -> int:
                 raise
             took = time.monotonic() - t0
             if run.step_s is None:
-                pace(run, took, "the first step took", tips=not run.estimated)
+                pace(run, took, "the first step took", tips=not run.cost_said)
             run.step_s = took if run.step_s is None else 0.7 * run.step_s + 0.3 * took
             done += n
             run.report.step_done(lr, end_of_epoch=done == nb)
