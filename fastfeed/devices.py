@@ -38,7 +38,7 @@ def _import_torch_npu() -> None:
     try:
         import torch_npu  # noqa: F401  (registers torch.npu and the "npu" device type)
     except ImportError as e:
-        raise ImportError(f"device 'npu' needs torch_npu: pip install fastfeed[npu] (with Ascend CANN) ({e})") from e
+        raise ImportError(f"device 'npu' needs torch_npu: pip install -e '.[npu]' in the fastfeed checkout (with Ascend CANN) ({e})") from e
 
 
 def accelerator_module(device):

@@ -132,9 +132,9 @@ def is_float_tiff(data) -> bool:
 
 
 _INSTALL = {
-    "heif": "HEIC/HEIF image: install pillow-heif (pip install 'fastfeed[heic]') to pack it",
+    "heif": "HEIC/HEIF image: install pillow-heif (pip install -e '.[heic]' in the fastfeed checkout) to pack it",
     "avif": "AVIF image that neither OpenCV nor Pillow here decodes: install pillow>=11.3 or pillow-avif-plugin",
-    "dng": "DNG camera raw: install rawpy (pip install 'fastfeed[raw]') to develop it at pack time",
+    "dng": "DNG camera raw: install rawpy (pip install -e '.[raw]' in the fastfeed checkout) to develop it at pack time",
 }
 
 

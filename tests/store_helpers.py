@@ -11,6 +11,7 @@ from fastfeed.pack import PackConfig, pack
 def run_pack(src, out, **kw):
     kw.setdefault("workers", 1)
     kw.setdefault("progress", False)
+    kw.setdefault("max_dropped", 1.0)   # a fixture of a few images, each a case: one reject is no share of a split
     return pack(PackConfig(src=src, out=out, **kw))
 
 

@@ -182,8 +182,8 @@ def test_plot_writes_a_png(store, tmp_path, capsys):
 def test_plot_without_matplotlib_names_the_extra(store, tmp_path, monkeypatch, capsys):
     r = bench(store, seconds=0.3)
     monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)   # import matplotlib -> ImportError
-    with pytest.raises(ImportError, match=r"pip install fastfeed\[plot\]"):
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[plot\]'"):
         write_plot(r, tmp_path / "x.png")
     # The CLI says so before measuring anything.
     assert main(["bench", "--data", str(store), "--plot", str(tmp_path / "x.png"), *FAST]) == 1
-    assert "pip install fastfeed[plot]" in capsys.readouterr().err
+    assert "pip install -e '.[plot]'" in capsys.readouterr().err

@@ -31,7 +31,9 @@ def test_pack_reports_problems_and_exit_codes(tmp_path, capsys, coco_builder):
     coco_builder.add_image("ok.jpg", boxes=[(1, [1, 1, 5, 5])])
     coco_builder.add_image("bad.jpg", data=b"junk")
     src = coco_builder.write()
-    assert main(["pack", str(src), "-o", str(tmp_path / "a"), "--quiet", "--workers", "1"]) == 0
+    assert main(["pack", str(src), "-o", str(tmp_path / "a"), "--quiet", "--workers", "1"]) == 1   # 1 of 2: 50%
+    assert "too much dropped: corrupt_image took 1 of the split's 2 images (50%" in capsys.readouterr().err
+    assert main(["pack", str(src), "-o", str(tmp_path / "a"), "--quiet", "--workers", "1", "--max-dropped", "0.5"]) == 0
     text = capsys.readouterr().out
     assert "1 image(s) skipped" in text and "corrupt_image" in text and "bad.jpg" in text
     assert main(["pack", str(src), "-o", str(tmp_path / "b"), "--quiet", "--on-error", "fail"]) == 1

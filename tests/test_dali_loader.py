@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed (pip install fastfeed[dali])")
+pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed (pip install -e '.[dali]')")
 
 from loader_checks import (  # noqa: E402
     NO_COLOUR,  # noqa: E402

@@ -152,7 +152,8 @@ def test_a_coco_size_of_the_other_frame_is_named(tmp_path):
 def test_the_cli_takes_exif(tmp_path, oriented_src, capsys):
     from fastfeed.cli import main
 
-    assert main(["pack", str(oriented_src), "-o", str(tmp_path / "a.ff"), "--exif", "ignore", "--quiet"]) == 0
+    assert main(["pack", str(oriented_src), "-o", str(tmp_path / "a.ff"), "--exif", "ignore", "--quiet",
+                 "--max-dropped", "1"]) == 0   # half its images (size_mismatch) are rejected
     assert "orientation_ignored" in capsys.readouterr().out
     manifest = json.loads((tmp_path / "a.ff" / "manifest.json").read_text())
     assert manifest["pack_options"]["exif"] == "ignore" and manifest["format_version"] == 4

@@ -251,7 +251,7 @@ def test_loader_info_says_what_runs_here_and_its_options():
         import nvidia.dali  # noqa: F401
         assert info["dali"].available
     except ImportError:
-        assert "pip install fastfeed[dali]" in info["dali"].unavailable
+        assert "pip install -e '.[dali]'" in info["dali"].unavailable
 
 
 def test_the_partner_buffer_is_sized_like_ultralytics():

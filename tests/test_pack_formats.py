@@ -97,7 +97,7 @@ def test_heic_without_its_plugin_is_unsupported_format_naming_the_package(yolo_b
     assert [s.file_name for s in by_name(Store(tmp_path / "out")).values()] == ["ok.jpg"]
     (row,) = rejects(tmp_path / "out")
     assert (row["file"], row["reason"], row["kind"]) == ("phone.heic", "unsupported_format", "image")
-    assert "pip install 'fastfeed[heic]'" in row["detail"] and res.report.counts["label_without_image"] == 0
+    assert "pip install -e '.[heic]'" in row["detail"] and res.report.counts["label_without_image"] == 0
 
 
 def test_transcoded_formats_follow_the_store_mode(yolo_builder, tmp_path):

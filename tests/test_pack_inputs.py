@@ -314,3 +314,17 @@ def test_a_set_of_only_unlisted_formats_still_lists_its_reasons(yolo_builder, tm
         run_pack(b.root, tmp_path / "out")
     assert [(r["file"], r["reason"]) for r in rejects(tmp_path / "out")] == [("anim.gif", "unsupported_format")]
     assert e.value.rejects == tmp_path / "out" / "rejects.jsonl"
+
+
+def test_verify_lists_a_damaged_record_without_advising_to_run_verify(coco_builder, tmp_path, capsys):
+    from store_helpers import flip_byte_in_record
+
+    from fastfeed.cli import main
+
+    for k in range(3):
+        coco_builder.add_image(f"{k}.jpg", seed=k)
+    run_pack(coco_builder.write(), tmp_path / "out", allow_background_only=True)
+    flip_byte_in_record(tmp_path / "out", 1)
+    assert main(["verify", str(tmp_path / "out"), "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "1 damaged record(s)" in out and "record 1" in out and "re-pack" in out and "fastfeed verify" not in out

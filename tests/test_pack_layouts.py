@@ -205,3 +205,14 @@ def test_split_folders_still_pack_when_data_yaml_names_another_machines_path(tmp
     assert pack_cli(root, "-o", tmp_path / "t.ff") == 0
     assert len(Store(tmp_path / "t.ff")) == 4 and "using the split folders found in" in caplog.text
     assert pack_cli(root / "data.yaml", "-o", tmp_path / "x.ff") == 1   # the file itself: its path is wrong, said so
+
+
+def test_a_broken_val_entry_is_named_when_val_is_packed_and_not_when_train_is(tmp_path, caplog, capsys):
+    root = roboflow_export(tmp_path / "export")
+    (root / "data.yaml").write_text((root / "data.yaml").read_text().replace("val: ../valid/images", "val: ../val/x"))
+    assert pack_cli(root, "-o", tmp_path / "t.ff") == 0
+    assert "val" not in caplog.text and len(Store(tmp_path / "t.ff")) == 4   # the train split: val's entry unread
+    assert pack_cli(root, "-o", tmp_path / "v.ff", "--split", "val") == 1
+    err = capsys.readouterr().err
+    assert "'val: ../val/x' does not exist" in err and "--split train | valid" in err
+    assert pack_cli(root, "-o", tmp_path / "v.ff", "--split", "valid") == 0

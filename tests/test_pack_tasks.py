@@ -108,20 +108,23 @@ def test_each_geometry_reject_and_repair_is_named(tmp_path):
     assert len(r.polygons) == 2 and r.polygons[0].min() == 0.0 and len(r.boxes) == 2
 
     o = YoloBuilder(tmp_path / "obb", names=["a"])
-    o.add("1", ["0 0.1 0.1 0.2 0.2 0.3 0.3 0.4 0.4", "0 0.1 0.1 0.2 0.2 0.3", _line(0, OBB)])
+    o.add("1", ["0 0.1 0.1 0.2 0.2 0.3 0.3 0.4 0.4", _line(0, OBB)])
+    o.add("2", ["0 0.1 0.1 0.2 0.2 0.3", _line(0, OBB)])   # a line of 6 values: its image is rejected whole
     res = run_pack(tmp_path / "obb", tmp_path / "o", task="obb")
     assert res.report.counts["obb_degenerate"] == 1 and res.report.counts["malformed_line"] == 1
+    assert [(x["file"], x["kind"]) for x in rejects(tmp_path / "o") if x["reason"] == "malformed_line"] == [
+        ("2.jpg", "image")]
 
     p = YoloBuilder(tmp_path / "pose")
     _pose_yaml(tmp_path / "pose")
-    p.add("1", [_line(0, [0.4, 0.4, 0.3, 0.3, 0.3, 0.3, 2]),                       # one keypoint, not 3
-                _line(0, [0.4, 0.4, 0.3, 0.3, 0.3, 0.3, 2, 3.0, 0.3, 2, 0, 0, 0]),  # 3.0: far outside
+    p.add("1", [_line(0, [0.4, 0.4, 0.3, 0.3, 0.3, 0.3, 2, 3.0, 0.3, 2, 0, 0, 0]),  # 3.0: far outside
                 _line(0, [0.5, 0.5, 0.3, 0.3, 0.3, 0.3, 2, 1.1, 0.3, 2, 0, 0, 0]),  # 1.1: outside, hidden
                 _line(0, [0.6, 0.6, 0.3, 0.3, *KPTS])])
+    p.add("2", [_line(0, [0.4, 0.4, 0.3, 0.3, 0.3, 0.3, 2]), _line(0, [0.6, 0.6, 0.3, 0.3, *KPTS])])  # 1 keypoint, not 3
     res = run_pack(tmp_path / "pose", tmp_path / "p")
     c = res.report.counts
-    assert c["keypoint_count"] == 1 and c["points_far_outside"] == 1 and c["keypoint_hidden"] == 1
-    assert "expected 14" in res.report.examples["keypoint_count"][0]
+    assert c["malformed_line"] == 1 and c["points_far_outside"] == 1 and c["keypoint_hidden"] == 1
+    assert "2.txt:1: 8 values, expected 14" in res.report.examples["malformed_line"][0]   # image 2 rejected whole
     kp = Store(tmp_path / "p").record(0).keypoints
     assert kp.shape == (2, 3, 3) and kp[0, 1, 2] == 0 and kp[0, 0, 2] == 2
 

@@ -36,15 +36,15 @@ def test_label_files_written_with_commas_stop_naming_the_line_and_old_store_stay
     src = yolo_set(tmp_path / "commas", lambda k: [f"{k % 2},0.5,0.5,0.2,0.3"])
     capsys.readouterr()
     assert pack_cli(src, "-o", out, "--force") == 1
-    err = capsys.readouterr().err
-    assert "no boxes: none of the 6 images packed kept a box" in err and "box loss of 0" in err
-    assert "6 line(s) separate their values with commas (e.g. labels/0.txt:1: '0,0.5,0.5,0.2,0.3')" in err
-    assert "malformed_line x6 (e.g. 0.jpg: malformed_line (0.txt:1: not numbers" in err
-    assert "Nothing was written" in err and "--allow-background-only" in err
+    cap = capsys.readouterr()
+    assert "nothing usable was packed: all 6 images were rejected" in cap.err and f"{out} is unchanged" in cap.err
+    assert ("error      6  malformed_line: label line that is not numbers or has another count of values (image "
+            "skipped" in cap.out)
+    assert ("0.jpg: malformed_line (0.txt:1: not numbers: '0,0.5,0.5,0.2,0.3': values separated by commas; YOLO "
+            "lines are 'class cx cy w h' separated by spaces)") in cap.out
     with Store(out) as st:                                   # --force over a store: the old one is left as it was
         assert len(st) == 6 and st.manifest.num_boxes == 6
-    assert pack_cli(src, "-o", tmp_path / "bg.ff", "--allow-background-only") == 0
-    assert "6 images, 0 boxes" in capsys.readouterr().out
+    assert pack_cli(src, "-o", tmp_path / "bg.ff", "--allow-background-only") == 1   # not background: unread labels
 
 
 def test_label_files_in_pixels_are_named_as_pixels(tmp_path, capsys):
@@ -72,7 +72,10 @@ def test_the_rule_is_one_percent_of_packed_images_with_a_kept_box(tmp_path, caps
     err = capsys.readouterr().err
     assert "no boxes: only 1 of the 101 images packed kept a box (under 1%)" in err and "box_degenerate x100" in err
     b.add("001", ["0 0.5 0.5 0.2 0.2"], image=False)             # 2 of 101: a set with a few boxes packs
-    assert pack_cli(b.root, "-o", tmp_path / "y.ff") == 0
+    assert pack_cli(b.root, "-o", tmp_path / "y.ff") == 1                # ... once its 99 dropped boxes are allowed
+    assert "too much dropped: box_degenerate took 99 of the split's 101 boxes (98%, over --max-dropped 0.1)" in (
+        capsys.readouterr().err)
+    assert pack_cli(b.root, "-o", tmp_path / "y.ff", "--max-dropped", "1") == 0
     assert Store(tmp_path / "y.ff").manifest.num_boxes == 2
 
 
@@ -86,7 +89,7 @@ def test_a_coco_set_whose_every_box_is_dropped_stops(coco_builder, tmp_path, cap
 
 
 def test_a_pack_into_a_bucket_that_keeps_no_box_publishes_nothing(s3, bucket, tmp_path, remote_env):
-    src = yolo_set(tmp_path / "commas", lambda k: ["0,0.5,0.5,0.2,0.2"])
+    src = yolo_set(tmp_path / "empty", lambda k: [])
     with pytest.raises(PackError, match="no boxes: none of the 6 images"):
         run_pack(src, f"s3://{bucket}/x.ff")
     def published(prefix):
@@ -173,3 +176,52 @@ def test_two_layouts_in_a_split_folder_and_in_the_coco_layout_stop_too(tmp_path,
     assert pack_cli(b.root, "-o", tmp_path / "y.ff") == 1
     assert "instances_train2017.json) and YOLO labels" in capsys.readouterr().err
     assert pack_cli(b.root, "-o", tmp_path / "y.ff", "--format", "coco") == 0
+
+
+def test_roboflows_coco_json_in_the_images_folder_beside_labels_stops_as_two_layouts(tmp_path, capsys):
+    from conftest import roboflow_export
+
+    root = roboflow_export(tmp_path / "rf")                      # train/images/ + train/labels/, a data.yaml
+    ann = root / "train" / "images" / "_annotations.coco.json"   # the COCO export's file, left in the images folder
+    ann.write_text('{"images": [], "annotations": [], "categories": []}')
+    assert pack_cli(root, "-o", tmp_path / "x.ff") == 1
+    assert (f"{root / 'train'} holds two layouts, a COCO JSON ({ann}) and YOLO labels ({root / 'train' / 'labels'}/)"
+            in capsys.readouterr().err)
+    assert pack_cli(root, "-o", tmp_path / "y.ff", "--format", "yolo") == 0
+
+
+# --- how much was dropped -------------------------------------------------------------------------------------------
+
+def test_class_ids_beyond_names_in_over_10_percent_of_images_stop_naming_the_share(tmp_path, capsys):
+    src = yolo_set(tmp_path / "ids", lambda k: [f"{3 if k < 2 else 0} 0.5 0.5 0.2 0.2"], n=12, names=["ship"])
+    assert pack_cli(src, "-o", tmp_path / "x.ff") == 1
+    err = capsys.readouterr().err
+    assert ("too much dropped: unknown_class took 2 of the split's 12 images (17%, over --max-dropped 0.1)" in err
+            and "e.g. 0.jpg: unknown_class (0.txt:1: class 3, but data.yaml names 1 class(es): ids 0..0)" in err)
+    assert "give data.yaml's `names` every class the labels use" in err and "--max-dropped 0.17" in err
+    assert not (tmp_path / "x.ff").exists()
+    assert pack_cli(src, "-o", tmp_path / "x.ff", "--max-dropped", "0.17") == 0
+    assert Store(tmp_path / "x.ff").manifest.num_images == 10
+    assert pack_cli(src, "-o", tmp_path / "y.ff", "--max-dropped", "1.5") == 2
+    assert "max_dropped is a share of the images or boxes, 0..1" in capsys.readouterr().err
+
+
+def test_dropped_boxes_are_counted_against_the_boxes_not_the_images(tmp_path, capsys):
+    lines = ["0 0.5 0.5 0.2 0.2", "0 0.3 0.3 0.2 0.2", "0 0.7 0.7 0.2 0.2", "0 0.2 0.7 0.2 0.2"]
+    src = yolo_set(tmp_path / "b", lambda k: lines + (["0 0.5 0.5 0 0.2"] if k < 2 else []), n=6)   # 2 of 26 boxes
+    assert pack_cli(src, "-o", tmp_path / "x.ff") == 0                       # 8%: packed
+    src = yolo_set(tmp_path / "c", lambda k: lines + (["0 0.5 0.5 0 0.2"] if k < 3 else []), n=6)   # 3 of 27 boxes
+    assert pack_cli(src, "-o", tmp_path / "y.ff") == 1
+    assert "box_degenerate took 3 of the split's 27 boxes (11%, over --max-dropped 0.1)" in capsys.readouterr().err
+
+
+def test_over_10_percent_of_images_without_a_label_file_warn_with_the_share_and_an_example(tmp_path, caplog):
+    src = yolo_set(tmp_path / "s", lambda k: None if k < 2 else ["0 0.5 0.5 0.2 0.2"], n=12)
+    assert pack_cli(src, "-o", tmp_path / "x.ff") == 0
+    assert [r.levelname for r in caplog.records if "no label file" in r.message] == ["WARNING"]
+    assert (f"2 of the 12 images (17%) have no label file, e.g. {src / 'images' / '0.jpg'} has no "
+            f"{src / 'labels' / '0.txt'}: they are packed as background" in caplog.text)
+    caplog.clear()
+    src = yolo_set(tmp_path / "t", lambda k: None if k < 1 else ["0 0.5 0.5 0.2 0.2"], n=12)     # 8%: no warning
+    assert pack_cli(src, "-o", tmp_path / "y.ff") == 0
+    assert "no label file" not in caplog.text

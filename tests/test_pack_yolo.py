@@ -28,29 +28,50 @@ def test_yolo_labels_parsed_with_names_from_data_yaml(yolo_builder, tmp_path):
     assert res.report.counts["background"] == 1 and res.report.counts["polygon_to_box"] == 1
 
 
-def test_yolo_bad_lines_unknown_class_orphans_and_duplicates(yolo_builder, tmp_path):
+def test_yolo_box_problems_duplicates_and_orphans(yolo_builder, tmp_path):
     b = yolo_builder(names=["a", "b"])
     b.add("img", ["0 0.5 0.5 0.2 0.2",
                   "0 0.5 0.5 0.2 0.2",      # duplicate
-                  "1 0.5 0.5 0.2",          # too few values
-                  "x 0.5 0.5 0.2 0.2",      # not a number
-                  "-1 0.5 0.5 0.2 0.2",     # negative class
-                  "0 nan 0.5 0.2 0.2",      # non-finite
-                  "5 0.5 0.5 0.2 0.2",      # class not in data.yaml
                   "1 0.5 0.5 0 0.2",        # zero width
                   "1 1.5 0.5 0.2 0.2",      # fully outside
                   "1 0.95 0.5 0.2 0.2"])    # partly outside: clipped
     b.add("lonely", ["0 0.5 0.5 0.1 0.1"], image=False)
     res = run_pack(b.root, tmp_path / "out")
     c = res.report.counts
-    assert c["malformed_line"] == 4 and c["unknown_category"] == 1 and c["duplicate_box"] == 1
-    assert c["box_degenerate"] == 1 and c["box_outside"] == 1 and c["box_clipped"] == 1
+    assert c["duplicate_box"] == 1 and c["box_degenerate"] == 1 and c["box_outside"] == 1 and c["box_clipped"] == 1
     assert c["label_without_image"] == 1
     s = Store(tmp_path / "out")[0]
     np.testing.assert_allclose(s.boxes, [[0.4, 0.4, 0.6, 0.6], [0.85, 0.4, 1.0, 0.6]], atol=1e-6)
-    lines = {r["detail"].split(":")[0] + ":" + r["detail"].split(":")[1] for r in rejects(tmp_path / "out")
-             if r["reason"] == "malformed_line"}
-    assert {"img.txt:3", "img.txt:4", "img.txt:5", "img.txt:6"} <= {line.strip() for line in lines}
+
+
+BAD_LINES = {"short": ("1 0.5 0.5 0.2", "malformed_line", "short.txt:2: 4 values, expected 5"),
+             "extra": ("0 0.5 0.5 0.2 0.2 0.7", "malformed_line", "extra.txt:2: 6 values, expected 5"),
+             "word": ("x 0.5 0.5 0.2 0.2", "malformed_line", "word.txt:2: not numbers"),
+             "negative": ("-1 0.5 0.5 0.2 0.2", "malformed_line", "negative.txt:2: bad class"),
+             "nan": ("0 nan 0.5 0.2 0.2", "malformed_line", "nan.txt:2: bad class or non-finite"),
+             "beyond": ("5 0.5 0.5 0.2 0.2", "unknown_class", "beyond.txt:2: class 5, but data.yaml names 2 class(es)")}
+
+
+def test_an_image_whose_label_file_cannot_be_read_is_rejected_whole_by_name_not_kept_as_background(
+        yolo_builder, tmp_path, capsys):
+    from fastfeed.cli import main
+
+    b = yolo_builder(names=["a", "b"])
+    for k in range(60):
+        b.add(f"good{k:02d}", ["0 0.5 0.5 0.2 0.2"])
+    for name, (line, _, _) in BAD_LINES.items():
+        b.add(name, ["0 0.5 0.5 0.2 0.2", line, "5 0.1 0.1 0.1 0.1"])   # a good line first: the image still goes
+    assert main(["pack", str(b.root), "-o", str(tmp_path / "out"), "--workers", "1", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "6 image(s) skipped" in out and "malformed_line: label line that is not numbers" in out
+    assert "unknown_class: label line whose class id is beyond data.yaml's names (image skipped" in out
+    store = Store(tmp_path / "out")
+    assert len(store) == 60 and not set(BAD_LINES) & {n.split(".")[0] for n in by_name(store)}
+    rows = {r["file"]: r for r in rejects(tmp_path / "out")}
+    for name, (_, reason, detail) in BAD_LINES.items():
+        row = rows[f"{name}.jpg"]
+        assert (row["reason"], row["kind"]) == (reason, "image") and row["detail"].startswith(detail), row
+        assert row["detail"].endswith("1 more line(s) of it fail too")   # one rejection per image, every line counted
 
 
 def test_yolo_without_names_takes_classes_from_labels_flat_layout(yolo_builder, tmp_path):

@@ -122,7 +122,7 @@ def test_every_loader_reads_a_url_store(url_store, local_store, tmp_path):
 def test_the_dali_loader_reads_a_url_store(url_store, local_store, tmp_path, workers):
     """DALI's external source (in this thread, or in DALI's worker processes) reads a URL store through the shard
     cache: the same samples as from the local pack."""
-    pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed (pip install fastfeed[dali])")
+    pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed (pip install -e '.[dali]')")
     store = Store(url_store, cache_dir=tmp_path / "c")
     cfg = LoaderConfig(imgsz=64, batch_size=4, workers=workers, seed=1, device="cpu")
     with create_loader("dali", store, cfg) as loader, create_loader("dali", local_store, cfg, order=loader.order) as here:

@@ -154,7 +154,7 @@ def test_train_config_errors_name_the_flag():
             TrainConfig(data=".", **kw)
     with pytest.raises(ValueError, match="--data is required"):
         TrainConfig()
-    with pytest.raises(ValueError, match="--eval-only needs --weights CKPT and --val STORE"):
+    with pytest.raises(ValueError, match="--eval-only evaluates --weights CKPT on --val STORE: give --weights CKPT$"):
         TrainConfig(eval_only=True, val=".")
     assert TrainConfig(data=".", batch=16).resolved_accum(1) == 4
     assert TrainConfig(data=".", batch=16).resolved_accum(4) == 1

@@ -89,7 +89,8 @@ def test_the_pace_after_the_first_step_and_what_a_signal_waits_for(store, tmp_pa
     assert "on a CPU this run takes ~" in err and "fewer --epochs (now 20000) or --max-steps N" in err
     ack = next(x for x in err.splitlines() if x.startswith("fastfeed: SIGTERM:"))
     assert "steps take ~" in ack and "the one in flight" in ack and "should end in ~" in ack
-    row = rows(tmp_path / "run", "pace")[0]
+    before, row = rows(tmp_path / "run", "pace")   # the cost measured before the first step, then the step's
+    assert before["step"] == 0 and before["how"].startswith("cost, before the first step")
     assert row["step"] == 1 and row["step_s"] >= 1.5 and row["run_s"] == pytest.approx(row["step_s"] * 159999)
 
 

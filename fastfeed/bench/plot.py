@@ -14,7 +14,7 @@ def _pyplot():
     try:
         import matplotlib
     except ImportError as e:
-        raise ImportError("--plot needs matplotlib: pip install fastfeed[plot]") from e
+        raise ImportError("--plot needs matplotlib: pip install -e '.[plot]' in the fastfeed checkout") from e
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -31,9 +31,17 @@ def _command_in(argv) -> str | None:
     return None
 
 
+class _Parser(argparse.ArgumentParser):
+    """Every parser of the command line (its subcommands' too: argparse makes them of this class): a flag is
+    taken only as spelled, never as the flag it abbreviates (`--epoch 1` is an error, not `--epochs 1`)."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, allow_abbrev=False, **kw)
+
+
 def build_parser(argv=None) -> argparse.ArgumentParser:
     """The parser; `argv` says which command to build in full (all of them when None)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="fastfeed", description="Keep a detection trainer's accelerator fed: pack a dataset, "
                                      "check it, and serve it fast.")
     parser.add_argument("--version", action="version", version=f"fastfeed {__version__}")

@@ -86,7 +86,7 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=d("seed"), help=f"loader seed (default {d('seed')})")
     p.add_argument("--json", type=Path, metavar="FILE", help="write every figure, the machine and the configuration")
     p.add_argument("--plot", type=Path, metavar="FILE.png",
-                   help="write a PNG: throughput bars and per-sample stage times (needs fastfeed[plot])")
+                   help="write a PNG: throughput bars and per-sample stage times (needs matplotlib: pip install -e '.[plot]')")
     p.add_argument("--quiet", action="store_true",
                    help="no progress bar and no progress lines (there is no bar when stderr is not a terminal: "
                         "plain lines say each loader's progress there)")
@@ -109,7 +109,7 @@ def run(args) -> int:
             import importlib.util
 
             if importlib.util.find_spec("matplotlib") is None:   # say so before minutes of measuring
-                return fail("--plot needs matplotlib: pip install fastfeed[plot]")
+                return fail("--plot needs matplotlib: pip install -e '.[plot]' in the fastfeed checkout")
         with progress_lines(getattr(args, "verbose", False)) if cfg.progress else contextlib.nullcontext():
             res = run_bench(cfg)
     except FormatError as e:        # a ValueError too, but a bad path is not a usage error

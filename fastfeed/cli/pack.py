@@ -34,10 +34,12 @@ def add_parser(sub) -> None:
                "  folders  --split valid or --split val), SRC/<split>/<file>.json + images (its COCO export)\n"
                "  data.yaml  the file Ultralytics trains from: its train:/val:/test: folders and names\n"
                "A pack in which no image (or under 1%) has a label, or keeps a box once every line is checked\n"
-               "(empty label files, commas, pixels where YOLO wants 0..1), stops and says what it found;\n"
+               "(empty label files, pixels where YOLO wants 0..1), stops and says what it found;\n"
                "--allow-background-only packs a set that is all background. A folder with both a COCO JSON and\n"
                "YOLO labels/ stops: choose with --format. A COCO set annotated on the raw pixels of EXIF-turned\n"
-               "photos stops: --exif ignore.\n"
+               "photos stops: --exif ignore. An image whose label file cannot be read (a malformed line, a class\n"
+               "beyond data.yaml's names) is skipped, as Ultralytics skips it; one reason dropping over\n"
+               "--max-dropped (10%) of the images or boxes stops the pack.\n"
                "examples:\n"
                "  fastfeed pack -o sample.ff                        # the bundled 16-image sample\n"
                "  fastfeed pack datasets/coco -o coco.ff --split val2017\n"
@@ -96,6 +98,9 @@ def add_parser(sub) -> None:
     p.add_argument("--allow-background-only", action="store_true",
                    help="pack even when no image (or under 1%%) has a label or keeps a box: a set that really is all "
                         "background")
+    p.add_argument("--max-dropped", type=float, default=d("max_dropped"), metavar="SHARE",
+                   help="stop when one reason drops over this share of the split's images, or of its boxes (a class "
+                        f"beyond data.yaml's names, boxes in pixels...); default {d('max_dropped'):g}: 10%%")
     p.add_argument("--force", action="store_true", help="replace OUT if it is an existing store")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_remote_args(p)
@@ -131,6 +136,7 @@ def run(args) -> int:
                          coco_boxes=args.coco_boxes,
                          overwrite=args.force, progress=not args.quiet,
                          allow_background_only=args.allow_background_only, storage_options=options,
+                         max_dropped=args.max_dropped,
                          **({} if args.max_pixels is None else {"max_pixels": args.max_pixels}))
         res = pack(cfg)
     except (RemoteError, ImportError) as e:

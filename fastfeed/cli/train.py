@@ -177,11 +177,13 @@ def _format(s: dict) -> str:
     if s["mode"] == "eval":
         return (f"{s['model']} {s['weights']} on {s['val']} at {s['imgsz']}: mAP@0.5 {s['map50']:.4f}, "
                 f"mAP@0.5:0.95 {s['map']:.4f} ({s['images']} images, {s['detections']} detections)\n")
+    if s["mode"] == "finished":
+        return _finished(s)
     micro = "" if s["micro_batch"] == s["batch"] else f" in micro-batches of {s['micro_batch']}"
     lines = [f"{s['model']} ({s['params'] / 1e6:.1f} M parameters, {s['gflops']:.1f} GFLOPs at {s['imgsz']}) on "
-             f"{s['device']} x {s['world_size']}: {s['step']} steps of {s['images_per_step']} images{micro} "
-             f"({s['images']} images trained), "
-             f"epoch {s['epoch']}, {s['wall_s']:.1f} s",
+             f"{s['device']} x {s['world_size']}: step {s['step']}, epochs done {s['epoch']}/{s['epochs']} (steps of up "
+             f"to {s['images_per_step']} images{micro}); {s['images']} images trained"
+             f"{' since the resume' if s.get('resumed') else ''} in {s['wall_s']:.1f} s",
              f"  {s['images_per_s']:.1f} images/s; per batch {s['data_ms']:.1f} ms waiting for data, {s['h2d_ms']:.1f} ms "
              f"for copies, {s['compute_ms']:.1f} ms computing, {s['comm_ms']:.1f} ms in all-reduce "
              f"({s['data_wait_frac']:.1%} waiting for data)"
@@ -196,6 +198,17 @@ def _format(s: dict) -> str:
     if s.get("stopped_by"):
         lines.append(f"  stopped by {s['stopped_by']} after step {s['step']}: continue with --resume")
     return "\n".join(lines) + "\n"
+
+
+def _finished(s: dict) -> str:
+    """A resumed run that had nothing left to do: what it did and where its weights are."""
+    why = (f"all {s['epochs']} epochs done" if s["epoch"] >= s["epochs"]
+           else f"--max-steps {s['max_steps']} reached at epoch {s['epoch'] + 1}/{s['epochs']}")
+    best = ("no evaluation (train with --val for best.pt)" if s["best_map"] is None else
+            f"best mAP@0.5:0.95 {s['best_map']:.4f}" + (f" ({s['best_checkpoint']})" if s["best_checkpoint"] else ""))
+    return (f"{s['run_dir']} is a finished run: {why}, step {s['step']}; {best}; last weights {s['last_checkpoint']}.\n"
+            f"  Nothing to train. To train longer, --resume with more --epochs (or a larger --max-steps); to evaluate: "
+            f"fastfeed train --eval-only --weights {s['best_checkpoint'] or s['last_checkpoint']} --val VAL.ff\n")
 
 
 def run(args) -> int:

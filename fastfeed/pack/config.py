@@ -9,7 +9,7 @@ from ..store import urls
 from ..tasks import TASKS
 from .check import DEFAULT_MAX_PIXELS
 from .process import EXIF_MODES, STORE_MODES
-from .usable import COCO_BOX_UNITS
+from .usable import COCO_BOX_UNITS, MAX_DROPPED
 
 
 @dataclass
@@ -35,6 +35,7 @@ class PackConfig:
     coco_boxes: str = "pixels"         # COCO bbox units: 'pixels', or 'normalized' (fractions; usable.check_coco_units)
     overwrite: bool = False
     progress: bool = True
+    max_dropped: float = MAX_DROPPED   # the share of the images, or of the boxes, one reason may drop (check_dropped)
     allow_background_only: bool = False   # pack a set in which (almost) no image has a box (check_labelled, check_kept)
     names: list[str] | None = None     # YOLO: the class names (data.yaml's) instead of those found beside the source
     task: str | None = None            # detect | segment | pose | obb; None: pose when data.yaml has kpt_shape, else detect
@@ -73,5 +74,7 @@ class PackConfig:
             raise ValueError(f"coco_boxes must be one of {', '.join(COCO_BOX_UNITS)}, got {self.coco_boxes!r}")
         if self.task not in (None, *TASKS):
             raise ValueError(f"task must be one of {', '.join(TASKS)}, got {self.task!r}")
+        if not 0 <= self.max_dropped <= 1:
+            raise ValueError(f"max_dropped is a share of the images or boxes, 0..1 (0.10: 10%), got {self.max_dropped}")
         if self.on_error not in ("skip", "fail"):
             raise ValueError(f"on_error must be 'skip' or 'fail', got {self.on_error!r}")

@@ -68,25 +68,29 @@ def _flat_coco(folder: Path) -> tuple[Path, Path] | None:
     return (jsons[0], folder) if _has_images(folder) else None
 
 
-def _yolo_split_folders(src: Path) -> dict[str, Path]:
-    """Split name -> images folder: data.yaml's train:/val:/test: entries, then the folders SRC/<name>/images/
-    by their names (so `--split val` and `--split valid` both find Roboflow's valid/)."""
-    found, problem = {}, None
+def _yolo_split_folders(src: Path) -> tuple[dict[str, Path], dict[str, PackError]]:
+    """(split name -> images folder, split key -> why data.yaml's entry cannot be used; key '' for the whole
+    file): data.yaml's train:/val:/test: entries, then the folders SRC/<name>/images/ by their names (so
+    `--split val` and `--split valid` both find Roboflow's valid/)."""
+    found, broken = {}, {}
     file = data_yaml_in(src)
     if file is not None:
         try:
             dy = read_data_yaml(file)
-            found = {key: dy.folder(key) for key in dy.entries}
         except PackError as e:   # e.g. a `path:` of the machine it was made on: the folders may still be here
-            problem = e
+            broken[""] = e
+        else:
+            for key in dy.entries:
+                try:
+                    found[key] = dy.folder(key)
+                except PackError as e:   # one broken entry (a `val:` of another layout) spoils no other split
+                    broken[key] = e
     for d in sorted(p for p in src.iterdir() if p.is_dir() and not p.name.startswith(".")):
         if (d / "images").is_dir() and d.name not in found:
             found[d.name] = (d / "images").resolve()
-    if problem is not None and not found:
-        raise problem
-    if problem is not None:
-        log.warning("%s; using the split folders found in %s instead", problem, src)
-    return found
+    if broken and not found:
+        raise next(iter(broken.values()))
+    return found, broken
 
 
 def _looks_coco(file: Path) -> bool:
@@ -99,12 +103,14 @@ def _looks_coco(file: Path) -> bool:
 
 def _two_layouts(folder: Path) -> str | None:
     """'a COCO JSON (X) and YOLO labels (Y)' when `folder` holds both: which one the user means is theirs to say
-    (a COCO export with YOLO labels added, or the reverse: they need not agree)."""
+    (a COCO export with YOLO labels added, or the reverse: they need not agree). The JSON is looked for in
+    `folder`, its annotations/, its images/ and images/<split>/ (Roboflow's `_annotations.coco.json`)."""
     labels = folder / "labels"
     if not labels.is_dir() or next(labels.rglob("*.txt"), None) is None:
         return None
-    ann = folder / "annotations"
-    jsons = (sorted(ann.glob("instances_*.json")) if ann.is_dir() else []) + jsons_in(folder)
+    ann, images = folder / "annotations", folder / "images"
+    places = [folder, images, *sorted(d for d in images.iterdir() if d.is_dir())] if images.is_dir() else [folder]
+    jsons = (sorted(ann.glob("instances_*.json")) if ann.is_dir() else []) + [j for d in places for j in jsons_in(d)]
     coco = next((j for j in jsons if _looks_coco(j)), None)
     return None if coco is None else f"a COCO JSON ({coco}) and YOLO labels ({labels}/)"
 
@@ -179,7 +185,12 @@ def _yolo(src: Path, split: str | None, names: list[str] | None) -> Source:
         return read_yolo(images / split, src / "labels" / split, src, split, names)
     if split is None and _is_images_folder(src):   # SRC is the images folder itself (e.g. data.yaml's train:)
         return _images_folder(src, None, None, names)
-    folders = _yolo_split_folders(src)
+    folders, broken = _yolo_split_folders(src)
+    if split in broken and split not in folders:
+        raise PackError(f"{broken[split]}; or pack one of the split folders found in {src}: --split "
+                        f"{' | '.join(folders)}")
+    if "" in broken:
+        log.warning("%s; using the split folders found in %s instead", broken[""], src)
     if folders:
         split = _pick(list(folders), split, f"{src} (split folders and data.yaml)")
         return _images_folder(folders[split], src, split, names if names is not None else read_names(src))

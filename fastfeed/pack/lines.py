@@ -4,11 +4,14 @@
              Ultralytics does); a pose line of data.yaml's kpt_shape keeps its box (`keypoints_dropped`)
     segment  `cls x1 y1 ... xn yn` (n >= 3), its box the polygon's bounds; a box line keeps its box and no
              polygon (`box_without_polygon`; Ultralytics rejects the whole file)
-    pose     `cls cx cy w h` + K x (x, y[, v]) for data.yaml's `kpt_shape: [K, D]`; another count is `keypoint_count`
+    pose     `cls cx cy w h` + K x (x, y[, v]) for data.yaml's `kpt_shape: [K, D]`
     obb      `cls x1 y1 x2 y2 x3 y3 x4 y4` (DOTA order), its box the corners' bounds; a box line becomes its four
              corners (`box_to_obb`)
 
 Every coordinate is a fraction of the image; the geometry is checked afterwards (`clean.py`), as the boxes are.
+A file that cannot be read whole (not UTF-8, a line that is not numbers or has another count of values, a class
+beyond data.yaml's names) raises `LabelsFailed`: its image is rejected, as Ultralytics rejects it, never packed as
+background (its objects are unknown).
 """
 
 from __future__ import annotations
@@ -20,6 +23,14 @@ from pathlib import Path
 import numpy as np
 
 from .report import Problem
+
+
+class LabelsFailed(Exception):
+    """An image's label file cannot be read whole: `problem` names the first line that fails (and how many do)."""
+
+    def __init__(self, problem: Problem):
+        super().__init__(problem.describe())
+        self.problem = problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,32 +54,27 @@ def _corners(box) -> np.ndarray:
 
 
 def _object(vals: list[float], task: Task, name: str, where: str, problems: list[Problem]):
-    """(box cxcywh, geometry or None) of one line's numbers after the class; None when the line is dropped."""
+    """(box cxcywh, geometry or None) of one line's numbers after the class; a str (why) when the line cannot be
+    read."""
     n = len(vals)
     kpt = task.kpt_shape[0] * task.kpt_shape[1] if task.kpt_shape else None
     if task.name == "pose":
         if n != 4 + kpt:
-            problems.append(Problem("keypoint_count", name, (
-                f"{where}: {n + 1} values, expected {5 + kpt} (cls cx cy w h + {task.kpt_shape[0]} keypoints of "
-                f"{task.kpt_shape[1]} values, data.yaml's kpt_shape {list(task.kpt_shape)})")))
-            return None
+            return (f"{n + 1} values, expected {5 + kpt} (cls cx cy w h + {task.kpt_shape[0]} keypoints of "
+                    f"{task.kpt_shape[1]} values, data.yaml's kpt_shape {list(task.kpt_shape)})")
         return tuple(vals[:4]), np.asarray(vals[4:], np.float64).reshape(task.kpt_shape)
     if task.name == "obb":
         if n == 4:
             problems.append(Problem("box_to_obb", name, where))
             return tuple(vals), _corners(vals)
         if n != 8:
-            problems.append(Problem("malformed_line", name, f"{where}: {n + 1} values, expected 9 (cls x1 y1 x2 y2 "
-                                                            "x3 y3 x4 y4) or 5 (cls cx cy w h)"))
-            return None
+            return f"{n + 1} values, expected 9 (cls x1 y1 x2 y2 x3 y3 x4 y4) or 5 (cls cx cy w h)"
         return _bounds(vals[0::2], vals[1::2]), np.asarray(vals, np.float64).reshape(4, 2)
     if task.name == "detect" and kpt is not None and n == 4 + kpt:
         problems.append(Problem("keypoints_dropped", name, where))
         return tuple(vals[:4]), None
     if n != 4 and not (n >= 6 and n % 2 == 0):
-        problems.append(Problem("malformed_line", name, f"{where}: {n + 1} values, expected 5 (cls cx cy w h) "
-                                "or an odd count >= 7 (cls + polygon)"))
-        return None
+        return f"{n + 1} values, expected 5 (cls cx cy w h) or an odd count >= 7 (cls + polygon)"
     if n == 4:
         if task.name == "segment":
             problems.append(Problem("box_without_polygon", name, where))
@@ -84,14 +90,15 @@ def parse_label(path: Path, name: str, nc: int | None, task: Task = Task()):
     """Parse one label file into (cxcywh normalised [N,4] float64, classes [N], problems, `file:line` of each box,
     the geometry of each box: a float64 array for `task`, or None for detect).
 
-    With `nc` (class names known) a class >= nc is unknown; without, any class >= 0 is accepted.
+    With `nc` (class names known) a class >= nc is unknown; without, any class >= 0 is accepted. Raises
+    `LabelsFailed` when the file or one of its lines cannot be read.
     """
-    problems = []
+    problems, failed = [], []
     try:
         text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not part of line 1 (as Ultralytics reads)
     except (OSError, UnicodeDecodeError) as e:
-        return np.zeros((0, 4)), np.zeros(0, np.int64), [Problem("unreadable_label", name, (
-            f"{path.name}: {type(e).__name__}: {e}; save it as UTF-8 text")[:300])], [], []
+        raise LabelsFailed(Problem("unreadable_label", name, (
+            f"{path.name}: {type(e).__name__}: {e}; save it as UTF-8 text")[:300])) from None
     boxes, classes, seen, lines, geometry = [], [], set(), [], []
     for lineno, line in enumerate(text.splitlines(), 1):
         parts = line.split()
@@ -101,17 +108,20 @@ def parse_label(path: Path, name: str, nc: int | None, task: Task = Task()):
         try:
             vals = [float(v) for v in parts]
         except ValueError:
-            problems.append(Problem("malformed_line", name, f"{where}: not numbers: {line.strip()[:60]!r}"))
+            commas = ": values separated by commas; YOLO lines are 'class cx cy w h' separated by spaces" if (
+                "," in line) else ""
+            failed.append(("malformed_line", f"{where}: not numbers: {line.strip()[:60]!r}{commas}"))
             continue
         if not all(math.isfinite(v) for v in vals) or vals[0] < 0 or vals[0] != int(vals[0]):
-            problems.append(Problem("malformed_line", name, f"{where}: bad class or non-finite value: {line.strip()[:60]!r}"))
+            failed.append(("malformed_line", f"{where}: bad class or non-finite value: {line.strip()[:60]!r}"))
             continue
         cls = int(vals[0])
         if nc is not None and cls >= nc:
-            problems.append(Problem("unknown_category", name, f"{where}: class {cls} but data.yaml names {nc} classes"))
+            failed.append(("unknown_class", f"{where}: class {cls}, but data.yaml names {nc} class(es): ids 0..{nc - 1}"))
             continue
         found = _object(vals[1:], task, name, where, problems)
-        if found is None:
+        if isinstance(found, str):
+            failed.append(("malformed_line", f"{where}: {found}"))
             continue
         box, geom = found
         key = (cls, box if geom is None else tuple(vals[1:]))   # distinct polygons may share a class and a box
@@ -123,4 +133,8 @@ def parse_label(path: Path, name: str, nc: int | None, task: Task = Task()):
         classes.append(cls)
         lines.append(where)
         geometry.append(geom)
+    if failed:
+        reason, detail = failed[0]
+        more = f"; {len(failed) - 1} more line(s) of it fail too" if len(failed) > 1 else ""
+        raise LabelsFailed(Problem(reason, name, f"{detail}{more}"))
     return np.asarray(boxes, np.float64).reshape(-1, 4), np.asarray(classes, np.int64), problems, lines, geometry

@@ -13,7 +13,7 @@ from .check import DEFAULT_MAX_PIXELS, check_image
 from .clean import clean_boxes as _clean_boxes
 from .clean import clean_geometry
 from .coco_geometry import keypoint_values, segmentation_points
-from .lines import Task, parse_label
+from .lines import LabelsFailed, Task, parse_label
 from .report import Problem
 from .source import Item
 
@@ -172,9 +172,11 @@ def process_item(item: Item, cfg: PayloadConfig, nc: int | None, data=None) -> R
         res.problems.append(Problem("size_mismatch", item.name, _mismatch(item.ann_size, orig, checked.tag, cfg.exif)))
         return res
     res.problems.extend(checked.notes)
-    xyxy, classes, crowd, geometry = _labels(item, orig, nc, res.problems, cfg)
-    if any(p.reason == "unreadable_label" for p in res.problems):
-        return res  # not packed as a background image: its boxes are in the file that could not be read
+    try:
+        xyxy, classes, crowd, geometry = _labels(item, orig, nc, res.problems, cfg)
+    except LabelsFailed as e:   # not packed as a background image: its objects are in the file that failed
+        res.problems.append(e.problem)
+        return res
     if crowd.any():
         res.problems.extend(Problem("crowd", item.name) for _ in range(int(crowd.sum())))
     if not (~crowd).any():

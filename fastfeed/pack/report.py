@@ -28,8 +28,11 @@ ERRORS = {
     "unreadable_label": "label file that cannot be read, e.g. not UTF-8 (image skipped, not packed without its boxes)",
     "orphan_annotation": "annotation for an image id not in the JSON (dropped)",
     "malformed_annotation": "malformed JSON annotation or image entry (dropped)",
-    "malformed_line": "malformed label line (dropped)",
-    "unknown_category": "box with a category/class id not in the class list (dropped)",
+    "malformed_line": "label line that is not numbers or has another count of values (image skipped, as Ultralytics "
+                      "skips it: its objects are unknown, so it is not packed as background)",
+    "unknown_class": "label line whose class id is beyond data.yaml's names (image skipped, as Ultralytics skips it: "
+                     "not packed as background)",
+    "unknown_category": "COCO annotation with a category_id not in the categories (dropped)",
     "box_degenerate": "box with zero or negative width/height (dropped)",
     "box_outside": "box entirely outside the image (dropped)",
     "box_far_outside": "box reaching far outside the image (a corner more than half the image beyond an edge): "
@@ -38,8 +41,8 @@ ERRORS = {
                           "unit or frame (object dropped, not clipped)",
     "polygon_degenerate": "segment polygon of under 3 points or no area (object dropped)",
     "obb_degenerate": "oriented box whose four corners enclose no area (object dropped)",
-    "keypoint_count": "pose label whose keypoint count is not kpt_shape's (object dropped; the detail says the count "
-                      "expected)",
+    "keypoint_count": "COCO object whose keypoint count is not the category's (object dropped; the detail says the "
+                      "count expected)",
     "rle_not_decoded": "non-crowd COCO object given as compressed RLE, and pycocotools is not installed to decode it "
                        "(object dropped: pip install pycocotools)",
 }
@@ -76,7 +79,7 @@ NOTES = {
 }
 IMAGE_REJECTS = {"missing_image", "unreadable_image", "corrupt_image", "size_mismatch", "unsupported_format",
                  "image_too_large", "check_failed", "duplicate_image_id", "duplicate_file_name", "unreadable_label",
-                 "ambiguous_label"}
+                 "ambiguous_label", "malformed_line", "unknown_class"}
 EXAMPLES_KEPT = 20
 
 

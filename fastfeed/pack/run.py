@@ -25,7 +25,7 @@ from .process import PayloadConfig, raw_annotation_verdict
 from .report import PackReport
 from .source import PackError
 from .task import resolve_task
-from .usable import check_coco_units, check_kept, check_labelled
+from .usable import check_coco_units, check_dropped, check_kept, check_labelled, unlabelled_share
 from .writer import DiskSpace, pack_lock
 
 log = logging.getLogger(__name__)
@@ -101,6 +101,8 @@ def _open(cfg: PackConfig, src) -> tuple:
         raise PackError(str(e), report) from None
     if cfg.on_error == "fail" and report.errors:
         raise PackError(f"--on-error fail: {report.errors[0].describe()}")
+    if (warning := unlabelled_share(source)) is not None:
+        log.warning("%s", warning)
     log.info("packing %s", source.describe())
     return source, report
 
@@ -171,12 +173,14 @@ def _pack_into(tmp: Path, cfg: PackConfig, source, report: PackReport, files=Non
                 sink(tmp / file, file)
     if not shards:
         return None
-    # Nothing is published past here unless the boxes can train: a set annotated on the raw pixels, or one in
-    # which (almost) no image kept a box, stops (the caller removes what was written).
+    # Nothing is published past here unless the boxes can train: a set annotated on the raw pixels, one in
+    # which (almost) no image kept a box, or one that lost over --max-dropped of its images or boxes for one
+    # reason, stops (the caller removes what was written).
     if (verdict := raw_annotation_verdict(stats.exif_frames, source.annotation_files)) is not None:
         raise PackError(verdict, report)
     if not cfg.allow_background_only:
         check_kept(source, start, stats.boxed_images, report)
+    check_dropped(start, stats.num_boxes + stats.num_crowd, report, cfg.max_dropped)
     manifest = build_manifest(cfg, source, shards, stats, report, workers)
     if files is not None:   # a source in a bucket: name it, not the local stand-in
         manifest.source["root"] = urls.shown(files.url)

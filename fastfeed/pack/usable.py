@@ -7,9 +7,15 @@
   its boxes would all be specks in the top-left corner. `--coco-boxes normalized` reads them as fractions.
 * `check_kept` (after the workers, before anything is published): under 1% of the packed images kept a
   box. `check_labelled` counts label files and annotations; this counts what survived the checks, so label
-  files that are empty, lines written with commas or boxes in pixels stop here, by name.
+  files that are empty or boxes in pixels stop here, by name (a line with commas rejects its image: lines.py).
 
 `--allow-background-only` lifts `check_labelled` and `check_kept`, for a set that really is all background.
+
+* `check_dropped` (after the workers, before anything is published): over `--max-dropped` (10%) of the split's
+  images, or of its boxes, lost for one reason (a class beyond data.yaml's names, boxes in pixels...) is a set
+  that does not say what its author meant; it stops, naming the reason, its share and an example.
+* `unlabelled_share` (a warning, not a stop): over 10% of a YOLO split's images have no label file; they are
+  packed as background, which is right only if they show none of the classes.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import numpy as np
 
 from .. import formats
 from .layout import jsons_in, layouts
-from .report import ERRORS, PackReport
+from .report import ERRORS, IMAGE_REJECTS, PackReport
 from .source import PackError, Source
 
 COCO_BOX_UNITS = ("pixels", "normalized")
@@ -29,6 +35,8 @@ _FITS = 1.001        # a normalised bbox may overshoot 1 by float noise
 _MIN_SIDE = 32       # px: a set whose every box fits in 1x1 px on images this large or larger is not in pixels
 _REASONS_SHOWN = 3
 LABELLED_MIN = 0.01   # a pack in which fewer images than this share have labels (or kept boxes) stops
+MAX_DROPPED = 0.10    # --max-dropped: the share of a split's images, or of its boxes, one reason may drop
+UNLABELLED_WARN = 0.10   # a YOLO split with more images than this share without a label file is warned of
 
 
 def check_labelled(source: Source) -> None:
@@ -139,9 +147,9 @@ def _numbers(parts) -> list[float] | None:
 
 
 def _yolo_found(source: Source) -> list[str]:
-    """What the label files hold, read again for the message only: empty files, commas, pixels."""
+    """What the label files hold, read again for the message only: empty files, pixels."""
     files = [it.label_path for it in source.items if it.label_path is not None]
-    empty, commas, pixels, numeric = 0, [], [], 0
+    empty, pixels, numeric = 0, [], 0
     for path in files:
         try:
             lines = [ln.strip() for ln in path.read_text(encoding="utf-8-sig").splitlines()]
@@ -151,8 +159,6 @@ def _yolo_found(source: Source) -> list[str]:
             empty += 1
         for k, line in enumerate(lines, 1):
             where = f"{_shown(path, source.root)}:{k}: {line[:60]!r}"
-            if "," in line and _numbers(line.replace(",", " ").split()) is not None:
-                commas.append(where)
             vals = _numbers(line.split())
             if vals is not None and len(vals) == 5:
                 numeric += 1
@@ -163,9 +169,6 @@ def _yolo_found(source: Source) -> list[str]:
         found.append(f"{len(source.items) - len(files)} image(s) have no label file")
     if empty:
         found.append(f"{empty} of the {len(files)} label files are empty")
-    if commas:
-        found.append(f"{len(commas)} line(s) separate their values with commas (e.g. {commas[0]}): YOLO lines are "
-                     "'class cx cy w h' separated by spaces")
     if pixels and 2 * len(pixels) >= numeric:
         found.append(f"the labels look like pixels, YOLO wants 0..1: {len(pixels)} of {numeric} lines have coordinates "
                      f"over 1 (e.g. {pixels[0]}); divide cx and w by the image's width, cy and h by its height")
@@ -197,3 +200,40 @@ def check_kept(source: Source, packed: int, boxed: int, report: PackReport) -> N
     raise PackError(f"no boxes: {share} of the {packed} images packed kept a box{under}, so a model would train with a "
                     f"box loss of 0; {'; '.join(found)}. Nothing was written; fix the labels, or pass "
                     "--allow-background-only if this set really is all background", report)
+
+
+_FIXES = {"unknown_class": "give data.yaml's `names` every class the labels use (or correct the ids)",
+          "box_far_outside": "write the labels as fractions of the image (0..1), not pixels"}
+
+
+def check_dropped(packed: int, boxes: int, report: PackReport, limit: float) -> None:
+    """Stop a pack that dropped over `limit` of its images (`packed` plus those rejected), or of its boxes
+    (`boxes` kept plus those dropped), for one reason; the error names the reason, its share and an example."""
+    lost = {r: n for r, n in report.counts.items() if n and r in ERRORS and r != "label_without_image"}
+    images = packed + report.images_rejected
+    boxes += sum(n for r, n in lost.items() if r not in IMAGE_REJECTS)
+    for reason, n in sorted(lost.items(), key=lambda x: (-x[1], x[0])):
+        unit, total = ("images", images) if reason in IMAGE_REJECTS else ("boxes", boxes)
+        if n > limit * total:
+            raise PackError(
+                f"too much dropped: {reason} took {n} of the split's {total} {unit} ({n / total:.0%}, over "
+                f"--max-dropped {limit:g}): {ERRORS[reason]}; e.g. {report.examples[reason][0]}. Nothing was "
+                f"written; {_FIXES.get(reason, 'fix them (the first of each reason is shown above)')}, or pass "
+                f"--max-dropped {min(1.0, round(n / total + 0.005, 2)):g} to pack without them", report)
+
+
+def unlabelled_share(source: Source) -> str | None:
+    """A warning when over `UNLABELLED_WARN` of a YOLO split's images have no label file: the share and an
+    example, since each is packed as background (an image showing none of the classes)."""
+    if source.format != "yolo" or not source.items:
+        return None
+    missing = [it for it in source.items if it.label_path is None]
+    n = len(source.items)
+    if len(missing) <= UNLABELLED_WARN * n:
+        return None
+    first = missing[0]
+    where = f", e.g. {first.path} has no {(source.labels_dir / first.name).with_suffix('.txt')}" if (
+        source.labels_dir is not None) else f", e.g. {first.path}"
+    return (f"{len(missing)} of the {n} images ({len(missing) / n:.0%}) have no label file{where}: they are packed "
+            "as background (no object of any class); if they show objects, label them (an empty .txt file says an "
+            "image is background on purpose)")

@@ -78,12 +78,12 @@ def filesystem(url: str, options: dict | None = None):
     try:
         import fsspec
     except ImportError:
-        raise ImportError(f"reading {shown(url)} needs fsspec: pip install 'fastfeed[{_extra(url)}]'") from None
+        raise ImportError(f"reading {shown(url)} needs fsspec: pip install -e '.[{_extra(url)}]' in the fastfeed checkout") from None
     try:
         fs, path = fsspec.core.url_to_fs(url, **storage_options(options))
     except ImportError as e:
         raise ImportError(f"reading {shown(url)} needs the package for its protocol ({e}): "
-                          f"pip install 'fastfeed[{_extra(url)}]'") from None
+                          f"pip install -e '.[{_extra(url)}]' in the fastfeed checkout") from None
     except ValueError as e:
         raise RemoteError(f"{shown(url)}: {e}") from None
     return fs, path

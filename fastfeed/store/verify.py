@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +17,12 @@ from .reader import Store
 from .remote.errors import ShardDamaged
 
 _CHUNK = 256
+_RUN_VERIFY = re.compile(r"; run `fastfeed verify[^`]*`( and)?")   # a reader's advice, said to verify's own user
+
+
+def _error(e: Exception) -> str:
+    """An error as `verify` lists it: the readers' advice to run `fastfeed verify` left out (this is it)."""
+    return _RUN_VERIFY.sub(";", str(e)).rstrip(";")
 
 
 @dataclass
@@ -56,7 +63,7 @@ def _check_range(args) -> tuple[int, list[dict]]:
                 if img.shape[:2] != r.size:
                     raise fmt.RecordCorrupt(f"decoded {img.shape[1]}x{img.shape[0]}, header says {r.width}x{r.height}")
         except (fmt.FormatError, codec.DecodeError, lmdb.Error) as e:
-            damaged.append({"shard": shard, "index": i, "error": str(e)})
+            damaged.append({"shard": shard, "index": i, "error": _error(e)})
     store.close()
     return stop - start, damaged
 
@@ -76,7 +83,7 @@ def _check_shards(store: Store, changed: list) -> list[dict]:
                 changed.append({"shard": s.file, "index": None, "error": differs})
             entries = store.shard_entries(k)
         except ShardDamaged as e:   # the bucket's object: the others are still checked
-            damaged.append({"shard": s.file, "index": None, "error": str(e)})
+            damaged.append({"shard": s.file, "index": None, "error": _error(e)})
             continue
         except fmt.FormatError as e:
             return [{"shard": s.file, "index": None, "error": str(e)}]

@@ -122,8 +122,9 @@ class TrainConfig:
             self.resume = Path(self.resume)
         need(self.eval_only or self.data is not None, "data", "is required (a store made by `fastfeed pack`)",
              self.data)
-        need(not self.eval_only or (self.weights is not None and self.val is not None), "eval-only",
-             "needs --weights CKPT and --val STORE", (self.weights, self.val))
+        if self.eval_only and (missing := [f for f, v in (("--weights CKPT", self.weights), ("--val STORE", self.val))
+                                           if v is None]):
+            raise ValueError(f"--eval-only evaluates --weights CKPT on --val STORE: give {' and '.join(missing)}")
         need(self.model in MODELS, "model", f"must be one of {', '.join(MODELS)}", self.model)
         if self.imgsz is None and not (self.eval_only or self.resume):   # else resume.resolve_imgsz decides
             self.imgsz = DEFAULT_IMGSZ

@@ -1,6 +1,6 @@
 """What keeps a run from losing work or surprising its user: an --out that already holds a run (refused
-without --resume or --force), the measured pace after the first step (with what to change on a CPU when the
-run would take hours), and a data source that fails for good mid-epoch (last.pt first, then a named error).
+without --resume or --force), its cost (on a CPU measured before the first step, elsewhere after it: a step, an
+epoch, the run, with what to change on a CPU when the run would take hours), and a data source that fails for good mid-epoch (last.pt first, then a named error).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 from ..store.objstore import RemoteError
 from . import distributed
 from .device import TrainError
+from .verdict import smaller_settings
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,8 @@ def check_out(run) -> None:
 # --- the measured pace ------------------------------------------------------------------------------------------
 
 def _duration(s: float) -> str:
+    if s < 10:
+        return f"{s:.1f} s"
     if s < 120:
         return f"{s:.0f} s"
     if s < 7200:
@@ -65,29 +68,59 @@ def _duration(s: float) -> str:
     return f"{s / 3600:.1f} h" if s < 48 * 3600 else f"{s / 86400:.1f} days"
 
 
-def pace(run, step_s: float) -> None:
-    """After the run's first step: its measured time, and what an epoch and the whole run take at that pace;
-    on a CPU, when that is hours, the smaller settings that would shorten it."""
+def pace(run, step_s: float, how: str, tips: bool = True) -> bool:
+    """What a step (`step_s`: `how` says where the figure comes from), an epoch and the steps left take; with
+    `tips`, on a CPU, when that is hours, the smaller settings that would shorten it (returns whether it named
+    them)."""
     cfg = run.cfg
     end = min(run.total_steps, cfg.max_steps) if cfg.max_steps is not None else run.total_steps
     left = max(end - run.step, 0)
     epoch_s, run_s = step_s * run.steps_per_epoch, step_s * left
-    run.report.record({"event": "pace", "step": run.step, "step_s": step_s, "epoch_s": epoch_s, "run_s": run_s,
-                       "steps_left": left})
+    run.report.record({"event": "pace", "how": how, "step": run.step, "step_s": step_s, "epoch_s": epoch_s,
+                       "run_s": run_s, "steps_left": left})
     if not run.dd.main:
-        return
-    log.info("the first step took %s; at that pace an epoch (%d steps) takes ~%s and the %d steps left ~%s",
+        return False
+    log.info("%s %s; at that pace an epoch (%d steps) takes ~%s and the %d steps left ~%s", how,
              _duration(step_s) if step_s >= 1 else f"{step_s:.2f} s", run.steps_per_epoch, _duration(epoch_s), left,
              _duration(run_s))
-    if run.device.type == "cpu" and run_s >= HOURS_HINT_S:
-        tips = []
-        if cfg.model != "yolov3-tiny":
-            tips.append("--model yolov3-tiny (about 12x less compute)")
-        if cfg.imgsz > 320:
-            tips.append(f"--imgsz 320 (about {(cfg.imgsz / 320) ** 2:.0f}x fewer pixels)")
-        tips.append(f"fewer --epochs (now {cfg.epochs}) or --max-steps N")
-        log.warning("on a CPU this run takes ~%s; to finish sooner: %s, or an accelerator (--device cuda or npu)",
-                    _duration(run_s), ", ".join(tips))
+    if not (tips and run.device.type == "cpu" and run_s >= HOURS_HINT_S):
+        return False
+    smaller = smaller_settings(cfg.model, cfg.imgsz) + [f"fewer --epochs (now {cfg.epochs}) or --max-steps N"]
+    log.warning("on a CPU this run takes ~%s; to finish sooner: %s, or an accelerator (--device cuda or npu)",
+                _duration(run_s), ", ".join(smaller))
+    return True
+
+
+def image_seconds(run) -> float:
+    """One image's forward and backward at --imgsz, measured (gradients and BatchNorm statistics put back). A
+    first pass under a second is mostly the first call's set-up: it is measured again."""
+    import time
+
+    import torch
+
+    x = torch.full((1, 3, run.cfg.imgsz, run.cfg.imgsz), 0.5, device=run.device)   # no draw from the RNG
+    run.raw_model.train()
+    run.snapshot.take()   # the statistics as they are now (a resumed run's, not those set_up saw)
+    took = 0.0
+    for _ in range(2):
+        t0 = time.perf_counter()
+        run.loss_fn(run.raw_model(x), torch.zeros((0, 6), device=run.device))[0].backward()
+        took = time.perf_counter() - t0
+        if took >= 1.0:
+            break
+    run.optimizer.zero_grad(set_to_none=True)
+    run.snapshot.restore()
+    return took
+
+
+def estimate(run, seconds=None) -> bool:
+    """Before the first step (on a CPU, where a step of 64 images at 640 takes minutes): one image's forward and
+    backward measured (`seconds(run)`, default `image_seconds`), scaled to a step's images on this process; what a step, an epoch and the
+    run take at that pace, and, when that is hours, the smaller settings (returns whether it named them)."""
+    per_image = (seconds or image_seconds)(run)
+    images = run.images_per_step // run.dd.world_size
+    return pace(run, per_image * images, f"cost, before the first step: one image's forward and backward took "
+                                  f"{per_image:.2f} s here, so a step of {images} images takes about")
 
 
 # --- a data source that fails for good -------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from . import distributed
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .evaluate import evaluate
-from .guards import DataSourceFailed, pace, resume_hint, source_failure
+from .guards import DataSourceFailed, estimate, pace, resume_hint, source_failure
 from .model import build_model
 from .report import Reporter
 from .resume import checkpoint_state, load_weights, resolve_imgsz, start_from
@@ -60,10 +60,14 @@ def train(cfg: TrainConfig) -> TrainResult:
         run = set_up(cfg, stack)
         run.signals, run.timer = signals, SaveTimer(cfg.save_every_min)
         start_from(run)
+        if (done := finished(run)) is not None:
+            return TrainResult(done, run.raw_model, run.ema.ema if run.ema else None)
         start(run, stack)
         run.report = Reporter(run, stack)
         run.report.started()
         run.stop = cfg.max_steps is not None and run.step >= cfg.max_steps
+        if not run.stop and run.device.type == "cpu" and run.dd.world_size == 1:   # (DDP's hooks would see its backward)
+            run.cost_said = estimate(run)   # where a step is long: its cost before it is paid
         if run.eval_pending:   # a stop at the end of an epoch left its evaluation for now
             if run.dd.main:
                 evaluate_now(run, run.skip)
@@ -99,7 +103,7 @@ def train_epoch(run) -> int:
                 raise
             took = time.monotonic() - t0
             if run.step_s is None:
-                pace(run, took)
+                pace(run, took, "the first step took", tips=not run.cost_said)
             run.step_s = took if run.step_s is None else 0.7 * run.step_s + 0.3 * took
             done += n
             run.report.step_done(lr, end_of_epoch=done == nb)
@@ -202,10 +206,23 @@ def stopped(run) -> dict:
         return {"stopped_by": None}
     took = run.signals.seconds_since()
     if run.dd.main:
-        log.warning("%s: stopped after step %d (epoch %d, %d of %d batches)%s; %s holds it: continue with --resume",
-                    run.stopped_by, run.step, run.epoch, run.skip, run.nb,
+        log.warning("%s: stopped after step %d (epoch %d/%d, %d of %d batches)%s; %s holds it: continue with --resume",
+                    run.stopped_by, run.step, run.epoch + 1, run.cfg.epochs, run.skip, run.nb,
                     "" if took is None else f", {took:.2f} s after the signal", run.out / "last.pt")
     return {"stopped_by": run.stopped_by, "stop_seconds": took}
+
+
+def finished(run) -> dict | None:
+    """A resumed run with nothing left to do (its epochs, or --max-steps, done; no evaluation pending): the
+    summary that says so (where its weights are, its best mAP), instead of a run of zero steps."""
+    cfg = run.cfg
+    if not run.resumed or run.eval_pending or (run.epoch < cfg.epochs and (cfg.max_steps is None
+                                                                            or run.step < cfg.max_steps)):
+        return None
+    best = run.out / "best.pt"
+    return {"mode": "finished", "run_dir": str(run.out), "model": cfg.model, "epoch": run.epoch, "epochs": cfg.epochs,
+            "step": run.step, "max_steps": cfg.max_steps, "best_map": run.best if run.best >= 0 else None,
+            "best_checkpoint": str(best) if best.is_file() else None, "last_checkpoint": str(run.out / "last.pt")}
 
 
 def evaluate_checkpoint(cfg: TrainConfig, stack) -> TrainResult:

@@ -108,7 +108,7 @@ class Reporter:
         r, c = self.run, self.run.cfg
         return {"loader": c.loader, "workers": r.loader.cfg.workers, "cores": usable_cores(), "device": r.device.type,
                 "amp": c.amp, "channels_last": c.channels_last, "device_augment": c.device_augment,
-                "batch_auto": r.batch_auto is not None}
+                "batch_auto": r.batch_auto is not None, "model": c.model, "imgsz": c.imgsz}
 
     def summary(self, **extra) -> dict:
         """The run's summary (plus `extra`, e.g. what stopped it), recorded as metrics.jsonl's last row."""
@@ -120,7 +120,8 @@ class Reporter:
         s = {"mode": "train", "run_dir": str(r.out), "model": r.cfg.model, "params": r.params, "gflops": r.gflops,
              "imgsz": r.cfg.imgsz, "device": str(r.device), "world_size": r.dd.world_size, "batch": r.micro.batch,
              "micro_batch": r.micro.size, "accum": r.accum, "micro_batches_per_step": r.micro.per_batch * r.accum,
-             "images_per_step": r.images_per_step, "epoch": r.epoch, "step": r.step, "images": self.total.images,
+             "images_per_step": r.images_per_step, "epoch": r.epoch, "epochs": r.cfg.epochs, "step": r.step,
+             "images": self.total.images, "resumed": r.resumed,
              "wall_s": time.perf_counter() - self.t_start,
              "images_per_s": self.total.images / max(self.total.busy, 1e-9),
              **{k: tot[k] for k in ("data_wait_frac", "data_ms", "h2d_ms", "compute_ms", "comm_ms", "util_pct")},

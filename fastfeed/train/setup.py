@@ -76,6 +76,7 @@ class Run:
     eval_pending: bool = False           # the resumed checkpoint's end-of-epoch evaluation is still to do
     resumed: bool = False                # continued from a checkpoint (--resume)
     step_s: float | None = None          # the measured seconds of an optimizer step (a moving average)
+    cost_said: bool = False              # the smaller settings were named before the first step (guards.estimate)
 
     @property
     def say(self):

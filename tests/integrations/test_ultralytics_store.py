@@ -56,16 +56,18 @@ def test_packed_beside_the_dataset_then_reused_then_repacked_when_a_label_change
 
 
 def test_labels_that_keep_no_box_stop_the_trainers_pack_by_name(sample_yolo):  # noqa: F811
-    """FastfeedTrainer's automatic pack applies the pack's rule: label files written with commas keep no box, so
-    the pack stops with the pack's message (what the lines hold, an example) instead of training on 0 boxes."""
+    """FastfeedTrainer's automatic pack applies the pack's rule: label files written with commas cannot be read, so
+    their images are rejected (the one with an empty label file is background) and the pack stops with the pack's
+    message (the reason, an example line) instead of training on 0 boxes."""
     labels = sorted((sample_yolo / "labels" / "train2017").glob("*.txt"))
     for label in labels:
         label.write_text("\n".join(",".join(line.split()) for line in label.read_text().splitlines()) + "\n")
     train = sample_yolo / "images" / "train2017"
-    with pytest.raises(ValueError, match="fastfeed cannot pack the train split .*: no boxes: none of the 16 images "
+    with pytest.raises(ValueError, match="fastfeed cannot pack the train split .*: no boxes: none of the 1 images "
                                          "packed kept a box") as e:
         prepare_store(str(train), progress=False)
-    assert "separate their values with commas" in str(e.value) and "--allow-background-only" in str(e.value)
+    assert "malformed_line x15" in str(e.value) and "values separated by commas" in str(e.value)
+    assert "--allow-background-only" in str(e.value)
     assert "set FASTFEED_STORE=train.ff" in str(e.value)     # the way out a trainer's user has
     assert not list(sample_yolo.glob("train2017-*.ff"))          # nothing published beside the dataset
 

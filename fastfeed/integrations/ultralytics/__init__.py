@@ -1,4 +1,4 @@
-"""Use fastfeed's loaders inside Ultralytics' trainer (`pip install fastfeed[ultralytics]`):
+"""Use fastfeed's loaders inside Ultralytics' trainer (`pip install -e '.[ultralytics]'`):
 
     from ultralytics import YOLO
     from fastfeed.integrations.ultralytics import FastfeedTrainer
@@ -15,7 +15,7 @@ label formats), `store` (packing data.yaml's train split), `args` (argument mapp
 try:
     import ultralytics  # noqa: F401
 except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError("fastfeed.integrations.ultralytics needs Ultralytics: pip install 'fastfeed[ultralytics]' "
+    raise ImportError("fastfeed.integrations.ultralytics needs Ultralytics: pip install -e '.[ultralytics]' in the fastfeed checkout "
                       "(see the README's 'Use with Ultralytics' for the torch/torchvision/OpenCV builds)") from e
 
 from .feed import FastfeedTrainLoader

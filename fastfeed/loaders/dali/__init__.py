@@ -1,4 +1,4 @@
-"""The `dali` loader: an NVIDIA DALI pipeline over the packed store (pip install fastfeed[dali]).
+"""The `dali` loader: an NVIDIA DALI pipeline over the packed store (pip install -e '.[dali]').
 
     loader = create_loader("dali", store, LoaderConfig(imgsz=640, batch_size=16, workers=4))
     loader = create_loader("dali", store, LoaderConfig(device="cuda:1"))   # choosing the GPU

@@ -32,7 +32,7 @@ class DaliDevice:
         return f"cuda:{self.device_id}" if self.gpu else "cpu"
 
 
-_INSTALL = "pip install fastfeed[dali] (or an nvidia-dali-cudaXXX wheel matching your CUDA)"
+_INSTALL = "pip install -e '.[dali]' in the fastfeed checkout (or an nvidia-dali-cudaXXX wheel matching your CUDA)"
 
 
 def dali_missing() -> str | None:
