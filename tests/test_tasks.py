@@ -14,10 +14,9 @@ from fastfeed import tasks
 from fastfeed.store.format import RecordCorrupt
 
 PKG = Path(fastfeed.__file__).parent
-# What may still compare a task's name outside fastfeed/tasks/ (each listed by `task_switches` when it fails): the
-# YOLO line reader's per-task line shapes (pack/lines.py, 5) and the Ultralytics argument mapping
-# (integrations/ultralytics/args.py, 2). 74 in 25 files before the registry (d16694b).
-MAX_SWITCHES = 7
+# No module outside fastfeed/tasks/ compares a task's name (each one found is listed when this fails); 74 in 25 files
+# did before the registry (d16694b).
+MAX_SWITCHES = 0
 
 
 def task_switches(source: str) -> list[int]:

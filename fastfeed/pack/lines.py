@@ -1,4 +1,5 @@
-"""One YOLO label file's lines, read for the pack's task (`Task`): the box of each object and its geometry.
+"""One YOLO label file's lines, read for the pack's task (`Task`): the box of each object and its geometry, each
+line's shape its task's (`fastfeed.tasks`: `read_line`):
 
     detect   `cls cx cy w h`; a polygon line `cls x1 y1 ... xn yn` becomes its bounds (`polygon_to_box`, as
              Ultralytics does); a pose line of data.yaml's kpt_shape keeps its box (`keypoints_dropped`)
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import tasks
 from .report import Problem
 
 
@@ -40,50 +42,6 @@ class Task:
 
     name: str = "detect"
     kpt_shape: tuple[int, int] | None = None
-
-
-def _bounds(xs, ys) -> tuple:
-    x1, x2, y1, y2 = min(xs), max(xs), min(ys), max(ys)
-    return ((x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1)
-
-
-def _corners(box) -> np.ndarray:
-    cx, cy, w, h = box
-    return np.array([[cx - w / 2, cy - h / 2], [cx + w / 2, cy - h / 2], [cx + w / 2, cy + h / 2],
-                     [cx - w / 2, cy + h / 2]])
-
-
-def _object(vals: list[float], task: Task, name: str, where: str, problems: list[Problem]):
-    """(box cxcywh, geometry or None) of one line's numbers after the class; a str (why) when the line cannot be
-    read."""
-    n = len(vals)
-    kpt = task.kpt_shape[0] * task.kpt_shape[1] if task.kpt_shape else None
-    if task.name == "pose":
-        if n != 4 + kpt:
-            return (f"{n + 1} values, expected {5 + kpt} (cls cx cy w h + {task.kpt_shape[0]} keypoints of "
-                    f"{task.kpt_shape[1]} values, data.yaml's kpt_shape {list(task.kpt_shape)})")
-        return tuple(vals[:4]), np.asarray(vals[4:], np.float64).reshape(task.kpt_shape)
-    if task.name == "obb":
-        if n == 4:
-            problems.append(Problem("box_to_obb", name, where))
-            return tuple(vals), _corners(vals)
-        if n != 8:
-            return f"{n + 1} values, expected 9 (cls x1 y1 x2 y2 x3 y3 x4 y4) or 5 (cls cx cy w h)"
-        return _bounds(vals[0::2], vals[1::2]), np.asarray(vals, np.float64).reshape(4, 2)
-    if task.name == "detect" and kpt is not None and n == 4 + kpt:
-        problems.append(Problem("keypoints_dropped", name, where))
-        return tuple(vals[:4]), None
-    if n != 4 and not (n >= 6 and n % 2 == 0):
-        return f"{n + 1} values, expected 5 (cls cx cy w h) or an odd count >= 7 (cls + polygon)"
-    if n == 4:
-        if task.name == "segment":
-            problems.append(Problem("box_without_polygon", name, where))
-            return tuple(vals), np.zeros((0, 2))
-        return tuple(vals), None
-    if task.name == "segment":
-        return _bounds(vals[0::2], vals[1::2]), np.asarray(vals, np.float64).reshape(-1, 2)
-    problems.append(Problem("polygon_to_box", name, where))
-    return _bounds(vals[0::2], vals[1::2]), None
 
 
 def parse_label(path: Path, name: str, nc: int | None, task: Task = Task()):
@@ -119,7 +77,8 @@ def parse_label(path: Path, name: str, nc: int | None, task: Task = Task()):
         if nc is not None and cls >= nc:
             failed.append(("unknown_class", f"{where}: class {cls}, but data.yaml names {nc} class(es): ids 0..{nc - 1}"))
             continue
-        found = _object(vals[1:], task, name, where, problems)
+        found = tasks.get(task.name).read_line(vals[1:], task.kpt_shape,
+                                               lambda reason, where=where: problems.append(Problem(reason, name, where)))
         if isinstance(found, str):
             failed.append(("malformed_line", f"{where}: {found}"))
             continue

@@ -11,6 +11,25 @@ def polygon_area(pts: np.ndarray) -> float:
     return 0.5 * abs(float(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1))))
 
 
+def bounds(xs, ys) -> tuple:
+    """(cx, cy, w, h) of the box bounding points' coordinates."""
+    x1, x2, y1, y2 = min(xs), max(xs), min(ys), max(ys)
+    return ((x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1)
+
+
+def polygon_line(vals: list, note, polygon: bool):
+    """A YOLO line's numbers after the class as a box (4) or a polygon (an even count >= 6: its bounds, and the
+    points when `polygon`; without, noted `polygon_to_box`, as Ultralytics reads one for detection)."""
+    n = len(vals)
+    if n != 4 and not (n >= 6 and n % 2 == 0):
+        return f"{n + 1} values, expected 5 (cls cx cy w h) or an odd count >= 7 (cls + polygon)"
+    if n == 4:
+        return tuple(vals), None
+    if not polygon:
+        note("polygon_to_box")
+    return bounds(vals[0::2], vals[1::2]), np.asarray(vals, np.float64).reshape(-1, 2) if polygon else None
+
+
 def outside(points: np.ndarray) -> bool:
     """Any coordinate outside 0..1 (or not finite): what no packed, normalised point may be."""
     return bool(((points < 0) | (points > 1) | ~np.isfinite(points)).any())
@@ -52,7 +71,15 @@ class Task:
         """What is wrong with a parsed record's geometry for `n` training boxes in a store of `manifest` (None: fine)."""
         return None
 
-    # --- packing: one object's points, the record's value, the manifest's counts -------------------------------
+    # --- packing: a YOLO line, one object's points, the record's value, the manifest's counts --------------------
+
+    def read_line(self, vals: list, kpt_shape, note):
+        """(box cx, cy, w, h, geometry or None) of a YOLO line's numbers after the class, or a str saying why the
+        line cannot be read; `note(reason)` counts what was read another way (a pose set's line: its box alone)."""
+        if kpt_shape and len(vals) == 4 + kpt_shape[0] * kpt_shape[1]:
+            note("keypoints_dropped")
+            return tuple(vals[:4]), None
+        return polygon_line(vals, note, polygon=False)
 
     def active(self, g: np.ndarray) -> np.ndarray:
         """Which of an object's points [P, D] the pack's rules apply to (all but keypoints marked missing)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Task, outside, polygon_area
+from .base import Task, bounds, outside, polygon_area
 
 
 class Obb(Task):
@@ -28,6 +28,16 @@ class Obb(Task):
         if len(value) != n or outside(value):
             return f"{len(value)} oriented boxes for {n} boxes, or corners outside 0..1"
         return None
+
+    def read_line(self, vals, kpt_shape, note):
+        if len(vals) == 4:   # a box line: its four corners
+            note("box_to_obb")
+            cx, cy, w, h = vals
+            return tuple(vals), np.array([[cx - w / 2, cy - h / 2], [cx + w / 2, cy - h / 2], [cx + w / 2, cy + h / 2],
+                                          [cx - w / 2, cy + h / 2]])
+        if len(vals) != 8:
+            return f"{len(vals) + 1} values, expected 9 (cls x1 y1 x2 y2 x3 y3 x4 y4) or 5 (cls cx cy w h)"
+        return bounds(vals[0::2], vals[1::2]), np.asarray(vals, np.float64).reshape(4, 2)
 
     def degenerate(self, g, w, h, min_area_px):
         return len(g) < 3 or polygon_area(g[:, :2]) * w * h < min_area_px

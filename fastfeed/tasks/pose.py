@@ -37,6 +37,13 @@ class Pose(Task):
             return "labelled keypoints outside 0..1"
         return None
 
+    def read_line(self, vals, kpt_shape, note):
+        n, kpt = len(vals), kpt_shape[0] * kpt_shape[1]
+        if n != 4 + kpt:
+            return (f"{n + 1} values, expected {5 + kpt} (cls cx cy w h + {kpt_shape[0]} keypoints of "
+                    f"{kpt_shape[1]} values, data.yaml's kpt_shape {list(kpt_shape)})")
+        return tuple(vals[:4]), np.asarray(vals[4:], np.float64).reshape(kpt_shape)
+
     def active(self, g):
         return labelled(g)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Task, outside, polygon_area
+from .base import Task, outside, polygon_area, polygon_line
 
 
 class Segment(Task):
@@ -38,6 +38,13 @@ class Segment(Task):
         if len(value) != n or any(outside(p) for p in value):
             return f"{len(value)} polygons for {n} boxes, or points outside 0..1"
         return None
+
+    def read_line(self, vals, kpt_shape, note):
+        found = polygon_line(vals, note, polygon=True)
+        if isinstance(found, tuple) and found[1] is None:   # a box line: its box, no polygon (Ultralytics rejects it)
+            note("box_without_polygon")
+            return found[0], np.zeros((0, 2))
+        return found
 
     def degenerate(self, g, w, h, min_area_px):
         return len(g) < 3 or polygon_area(g[:, :2]) * w * h < min_area_px

@@ -8,6 +8,7 @@ import logging
 import os
 from dataclasses import fields
 
+from ... import tasks
 from ...augment import AugmentHyp
 from ...devices import device_count
 from ...loaders import list_loaders
@@ -89,7 +90,7 @@ def task_fields(args, task: str) -> dict:
     docs/benchmarks.md); pose's kpt_shape and flip_idx are the store's (checked against data.yaml: store.check_task).
     The batches carry the trainer's task: a detect trainer reads any store's boxes alone (nothing drawn for a loss
     that does not read it)."""
-    if task != "segment":
+    if tasks.get(task).extra != "masks":
         return {"task": task}
     return {"task": task, "mask_ratio": int(args.mask_ratio), "overlap_mask": bool(args.overlap_mask),
             "mask_rule": "ultralytics"}
@@ -100,7 +101,8 @@ def unsupported(args, task: str = "detect", loader: str = "cpu") -> list[str]:
     drawn = renderer(loader).augmentations
     out = [f"{name}={getattr(args, name)}: the {loader} loader does not render it (the cpu and shm loaders do); "
            f"training without it" for name in OPTIONAL if (getattr(args, name, 0) or 0) and name not in drawn]
-    if task == "segment" and getattr(args, "classes", None) is not None and getattr(args, "overlap_mask", False):
+    masks = tasks.get(task).extra == "masks"
+    if masks and getattr(args, "classes", None) is not None and getattr(args, "overlap_mask", False):
         out.append("classes=[...] with overlap_mask=True: fastfeed drops the other classes' objects after the masks are "
                    "drawn, so where one of them lay over a kept object that object's mask reads as background "
                    "(Ultralytics drops them before drawing); overlap_mask=False keeps every kept mask whole")
