@@ -32,8 +32,7 @@ def _command_in(argv) -> str | None:
 
 
 class _Parser(argparse.ArgumentParser):
-    """Every parser of the command line (its subcommands' too: argparse makes them of this class): a flag is
-    taken only as spelled, never as the flag it abbreviates (`--epoch 1` is an error, not `--epochs 1`)."""
+    """Every parser (subcommands' too, made of this class): a flag only as spelled (`--epoch 1` is no `--epochs`)."""
 
     def __init__(self, *args, **kw):
         super().__init__(*args, allow_abbrev=False, **kw)

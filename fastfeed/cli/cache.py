@@ -103,9 +103,7 @@ def cmd_ls(args) -> int:
     for i in infos:
         images = f"{i.n_cached}/{i.n_records}" if i.state == "complete" else "-"
         rows.append((i.path.name, _size(i.bytes), i.fingerprint, str(i.imgsz), images, i.state, _users(i)))
-    widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]) - 1)]
-    for r in rows:
-        print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+    _table(rows)
     for i in infos:
         if i.note:
             print(f"  {i.path.name}: {i.note}")
@@ -135,10 +133,14 @@ def _ls_shards(args, quiet_if_empty: bool = False) -> int:
     for i in infos:
         rows.append((i.url, str(i.shards), _size(i.bytes), str(i.in_use),
                      f"{i.downloads} ({_size(i.downloaded_bytes)})", ", ".join(map(str, i.pinned_by)) or "-"))
+    _table(rows)
+    return EXIT_OK
+
+
+def _table(rows) -> None:
     widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]) - 1)]
     for r in rows:
         print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
-    return EXIT_OK
 
 
 def _clear_shards(args) -> int:

@@ -11,11 +11,9 @@
 
 `--allow-background-only` lifts `check_labelled` and `check_kept`, for a set that really is all background.
 
-* `check_dropped` (after the workers, before anything is published): over `--max-dropped` (10%) of the split's
-  images, or of its boxes, lost for one reason (a class beyond data.yaml's names, boxes in pixels...) is a set
-  that does not say what its author meant; it stops, naming the reason, its share and an example.
-* `unlabelled_share` (a warning, not a stop): over 10% of a YOLO split's images have no label file; they are
-  packed as background, which is right only if they show none of the classes.
+* `check_dropped` (after the workers, before anything is published): one reason dropping over `--max-dropped`
+  (10%) of the split's images or boxes stops, naming the reason, its share and an example.
+* `unlabelled_share`: a warning when over 10% of a YOLO split's images have no label file (packed as background).
 """
 
 from __future__ import annotations
@@ -223,17 +221,12 @@ def check_dropped(packed: int, boxes: int, report: PackReport, limit: float) -> 
 
 
 def unlabelled_share(source: Source) -> str | None:
-    """A warning when over `UNLABELLED_WARN` of a YOLO split's images have no label file: the share and an
-    example, since each is packed as background (an image showing none of the classes)."""
-    if source.format != "yolo" or not source.items:
+    """The warning when over `UNLABELLED_WARN` of a YOLO split's images have no label file: share and example."""
+    missing, n = [it for it in source.items if it.label_path is None], len(source.items)
+    if source.format != "yolo" or len(missing) <= UNLABELLED_WARN * n:
         return None
-    missing = [it for it in source.items if it.label_path is None]
-    n = len(source.items)
-    if len(missing) <= UNLABELLED_WARN * n:
-        return None
-    first = missing[0]
-    where = f", e.g. {first.path} has no {(source.labels_dir / first.name).with_suffix('.txt')}" if (
-        source.labels_dir is not None) else f", e.g. {first.path}"
+    first, labels = missing[0], source.labels_dir
+    where = f", e.g. {first.path}" + (f" has no {(labels / first.name).with_suffix('.txt')}" if labels else "")
     return (f"{len(missing)} of the {n} images ({len(missing) / n:.0%}) have no label file{where}: they are packed "
             "as background (no object of any class); if they show objects, label them (an empty .txt file says an "
             "image is background on purpose)")

@@ -14,6 +14,7 @@ import lmdb
 from ..store import format as fmt
 from ..store import publish
 from ..store.checksum import sha256_file
+from ..store.remote.sizes import gib
 from .source import PackError
 
 log = logging.getLogger(__name__)
@@ -88,10 +89,6 @@ def pack_lock(out: Path, wait: bool = False):
 _FULL_ERRNOS = {errno.ENOSPC: "no space left", errno.EDQUOT: "the disk quota is exhausted"}
 
 
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
-
-
 def _written(tmp: Path) -> int:
     total = 0
     for root, _, files in os.walk(tmp):
@@ -127,12 +124,12 @@ class DiskSpace:
                 return None
             if now >= 2 * _COMMIT_EVERY_BYTES:
                 return None
-            what = f"{_gib(now)} left"
+            what = f"{gib(now)} left"
         else:
             return None
         kept = f"{out} is as it was" if replacing or out.exists() else f"nothing was written to {out}"
         kind = type(e).__name__ if type(e).__module__ == "builtins" else f"{type(e).__module__}.{type(e).__name__}"
         return (f"the disk holding {self.folder} is full ({what}; {kind}: {e}): the pack needs about "
-                f"{_gib(need)} for its records (estimated from the source files), {_gib(self.free)} was free when it "
-                f"started, and it had written {_gib(_written(tmp))}. Free space there, or pack onto a disk with room "
+                f"{gib(need)} for its records (estimated from the source files), {gib(self.free)} was free when it "
+                f"started, and it had written {gib(_written(tmp))}. Free space there, or pack onto a disk with room "
                 f"(-o elsewhere); {kept}, and the partial store was removed")

@@ -17,12 +17,7 @@ from .reader import Store
 from .remote.errors import ShardDamaged
 
 _CHUNK = 256
-_RUN_VERIFY = re.compile(r"; run `fastfeed verify[^`]*`( and)?")   # a reader's advice, said to verify's own user
-
-
-def _error(e: Exception) -> str:
-    """An error as `verify` lists it: the readers' advice to run `fastfeed verify` left out (this is it)."""
-    return _RUN_VERIFY.sub(";", str(e)).rstrip(";")
+_RUN_VERIFY = re.compile(r"run `fastfeed verify[^`]*` and ")   # the readers' advice, left out of verify's own list
 
 
 @dataclass
@@ -63,7 +58,7 @@ def _check_range(args) -> tuple[int, list[dict]]:
                 if img.shape[:2] != r.size:
                     raise fmt.RecordCorrupt(f"decoded {img.shape[1]}x{img.shape[0]}, header says {r.width}x{r.height}")
         except (fmt.FormatError, codec.DecodeError, lmdb.Error) as e:
-            damaged.append({"shard": shard, "index": i, "error": _error(e)})
+            damaged.append({"shard": shard, "index": i, "error": _RUN_VERIFY.sub("", str(e))})
     store.close()
     return stop - start, damaged
 
@@ -83,7 +78,7 @@ def _check_shards(store: Store, changed: list) -> list[dict]:
                 changed.append({"shard": s.file, "index": None, "error": differs})
             entries = store.shard_entries(k)
         except ShardDamaged as e:   # the bucket's object: the others are still checked
-            damaged.append({"shard": s.file, "index": None, "error": _error(e)})
+            damaged.append({"shard": s.file, "index": None, "error": _RUN_VERIFY.sub("", str(e))})
             continue
         except fmt.FormatError as e:
             return [{"shard": s.file, "index": None, "error": str(e)}]

@@ -8,7 +8,10 @@ from __future__ import annotations
 import importlib
 import logging
 import re
+import time
 from pathlib import Path
+
+import torch
 
 from ..store.objstore import RemoteError
 from . import distributed
@@ -94,10 +97,6 @@ def pace(run, step_s: float, how: str, tips: bool = True) -> bool:
 def image_seconds(run) -> float:
     """One image's forward and backward at --imgsz, measured (gradients and BatchNorm statistics put back). A
     first pass under a second is mostly the first call's set-up: it is measured again."""
-    import time
-
-    import torch
-
     x = torch.full((1, 3, run.cfg.imgsz, run.cfg.imgsz), 0.5, device=run.device)   # no draw from the RNG
     run.raw_model.train()
     run.snapshot.take()   # the statistics as they are now (a resumed run's, not those set_up saw)
@@ -114,9 +113,8 @@ def image_seconds(run) -> float:
 
 
 def estimate(run, seconds=None) -> bool:
-    """Before the first step (on a CPU, where a step of 64 images at 640 takes minutes): one image's forward and
-    backward measured (`seconds(run)`, default `image_seconds`), scaled to a step's images on this process; what a step, an epoch and the
-    run take at that pace, and, when that is hours, the smaller settings (returns whether it named them)."""
+    """Before the first step (on a CPU: 64 images at 640 take minutes): `seconds(run)` (`image_seconds`) scaled to a
+    step's images on this process, told as `pace` tells it (returns whether it named smaller settings)."""
     per_image = (seconds or image_seconds)(run)
     images = run.images_per_step // run.dd.world_size
     return pace(run, per_image * images, f"cost, before the first step: one image's forward and backward took "

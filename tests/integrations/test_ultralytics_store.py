@@ -72,6 +72,20 @@ def test_labels_that_keep_no_box_stop_the_trainers_pack_by_name(sample_yolo):  #
     assert not list(sample_yolo.glob("train2017-*.ff"))          # nothing published beside the dataset
 
 
+def test_class_ids_beyond_the_names_stop_the_trainers_pack_naming_the_share_and_the_way_out(sample_yolo):  # noqa: F811
+    """A label file with a class id beyond the names rejects its image (as Ultralytics does); over 10% of the split
+    so rejected stops FastfeedTrainer's pack, with `fastfeed pack --max-dropped` and FASTFEED_STORE as the way out."""
+    labels = sorted((sample_yolo / "labels" / "train2017").glob("*.txt"))
+    for label in labels[:3]:
+        label.write_text("999 0.5 0.5 0.2 0.2\n" + label.read_text())
+    train = sample_yolo / "images" / "train2017"
+    with pytest.raises(ValueError, match=r"too much dropped: unknown_class took 3 of the split's 16 images \(19%"
+                       ) as e:
+        prepare_store(str(train), progress=False)
+    assert f"`fastfeed pack {sample_yolo} -o train.ff --max-dropped SHARE`) and set FASTFEED_STORE=train.ff" in str(e.value)
+    assert not list(sample_yolo.glob("train2017-*.ff"))
+
+
 def test_read_only_dataset_goes_to_the_cache_folder(sample_yolo, tmp_path, monkeypatch):  # noqa: F811
     monkeypatch.setenv("FASTFEED_STORE_DIR", str(tmp_path / "stores"))
     stem = store_stem(sample_yolo, "train2017")

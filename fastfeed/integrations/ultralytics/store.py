@@ -140,10 +140,12 @@ def prepare_store(train, progress: bool = True, names=None, options: StoreOption
             return _packed(images, stem, names, progress, task, _task_yaml(images, data_yaml) if spec.data_yaml_keys else None)
     except PackError as e:
         how = ""
-        if "--allow-background-only" in str(e):   # a flag of `fastfeed pack`, which this trainer cannot pass
-            how = (f"\nFastfeedTrainer packs without that option: if the set really is all background, pack it "
-                   f"yourself (`fastfeed pack {root} -o train.ff --allow-background-only`) and set "
-                   f"FASTFEED_STORE=train.ff")
+        for flag, when in (("--allow-background-only", "if the set really is all background"),
+                           ("--max-dropped", "to train without what was dropped")):
+            if flag in str(e):   # a flag of `fastfeed pack`, which this trainer cannot pass
+                how = (f"\nFastfeedTrainer packs without that option: {when}, pack it yourself (`fastfeed pack {root} "
+                       f"-o train.ff {flag}{' SHARE' if flag == '--max-dropped' else ''}`) and set FASTFEED_STORE=train.ff")
+                break
         raise ValueError(f"fastfeed cannot pack the train split {images}: {e}{how}") from None
 
 
