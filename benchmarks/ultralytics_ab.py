@@ -3,6 +3,7 @@
     python benchmarks/ultralytics_ab.py [--task detect|segment|pose|obb] [--data shapes|coco128] [--imgsz 160] [--epochs 30]
                                         [--batch 16] [--seeds 0 1] [--contender ultralytics --contender cpu ...] [--json F]
                                         [--weights PRETRAINED.pt] [--classes 0 ...] [--close-mosaic N] [--no-augment]
+                                        [--set copy_paste=0.5 --set copy_paste_mode=mixup ...]
 
 Everything but the train loader is the same: Ultralytics 8.4's DetectionTrainer, `yolov8n.yaml` from
 scratch, data, epochs, batch, seed, device, and Ultralytics' own validation (the final mAP50 and
@@ -166,7 +167,7 @@ def run_one(contender: str, data: str, seed: int, args) -> dict:
                           project=args.project, name=f"{contender}-s{seed}", exist_ok=True, verbose=False,
                           **({"classes": args.classes} if args.classes else {}),
                           **({"close_mosaic": args.close_mosaic} if args.close_mosaic is not None else {}),
-                          **(AUGMENT_OFF if args.no_augment else {}))
+                          **(AUGMENT_OFF if args.no_augment else {}), **dict(map(_setting, args.set or [])))
     wall = time.perf_counter() - t0
     second = {}
     if args.task in SECOND_MAPS:
@@ -175,6 +176,17 @@ def run_one(contender: str, data: str, seed: int, args) -> dict:
     return second | {"contender": contender, "seed": seed, "map50": float(metrics.box.map50), "map": float(metrics.box.map),
             "images_s": clock["images"] / clock["train"], "wait_share": clock["wait"] / clock["train"],
             "wait_s": clock["wait"], "step_s": clock["step"], "train_s": clock["train"], "wall_s": wall, "batches": clock["batches"]}
+
+
+def _setting(text: str) -> tuple[str, object]:
+    """`--set KEY=VALUE` as Ultralytics' train() takes it: an int or a float when the value reads as one."""
+    key, _, value = text.partition("=")
+    for kind in (int, float):
+        try:
+            return key, kind(value)
+        except ValueError:
+            pass
+    return key, value
 
 
 # --- driver --------------------------------------------------------------------------------------
@@ -218,6 +230,8 @@ def main() -> int:
                     "classes=, honoured by fastfeed's trainers)")
     ap.add_argument("--close-mosaic", type=int, help="Ultralytics' close_mosaic (its default: the last 10 epochs)")
     ap.add_argument("--no-augment", action="store_true", help="mosaic, shift, zoom, flips and HSV off on both sides")
+    ap.add_argument("--set", action="append", metavar="KEY=VALUE", help="a training argument for every contender "
+                    "(repeatable), e.g. --set copy_paste=0.5: the recipe both loaders are asked to honour")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--run", nargs=3, metavar=("CONTENDER", "DATA_YAML", "SEED"), help=argparse.SUPPRESS)
     ap.add_argument("--project", default=None, help=argparse.SUPPRESS)
@@ -250,6 +264,7 @@ def main() -> int:
                 cmd += ["--classes", *map(str, args.classes)] if args.classes else []
                 cmd += ["--close-mosaic", str(args.close_mosaic)] if args.close_mosaic is not None else []
                 cmd += ["--no-augment"] if args.no_augment else []
+                cmd += [f"--set={x}" for x in args.set or []]
                 out = subprocess.run(cmd, capture_output=True, text=True, env=env)
                 lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
                 if out.returncode != 0 or not lines:
