@@ -74,9 +74,13 @@ class BatchFeed(ABC):
     beyond being an iterable of `Batch`es with a `len()`: `rank` (a device augmentation's draws are keyed by it),
     `on_device` (its batches are already on `cfg.device`: nothing to move), `device_hyp` (the gains whose HSV jitter
     and flip it leaves to the device, else None), `cfg` (`hyp`, `augment`, `device`) and `set_epoch(epoch, start)`
-    (a `start` > 0 skips batches without building them). Any other iterable of batches declares none of these."""
+    (a `start` > 0 skips batches without building them; `epoch` and `start` say what was set last: its next
+    iteration), `state_dict(epoch=None, batches=None)` / `load_state_dict(state)` (its position: by default after
+    the last batch its iterator yielded). Any other iterable of batches declares none of these."""
 
     rank: int = 0
+    epoch: int = 0
+    start: int = 0
     #: True for a loader whose batches are already on `cfg.device`, images float in [0,1] (it does what the
     #: DevicePrefetcher does itself): iterate it directly. False: uint8 host batches, for a DevicePrefetcher.
     on_device: bool = False
@@ -88,3 +92,9 @@ class BatchFeed(ABC):
 
     @abstractmethod
     def set_epoch(self, epoch: int, start: int = 0) -> None: ...
+
+    @abstractmethod
+    def state_dict(self, epoch: int | None = None, batches: int | None = None) -> dict: ...
+
+    @abstractmethod
+    def load_state_dict(self, state: dict) -> str: ...

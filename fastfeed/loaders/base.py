@@ -185,8 +185,9 @@ class Loader(BatchFeed):
     `set_epoch(epoch, start)`, `task` (what its batches carry: detect, segment, pose, obb; `batch_task`), `state_dict()` / `load_state_dict()` (the position
     and what makes the batches: position.py), iteration (each `Batch` with its record `indices`), `close()`, `device_hyp`
     (augmentation left for the device to do) and `on_device` (batches that are already on the device: no
-    prefetcher needed). A subclass calls `Loader.__init__`, which also refuses a config that would give
-    empty epochs. `store` is anything with the `fastfeed.store.RecordSource` protocol (a `Store`).
+    prefetcher needed). `handed`: the batches of `epoch` its iterator has yielded (`start` before the first), the
+    position `state_dict()` saves. A subclass calls `Loader.__init__`, which also refuses a config that would give
+    empty epochs, and implements `iter_batches()` (the batches of `epoch` from `start`; `__iter__` counts them). `store` is anything with the `fastfeed.store.RecordSource` protocol (a `Store`).
     """
 
     #: The store tasks whose geometry this loader carries into its batches; any other is an UnsupportedTask.
@@ -199,7 +200,7 @@ class Loader(BatchFeed):
         cfg = cfg.for_store(store, prefetcher_augments=not self.on_device)
         self.store, self.cfg = store, cfg
         self.rank, self.world_size = cfg.resolved_rank()
-        self.epoch = self.start = 0
+        self.epoch = self.start = self.handed = 0
         check_epoch(store, cfg)
         self.order = order if order is not None else default_order(store, cfg, self.rank, self.world_size)
         if (self.order.rank, self.order.world_size) != (self.rank, self.world_size):
@@ -209,7 +210,23 @@ class Loader(BatchFeed):
             raise ValueError(f"the order {self.order.describe()} gives no batches per epoch")
 
     @abstractmethod
-    def __iter__(self) -> Iterator[Batch]: ...
+    def iter_batches(self) -> Iterator[Batch]:
+        """The batches of `epoch` from batch `start` on (the subclass's work; `__iter__` counts what it yields)."""
+
+    def __iter__(self) -> Iterator[Batch]:
+        it = self.iter_batches()   # called now: a loader that cannot iterate says so at iter()
+        self.handed = self.start
+        return self._counted(it)
+
+    def _counted(self, it: Iterator[Batch]) -> Iterator[Batch]:
+        try:
+            for batch in it:
+                self.handed += 1   # before the yield: once yielded, the batch is the consumer's
+                yield batch
+        finally:
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
 
     def __len__(self) -> int:
         """Batches per epoch for this rank."""
@@ -222,14 +239,15 @@ class Loader(BatchFeed):
         if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= len(self):
             raise ValueError(f"start must be a batch index in 0..{len(self)}, got {start!r}")
         self.epoch, self.start = int(epoch), start
+        self.handed = start
 
     def state_dict(self, epoch: int | None = None, batches: int | None = None) -> dict:
-        """The position (`batches` consumed into `epoch` on every rank: by default the last `set_epoch`) and what
-        makes the batches (the order's identity, world size, batch size, seed, workers, partner buffer, imgsz):
-        plain values, for a checkpoint (position.py)."""
+        """The position (`batches` consumed into `epoch` on every rank: by default those its iterator has yielded,
+        `handed`; a caller that knows better passes them) and what makes the batches (the order's identity, world
+        size, batch size, seed, workers, partner buffer, imgsz): plain values, for a checkpoint (position.py)."""
         from .position import state_of
 
-        return state_of(self, self.epoch if epoch is None else int(epoch), self.start if batches is None else int(batches))
+        return state_of(self, self.epoch if epoch is None else int(epoch), self.handed if batches is None else int(batches))
 
     def load_state_dict(self, state: dict) -> str:
         """Continue where `state` (a `state_dict()`, maybe of another topology) left off: the exact continuation when

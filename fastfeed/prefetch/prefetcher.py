@@ -72,6 +72,7 @@ class DevicePrefetcher:
         self._active = None                   # weakref to the running iteration's generator
         self._warned_pageable = False
         self._epoch = self._start = self._k = 0   # the augmentation's draws are keyed by (epoch, rank, batch)
+        self._handed: int | None = None   # batches of `_epoch` handed to the step; None: as the loader was positioned
 
     # --- the loader's interface -------------------------------------------------------------------
 
@@ -88,14 +89,48 @@ class DevicePrefetcher:
             if start:
                 raise ValueError("start > 0 needs a fastfeed Loader (it skips batches without building them)")
             self.loader.set_epoch(epoch)
-        self._epoch, self._start = int(epoch), int(start)
+        self._epoch, self._start, self._handed = int(epoch), int(start), None
+
+    def state_dict(self) -> dict:
+        """The loader's state at the position after the last batch handed to the step: the loader's own count
+        (`Loader.state_dict()`) less the batches prepared ahead. Position the loader through this prefetcher
+        (`set_epoch`, `load_state_dict`) while it holds an unfinished iteration."""
+        loader = self._keeps_position()
+        if self._handed is None:   # nothing handed out since the loader was positioned: its own position
+            return loader.state_dict()
+        return loader.state_dict(self._epoch, self._handed)
+
+    def load_state_dict(self, state: dict) -> str:
+        """Continue where `state` (a `state_dict()`) left off: `Loader.load_state_dict`, whose line it returns; the
+        device augmentation draws from that batch on."""
+        self._stop_active()
+        loader = self._keeps_position()
+        line = loader.load_state_dict(state)
+        self._epoch, self._start, self._handed = loader.epoch, loader.start, None
+        return line
+
+    def _keeps_position(self) -> BatchFeed:
+        if not isinstance(self.loader, BatchFeed):
+            raise TypeError(f"a {type(self.loader).__name__} keeps no position: only a fastfeed Loader (a BatchFeed) "
+                            "has state_dict() and load_state_dict()")
+        return self.loader
 
     def __iter__(self):
         self._stop_active()
-        self._k = self._start
-        it = drivers.threaded(self) if self.thread else drivers.inline(self)
+        if isinstance(self.loader, BatchFeed):   # where the loader stands, however it was positioned
+            self._epoch, self._start = self.loader.epoch, self.loader.start
+        self._k = self._handed = self._start
+        it = self._counted(drivers.threaded(self) if self.thread else drivers.inline(self))
         self._active = weakref.ref(it)   # weak: a consumer that breaks out and drops it stops it at once
         return it
+
+    def _counted(self, it):
+        try:
+            for batch in it:
+                self._handed += 1
+                yield batch
+        finally:
+            it.close()
 
     def close(self) -> None:
         """Stop the running iteration (its thread joined, pending copies finished); idempotent."""

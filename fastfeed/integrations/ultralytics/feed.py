@@ -78,7 +78,6 @@ class FastfeedTrainLoader:
         self.info = read_records(store, image_dir)
         self.class_filter = class_filter or ClassFilter()
         self.epoch = 0
-        self.position = 0          # batches of `epoch` handed out so far (a mid-epoch checkpoint's position)
         self._start: tuple[int, int] | None = None   # (epoch, batch): a resumed epoch starts there
         self._resumed: dict | None = None             # the loader state resumed from, until its epoch begins
         self.mosaic_closed = False
@@ -103,6 +102,11 @@ class FastfeedTrainLoader:
         """The batches are on the trainer's device already, finished (the device loader)."""
         return bool(self.loader.on_device)
 
+    @property
+    def position(self) -> int:
+        """Batches of `epoch` handed out so far (a mid-epoch checkpoint's position): the loader's own count."""
+        return self.loader.handed
+
     def __iter__(self):
         return self._batches()   # a generator: nothing runs until the first batch is asked for
 
@@ -111,8 +115,8 @@ class FastfeedTrainLoader:
         uninterrupted run trains from there; those before it are neither built nor trained)."""
         self._start = (int(epoch), int(batch))
 
-    def state_dict(self, epoch: int, batches: int) -> dict:
-        """The loader's state (`Loader.state_dict`): `batches` of `epoch` consumed on every rank."""
+    def state_dict(self, epoch: int | None = None, batches: int | None = None) -> dict:
+        """The loader's state (`Loader.state_dict`): by default after the batches it has handed out."""
         return self.loader.state_dict(epoch, batches)
 
     def resume_from(self, state: dict) -> str:
@@ -133,7 +137,6 @@ class FastfeedTrainLoader:
         clock = self.clock = FeedClock.started()
         asked = clock.start
         loader.set_epoch(epoch, start)
-        self.position = start
         for batch in loader:   # im_file, ori_shape...: of the records the batch says it holds, in its order
             images, targets, indices = batch.images, batch.targets, getattr(batch, "indices", None)
             if indices is None or len(indices) != len(images):
@@ -143,7 +146,6 @@ class FastfeedTrainLoader:
             out = collate(images, targets, indices.tolist(), self.info, self.class_filter, batch.extras(),
                           self.cfg.overlap_mask)
             clock.batch(perf_counter() - asked, len(images))
-            self.position += 1
             yield out
             asked = clock.resumed()
             self._wait_copy()    # the next request lets the loader reuse this batch's buffer

@@ -128,7 +128,7 @@ class StoppableMixin:
 
     def _ff_position(self, why: str, epoch_end: bool) -> dict:
         feed = self.train_loader
-        epoch, batches = (self.epoch + 1, 0) if epoch_end else (self.epoch, feed.position)
+        epoch, batches = (self.epoch + 1, 0) if epoch_end else (self.epoch, feed.position)   # the loader's count
         return {"epoch": epoch, "batches": batches, "batch_size": feed.batch_size, "world_size": feed.world_size,
                 "loader": feed.state_dict(epoch, batches),
                 "stopped_by": self._ff_signals.reason() if why == "signal" else None, "why": why,
