@@ -278,3 +278,11 @@ def test_a_state_saved_before_the_gains_were_kept_takes_them_as_unchanged():
     old = {k: v for k, v in state.items() if k not in ("hyp", "close_mosaic", "epochs", "task")}
     _, line = resumed(old, 64, 2, hyp=AugmentHyp(mosaic=0.5), close_mosaic=3, epochs=5)
     assert line.endswith("the batches an uninterrupted run trains next")
+
+
+def test_the_device_augmentation_takes_the_loaders_seed():
+    from fastfeed.prefetch import DevicePrefetcher
+
+    ld = loaders(64, 1, device_augment=True, seed=7)[0]
+    assert DevicePrefetcher(ld, "cpu").augment.seed == 7
+    assert DevicePrefetcher(ld, "cpu", seed=3).augment.seed == 3   # a seed given still wins

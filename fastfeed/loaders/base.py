@@ -58,6 +58,7 @@ class LoaderConfig:
     seed: int = 0
     rank: int | None = None          # None: from torch.distributed when initialised, else 0
     world_size: int | None = None
+    local_world_size: int | None = None   # the ranks on this node (torchrun's LOCAL_WORLD_SIZE); None: 1
     shuffle: bool = True
     drop_last: bool = True
     epochs: int | None = None        # with close_mosaic: when to switch mosaic off
@@ -86,6 +87,8 @@ class LoaderConfig:
         need(isinstance(self.batches_ahead, int) and self.batches_ahead >= 1, "batches_ahead", "must be >= 1")
         need(self.world_size is None or (isinstance(self.world_size, int) and self.world_size >= 1),
              "world_size", "must be >= 1")
+        need(self.local_world_size is None or (isinstance(self.local_world_size, int) and self.local_world_size >= 1),
+             "local_world_size", "must be >= 1 (the ranks on this node)")
         need(self.rank is None or (isinstance(self.rank, int) and 0 <= self.rank < (self.world_size or 1)),
              "rank", f"must be in 0..world_size-1 (world_size {self.world_size})")
         need(isinstance(self.close_mosaic, int) and self.close_mosaic >= 0, "close_mosaic", "must be >= 0")

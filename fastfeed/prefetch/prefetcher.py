@@ -29,7 +29,7 @@ class DevicePrefetcher:
     request. `depth`: batches prepared ahead of the one in use. `device_augment`: None follows what a
     fastfeed `Loader` leaves to the device (`loader.device_hyp`: HSV jitter and flip), True forces that
     with `loader.cfg.hyp`'s gains, or a `DeviceAugment`; `seed` seeds it (with the epoch and the
-    loader's rank). Any iterable of batches works; only a fastfeed loader (a `BatchFeed`) declares augmentation and a rank. `thread`: run the
+    loader's rank; None: a fastfeed loader's own `cfg.seed`, else 0). Any iterable of batches works; only a fastfeed loader (a `BatchFeed`) declares augmentation and a rank. `thread`: run the
     loader in a background thread (default: on cpu only). `channels_last`: images in the device's channels-last
     layout (`fastfeed.devices.to_channels_last`: NHWC strides, NC1HWC0 on an Ascend NPU). `ops`: internal seam
     for tests (a fake stream API). Closing stops any background work; the loader stays open (it is the caller's).
@@ -37,7 +37,7 @@ class DevicePrefetcher:
 
     def __init__(self, loader, device: str | torch.device = "cuda", depth: int = 2,
                  dtype: torch.dtype = torch.float32, device_augment: bool | DeviceAugment | None = None,
-                 seed: int = 0, thread: bool | None = None, *, channels_last: bool = False, ops=None):
+                 seed: int | None = None, thread: bool | None = None, *, channels_last: bool = False, ops=None):
         if isinstance(loader, BatchFeed) and loader.on_device:
             raise ValueError(f"the {type(loader).__name__} already yields batches on {loader.cfg.device}: iterate it "
                              "directly, without a DevicePrefetcher")
@@ -51,6 +51,8 @@ class DevicePrefetcher:
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(map(str, DTYPES))}, got {dtype!r}")
         self.depth, self.dtype, self.channels_last = depth, dtype, bool(channels_last)
+        if seed is None:
+            seed = loader.cfg.seed if isinstance(loader, BatchFeed) else 0
         self.augment = resolve_augment(loader, device_augment, seed)
         self._rank = loader.rank if isinstance(loader, BatchFeed) else 0
         self.accelerated = ops is not None or kind != "cpu"

@@ -22,6 +22,7 @@ from ultralytics.utils.torch_utils import torch_distributed_zero_first
 
 from ...loaders import LoaderConfig
 from ...store.options import StoreOptions
+from ...train import distributed
 from .args import augment_hyp, describe, loader_name, loader_workers, log, task_fields, warn_unsupported
 from .batches import ClassFilter, read_records
 from .device import NAME as DEVICE_LOADER
@@ -110,7 +111,8 @@ class FastfeedMixin(StoppableMixin):
                            shuffle=True, drop_last=bool(self.args.compile), epochs=int(self.epochs),
                            close_mosaic=int(self.args.close_mosaic), hyp=hyp,
                            device=str(self.device) if self.device.type in ("cuda", "npu") else "cpu",
-                           pin_memory=self.device.type == "cuda", **task_fields(self.args, self.fastfeed_task))
+                           pin_memory=self.device.type == "cuda", local_world_size=distributed.local_world_size(),
+                           **task_fields(self.args, self.fastfeed_task))
         ref = weakref.ref(self)
         image_dir = Path(dataset_path) if isinstance(dataset_path, (str, os.PathLike)) else None
         feed = FastfeedTrainLoader(name, store, cfg, epoch_of=lambda: getattr(ref(), "epoch", 0), options=options,
