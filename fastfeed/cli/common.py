@@ -78,6 +78,8 @@ def store_path(text: str):
 
 def add_remote_args(p) -> None:
     """Flags for stores and datasets in object storage (s3://, gs://, az://, any fsspec URL)."""
+    from ..store.objstore import BACKOFF_S, RETRIES, backoff_s
+
     g = p.add_argument_group("object storage (a URL instead of a folder)")
     g.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
                    help="an fsspec storage option, repeatable (VALUE as JSON when it parses: anon=true, "
@@ -92,19 +94,29 @@ def add_remote_args(p) -> None:
     g.add_argument("--read-ahead-shards", metavar="N", type=int,
                    help="the shard read-ahead: most shards downloaded ahead of the ones being read (default "
                         "$FASTFEED_READ_AHEAD_SHARDS, else as many as the link needs, within a share of the shard cache)")
+    g.add_argument("--store-retries", metavar="N", type=int,
+                   help=f"tries of one read from object storage, the first included (default {RETRIES}: about "
+                        f"{backoff_s(RETRIES):.0f} s of backoff). Each retry waits up to {BACKOFF_S[1]:.0f} s plus its "
+                        "own connection timeout, and a loader worker that gives no batch for the loaders' timeout "
+                        "(300 s) counts as hung: keep the retries' waits well under it (20 tries: about "
+                        f"{backoff_s(20):.0f} s of backoff)")
 
 
 def store_options(args):
-    """The object-storage flags as the `StoreOptions` every Store of this command is opened with (they travel into
-    its workers with the Store; the environment is left as it was). ValueError for a bad flag."""
+    """The object-storage flags over the `FASTFEED_*` variables (read here, once: `StoreOptions.from_env`) as the
+    `StoreOptions` every Store of this command is opened with (they travel into its workers with the Store; the
+    environment is left as it was). ValueError for a bad flag or variable."""
+    import os
+
     from ..store.objstore import parse_option
     from ..store.options import StoreOptions
     from ..store.remote.sizes import default_dir, parse_size
 
     opts = dict(parse_option(o) for o in getattr(args, "storage_option", None) or [])
-    cache_dir = getattr(args, "shard_cache", None) or None
-    limit = getattr(args, "shard_cache_limit", None) or None
-    if limit is not None:
-        parse_size(limit, cache_dir or default_dir())   # refused here, not in a worker
-    return StoreOptions(cache_dir=cache_dir, cache_limit=limit, read_ahead=getattr(args, "read_ahead_shards", None),
-                        storage_options=opts)
+    options = StoreOptions.from_env(os.environ, cache_dir=getattr(args, "shard_cache", None) or None,
+                                    cache_limit=getattr(args, "shard_cache_limit", None) or None, storage_options=opts,
+                                    read_ahead=getattr(args, "read_ahead_shards", None),
+                                    retries=getattr(args, "store_retries", None))
+    if options.cache_limit is not None:
+        parse_size(options.cache_limit, options.cache_dir or default_dir())   # refused here, not in a worker
+    return options

@@ -60,7 +60,8 @@ class FastfeedMixin(StoppableMixin):
     `resume=True` continues from the next batch; FASTFEED_SAVE_EVERY_MIN=N writes one every N minutes
     (resume.py).
     `store_options` (a `StoreOptions`: cache dir, cache limit, read-ahead, storage options) says how a store at
-    a URL (FASTFEED_STORE=s3://...) is read; None, or a field left None, takes the environment's default.
+    a URL (FASTFEED_STORE=s3://...) is read; None, or a field left None, takes the environment's (resolved here, at
+    the door: `StoreOptions.from_env`), else the built-in default.
     Ultralytics builds the trainer from its class, so give them on one: `FastfeedTrainer.with_store_options(...)`."""
 
     store_options: StoreOptions | None = None
@@ -88,7 +89,8 @@ class FastfeedMixin(StoppableMixin):
         if self._ff_store is None:
             with torch_distributed_zero_first(rank):
                 self._ff_store = prepare_store(dataset_path, progress=RANK in (-1, 0), names=self.data.get("names"),
-                                               options=self.store_options, task=self.fastfeed_task,
+                                               options=StoreOptions.from_env(os.environ, self.store_options),
+                                               task=self.fastfeed_task,
                                                data_yaml=self.data.get("yaml_file"))
             check_task(self._ff_store, self.fastfeed_task, self.data, type(self).__name__)
             check_boxes(self._ff_store)
