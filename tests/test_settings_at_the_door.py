@@ -86,3 +86,26 @@ def test_the_cli_resolves_flags_over_the_environment(monkeypatch):
     with pytest.raises(ValueError, match="retries must be"):
         store_options(p.parse_args(["--store-retries", "0"]))
     assert "300 s" in p.format_help()   # the help says how the budget relates to the loaders' hung-worker timeout
+
+
+def test_both_shard_providers_implement_the_written_protocol(tmp_path_factory):
+    """`source.ShardProvider` is what a Store reads through; the Store passes its members on (`PASSED`), and
+    verify reads them from the Store, never from `store.provider`."""
+    from train_helpers import packed_sample
+
+    from fastfeed import Store
+    from fastfeed.store.remote.shards import RemoteShards
+    from fastfeed.store.source import PASSED, RecordSource, ShardProvider
+
+    store = Store(packed_sample(tmp_path_factory))
+    assert isinstance(store.provider, ShardProvider) and isinstance(store, RecordSource)
+    assert (store.remote, store.cache, store.cache_limit, store.read_ahead, store.read_ahead_given) == (
+        False, None, None, None, False)
+    assert store.follower() is None and store.missing() == [] and store.check_source(0) is None
+    assert store.shard_entries(0) == store.shards[0].count and store.stored_bytes() > 0
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        store.nothing   # noqa: B018
+    set_in_init = RemoteShards.__init__.__code__.co_names   # a URL's needs a bucket: its members, by name
+    assert not [m for m in (*PASSED, "record", "location", "close") if not hasattr(RemoteShards, m)
+                and m not in set_in_init]
+    assert "store.provider" not in (PACKAGE / "store" / "verify.py").read_text(encoding="utf-8")

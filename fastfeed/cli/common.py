@@ -12,9 +12,30 @@ from ..preempt import EXIT_PREEMPTED  # noqa: F401  (75: stopped by a signal, ch
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
-def fail(message: str, code: int = EXIT_FAIL) -> int:
+def fail(message: str | Exception, code: int = EXIT_FAIL) -> int:
+    """Say `message` (an error: its message) on one line; returns `code`. A folder the store said is no store is
+    named as the dataset `fastfeed pack` reads in it, if it is one (pack/layout: the store knows no datasets)."""
+    from ..store.not_store import NotAStore
+
+    if isinstance(message, NotAStore) and message.path.is_dir():
+        message = _dataset_instead(message.path) or message
     print(f"fastfeed: error: {message}", file=sys.stderr)
     return code
+
+
+def _dataset_instead(path) -> str | None:
+    from ..pack.layout import TwoLayouts, detect_format
+
+    name = path.resolve().name or "data"
+    try:
+        kind = detect_format(path).upper()
+    except TwoLayouts:
+        return (f"{path} is a dataset folder with both a COCO JSON and YOLO labels, not a fastfeed store: pack it "
+                f"with `fastfeed pack {path} -o {name}.ff --format coco` (or `--format yolo`), then pass the .ff folder")
+    except Exception:   # noqa: BLE001 - not a layout pack knows (or an unreadable folder): no dataset either
+        return None
+    return f"{path} is a {kind} dataset, not a fastfeed store: pack it with `fastfeed pack {path} -o {name}.ff`, then " \
+           "pass the .ff folder"
 
 
 def default(cls, name: str):

@@ -25,9 +25,9 @@ class LocalShards:
     """A folder's manifest and shards. Every shard is mapped on the first read in a process (each checked against the
     manifest's size first); a pack swapped in after that is refused (open the store again)."""
 
-    remote = False          # reads are local
-    cache_limit = None      # every shard is here: nothing to hold in a cache
-    read_ahead = None   # nor to download ahead
+    remote = False          # reads are local (`source.ShardProvider`)
+    cache = cache_limit = None   # every shard is here: nothing to hold in a cache
+    read_ahead, read_ahead_given = None, False   # nor to download ahead
 
     def __init__(self, path):
         self.path = Path(path)
@@ -35,8 +35,8 @@ class LocalShards:
         if not (self.path / fmt.MANIFEST).is_file() and (pid := publish.pack_in_progress(self.path)) is not None:
             raise fmt.FormatError(f"{self.path} is being packed right now (fastfeed pack, pid {pid}): wait for the "
                                   "pack to finish, then open it")
-        if not (self.path / fmt.MANIFEST).is_file() and (error := not_a_store(self.path)) is not None:
-            raise error   # missing, a file, a data.yaml, a dataset folder: each named, with what to do
+        if not (self.path / fmt.MANIFEST).is_file():
+            raise not_a_store(self.path)   # missing, a file, a data.yaml, a folder: each named, with what to do
         manifest_path = self.path / fmt.MANIFEST
         self.manifest = fmt.read_manifest(manifest_path)
         self._identity = _identity(manifest_path)
@@ -134,12 +134,13 @@ class LocalShards:
         except lmdb.Error as e:
             raise lmdb_failed(e, self.shard_url(shard)) from None
 
+    def follower(self) -> None:
+        return None   # nothing to download
+
     def missing(self) -> list:
-        """The shards whose file is not there."""
         return [s for s in self.shards if not (self.path / s.file).is_file()]
 
     def check_source(self, shard: int) -> str | None:
-        """How the shard's file differs from the manifest's checksum (None: it does not, or no checksum)."""
         s = self.shards[shard]
         if s.sha256 and (digest := sha256_file(self.path / s.file)) != s.sha256:
             return f"sha256 {digest[:16]}..., the manifest says {s.sha256[:16]}...: the shard changed"

@@ -79,3 +79,55 @@ class RecordSource(Protocol):
 
     @property
     def category_ids(self) -> list[int]: ...
+
+
+@runtime_checkable
+class ShardProvider(Protocol):
+    """What a `Store` reads through: a folder's shards (`local.LocalShards`) or a URL's, downloaded into the node's
+    shard cache (`remote.shards.RemoteShards`). A `Store` passes the members named in `PASSED` on as its own."""
+
+    path: object                 # where it is (a folder, or the URL as shown)
+    manifest: Manifest
+    remote: bool                 # whether reads download shards
+    cache: object                # the node's `ShardCache` (None: every shard is local)
+    cache_limit: int | None      # bytes of its shards the cache holds (None: every shard is local)
+    read_ahead: int | None       # most shards downloaded ahead (None: nothing is downloaded)
+    read_ahead_given: bool       # whether `read_ahead` was asked for (StoreOptions) rather than sized
+
+    @property
+    def location(self) -> object:
+        """What `Store(...)` opens it again from."""
+
+    def record(self, index: int, shard: int, check_crc: bool) -> Record:
+        """Record `index`, in shard number `shard`."""
+
+    def shard_url(self, shard: int) -> str:
+        """Where shard `shard` is (a file path; a URL for a store in object storage)."""
+
+    def fetch(self, shard: int, wait: bool = True) -> bool:
+        """Make shard `shard` readable here: a local one is; one at a URL is downloaded (without `wait`: False when
+        another process is downloading it or there is no room now)."""
+
+    def shard_entries(self, shard: int) -> int:
+        """Records LMDB holds in shard `shard` (verify compares it with the manifest)."""
+
+    def missing(self) -> list:
+        """The shards (`ShardInfo`) whose file is not there."""
+
+    def check_source(self, shard: int) -> str | None:
+        """How shard `shard` at its source differs from the manifest's checksum (None: it does not); a URL's is
+        downloaded afresh, replacing the cached copy (`ShardDamaged` when the bucket's copy is damaged)."""
+
+    def stored_bytes(self) -> int:
+        """Bytes its shards take where they are stored."""
+
+    def follower(self):
+        """What one order tells the shards it needs now and next (`want(now, upcoming)`), or None when they are all
+        here."""
+
+    def close(self) -> None:
+        """Release this process's handles (maps, lock files); reads reopen them."""
+
+
+PASSED = ("remote", "cache", "cache_limit", "read_ahead", "read_ahead_given", "shard_url", "fetch", "shard_entries",
+          "missing", "check_source", "stored_bytes", "follower")
