@@ -98,3 +98,15 @@ class BatchFeed(ABC):
 
     @abstractmethod
     def load_state_dict(self, state: dict) -> str: ...
+
+
+def counted(it, owner, attr: str):
+    """`it`'s items, `owner.<attr>` counting each as it is handed out (before the yield: it is the consumer's
+    then); closing this closes `it`."""
+    try:
+        for item in it:
+            setattr(owner, attr, getattr(owner, attr) + 1)
+            yield item
+    finally:
+        if hasattr(it, "close"):
+            it.close()

@@ -11,7 +11,7 @@ import torch
 
 from ..augment.hyp import AugmentHyp
 from ..augment.masks import MASK_RULES
-from ..batch import Batch, BatchFeed
+from ..batch import Batch, BatchFeed, counted
 from ..devices import has_cuda, parse_device, resolve_device
 from ..imgsz import check_imgsz
 from ..procs import usable_cores
@@ -219,17 +219,7 @@ class Loader(BatchFeed):
     def __iter__(self) -> Iterator[Batch]:
         it = self.iter_batches()   # called now: a loader that cannot iterate says so at iter()
         self.handed = self.start
-        return self._counted(it)
-
-    def _counted(self, it: Iterator[Batch]) -> Iterator[Batch]:
-        try:
-            for batch in it:
-                self.handed += 1   # before the yield: once yielded, the batch is the consumer's
-                yield batch
-        finally:
-            close = getattr(it, "close", None)
-            if close is not None:
-                close()
+        return counted(it, self, "handed")
 
     def __len__(self) -> int:
         """Batches per epoch for this rank."""

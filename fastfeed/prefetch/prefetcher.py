@@ -8,7 +8,7 @@ import weakref
 
 import torch
 
-from ..batch import Batch, BatchFeed
+from ..batch import Batch, BatchFeed, counted
 from ..device_augment import DeviceAugment
 from ..devices import accelerator_module, parse_device, resolve_device, to_channels_last
 from . import drivers
@@ -94,24 +94,18 @@ class DevicePrefetcher:
         self._epoch, self._start, self._handed = int(epoch), int(start), None
 
     def state_dict(self) -> dict:
-        """The loader's state at the position after the last batch handed to the step: the loader's own count
-        (`Loader.state_dict()`) less the batches prepared ahead. Position the loader through this prefetcher
-        (`set_epoch`, `load_state_dict`) while it holds an unfinished iteration."""
-        loader = self._keeps_position()
-        if self._handed is None:   # nothing handed out since the loader was positioned: its own position
-            return loader.state_dict()
-        return loader.state_dict(self._epoch, self._handed)
+        """Its loader's state after the last batch handed to the step (`Loader.state_dict()` less the batches
+        prepared ahead); position the loader through this prefetcher (set_epoch, load_state_dict)."""
+        loader = self._feed()
+        return loader.state_dict() if self._handed is None else loader.state_dict(self._epoch, self._handed)
 
     def load_state_dict(self, state: dict) -> str:
-        """Continue where `state` (a `state_dict()`) left off: `Loader.load_state_dict`, whose line it returns; the
-        device augmentation draws from that batch on."""
+        """`Loader.load_state_dict(state)`, whose line it returns."""
         self._stop_active()
-        loader = self._keeps_position()
-        line = loader.load_state_dict(state)
-        self._epoch, self._start, self._handed = loader.epoch, loader.start, None
-        return line
+        self._handed = None
+        return self._feed().load_state_dict(state)
 
-    def _keeps_position(self) -> BatchFeed:
+    def _feed(self) -> BatchFeed:
         if not isinstance(self.loader, BatchFeed):
             raise TypeError(f"a {type(self.loader).__name__} keeps no position: only a fastfeed Loader (a BatchFeed) "
                             "has state_dict() and load_state_dict()")
@@ -122,17 +116,9 @@ class DevicePrefetcher:
         if isinstance(self.loader, BatchFeed):   # where the loader stands, however it was positioned
             self._epoch, self._start = self.loader.epoch, self.loader.start
         self._k = self._handed = self._start
-        it = self._counted(drivers.threaded(self) if self.thread else drivers.inline(self))
+        it = counted(drivers.threaded(self) if self.thread else drivers.inline(self), self, "_handed")
         self._active = weakref.ref(it)   # weak: a consumer that breaks out and drops it stops it at once
         return it
-
-    def _counted(self, it):
-        try:
-            for batch in it:
-                self._handed += 1
-                yield batch
-        finally:
-            it.close()
 
     def close(self) -> None:
         """Stop the running iteration (its thread joined, pending copies finished); idempotent."""

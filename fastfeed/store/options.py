@@ -67,13 +67,10 @@ class StoreOptions:
             found["cache_limit"] = env[LIMIT_ENV]
         name = READ_AHEAD_ENV if READ_AHEAD_ENV in env else OLD_READ_AHEAD_ENV
         if opts.read_ahead is None and name in env:
-            try:
-                found["read_ahead"] = int(env[name])
-            except ValueError:
-                raise ValueError(f"{name}={env[name]!r}: give a whole number of shards to download ahead "
-                                 "(or unset it for the default)") from None
-            if found["read_ahead"] < 0:
-                raise ValueError(f"{name}={env[name]!r}: give a whole number of shards >= 0")
+            if not env[name].isdigit():
+                raise ValueError(f"{name}={env[name]!r}: give a whole number of shards >= 0 to download ahead (or "
+                                 "unset it for the default)")
+            found["read_ahead"] = int(env[name])
         if OPTIONS_ENV in env:
             found["storage_options"] = _json_options(env[OPTIONS_ENV]) | opts.storage_options
         return replace(opts, **found)
