@@ -57,17 +57,6 @@ class Batch:
         extra = "".join(f", {k}={tuple(v.shape)}" for k, v in self.extras().items())
         return f"Batch(images={tuple(self.images.shape)}, targets={tuple(self.targets.shape)}, indices=[{n}]{extra})"
 
-    def with_tensors(self, images: torch.Tensor, targets: torch.Tensor, **extras: torch.Tensor) -> Batch:
-        """The same samples (indices) with new tensors: what a prefetcher hands out after moving a batch. Every
-        extra this batch carries must be given anew (a moved batch never keeps one behind on the host)."""
-        unknown = set(extras) - set(EXTRAS)
-        if unknown:
-            raise ValueError(f"unknown batch extras {sorted(unknown)}; a Batch carries {', '.join(EXTRAS)}")
-        missing = set(self.extras()) - set(extras)
-        if missing:
-            raise ValueError(f"with_tensors: the batch carries {sorted(missing)} too; give them anew")
-        return Batch(images, targets, self.indices, **extras)
-
 
 class BatchFeed(ABC):
     """What a fastfeed loader (`loaders.base.Loader`) declares to whoever moves its batches (the DevicePrefetcher),

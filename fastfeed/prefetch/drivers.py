@@ -31,7 +31,7 @@ def inline(pf):
 
     def fetch() -> bool:
         nonlocal last, error
-        pf._release(last)                     # the loader may reuse the last batch's memory from here
+        pf.release_host(last)                     # the loader may reuse the last batch's memory from here
         try:
             batch = next(it, _END)
         except Exception as e:                  # raised once the batches before it are handed out
@@ -51,11 +51,11 @@ def inline(pf):
             item = pending.popleft()
             if more:
                 more = fetch()                  # top up first: `depth` stay in flight while the consumer works
-            yield pf._hand_out(item)
+            yield pf.hand_out(item)
         if error is not None:
             raise error
     finally:
-        pf._release(last)
+        pf.release_host(last)
         _close(it)
 
 
@@ -78,7 +78,7 @@ def threaded(pf):
                 return
             if isinstance(item, _Failure):
                 raise item.error                # the loader's exception, its traceback included
-            yield pf._hand_out(item)
+            yield pf.hand_out(item)
     finally:
         stop.set()
         _drain(q)                               # a producer blocked on put() sees `stop` within _POLL
@@ -104,14 +104,14 @@ def _produce(pf, it, batch, q: queue.Queue, stop: threading.Event) -> None:
             last = pf.produce(batch)
             if not put(last):
                 return
-            pf._release(last)                 # the loader may reuse the last batch's memory from here
+            pf.release_host(last)                 # the loader may reuse the last batch's memory from here
             batch = next(it, _END)
         put(_END)
     except BaseException as e:  # noqa: B036  (everything reaches the consumer, even KeyboardInterrupt)
         put(_Failure(e))
     finally:
         try:
-            pf._release(last)
+            pf.release_host(last)
         finally:
             _close(it)
 

@@ -195,12 +195,13 @@ class DevicePrefetcher:
             ready.record(side)
         return InFlight(out, copied, ready)
 
-    def _release(self, item) -> None:
+    def release_host(self, item) -> None:
         """Block until `item`'s host memory has been read, so the loader may overwrite it."""
         if isinstance(item, InFlight):
             item.copied.synchronize()
 
-    def _hand_out(self, item) -> Batch:
+    def hand_out(self, item) -> Batch:
+        """`item` (what `produce` gave) for the consumer: on an accelerator, usable on its current stream."""
         if not isinstance(item, InFlight):
             return item
         consumer = self.ops.current_stream()
@@ -212,5 +213,5 @@ class DevicePrefetcher:
     def transfer(self, batch) -> Batch:
         """One batch through the same path, without look-ahead; the loader may reuse `batch` on return."""
         item = self.produce(batch)
-        self._release(item)
-        return self._hand_out(item)
+        self.release_host(item)
+        return self.hand_out(item)

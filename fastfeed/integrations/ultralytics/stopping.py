@@ -48,8 +48,8 @@ class StoppableMixin:
     _ff_signals = None
     _ff_timer = None
     _ff_done = (-1, 0)   # (epoch, batches) at the last optimizer step
-    _ff_last_step = -1   # the loop's batch count (epoch x batches per epoch + batch) at the last optimizer step
-    _ff_rhythm = None    # after a mid-epoch resume: the uninterrupted run's step schedule, continued (exact.py)
+    ff_last_step = -1   # the loop's batch count (epoch x batches per epoch + batch) at the last optimizer step
+    ff_rhythm = None    # after a mid-epoch resume: the uninterrupted run's step schedule, continued (exact.py)
 
     def __init__(self, cfg=DEFAULT_CFG, overrides=None, _callbacks=None):
         self._ff_every = save_every_min()   # a bad value fails here, before anything is built
@@ -99,12 +99,12 @@ class StoppableMixin:
     def optimizer_step(self):
         super().optimizer_step()
         self._ff_done = (self.epoch, getattr(self.train_loader, "position", 0))   # where a lost source saves
-        self._ff_last_step = self.epoch * len(self.train_loader) + self._ff_done[1] - 1
+        self.ff_last_step = self.epoch * len(self.train_loader) + self._ff_done[1] - 1
         self._ff_step_boundary(epoch_end=False)
 
     def run_callbacks(self, event: str):
-        if self._ff_rhythm is not None:
-            self._ff_rhythm.on_event(self, event)
+        if self.ff_rhythm is not None:
+            self.ff_rhythm.on_event(self, event)
         super().run_callbacks(event)
         if event == "on_fit_epoch_end":   # every rank, after validation and the epoch's save_model
             self._ff_step_boundary(epoch_end=True)
@@ -198,7 +198,7 @@ class StoppableMixin:
             self._ff_done = (epoch, self.train_loader.loader.start)   # a source lost before the first step keeps it
             log.info(f"fastfeed: {line} ({len(self.train_loader)} batches an epoch)")
         if state is not None and exact:   # the loop counts from 0 again: continue the uninterrupted run's steps
-            self._ff_last_step, self._ff_rhythm = state["last_step"], Rhythm.resumed(self, state, epoch, batches)
+            self.ff_last_step, self.ff_rhythm = state["last_step"], Rhythm.resumed(self, state, epoch, batches)
 
 
 class StoppableTrainer(StoppableMixin, DetectionTrainer):

@@ -133,8 +133,8 @@ class FastfeedMixin(StoppableMixin):
 
     def preprocess_batch(self, batch: dict) -> dict:
         feed = getattr(self, "train_loader", None)
-        if self._ff_rhythm is not None:   # after the loop's warmup code, before its optimizer-step check
-            self._ff_rhythm.before_check(self, self.epoch * len(feed) + feed.position - 1)
+        if self.ff_rhythm is not None:   # after the loop's warmup code, before its optimizer-step check
+            self.ff_rhythm.before_check(self, self.epoch * len(feed) + feed.position - 1)
         if isinstance(feed, FastfeedTrainLoader) and feed.on_device:
             return finish_batch(self, batch, feed)   # on the device in the training dtype: nothing to convert
         batch = super().preprocess_batch(batch)     # to the device, /255 there, multi_scale: Ultralytics' own
