@@ -15,7 +15,7 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 def fail(message: str | Exception, code: int = EXIT_FAIL) -> int:
     """Say `message` (an error: its message) on one line; returns `code`. A folder the store said is no store is
     named as the dataset `fastfeed pack` reads in it, if it is one (pack/layout: the store knows no datasets)."""
-    from ..store.not_store import NotAStore
+    from ..store.format import NotAStore
 
     if isinstance(message, NotAStore) and message.path.is_dir():
         message = _dataset_instead(message.path) or message
@@ -26,16 +26,15 @@ def fail(message: str | Exception, code: int = EXIT_FAIL) -> int:
 def _dataset_instead(path) -> str | None:
     from ..pack.layout import TwoLayouts, detect_format
 
-    name = path.resolve().name or "data"
+    pack = f"`fastfeed pack {path} -o {path.resolve().name or 'data'}.ff"
     try:
-        kind = detect_format(path).upper()
+        what = f"a {detect_format(path).upper()} dataset, not a fastfeed store: pack it with {pack}`"
     except TwoLayouts:
-        return (f"{path} is a dataset folder with both a COCO JSON and YOLO labels, not a fastfeed store: pack it "
-                f"with `fastfeed pack {path} -o {name}.ff --format coco` (or `--format yolo`), then pass the .ff folder")
+        what = (f"a dataset folder with both a COCO JSON and YOLO labels, not a fastfeed store: pack it with {pack} "
+                "--format coco` (or `--format yolo`)")
     except Exception:   # noqa: BLE001 - not a layout pack knows (or an unreadable folder): no dataset either
         return None
-    return f"{path} is a {kind} dataset, not a fastfeed store: pack it with `fastfeed pack {path} -o {name}.ff`, then " \
-           "pass the .ff folder"
+    return f"{path} is {what}, then pass the .ff folder"
 
 
 def default(cls, name: str):
@@ -115,12 +114,10 @@ def add_remote_args(p) -> None:
     g.add_argument("--read-ahead-shards", metavar="N", type=int,
                    help="the shard read-ahead: most shards downloaded ahead of the ones being read (default "
                         "$FASTFEED_READ_AHEAD_SHARDS, else as many as the link needs, within a share of the shard cache)")
-    g.add_argument("--store-retries", metavar="N", type=int,
-                   help=f"tries of one read from object storage, the first included (default {RETRIES}: about "
-                        f"{backoff_s(RETRIES):.0f} s of backoff). Each retry waits up to {BACKOFF_S[1]:.0f} s plus its "
-                        "own connection timeout, and a loader worker that gives no batch for the loaders' timeout "
-                        "(300 s) counts as hung: keep the retries' waits well under it (20 tries: about "
-                        f"{backoff_s(20):.0f} s of backoff)")
+    g.add_argument("--store-retries", metavar="N", type=int, help=f"tries of one read from object storage (default "
+                   f"{RETRIES}: {backoff_s(RETRIES):.0f} s of backoff; 20: {backoff_s(20):.0f} s). Each retry waits up to "
+                   f"{BACKOFF_S[1]:.0f} s plus its connection timeout, and a loader worker with no batch for 300 s (the "
+                   "loaders' timeout) counts as hung: keep the retries well under it")
 
 
 def store_options(args):

@@ -1,5 +1,6 @@
 """`LocalShards`: the shards of a store in a local folder, mapped with LMDB (the shard provider `Store` reads a
-folder through; `remote/shards.py` is the one for a URL)."""
+folder through; `remote/shards.py` is the one for a URL); what a path without a manifest is instead (`not_a_store`:
+every command says the same)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,24 @@ from . import changed, publish
 from . import format as fmt
 from .checksum import sha256_file
 from .handles import acquire, lmdb_failed, release
-from .not_store import not_a_store
 from .record import Record, parse_record
+
+_PACK = "create one with `fastfeed pack SRC -o OUT`"
+
+
+def not_a_store(path: Path) -> fmt.NotAStore:
+    """The error for a `path` without a manifest: missing, a file (a data.yaml: pack it), a folder."""
+    if not path.exists():
+        return fmt.NotAStore(f"{path} does not exist: not a fastfeed store ({_PACK})", path)
+    if path.is_file():
+        if path.suffix.lower() in (".yaml", ".yml"):
+            return fmt.NotAStore(f"{path} is a dataset file (Ultralytics' data.yaml), not a fastfeed store: pack it "
+                                 f"with `fastfeed pack {path} -o train.ff` (`--split val -o val.ff` for its val split), "
+                                 "then pass the .ff folder", path)
+        return fmt.NotAStore(f"{path} is a file, not a fastfeed store (a folder with {fmt.MANIFEST}; {_PACK})", path)
+    if not path.is_dir():
+        return fmt.NotAStore(f"{path} is not a folder: not a fastfeed store ({_PACK})", path)
+    return fmt.NotAStore(f"{path / fmt.MANIFEST} not found: not a fastfeed store ({_PACK})", path)
 
 
 def _identity(path: Path) -> tuple[int, int, int]:

@@ -67,15 +67,11 @@ def all_mean(t: torch.Tensor, d: Dist) -> torch.Tensor:
 
 def any_true(flag: bool, d: Dist, device: torch.device) -> bool:
     """True on every rank when `flag` is True on any (one all-reduce; no collective with one process)."""
-    if d.world_size == 1:
-        return flag
-    t = torch.tensor([float(flag)], device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
+    return flag if d.world_size == 1 else all_min(-int(flag), d, device) < 0
 
 
 def all_min(value: int, d: Dist, device: torch.device) -> int:
-    """The smallest `value` over ranks (what every rank can afford)."""
+    """The smallest `value` over ranks (what every rank can afford; one all-reduce, none with one process)."""
     if d.world_size == 1:
         return value
     t = torch.tensor([value], device=device, dtype=torch.int64)

@@ -78,8 +78,7 @@ class FastfeedTrainLoader:
         self.info = read_records(store, image_dir)
         self.class_filter = class_filter or ClassFilter()
         self.epoch = 0
-        self._start: tuple[int, int] | None = None   # (epoch, batch): a resumed epoch starts there
-        self._resumed: dict | None = None             # the loader state resumed from, until its epoch begins
+        self._resumed: dict | None = None   # the loader state resumed from, until its epoch begins (there)
         self.mosaic_closed = False
         self._epoch_of = epoch_of
         self._copy_event = None
@@ -110,30 +109,18 @@ class FastfeedTrainLoader:
     def __iter__(self):
         return self._batches()   # a generator: nothing runs until the first batch is asked for
 
-    def start_at(self, epoch: int, batch: int) -> None:
-        """Resuming mid-epoch: the next iteration of `epoch` begins at its batch `batch` (exactly the batches an
-        uninterrupted run trains from there; those before it are neither built nor trained)."""
-        self._start = (int(epoch), int(batch))
-
-    def state_dict(self, epoch: int | None = None, batches: int | None = None) -> dict:
-        """The loader's state (`Loader.state_dict`): by default after the batches it has handed out."""
-        return self.loader.state_dict(epoch, batches)
-
     def resume_from(self, state: dict) -> str:
         """Continue where a loader `state` left off (`Loader.load_state_dict`: exactly on the same order, else the
-        interrupted epoch's untrained records re-dealt to these ranks); returns the line saying what it does."""
-        line = self.loader.load_state_dict(state)
+        interrupted epoch's untrained records re-dealt to these ranks; the batches before it are neither built nor
+        trained); returns the line saying what it does."""
         self._resumed = state
-        self.start_at(self.loader.epoch, self.loader.start)
-        return line
+        return self.loader.load_state_dict(state)
 
     def _batches(self):
         epoch = self.epoch = int(self._epoch_of()) if self._epoch_of is not None else self.epoch
-        start = 0
-        if self._start is not None and self._start[0] == epoch:
-            start, self._start = self._start[1], None
-        self._resumed = None
+        resumed, self._resumed = self._resumed, None
         loader = self.loader
+        start = loader.start if resumed is not None and loader.epoch == epoch else 0
         clock = self.clock = FeedClock.started()
         asked = clock.start
         loader.set_epoch(epoch, start)
