@@ -82,20 +82,18 @@ class BatchFeed(ABC):
     @abstractmethod
     def set_epoch(self, epoch: int, start: int = 0) -> None: ...
 
-    @abstractmethod
-    def state_dict(self, epoch: int | None = None, batches: int | None = None) -> dict: ...
-
-    @abstractmethod
-    def load_state_dict(self, state: dict) -> str: ...
-
 
 def counted(it, owner, attr: str):
-    """`it`'s items, `owner.<attr>` counting each as it is handed out (before the yield: it is the consumer's
-    then); closing this closes `it`."""
+    """`it`'s items, `owner.<attr>` counting each as it is handed out (before the yield); closing this closes `it`."""
     try:
         for item in it:
             setattr(owner, attr, getattr(owner, attr) + 1)
             yield item
     finally:
-        if hasattr(it, "close"):
-            it.close()
+        close(it)
+
+
+def close(it) -> None:
+    """Close an iterator that can be closed (a generator: its `finally` runs now)."""
+    if hasattr(it, "close"):
+        it.close()

@@ -183,14 +183,12 @@ def check_epoch(store, cfg: LoaderConfig) -> int:
 class Loader(BatchFeed):
     """An iterable of `Batch` over one rank's share of an epoch.
 
-    What a consumer (the DevicePrefetcher, a trainer) may rely on: `store`, `cfg` (the LoaderConfig),
-    `rank` / `world_size` (this process's share), `order` (the `EpochOrder` its batches follow), `len()`,
-    `set_epoch(epoch, start)`, `task` (what its batches carry: detect, segment, pose, obb; `batch_task`), `state_dict()` / `load_state_dict()` (the position
-    and what makes the batches: position.py), iteration (each `Batch` with its record `indices`), `close()`, `device_hyp`
-    (augmentation left for the device to do) and `on_device` (batches that are already on the device: no
-    prefetcher needed). `handed`: the batches of `epoch` its iterator has yielded (`start` before the first), the
-    position `state_dict()` saves. A subclass calls `Loader.__init__`, which also refuses a config that would give
-    empty epochs, and implements `iter_batches()` (the batches of `epoch` from `start`; `__iter__` counts them). `store` is anything with the `fastfeed.store.RecordSource` protocol (a `Store`).
+    What a consumer (the DevicePrefetcher, a trainer) may rely on: what `BatchFeed` declares (its position in
+    position.py), `store` (anything with the `fastfeed.store.RecordSource` protocol), `rank` / `world_size`, `order`
+    (the `EpochOrder` its batches follow), `len()`, `task` (what its batches carry: `batch_task`), iteration (each
+    `Batch` with its record `indices`), `handed` (the batches of `epoch` its iterator has yielded: `start` before the
+    first) and `close()`. A subclass calls `Loader.__init__`, which also refuses a config that would give empty
+    epochs, and implements `iter_batches()` (the batches of `epoch` from `start`; `__iter__` counts them).
     """
 
     #: The store tasks whose geometry this loader carries into its batches; any other is an UnsupportedTask.

@@ -1,20 +1,17 @@
 """The loader's position, a contract: `Loader.state_dict()` / `Loader.load_state_dict()` (both trainers' checkpoints).
 
 A state is the position (`epoch`, `batches` consumed into it: the same count on every rank, which step together)
-and what makes the batches: the order's identity (`EpochOrder.identity()`: its kind, records, batch size, seed,
-world size, the windowed order's shards, window and local ranks), the plans' (workers, partner buffer, imgsz,
-augment) and what the samples become (the gains `hyp`, `close_mosaic` with `epochs`, the `task`: a change is
-named with what it does, the batches' records stay those of the order). `resume(loader, state)` is the one place a saved state is compared with a loader:
-
-- the same order: the exact continuation, `set_epoch(epoch, batches)` (other workers or another partner buffer
-  change only the mosaic partners, which are then the ones an uninterrupted run with them draws);
-- another order (ranks, batch size, window...) mid-epoch: the records of the interrupted epoch not yet trained are
-  those the saved order gave every one of its ranks at positions >= `batches`; they are dealt to the new ranks
-  (`Remainder`), equal batches on every rank, the tail dropped or padded as `drop_last` has an epoch's tail; the
-  remainder fills the last batches of the epoch (the loader starts at `len(loader) - remainder`), and later
-  epochs follow the new order;
+and what makes the batches: the order's identity (`EpochOrder.identity()`: kind, records, batch size, seed, world
+size, the windowed order's shards, window and local ranks), the plans' (workers, partner buffer, imgsz, augment)
+and the samples' (gains `hyp`, `close_mosaic` with `epochs`, `task`: named if changed, the records stay the
+order's). `resume(loader, state)`, the one place a saved state is compared with a loader, takes:
+- the same order: the exact continuation, `set_epoch(epoch, batches)` (other workers or partner buffer change only
+  the mosaic partners: those an uninterrupted run with them draws);
+- another order (ranks, batch size, window...) mid-epoch: the records the saved order had not given any of its
+  ranks (its batches at positions >= `batches`), dealt to the new ranks (`Remainder`), equal batches on every rank,
+  the tail dropped or padded as `drop_last` has an epoch's; they fill the epoch's last batches (the loader starts at
+  `len(loader) - remainder`), later epochs follow the new order;
 - at an epoch's start (`batches` 0): that epoch in the new order.
-
 It returns one line saying what changed and what the resume does about it, for the trainer to log.
 """
 
@@ -129,18 +126,14 @@ class Remainder(EpochOrder):
         return self.__dict__ | {"_mine": None}
 
 
-def with_remainder(order: EpochOrder, epoch: int, prior: dict, done: int) -> EpochOrder:
-    """`order` with `epoch` replaced by the rest of `prior`'s; inside a `FollowedOrder` (a shard cache follows the
-    batches actually read)."""
+def with_remainder(order: EpochOrder, epoch: int, prior: dict, done: int) -> tuple[EpochOrder, Remainder]:
+    """`order` with `epoch` replaced by the rest of `prior`'s (inside a `FollowedOrder`: a shard cache follows the
+    batches actually read), and that `Remainder`."""
     from .windowed import FollowedOrder
 
-    if isinstance(order, FollowedOrder):
-        return order.with_base(Remainder(order.base, epoch, prior, done))
-    return Remainder(order, epoch, prior, done)
-
-
-def _remainder_of(order: EpochOrder) -> Remainder:
-    return order.base if not isinstance(order, Remainder) else order
+    followed = isinstance(order, FollowedOrder)
+    rest = Remainder(order.base if followed else order, epoch, prior, done)
+    return (order.with_base(rest) if followed else rest), rest
 
 
 def state_of(loader, epoch: int, batches: int) -> dict:
@@ -169,8 +162,7 @@ def legacy_state(loader, epoch: int, batches: int, *, batch_size: int | None = N
 
 
 def _changes(saved: dict, ours: dict, keys) -> list[str]:
-    """`key old -> new` for each of `keys` that changed; one a state does not hold (an older one) is unknown: as
-    ours."""
+    """`key old -> new` for each of `keys` that changed; one an older state does not hold is unknown: as ours."""
     return [f"{k.replace('_', ' ')} {saved[k]} -> {ours.get(k)}" for k in keys if k in saved and saved[k] != ours.get(k)]
 
 
@@ -180,8 +172,7 @@ def _closes(state: dict) -> str:
 
 
 def _samples(saved: dict, ours: dict) -> list[str]:
-    """What a resume with other gains, another close_mosaic schedule or another task does (each named): the
-    records of the batches do not change, what is made of them does."""
+    """What other gains, another close_mosaic schedule or another task do: the batches' records stay, the samples not."""
     out = []
     gains = _changes(saved.get("hyp") or {}, ours["hyp"], ours["hyp"])
     if gains:
@@ -227,11 +218,9 @@ def resume(loader, state: dict) -> str:
         loader.set_epoch(epoch, 0)
         return (f"resuming {where}: " + ", ".join(changed or ["another epoch order"]) + "; the epoch follows the new "
                 f"order{said}")
-    order = with_remainder(loader.order, epoch, state["order"], done)
-    rest = _remainder_of(order)
-    start = rest.skipped()
+    order, rest = with_remainder(loader.order, epoch, state["order"], done)
     loader.use_order(order)
-    loader.set_epoch(epoch, start)
+    loader.set_epoch(epoch, rest.skipped())
     dropped = f", {rest.left_out} left out (drop_last: they fill no batch on every rank)" if rest.left_out else ""
     return (f"resuming {where}: " + ", ".join(changed or ["another epoch order"]) + f": the {rest.rest} "
             f"records of the epoch not yet trained are dealt to {loader.world_size} rank(s), {len(rest.own())} batches "

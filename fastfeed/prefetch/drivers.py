@@ -11,6 +11,8 @@ import threading
 from collections import deque
 from typing import NamedTuple
 
+from ..batch import close
+
 log = logging.getLogger(__name__)
 
 THREAD_NAME = "fastfeed-device-prefetch"
@@ -56,7 +58,7 @@ def inline(pf):
             raise error
     finally:
         pf.release_host(last)
-        _close(it)
+        close(it)
 
 
 def threaded(pf):
@@ -65,7 +67,7 @@ def threaded(pf):
     try:   # the first batch in the caller's thread: a loader that starts (forks) workers does it from here
         first = next(it, _END)
     except BaseException:
-        _close(it)
+        close(it)
         raise
     q: queue.Queue = queue.Queue(maxsize=pf.depth)
     stop = threading.Event()
@@ -113,13 +115,7 @@ def _produce(pf, it, batch, q: queue.Queue, stop: threading.Event) -> None:
         try:
             pf.release_host(last)
         finally:
-            _close(it)
-
-
-def _close(it) -> None:
-    close = getattr(it, "close", None)
-    if close is not None:
-        close()
+            close(it)
 
 
 def _drain(q: queue.Queue) -> None:

@@ -24,15 +24,15 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.uint8)   # uint8: 
 class DevicePrefetcher:
     """Iterate `loader` (any iterable of uint8 `Batch`es) with the batches moved to `device` ahead of use.
 
-    Yields `Batch(images [B,3,S,S] in [0,1] of `dtype` (uint8: 0..255, unconverted), targets float32
-    [M,6], and the batch's masks/keypoints/rboxes as they are)` on `device`: fresh tensors, not views of the loader's buffers, so they outlive the next
-    request. `depth`: batches prepared ahead of the one in use. `device_augment`: None follows what a
-    fastfeed `Loader` leaves to the device (`loader.device_hyp`: HSV jitter and flip), True forces that
-    with `loader.cfg.hyp`'s gains, or a `DeviceAugment`; `seed` seeds it (with the epoch and the
-    loader's rank; None: a fastfeed loader's own `cfg.seed`, else 0). Any iterable of batches works; only a fastfeed loader (a `BatchFeed`) declares augmentation and a rank. `thread`: run the
-    loader in a background thread (default: on cpu only). `channels_last`: images in the device's channels-last
-    layout (`fastfeed.devices.to_channels_last`: NHWC strides, NC1HWC0 on an Ascend NPU). `ops`: internal seam
-    for tests (a fake stream API). Closing stops any background work; the loader stays open (it is the caller's).
+    Yields `Batch(images [B,3,S,S] in [0,1] of `dtype` (uint8: 0..255, unconverted), targets float32 [M,6], and the
+    batch's masks/keypoints/rboxes as they are)` on `device`: fresh tensors, not views of the loader's buffers, so
+    they outlive the next request. `depth`: batches prepared ahead of the one in use. `device_augment`: None follows
+    what a fastfeed `Loader` leaves to the device (`loader.device_hyp`: HSV jitter and flip), True forces that with
+    `loader.cfg.hyp`'s gains, or a `DeviceAugment`; `seed` seeds it (with the epoch and the loader's rank; None: the
+    loader's `cfg.seed`). Any iterable of batches works; only a fastfeed loader (a `BatchFeed`) declares augmentation,
+    a rank and a position (`state_dict`). `thread`: run the loader in a background thread (default: on cpu only).
+    `channels_last`: images in the device's channels-last layout (`fastfeed.devices.to_channels_last`). `ops`: a
+    seam for tests (a fake stream API). Closing stops any background work; the loader stays open (the caller's).
     """
 
     def __init__(self, loader, device: str | torch.device = "cuda", depth: int = 2,

@@ -1,22 +1,17 @@
-"""`StoreOptions`: how a store at a URL is read on this node, passed to `Store(path, options=...)`.
+"""`StoreOptions`: how a store at a URL is read on this node, passed to `Store(path, options=...)`; a field not
+given takes its built-in default (the store reads no environment). The entry points (the CLI, the Ultralytics
+integration) fill the fields not given from the process environment, once (`StoreOptions.from_env`):
 
-The store reads no environment: what is not given takes its built-in default. The entry points (the CLI, the
-Ultralytics integration) resolve their flags over the process environment once, `StoreOptions.from_env(environ, ...)`,
-which fills each field not given from:
-
-    cache_dir         $FASTFEED_SHARD_CACHE, else $XDG_CACHE_HOME/fastfeed/shards (default ~/.cache/fastfeed/shards:
-                      a local disk)
-    cache_limit       $FASTFEED_SHARD_CACHE_LIMIT (50G, 500M, 40%) (default 80% of what the disk can give)
-    read_ahead        $FASTFEED_READ_AHEAD_SHARDS (or its old name $FASTFEED_PREFETCH_SHARDS): the most shards
-                      downloaded ahead of the ones being read (the shard read-ahead) (default sized by the link
-                      within the cache)
+    cache_dir         $FASTFEED_SHARD_CACHE, else $XDG_CACHE_HOME/fastfeed/shards (default ~/.cache/fastfeed/shards)
+    cache_limit       $FASTFEED_SHARD_CACHE_LIMIT: 50G, 500M, 40% (default 80% of what the disk can give)
+    read_ahead        $FASTFEED_READ_AHEAD_SHARDS (old name $FASTFEED_PREFETCH_SHARDS): most shards downloaded ahead
+                      of the ones being read (default sized by the link within the cache)
     storage_options   $FASTFEED_STORAGE_OPTIONS (JSON) under the ones given: fsspec options (credentials, endpoint)
+    retries           tries of one object-storage read, the first included (default `objstore.RETRIES`)
 
-`retries`: the tries of one object-storage read (the first and the retries; default `objstore.RETRIES`).
-
-The options travel with the Store when it is pickled into worker processes; nothing is written into the
-environment. Storage options are never written to a manifest, a checkpoint or a log line (`__repr__` hides them).
-`prefetch_depth`, the old name of `read_ahead`, still works (a DeprecationWarning).
+The options travel with the Store into worker processes; nothing is written into the environment, and storage
+options never into a manifest, a checkpoint or a log line (`__repr__` hides them). `prefetch_depth`, the old name of
+`read_ahead`, still works (a DeprecationWarning).
 """
 
 from __future__ import annotations
@@ -88,7 +83,6 @@ class StoreOptions:
 
 
 def _json_options(text: str) -> dict:
-    """$FASTFEED_STORAGE_OPTIONS: a JSON object."""
     try:
         opts = json.loads(text)
     except json.JSONDecodeError as e:

@@ -97,8 +97,7 @@ class Store:
         cache = f", cache={str(self.cache.root)!r}" if self.cache is not None else ""
         return f"Store({str(self.path)!r}, images={len(self)}, classes={len(self.class_names)}{cache})"
 
-    # --- what its shard provider says: the facts the loaders choose the order from (the store never chooses one),
-    # where shards are, whether they are sound (`source.ShardProvider`: PASSED)
+    # --- what its shard provider says (`source.ShardFacts`: the members `PASSED` names) ---------------------
     def __getattr__(self, name: str):
         if name in PASSED and "provider" in self.__dict__:
             return getattr(self.__dict__["provider"], name)

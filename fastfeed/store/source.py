@@ -1,14 +1,10 @@
-"""What a store is to its readers, as protocols: one declaration per member, with what it means.
-
-`RecordSource`: what loaders, the shm cache, the trainers and `verify` need from a store. `Store` implements it,
-over a folder or a URL alike; so can any other kind of store (a test's in-memory stand-in) without the loaders
-changing. Nothing outside `fastfeed/store/` reads a store in any other way. A source must pickle cheaply (it
-travels into every worker process, with its options) and be safe to use after fork.
-
-`ShardProvider`: what a `Store` reads through: a folder's shards (`local.LocalShards`) or a URL's, downloaded into
-the node's shard cache (`remote.shards.RemoteShards`). Both share `ShardFacts`, which a Store passes on as its own
-(`PASSED`): the facts the loaders choose the order from (`loaders/shard_order.default_order`; the store never
-chooses one), where shards are and whether they are sound.
+"""What a store is to its readers, as protocols, one declaration per member. `RecordSource`: what loaders, the shm
+cache, the trainers and `verify` need from a store; `Store` implements it over a folder or a URL alike, and so can
+any other source (a test's in-memory stand-in): nothing outside `fastfeed/store/` reads a store in another way. A
+source pickles cheaply (into every worker, with its options) and is safe after fork. `ShardProvider`: what a
+`Store` reads through, a folder's shards (`local.LocalShards`) or a URL's in the node's shard cache
+(`remote.shards.RemoteShards`). Both share `ShardFacts`, which a Store passes on as its own (`PASSED`): the facts the
+loaders choose the order from (the store never chooses one), where shards are and whether they are sound.
 """
 
 from __future__ import annotations
@@ -31,15 +27,13 @@ class ShardFacts(Protocol):
 
     def shard_url(self, shard: int) -> str: ...          # where shard k is (a file path, or a URL)
 
-    def fetch(self, shard: int, wait: bool = True) -> bool: ...   # make it readable here (a URL's: downloaded;
-    #                                                               without `wait`, False while it cannot be now)
+    def fetch(self, shard: int, wait: bool = True) -> bool: ...   # make it readable here (a URL's: downloaded)
 
     def shard_entries(self, shard: int) -> int: ...      # the records LMDB holds in it (verify: the manifest's?)
 
     def missing(self) -> list: ...                       # the shards (ShardInfo) whose file is not there
 
-    def check_source(self, shard: int) -> str | None: ...   # how it differs at its source from the manifest's
-    #                                                         sha256 (a URL's downloaded afresh), None: it does not
+    def check_source(self, shard: int) -> str | None: ...   # how its source differs from the manifest (None: not)
 
     def stored_bytes(self) -> int: ...                   # bytes its shards take where they are stored
 
@@ -69,8 +63,7 @@ class RecordSource(ShardFacts, Protocol):
 
     def __len__(self) -> int: ...                        # records in the store
 
-    def record(self, index: int, check_crc: bool | None = None) -> Record: ...   # parsed, CRC-checked (errors
-    #                                                                             name it and its shard)
+    def record(self, index: int, check_crc: bool | None = None) -> Record: ...   # parsed, CRC-checked
 
     def shard_of(self, index: int) -> int: ...           # the index into `shards` of the shard holding record i
 

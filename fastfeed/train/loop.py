@@ -191,11 +191,11 @@ def write_last(run, why: str, eval_pending: bool = False, batches: int | None = 
     save_checkpoint(path, state)
     seconds = time.perf_counter() - t0
     run.timer.saved()
-    epoch, done = state["epoch"], state["batches_done"]
-    run.report.record({"event": "checkpoint", "why": why, "epoch": epoch, "step": run.step, "batches_done": done,
-                       "eval_pending": eval_pending, "seconds": seconds, "bytes": path.stat().st_size})
+    run.report.record({"event": "checkpoint", "why": why, "epoch": state["epoch"], "step": run.step, "batches_done":
+                       state["batches_done"], "eval_pending": eval_pending, "seconds": seconds, "bytes": path.stat().st_size})
     if why == "timer":
-        log.debug("--save-every-min: %s at epoch %d, batch %d in %.2f s", path, epoch, done, seconds)
+        log.debug("--save-every-min: %s at epoch %d, batch %d in %.2f s", path, state["epoch"], state["batches_done"],
+                  seconds)
 
 
 def stopped(run) -> dict:

@@ -46,10 +46,9 @@ def run_config(run) -> dict:
 
 def checkpoint_state(run, *, batches: int | None = None, eval_pending: bool = False,
                      stopped_by: str | None = None) -> dict:
-    """Everything `restore` needs to continue exactly where the run is: the loader's state at the position after
-    the last batch the feed handed to the step (`run.feed.state_dict()`; `batches`: that many batches into
-    `run.epoch` instead, for a step in flight that is undone). `eval_pending`: the evaluation due at this epoch's
-    end has not run; `stopped_by`: the signal that stopped the run here, if one did."""
+    """Everything `restore` needs to continue exactly where the run is: the loader's state after the last batch the
+    feed handed to the step (`batches`: that many into `run.epoch` instead: a step in flight undone). `eval_pending`:
+    the evaluation due at this epoch's end has not run; `stopped_by`: the signal that stopped the run, if one did."""
     ema = run.ema
     loader = run.feed.state_dict() if batches is None else run.loader.state_dict(run.epoch, batches)
     return {"model_name": run.cfg.model, "nc": run.raw_model.nc, "class_names": run.store.class_names,
