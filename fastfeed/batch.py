@@ -57,26 +57,19 @@ class Batch:
         extra = "".join(f", {k}={tuple(v.shape)}" for k, v in self.extras().items())
         return f"Batch(images={tuple(self.images.shape)}, targets={tuple(self.targets.shape)}, indices=[{n}]{extra})"
 
-    def with_tensors(self, images: torch.Tensor, targets: torch.Tensor, **extras: torch.Tensor) -> Batch:
-        """The same samples (indices) with new tensors: what a prefetcher hands out after moving a batch. Every
-        extra this batch carries must be given anew (a moved batch never keeps one behind on the host)."""
-        unknown = set(extras) - set(EXTRAS)
-        if unknown:
-            raise ValueError(f"unknown batch extras {sorted(unknown)}; a Batch carries {', '.join(EXTRAS)}")
-        missing = set(self.extras()) - set(extras)
-        if missing:
-            raise ValueError(f"with_tensors: the batch carries {sorted(missing)} too; give them anew")
-        return Batch(images, targets, self.indices, **extras)
-
 
 class BatchFeed(ABC):
     """What a fastfeed loader (`loaders.base.Loader`) declares to whoever moves its batches (the DevicePrefetcher),
     beyond being an iterable of `Batch`es with a `len()`: `rank` (a device augmentation's draws are keyed by it),
     `on_device` (its batches are already on `cfg.device`: nothing to move), `device_hyp` (the gains whose HSV jitter
     and flip it leaves to the device, else None), `cfg` (`hyp`, `augment`, `device`) and `set_epoch(epoch, start)`
-    (a `start` > 0 skips batches without building them). Any other iterable of batches declares none of these."""
+    (a `start` > 0 skips batches without building them; `epoch` and `start` say what was set last: its next
+    iteration), `state_dict(epoch=None, batches=None)` / `load_state_dict(state)` (its position: by default after
+    the last batch its iterator yielded). Any other iterable of batches declares none of these."""
 
     rank: int = 0
+    epoch: int = 0
+    start: int = 0
     #: True for a loader whose batches are already on `cfg.device`, images float in [0,1] (it does what the
     #: DevicePrefetcher does itself): iterate it directly. False: uint8 host batches, for a DevicePrefetcher.
     on_device: bool = False
@@ -88,3 +81,19 @@ class BatchFeed(ABC):
 
     @abstractmethod
     def set_epoch(self, epoch: int, start: int = 0) -> None: ...
+
+
+def counted(it, owner, attr: str):
+    """`it`'s items, `owner.<attr>` counting each as it is handed out (before the yield); closing this closes `it`."""
+    try:
+        for item in it:
+            setattr(owner, attr, getattr(owner, attr) + 1)
+            yield item
+    finally:
+        close(it)
+
+
+def close(it) -> None:
+    """Close an iterator that can be closed (a generator: its `finally` runs now)."""
+    if hasattr(it, "close"):
+        it.close()

@@ -86,7 +86,7 @@ def paced(clock: Clock, pace):
             super().__init__(store, cfg)
             self.k = 0
 
-        def __iter__(self):
+        def iter_batches(self):
             s, b = self.cfg.imgsz, self.cfg.batch_size
             for _ in range(self.start, len(self)):
                 clock.t += pace(self.k)

@@ -32,7 +32,7 @@ class _FailsOnIter(Loader):
     def __init__(self, exc):
         self.exc = exc
 
-    def __iter__(self):
+    def iter_batches(self):
         raise self.exc
 
     def __len__(self):

@@ -16,7 +16,7 @@ from fastfeed.loaders.windowed import WindowedOrder
 class OrderLoader(Loader):
     """The Loader contract over a store of `n` records, batches holding only their `indices` (no decoding)."""
 
-    def __iter__(self):
+    def iter_batches(self):
         for idx in self.order.batches(self.epoch)[self.start:]:
             yield Batch(None, None, idx)
 
@@ -192,3 +192,97 @@ def test_a_shard_cache_follows_the_remainders_batches():
     for k in range(ld.start, ld.start + 5):
         ld.order.reached(0, k)
         assert set((batches[k] // 37).tolist()) <= set(told[-1])
+
+
+def _handed_out(feeds, k) -> list[np.ndarray]:
+    """Each rank's first `k` batches of epoch 0, iterated as a user's own loop does (no count passed anywhere)."""
+    out = []
+    for feed in feeds:
+        feed.set_epoch(0)
+        for b in feed:
+            out.append(b.indices.numpy().copy())
+            if len(out) % k == 0:
+                break
+    return out
+
+
+@pytest.mark.parametrize("through", ["loader", "prefetcher"])
+def test_state_dict_is_what_the_iterator_handed_out_on_any_number_of_ranks(tmp_path_factory, through):
+    """The issue's case: a cpu loader on 2 ranks (2 workers) iterated 5 batches per rank, `state_dict()` with no
+    arguments, loaded on 1, 2 and 3 ranks (1 worker): every record of the epoch once. Through a DevicePrefetcher
+    (lead 2) the state is the prefetcher's, not its loader's, which ran ahead."""
+    from train_helpers import packed_sample
+
+    from fastfeed import Store
+    from fastfeed.loaders import create_loader
+    from fastfeed.prefetch import DevicePrefetcher
+
+    store = Store(packed_sample(tmp_path_factory))      # 16 records: 8 batches of 1 a rank on 2 ranks
+    cfg = dict(imgsz=32, batch_size=1, augment=False)
+    old = [create_loader("cpu", store, LoaderConfig(**cfg, workers=2, rank=r, world_size=2)) for r in range(2)]
+    try:
+        feeds = [DevicePrefetcher(ld, "cpu", depth=2, thread=False) for ld in old] if through == "prefetcher" else old
+        first = _handed_out(feeds, 5)
+        state = feeds[0].state_dict()
+        assert (state["epoch"], state["batches"]) == (0, 5)
+        if through == "prefetcher":
+            assert old[0].state_dict()["batches"] == 7   # the loader's own count holds the prefetcher's lead
+    finally:
+        for ld in old:
+            ld.close()
+    for world in (1, 2, 3):
+        new = [create_loader("cpu", store, LoaderConfig(**cfg, workers=1, rank=r, world_size=world)) for r in range(world)]
+        try:
+            feeds = [DevicePrefetcher(ld, "cpu", depth=2, thread=False) for ld in new] if through == "prefetcher" else new
+            lines = {feed.load_state_dict(state) for feed in feeds}
+            assert len(lines) == 1
+            rest = [b.indices.numpy().copy() for feed in feeds for b in feed]
+        finally:
+            for ld in new:
+                ld.close()
+        once(first + rest, range(16))   # 6 records left: 6, 3 or 2 a rank, no drop_last tail
+
+
+def test_a_prefetcher_over_a_plain_iterable_says_it_keeps_no_position():
+    from fastfeed.prefetch import DevicePrefetcher
+
+    pf = DevicePrefetcher([], "cpu")
+    for call in (pf.state_dict, lambda: pf.load_state_dict({})):
+        with pytest.raises(TypeError, match="keeps no position: only a fastfeed Loader"):
+            call()
+
+
+def test_other_gains_close_mosaic_or_task_are_named_in_the_resume_line_with_what_they_do():
+    from fastfeed.augment.hyp import AugmentHyp
+
+    n = 64
+    state = loaders(n, 2, epochs=10, close_mosaic=2)[0].state_dict(1, 3)
+    assert state["hyp"]["mosaic"] == 1.0 and (state["close_mosaic"], state["epochs"], state["task"]) == (2, 10, "detect")
+    _, line = resumed(state, n, 2, epochs=10, close_mosaic=2)
+    assert line == "resuming epoch 2 after 3 batches per rank: the batches an uninterrupted run trains next"
+    new, line = resumed(state, n, 2, epochs=10, close_mosaic=2, hyp=AugmentHyp(mosaic=0.5))
+    assert "gains mosaic 1.0 -> 0.5: the samples from here are augmented with the new gains" in line
+    assert line.endswith("the same records in the same batches") and all(ld.start == 3 for ld in new)
+    _, line = resumed(state, n, 2, epochs=10, close_mosaic=5)
+    assert "close mosaic 2 -> 5: mosaic off from epoch 6 (the run had it off from epoch 9)" in line
+    _, line = resumed(state | {"task": "segment"}, n, 2, epochs=10, close_mosaic=2)
+    assert "task segment -> detect: the batches carry detect labels from here" in line
+    _, line = resumed(state, n, 3, epochs=10, close_mosaic=0)   # another topology names them too
+    assert "world size 2 -> 3" in line and "close mosaic 2 -> 0: mosaic off never (the run had it off from epoch 9)" in line
+
+
+def test_a_state_saved_before_the_gains_were_kept_takes_them_as_unchanged():
+    from fastfeed.augment.hyp import AugmentHyp
+
+    state = loaders(64, 2)[0].state_dict(0, 2)
+    old = {k: v for k, v in state.items() if k not in ("hyp", "close_mosaic", "epochs", "task")}
+    _, line = resumed(old, 64, 2, hyp=AugmentHyp(mosaic=0.5), close_mosaic=3, epochs=5)
+    assert line.endswith("the batches an uninterrupted run trains next")
+
+
+def test_the_device_augmentation_takes_the_loaders_seed():
+    from fastfeed.prefetch import DevicePrefetcher
+
+    ld = loaders(64, 1, device_augment=True, seed=7)[0]
+    assert DevicePrefetcher(ld, "cpu").augment.seed == 7
+    assert DevicePrefetcher(ld, "cpu", seed=3).augment.seed == 3   # a seed given still wins

@@ -91,9 +91,3 @@ def test_batch_extras_unpacking_and_repr():
     assert images is imgs and targets is t and len(b) == 2 and b[1] is t
     assert list(b.extras()) == ["keypoints"]
     assert repr(b).endswith("indices=[2], keypoints=(3, 17, 3))")
-    moved = b.with_tensors(imgs.float(), t.clone(), keypoints=torch.ones(3, 17, 3))
-    assert moved.indices is b.indices and moved.keypoints.sum() == 3 * 17 * 3
-    with pytest.raises(ValueError, match="the batch carries \\['keypoints'\\] too; give them anew"):
-        b.with_tensors(imgs, t)
-    with pytest.raises(ValueError, match="unknown batch extras \\['mask'\\]; a Batch carries masks, keypoints, rboxes"):
-        plain.with_tensors(imgs, t, mask=torch.zeros(1))

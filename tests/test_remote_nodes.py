@@ -72,12 +72,12 @@ class Watch:
 def test_two_nodes_with_small_caches(remote, tmp_path, monkeypatch):
     url, local = remote
     limit = int(store_bytes(local) * 0.6)
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")            # two nodes of one rank each
     epochs, seen, nodes = 2, {}, []
     for rank in (0, 1):
         cache = tmp_path / f"node{rank}"
         store = Store(url, cache_dir=cache, cache_limit=limit, read_ahead=1)
-        cfg = LoaderConfig(imgsz=64, batch_size=4, workers=1, batches_ahead=1, rank=rank, world_size=2, seed=5)
+        cfg = LoaderConfig(imgsz=64, batch_size=4, workers=1, batches_ahead=1, rank=rank, world_size=2, seed=5,
+                           local_world_size=1)   # two nodes of one rank each
         with Watch(cache) as watch, create_loader("cpu", store, cfg) as loader:
             d = loader.order.describe()
             assert d["order"] == "windowed" and d["nodes"] == 2 and d["window_shards"] >= 1

@@ -265,28 +265,17 @@ def test_the_read_ahead_is_at_least_16_mb_by_default_and_half_the_cache_at_most(
     assert big.default_read_ahead() == DEFAULT_READ_AHEAD
     big.shards = [replace(s, bytes=4 << 20) for s in big.shards]   # 4 MB ones: four make the read-ahead
     assert big.default_read_ahead() == 4
-    # What is asked for is what is used, from Python (keywords or StoreOptions) and from the environment.
+    # What is asked for is what is used, from Python (keywords or StoreOptions) and from the environment as the
+    # entry points resolve it (StoreOptions.from_env); the store itself reads no environment.
     assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest, read_ahead=1).read_ahead == 1
     opts = StoreOptions(cache_dir=tmp_path / "c", cache_limit=12 * largest, read_ahead=3)
     assert Store(url_store, options=opts).read_ahead == 3 and Store(url_store, options=opts).read_ahead_given
     monkeypatch.setenv("FASTFEED_READ_AHEAD_SHARDS", "5")
-    store = Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest)
+    assert not Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest).read_ahead_given
+    store = Store(url_store, options=StoreOptions.from_env(os.environ, cache_dir=tmp_path / "c", cache_limit=12 * largest))
     assert store.read_ahead == 5 and store.reopen().read_ahead == 5
     assert pickle.loads(pickle.dumps(store)).read_ahead == 5
-    assert Store(url_store, options=opts).read_ahead == 3                     # given beats the environment
-    monkeypatch.setenv("FASTFEED_READ_AHEAD_SHARDS", "two")
-    with pytest.raises(ValueError, match="FASTFEED_READ_AHEAD_SHARDS='two': give a whole number"):
-        Store(url_store, cache_dir=tmp_path / "c")
-    # The variable's old name is still read (the new one wins when both are set).
-    monkeypatch.delenv("FASTFEED_READ_AHEAD_SHARDS")
-    monkeypatch.setenv("FASTFEED_PREFETCH_SHARDS", "4")
-    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest).read_ahead == 4
-    monkeypatch.setenv("FASTFEED_READ_AHEAD_SHARDS", "1")
-    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest).read_ahead == 1
-    monkeypatch.setenv("FASTFEED_READ_AHEAD_SHARDS", "")
-    monkeypatch.setenv("FASTFEED_PREFETCH_SHARDS", "two")
-    with pytest.raises(ValueError, match="FASTFEED_PREFETCH_SHARDS='two': give a whole number"):
-        Store(url_store, cache_dir=tmp_path / "c")
+    assert StoreOptions.from_env(os.environ, opts).read_ahead == 3                 # given beats the environment
 
 
 def test_the_old_name_of_the_read_ahead_still_works_and_warns_with_the_new_one(url_store, tmp_path):

@@ -1,5 +1,6 @@
 """A path given where a store belongs that is no store: each command (train, bench, inspect, verify) names what it
-is and what to do, from the one place stores are opened (`Store`, via `store/not_store.py`)."""
+is and what to do, from the one place stores are opened (`Store`, via `store/local.not_a_store`; which dataset a folder
+is, the CLI asks `pack/layout`)."""
 
 from __future__ import annotations
 

@@ -37,3 +37,14 @@ def test_resume_mid_epoch_with_mosaic_and_workers_matches_the_uninterrupted_run(
     same_weights(a.ema, b.ema)
     assert rows(tmp_path / "b")[-1]["loss"] == pytest.approx(rows(tmp_path / "a")[-1]["loss"], rel=1e-6)
     assert load_checkpoint(tmp_path / "b" / "last.pt")["step"] == 4
+
+
+@pytest.mark.slow   # two short runs (~18 s); the line itself: test_loader_position
+def test_a_resume_with_another_close_mosaic_says_so_and_what_it_does(store, tmp_path, caplog):
+    cfg = TINY | {"workers": 0, "epochs": 2}
+    train(TrainConfig(data=store, out=tmp_path / "r", max_steps=2, close_mosaic=0, **cfg))
+    with caplog.at_level("INFO", logger="fastfeed.train"):
+        train(TrainConfig(data=store, out=tmp_path / "r", max_steps=3, resume=True, close_mosaic=1, **cfg))
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("resumed at step"))
+    assert "close mosaic 0 -> 1: mosaic off from epoch 2 (the run had it off never)" in line
+    assert "the same records in the same batches" in line

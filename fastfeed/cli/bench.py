@@ -113,7 +113,7 @@ def run(args) -> int:
         with progress_lines(getattr(args, "verbose", False)) if cfg.progress else contextlib.nullcontext():
             res = run_bench(cfg)
     except FormatError as e:        # a ValueError too, but a bad path is not a usage error
-        return fail(str(e))
+        return fail(e)
     except ValueError as e:
         return fail(str(e), EXIT_USAGE)
     except (DeviceError, ImportError) as e:

@@ -113,7 +113,7 @@ def cmd_ls(args) -> int:
 def _shard_dir(args):
     from ..store.remote.sizes import default_dir
 
-    return args.shard_dir or default_dir()
+    return args.shard_dir or store_options(args).cache_dir or default_dir()
 
 
 def _ls_shards(args, quiet_if_empty: bool = False) -> int:
@@ -188,7 +188,7 @@ def cmd_build(args) -> int:
         lease = acquire(store, args.imgsz, args.dir, partial=args.partial, keep=True, workers=args.workers,
                         progress=False if args.quiet else None)
     except (FormatError, CacheError, ValueError, ImportError) as e:
-        return fail(str(e))
+        return fail(e)
     lease.release()   # kept: it stays for the runs that follow
     what = "built" if lease.built else "already there"
     print(f"{lease.path}: {what}, {lease.n_cached}/{lease.n_records} images, {_size(lease.size)}; kept until "

@@ -12,9 +12,29 @@ from ..preempt import EXIT_PREEMPTED  # noqa: F401  (75: stopped by a signal, ch
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
-def fail(message: str, code: int = EXIT_FAIL) -> int:
+def fail(message: str | Exception, code: int = EXIT_FAIL) -> int:
+    """Say `message` (an error: its message) on one line; returns `code`. A folder the store said is no store is
+    named as the dataset `fastfeed pack` reads in it, if it is one (pack/layout: the store knows no datasets)."""
+    from ..store.format import NotAStore
+
+    if isinstance(message, NotAStore) and message.path.is_dir():
+        message = _dataset_instead(message.path) or message
     print(f"fastfeed: error: {message}", file=sys.stderr)
     return code
+
+
+def _dataset_instead(path) -> str | None:
+    from ..pack.layout import TwoLayouts, detect_format
+
+    pack = f"`fastfeed pack {path} -o {path.resolve().name or 'data'}.ff"
+    try:
+        what = f"a {detect_format(path).upper()} dataset, not a fastfeed store: pack it with {pack}`"
+    except TwoLayouts:
+        what = (f"a dataset folder with both a COCO JSON and YOLO labels, not a fastfeed store: pack it with {pack} "
+                "--format coco` (or `--format yolo`)")
+    except Exception:   # noqa: BLE001 - not a layout pack knows (or an unreadable folder): no dataset either
+        return None
+    return f"{path} is {what}, then pass the .ff folder"
 
 
 def default(cls, name: str):
@@ -78,6 +98,8 @@ def store_path(text: str):
 
 def add_remote_args(p) -> None:
     """Flags for stores and datasets in object storage (s3://, gs://, az://, any fsspec URL)."""
+    from ..store.objstore import BACKOFF_S, RETRIES, backoff_s
+
     g = p.add_argument_group("object storage (a URL instead of a folder)")
     g.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
                    help="an fsspec storage option, repeatable (VALUE as JSON when it parses: anon=true, "
@@ -92,19 +114,27 @@ def add_remote_args(p) -> None:
     g.add_argument("--read-ahead-shards", metavar="N", type=int,
                    help="the shard read-ahead: most shards downloaded ahead of the ones being read (default "
                         "$FASTFEED_READ_AHEAD_SHARDS, else as many as the link needs, within a share of the shard cache)")
+    g.add_argument("--store-retries", metavar="N", type=int, help=f"tries of one read from object storage (default "
+                   f"{RETRIES}: {backoff_s(RETRIES):.0f} s of backoff; 20: {backoff_s(20):.0f} s). Each retry waits up to "
+                   f"{BACKOFF_S[1]:.0f} s plus its connection timeout, and a loader worker with no batch for 300 s (the "
+                   "loaders' timeout) counts as hung: keep the retries well under it")
 
 
 def store_options(args):
-    """The object-storage flags as the `StoreOptions` every Store of this command is opened with (they travel into
-    its workers with the Store; the environment is left as it was). ValueError for a bad flag."""
+    """The object-storage flags over the `FASTFEED_*` variables (read here, once: `StoreOptions.from_env`) as the
+    `StoreOptions` every Store of this command is opened with (they travel into its workers with the Store; the
+    environment is left as it was). ValueError for a bad flag or variable."""
+    import os
+
     from ..store.objstore import parse_option
     from ..store.options import StoreOptions
     from ..store.remote.sizes import default_dir, parse_size
 
     opts = dict(parse_option(o) for o in getattr(args, "storage_option", None) or [])
-    cache_dir = getattr(args, "shard_cache", None) or None
-    limit = getattr(args, "shard_cache_limit", None) or None
-    if limit is not None:
-        parse_size(limit, cache_dir or default_dir())   # refused here, not in a worker
-    return StoreOptions(cache_dir=cache_dir, cache_limit=limit, read_ahead=getattr(args, "read_ahead_shards", None),
-                        storage_options=opts)
+    options = StoreOptions.from_env(os.environ, cache_dir=getattr(args, "shard_cache", None) or None,
+                                    cache_limit=getattr(args, "shard_cache_limit", None) or None, storage_options=opts,
+                                    read_ahead=getattr(args, "read_ahead_shards", None),
+                                    retries=getattr(args, "store_retries", None))
+    if options.cache_limit is not None:
+        parse_size(options.cache_limit, options.cache_dir or default_dir())   # refused here, not in a worker
+    return options

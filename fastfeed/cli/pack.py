@@ -119,7 +119,7 @@ def _print_report(report, rejects) -> None:
 
 def run(args) -> int:
     from ..pack import PackConfig, PackError, pack
-    from ..store.objstore import RemoteError, storage_options
+    from ..store.objstore import RemoteError
     from ..store.verify import task_summary
     from .store import describe_task
 
@@ -128,7 +128,7 @@ def run(args) -> int:
         src = sample_path()
         print(f"no SRC given: packing the bundled sample ({src})")
     try:
-        options = storage_options(store_options(args).storage_options)
+        options = store_options(args).storage_options
         cfg = PackConfig(src=src, out=args.out, format=args.format, split=args.split, ann=ann,
                          images=args.images, store=args.store, max_side=args.max_side, quality=args.quality,
                          shards=args.shards, shard_mb=args.shard_mb, workers=args.workers,

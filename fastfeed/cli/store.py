@@ -25,7 +25,7 @@ def cmd_inspect(args) -> int:
     try:
         s = summarize(args.store, options=store_options(args))
     except (FormatError, ValueError, ImportError) as e:
-        return fail(str(e))
+        return fail(e)
     if args.json:
         print(json.dumps(s, indent=1))
         return EXIT_OK
@@ -79,7 +79,7 @@ def cmd_verify(args) -> int:
         res = verify(args.store, decode=args.decode, workers=args.workers or usable_cores(),
                      progress=not args.quiet, options=store_options(args))
     except (FormatError, ValueError, ImportError) as e:
-        return fail(str(e))
+        return fail(e)
     if res.ok:
         extra = f", {res.decoded} images decoded" if args.decode else ""
         print(f"{res.path}: OK, {res.checked} records checked{extra}")

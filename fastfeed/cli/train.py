@@ -230,7 +230,7 @@ def run(args) -> int:
     except TrainingDiverged as e:
         return fail(str(e))
     except (FormatError, CheckpointError) as e:   # ValueErrors too, but not usage errors
-        return fail(str(e))
+        return fail(e)
     except ValueError as e:
         return fail(str(e), EXIT_USAGE)
     except (TrainError, DeviceError, ImportError) as e:

@@ -11,7 +11,7 @@ import torch
 
 from ..augment.hyp import AugmentHyp
 from ..augment.masks import MASK_RULES
-from ..batch import Batch, BatchFeed
+from ..batch import Batch, BatchFeed, counted
 from ..devices import has_cuda, parse_device, resolve_device
 from ..imgsz import check_imgsz
 from ..procs import usable_cores
@@ -61,6 +61,7 @@ class LoaderConfig:
     seed: int = 0
     rank: int | None = None          # None: from torch.distributed when initialised, else 0
     world_size: int | None = None
+    local_world_size: int | None = None   # the ranks on this node (torchrun's LOCAL_WORLD_SIZE); None: 1
     shuffle: bool = True
     drop_last: bool = True
     epochs: int | None = None        # with close_mosaic: when to switch mosaic off
@@ -89,6 +90,8 @@ class LoaderConfig:
         need(isinstance(self.batches_ahead, int) and self.batches_ahead >= 1, "batches_ahead", "must be >= 1")
         need(self.world_size is None or (isinstance(self.world_size, int) and self.world_size >= 1),
              "world_size", "must be >= 1")
+        need(self.local_world_size is None or (isinstance(self.local_world_size, int) and self.local_world_size >= 1),
+             "local_world_size", "must be >= 1 (the ranks on this node)")
         need(self.rank is None or (isinstance(self.rank, int) and 0 <= self.rank < (self.world_size or 1)),
              "rank", f"must be in 0..world_size-1 (world_size {self.world_size})")
         need(isinstance(self.close_mosaic, int) and self.close_mosaic >= 0, "close_mosaic", "must be >= 0")
@@ -187,13 +190,12 @@ def check_epoch(store, cfg: LoaderConfig) -> int:
 class Loader(BatchFeed):
     """An iterable of `Batch` over one rank's share of an epoch.
 
-    What a consumer (the DevicePrefetcher, a trainer) may rely on: `store`, `cfg` (the LoaderConfig),
-    `rank` / `world_size` (this process's share), `order` (the `EpochOrder` its batches follow), `len()`,
-    `set_epoch(epoch, start)`, `task` (what its batches carry: detect, segment, pose, obb; `batch_task`), `state_dict()` / `load_state_dict()` (the position
-    and what makes the batches: position.py), iteration (each `Batch` with its record `indices`), `close()`, `device_hyp`
-    (augmentation left for the device to do) and `on_device` (batches that are already on the device: no
-    prefetcher needed). A subclass calls `Loader.__init__`, which also refuses a config that would give
-    empty epochs. `store` is anything with the `fastfeed.store.RecordSource` protocol (a `Store`).
+    What a consumer (the DevicePrefetcher, a trainer) may rely on: what `BatchFeed` declares (its position in
+    position.py), `store` (anything with the `fastfeed.store.RecordSource` protocol), `rank` / `world_size`, `order`
+    (the `EpochOrder` its batches follow), `len()`, `task` (what its batches carry: `batch_task`), iteration (each
+    `Batch` with its record `indices`), `handed` (the batches of `epoch` its iterator has yielded: `start` before the
+    first) and `close()`. A subclass calls `Loader.__init__`, which also refuses a config that would give empty
+    epochs, and implements `iter_batches()` (the batches of `epoch` from `start`; `__iter__` counts them).
     """
 
     #: What its renderer draws (`renders.py`: tasks, augmentations, per-object masks); what it does not is refused.
@@ -205,7 +207,7 @@ class Loader(BatchFeed):
         cfg = cfg.for_store(store, prefetcher_augments=not self.on_device)
         self.store, self.cfg = store, cfg
         self.rank, self.world_size = cfg.resolved_rank()
-        self.epoch = self.start = 0
+        self.epoch = self.start = self.handed = 0
         check_epoch(store, cfg)
         self.order = order if order is not None else default_order(store, cfg, self.rank, self.world_size)
         if (self.order.rank, self.order.world_size) != (self.rank, self.world_size):
@@ -215,7 +217,13 @@ class Loader(BatchFeed):
             raise ValueError(f"the order {self.order.describe()} gives no batches per epoch")
 
     @abstractmethod
-    def __iter__(self) -> Iterator[Batch]: ...
+    def iter_batches(self) -> Iterator[Batch]:
+        """The batches of `epoch` from batch `start` on (the subclass's work; `__iter__` counts what it yields)."""
+
+    def __iter__(self) -> Iterator[Batch]:
+        it = self.iter_batches()   # called now: a loader that cannot iterate says so at iter()
+        self.handed = self.start
+        return counted(it, self, "handed")
 
     def __len__(self) -> int:
         """Batches per epoch for this rank."""
@@ -228,14 +236,15 @@ class Loader(BatchFeed):
         if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= len(self):
             raise ValueError(f"start must be a batch index in 0..{len(self)}, got {start!r}")
         self.epoch, self.start = int(epoch), start
+        self.handed = start
 
     def state_dict(self, epoch: int | None = None, batches: int | None = None) -> dict:
-        """The position (`batches` consumed into `epoch` on every rank: by default the last `set_epoch`) and what
-        makes the batches (the order's identity, world size, batch size, seed, workers, partner buffer, imgsz):
-        plain values, for a checkpoint (position.py)."""
+        """The position (`batches` consumed into `epoch` on every rank: by default those its iterator has yielded,
+        `handed`; a caller that knows better passes them) and what makes the batches (the order's identity, world
+        size, batch size, seed, workers, partner buffer, imgsz): plain values, for a checkpoint (position.py)."""
         from .position import state_of
 
-        return state_of(self, self.epoch if epoch is None else int(epoch), self.start if batches is None else int(batches))
+        return state_of(self, self.epoch if epoch is None else int(epoch), self.handed if batches is None else int(batches))
 
     def load_state_dict(self, state: dict) -> str:
         """Continue where `state` (a `state_dict()`, maybe of another topology) left off: the exact continuation when

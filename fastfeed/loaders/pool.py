@@ -146,7 +146,7 @@ class PoolLoader(Loader):
         k = ep.submitted + 1
         self._pos = (ep.epoch, k) if k < len(ep.batches) else (ep.epoch + 1, 0)
 
-    def __iter__(self) -> Iterator:
+    def iter_batches(self) -> Iterator:
         if self.cfg.workers == 0:
             return self._iter_local()
         return self._iter_pool()

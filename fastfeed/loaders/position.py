@@ -1,23 +1,23 @@
 """The loader's position, a contract: `Loader.state_dict()` / `Loader.load_state_dict()` (both trainers' checkpoints).
 
 A state is the position (`epoch`, `batches` consumed into it: the same count on every rank, which step together)
-and what makes the batches: the order's identity (`EpochOrder.identity()`: its kind, records, batch size, seed,
-world size, the windowed order's shards, window and local ranks) and the plans' (workers, partner buffer, imgsz,
-augment). `resume(loader, state)` is the one place a saved state is compared with a loader:
-
-- the same order: the exact continuation, `set_epoch(epoch, batches)` (other workers or another partner buffer
-  change only the mosaic partners, which are then the ones an uninterrupted run with them draws);
-- another order (ranks, batch size, window...) mid-epoch: the records of the interrupted epoch not yet trained are
-  those the saved order gave every one of its ranks at positions >= `batches`; they are dealt to the new ranks
-  (`Remainder`), equal batches on every rank, the tail dropped or padded as `drop_last` has an epoch's tail; the
-  remainder fills the last batches of the epoch (the loader starts at `len(loader) - remainder`), and later
-  epochs follow the new order;
+and what makes the batches: the order's identity (`EpochOrder.identity()`: kind, records, batch size, seed, world
+size, the windowed order's shards, window and local ranks), the plans' (workers, partner buffer, imgsz, augment)
+and the samples' (gains `hyp`, `close_mosaic` with `epochs`, `task`: named if changed, the records stay the
+order's). `resume(loader, state)`, the one place a saved state is compared with a loader, takes:
+- the same order: the exact continuation, `set_epoch(epoch, batches)` (other workers or partner buffer change only
+  the mosaic partners: those an uninterrupted run with them draws);
+- another order (ranks, batch size, window...) mid-epoch: the records the saved order had not given any of its
+  ranks (its batches at positions >= `batches`), dealt to the new ranks (`Remainder`), equal batches on every rank,
+  the tail dropped or padded as `drop_last` has an epoch's; they fill the epoch's last batches (the loader starts at
+  `len(loader) - remainder`), later epochs follow the new order;
 - at an epoch's start (`batches` 0): that epoch in the new order.
-
 It returns one line saying what changed and what the resume does about it, for the trainer to log.
 """
 
 from __future__ import annotations
+
+from dataclasses import asdict
 
 import numpy as np
 
@@ -126,18 +126,14 @@ class Remainder(EpochOrder):
         return self.__dict__ | {"_mine": None}
 
 
-def with_remainder(order: EpochOrder, epoch: int, prior: dict, done: int) -> EpochOrder:
-    """`order` with `epoch` replaced by the rest of `prior`'s; inside a `FollowedOrder` (a shard cache follows the
-    batches actually read)."""
+def with_remainder(order: EpochOrder, epoch: int, prior: dict, done: int) -> tuple[EpochOrder, Remainder]:
+    """`order` with `epoch` replaced by the rest of `prior`'s (inside a `FollowedOrder`: a shard cache follows the
+    batches actually read), and that `Remainder`."""
     from .windowed import FollowedOrder
 
-    if isinstance(order, FollowedOrder):
-        return order.with_base(Remainder(order.base, epoch, prior, done))
-    return Remainder(order, epoch, prior, done)
-
-
-def _remainder_of(order: EpochOrder) -> Remainder:
-    return order.base if not isinstance(order, Remainder) else order
+    followed = isinstance(order, FollowedOrder)
+    rest = Remainder(order.base if followed else order, epoch, prior, done)
+    return (order.with_base(rest) if followed else rest), rest
 
 
 def state_of(loader, epoch: int, batches: int) -> dict:
@@ -149,7 +145,8 @@ def state_of(loader, epoch: int, batches: int) -> dict:
     return {"format": FORMAT, "version": VERSION, "epoch": int(epoch), "batches": int(batches),
             "records": len(loader.store), "order": identity_at(loader.order.identity(), epoch),
             "world_size": loader.world_size, "batch_size": c.batch_size, "seed": c.seed, "workers": c.workers,
-            "partner_buffer": getattr(opts, "partner_buffer", None), "imgsz": c.imgsz, "augment": c.augment}
+            "partner_buffer": getattr(opts, "partner_buffer", None), "imgsz": c.imgsz, "augment": c.augment,
+            "hyp": asdict(c.hyp), "close_mosaic": c.close_mosaic, "epochs": c.epochs, "task": loader.task}
 
 
 def legacy_state(loader, epoch: int, batches: int, *, batch_size: int | None = None,
@@ -165,7 +162,28 @@ def legacy_state(loader, epoch: int, batches: int, *, batch_size: int | None = N
 
 
 def _changes(saved: dict, ours: dict, keys) -> list[str]:
-    return [f"{k.replace('_', ' ')} {saved.get(k)} -> {ours.get(k)}" for k in keys if saved.get(k) != ours.get(k)]
+    """`key old -> new` for each of `keys` that changed; one an older state does not hold is unknown: as ours."""
+    return [f"{k.replace('_', ' ')} {saved[k]} -> {ours.get(k)}" for k in keys if k in saved and saved[k] != ours.get(k)]
+
+
+def _closes(state: dict) -> str:
+    n, epochs = state.get("close_mosaic"), state.get("epochs")
+    return f"from epoch {max(epochs - n, 0) + 1}" if n and epochs else "never"
+
+
+def _samples(saved: dict, ours: dict) -> list[str]:
+    """What other gains, another close_mosaic schedule or another task do: the batches' records stay, the samples not."""
+    out = []
+    gains = _changes(saved.get("hyp") or {}, ours["hyp"], ours["hyp"])
+    if gains:
+        out.append("gains " + ", ".join(gains) + ": the samples from here are augmented with the new gains")
+    if "close_mosaic" in saved and _closes(saved) != _closes(ours):
+        out.append(", ".join(_changes(saved, ours, ("close_mosaic", "epochs"))) + f": mosaic off {_closes(ours)} "
+                   f"(the run had it off {_closes(saved)})")
+    if _changes(saved, ours, ("task",)):
+        out.append(f"task {saved['task']} -> {ours['task']}: the batches carry {ours['task']} labels from here "
+                   "(the model must read them)")
+    return out
 
 
 def same_order(loader, state: dict) -> bool:
@@ -186,23 +204,24 @@ def resume(loader, state: dict) -> str:
         raise ResumeError(f"the checkpoint's loader read a store of {state['records']} records; this one holds "
                           f"{ours['records']}: resume with the run's own data")
     where = f"epoch {epoch + 1} after {done} batches per rank" if done else f"epoch {epoch + 1} from its start"
-    plans = _changes(state, ours, _PLANS)
+    plans, samples = _changes(state, ours, _PLANS), _samples(state, ours)
     if same_order(loader, state):
         loader.set_epoch(epoch, done)
-        what = ("the batches an uninterrupted run trains next" if not plans else
+        what = ("the batches an uninterrupted run trains next" if not plans + samples else
+                "the same records in the same batches" if not plans else
                 "the same records in the same batches; mosaic partners and plans as an uninterrupted run with the new "
                 "settings draws them")
-        return f"resuming {where}: " + "; ".join(plans + [what])
+        return f"resuming {where}: " + "; ".join(plans + samples + [what])
     changed = _changes(state, ours, ("world_size", "batch_size", "seed")) + plans
+    said = "".join(f"; {s}" for s in samples)
     if not done:
         loader.set_epoch(epoch, 0)
-        return f"resuming {where}: " + ", ".join(changed or ["another epoch order"]) + "; the epoch follows the new order"
-    order = with_remainder(loader.order, epoch, state["order"], done)
-    rest = _remainder_of(order)
-    start = rest.skipped()
+        return (f"resuming {where}: " + ", ".join(changed or ["another epoch order"]) + "; the epoch follows the new "
+                f"order{said}")
+    order, rest = with_remainder(loader.order, epoch, state["order"], done)
     loader.use_order(order)
-    loader.set_epoch(epoch, start)
+    loader.set_epoch(epoch, rest.skipped())
     dropped = f", {rest.left_out} left out (drop_last: they fill no batch on every rank)" if rest.left_out else ""
     return (f"resuming {where}: " + ", ".join(changed or ["another epoch order"]) + f": the {rest.rest} "
             f"records of the epoch not yet trained are dealt to {loader.world_size} rank(s), {len(rest.own())} batches "
-            f"each{dropped}; later epochs follow the new order")
+            f"each{dropped}; later epochs follow the new order{said}")

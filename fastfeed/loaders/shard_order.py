@@ -14,7 +14,6 @@ way round.
 from __future__ import annotations
 
 import math
-import os
 
 from .sampler import EpochOrder, ShuffledOrder
 from .windowed import FollowedOrder, WindowedOrder
@@ -48,7 +47,7 @@ def shard_order(store, cfg, rank: int, world_size: int) -> EpochOrder:
         base = ShuffledOrder.for_loader(len(store), cfg, rank, world_size)
         ahead = store.read_ahead if store.read_ahead_given or not whole else None   # asked for: kept
     else:
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+        local = cfg.local_world_size or 1
         ahead = store.read_ahead
         window = window_shards(store, ahead, lookback * cfg.batch_size * local)
         if window < 1 and not store.read_ahead_given and ahead > MIN_READ_AHEAD:   # tight cache: shorter

@@ -11,6 +11,8 @@ import threading
 from collections import deque
 from typing import NamedTuple
 
+from ..batch import close
+
 log = logging.getLogger(__name__)
 
 THREAD_NAME = "fastfeed-device-prefetch"
@@ -31,7 +33,7 @@ def inline(pf):
 
     def fetch() -> bool:
         nonlocal last, error
-        pf._release(last)                     # the loader may reuse the last batch's memory from here
+        pf.release_host(last)                     # the loader may reuse the last batch's memory from here
         try:
             batch = next(it, _END)
         except Exception as e:                  # raised once the batches before it are handed out
@@ -51,12 +53,12 @@ def inline(pf):
             item = pending.popleft()
             if more:
                 more = fetch()                  # top up first: `depth` stay in flight while the consumer works
-            yield pf._hand_out(item)
+            yield pf.hand_out(item)
         if error is not None:
             raise error
     finally:
-        pf._release(last)
-        _close(it)
+        pf.release_host(last)
+        close(it)
 
 
 def threaded(pf):
@@ -65,7 +67,7 @@ def threaded(pf):
     try:   # the first batch in the caller's thread: a loader that starts (forks) workers does it from here
         first = next(it, _END)
     except BaseException:
-        _close(it)
+        close(it)
         raise
     q: queue.Queue = queue.Queue(maxsize=pf.depth)
     stop = threading.Event()
@@ -78,7 +80,7 @@ def threaded(pf):
                 return
             if isinstance(item, _Failure):
                 raise item.error                # the loader's exception, its traceback included
-            yield pf._hand_out(item)
+            yield pf.hand_out(item)
     finally:
         stop.set()
         _drain(q)                               # a producer blocked on put() sees `stop` within _POLL
@@ -104,22 +106,16 @@ def _produce(pf, it, batch, q: queue.Queue, stop: threading.Event) -> None:
             last = pf.produce(batch)
             if not put(last):
                 return
-            pf._release(last)                 # the loader may reuse the last batch's memory from here
+            pf.release_host(last)                 # the loader may reuse the last batch's memory from here
             batch = next(it, _END)
         put(_END)
     except BaseException as e:  # noqa: B036  (everything reaches the consumer, even KeyboardInterrupt)
         put(_Failure(e))
     finally:
         try:
-            pf._release(last)
+            pf.release_host(last)
         finally:
-            _close(it)
-
-
-def _close(it) -> None:
-    close = getattr(it, "close", None)
-    if close is not None:
-        close()
+            close(it)
 
 
 def _drain(q: queue.Queue) -> None:

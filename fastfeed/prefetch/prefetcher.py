@@ -8,7 +8,7 @@ import weakref
 
 import torch
 
-from ..batch import Batch, BatchFeed
+from ..batch import Batch, BatchFeed, counted
 from ..device_augment import DeviceAugment
 from ..devices import accelerator_module, parse_device, resolve_device, to_channels_last
 from . import drivers
@@ -24,20 +24,20 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.uint8)   # uint8: 
 class DevicePrefetcher:
     """Iterate `loader` (any iterable of uint8 `Batch`es) with the batches moved to `device` ahead of use.
 
-    Yields `Batch(images [B,3,S,S] in [0,1] of `dtype` (uint8: 0..255, unconverted), targets float32
-    [M,6], and the batch's masks/keypoints/rboxes as they are)` on `device`: fresh tensors, not views of the loader's buffers, so they outlive the next
-    request. `depth`: batches prepared ahead of the one in use. `device_augment`: None follows what a
-    fastfeed `Loader` leaves to the device (`loader.device_hyp`: HSV jitter and flip), True forces that
-    with `loader.cfg.hyp`'s gains, or a `DeviceAugment`; `seed` seeds it (with the epoch and the
-    loader's rank). Any iterable of batches works; only a fastfeed loader (a `BatchFeed`) declares augmentation and a rank. `thread`: run the
-    loader in a background thread (default: on cpu only). `channels_last`: images in the device's channels-last
-    layout (`fastfeed.devices.to_channels_last`: NHWC strides, NC1HWC0 on an Ascend NPU). `ops`: internal seam
-    for tests (a fake stream API). Closing stops any background work; the loader stays open (it is the caller's).
+    Yields `Batch(images [B,3,S,S] in [0,1] of `dtype` (uint8: 0..255, unconverted), targets float32 [M,6], and the
+    batch's masks/keypoints/rboxes as they are)` on `device`: fresh tensors, not views of the loader's buffers, so
+    they outlive the next request. `depth`: batches prepared ahead of the one in use. `device_augment`: None follows
+    what a fastfeed `Loader` leaves to the device (`loader.device_hyp`: HSV jitter and flip), True forces that with
+    `loader.cfg.hyp`'s gains, or a `DeviceAugment`; `seed` seeds it (with the epoch and the loader's rank; None: the
+    loader's `cfg.seed`). Any iterable of batches works; only a fastfeed loader (a `BatchFeed`) declares augmentation,
+    a rank and a position (`state_dict`). `thread`: run the loader in a background thread (default: on cpu only).
+    `channels_last`: images in the device's channels-last layout (`fastfeed.devices.to_channels_last`). `ops`: a
+    seam for tests (a fake stream API). Closing stops any background work; the loader stays open (the caller's).
     """
 
     def __init__(self, loader, device: str | torch.device = "cuda", depth: int = 2,
                  dtype: torch.dtype = torch.float32, device_augment: bool | DeviceAugment | None = None,
-                 seed: int = 0, thread: bool | None = None, *, channels_last: bool = False, ops=None):
+                 seed: int | None = None, thread: bool | None = None, *, channels_last: bool = False, ops=None):
         if isinstance(loader, BatchFeed) and loader.on_device:
             raise ValueError(f"the {type(loader).__name__} already yields batches on {loader.cfg.device}: iterate it "
                              "directly, without a DevicePrefetcher")
@@ -51,6 +51,8 @@ class DevicePrefetcher:
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(map(str, DTYPES))}, got {dtype!r}")
         self.depth, self.dtype, self.channels_last = depth, dtype, bool(channels_last)
+        if seed is None:
+            seed = loader.cfg.seed if isinstance(loader, BatchFeed) else 0
         self.augment = resolve_augment(loader, device_augment, seed)
         self._rank = loader.rank if isinstance(loader, BatchFeed) else 0
         self.accelerated = ops is not None or kind != "cpu"
@@ -72,6 +74,7 @@ class DevicePrefetcher:
         self._active = None                   # weakref to the running iteration's generator
         self._warned_pageable = False
         self._epoch = self._start = self._k = 0   # the augmentation's draws are keyed by (epoch, rank, batch)
+        self._handed: int | None = None   # batches of `_epoch` handed to the step; None: as the loader was positioned
 
     # --- the loader's interface -------------------------------------------------------------------
 
@@ -88,12 +91,32 @@ class DevicePrefetcher:
             if start:
                 raise ValueError("start > 0 needs a fastfeed Loader (it skips batches without building them)")
             self.loader.set_epoch(epoch)
-        self._epoch, self._start = int(epoch), int(start)
+        self._epoch, self._start, self._handed = int(epoch), int(start), None
+
+    def state_dict(self) -> dict:
+        """Its loader's state after the last batch handed to the step (`Loader.state_dict()` less the batches
+        prepared ahead); position the loader through this prefetcher (set_epoch, load_state_dict)."""
+        loader = self._feed()
+        return loader.state_dict() if self._handed is None else loader.state_dict(self._epoch, self._handed)
+
+    def load_state_dict(self, state: dict) -> str:
+        """`Loader.load_state_dict(state)`, whose line it returns."""
+        self._stop_active()
+        self._handed = None
+        return self._feed().load_state_dict(state)
+
+    def _feed(self) -> BatchFeed:
+        if not isinstance(self.loader, BatchFeed):
+            raise TypeError(f"a {type(self.loader).__name__} keeps no position: only a fastfeed Loader (a BatchFeed) "
+                            "has state_dict() and load_state_dict()")
+        return self.loader
 
     def __iter__(self):
         self._stop_active()
-        self._k = self._start
-        it = drivers.threaded(self) if self.thread else drivers.inline(self)
+        if isinstance(self.loader, BatchFeed):   # where the loader stands, however it was positioned
+            self._epoch, self._start = self.loader.epoch, self.loader.start
+        self._k = self._handed = self._start
+        it = counted(drivers.threaded(self) if self.thread else drivers.inline(self), self, "_handed")
         self._active = weakref.ref(it)   # weak: a consumer that breaks out and drops it stops it at once
         return it
 
@@ -172,12 +195,13 @@ class DevicePrefetcher:
             ready.record(side)
         return InFlight(out, copied, ready)
 
-    def _release(self, item) -> None:
+    def release_host(self, item) -> None:
         """Block until `item`'s host memory has been read, so the loader may overwrite it."""
         if isinstance(item, InFlight):
             item.copied.synchronize()
 
-    def _hand_out(self, item) -> Batch:
+    def hand_out(self, item) -> Batch:
+        """`item` (what `produce` gave) for the consumer: on an accelerator, usable on its current stream."""
         if not isinstance(item, InFlight):
             return item
         consumer = self.ops.current_stream()
@@ -189,5 +213,5 @@ class DevicePrefetcher:
     def transfer(self, batch) -> Batch:
         """One batch through the same path, without look-ahead; the loader may reuse `batch` on return."""
         item = self.produce(batch)
-        self._release(item)
-        return self._hand_out(item)
+        self.release_host(item)
+        return self.hand_out(item)

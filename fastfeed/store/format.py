@@ -55,6 +55,15 @@ class StoreChanged(FormatError):
     """A shard changed on disk (truncated, overwritten) while a Store was reading it."""
 
 
+class NotAStore(FormatError):
+    """`path`, given where a store belongs, is none (missing, a file, a folder without a manifest): the message says
+    what it is and what to do (`local.not_a_store`; which dataset a folder is, the CLI asks `pack/layout`)."""
+
+    def __init__(self, message: str, path):
+        super().__init__(message)
+        self.path = Path(path)
+
+
 # --- manifest -------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

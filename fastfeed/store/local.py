@@ -1,5 +1,6 @@
 """`LocalShards`: the shards of a store in a local folder, mapped with LMDB (the shard provider `Store` reads a
-folder through; `remote/shards.py` is the one for a URL)."""
+folder through; `remote/shards.py` is the one for a URL); what a path without a manifest is instead (`not_a_store`:
+every command says the same)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,24 @@ from . import changed, publish
 from . import format as fmt
 from .checksum import sha256_file
 from .handles import acquire, lmdb_failed, release
-from .not_store import not_a_store
 from .record import Record, parse_record
+
+_PACK = "create one with `fastfeed pack SRC -o OUT`"
+
+
+def not_a_store(path: Path) -> fmt.NotAStore:
+    """The error for a `path` without a manifest: missing, a file (a data.yaml: pack it), a folder."""
+    if not path.exists():
+        return fmt.NotAStore(f"{path} does not exist: not a fastfeed store ({_PACK})", path)
+    if path.is_file():
+        if path.suffix.lower() in (".yaml", ".yml"):
+            return fmt.NotAStore(f"{path} is a dataset file (Ultralytics' data.yaml), not a fastfeed store: pack it "
+                                 f"with `fastfeed pack {path} -o train.ff` (`--split val -o val.ff` for its val split), "
+                                 "then pass the .ff folder", path)
+        return fmt.NotAStore(f"{path} is a file, not a fastfeed store (a folder with {fmt.MANIFEST}; {_PACK})", path)
+    if not path.is_dir():
+        return fmt.NotAStore(f"{path} is not a folder: not a fastfeed store ({_PACK})", path)
+    return fmt.NotAStore(f"{path / fmt.MANIFEST} not found: not a fastfeed store ({_PACK})", path)
 
 
 def _identity(path: Path) -> tuple[int, int, int]:
@@ -25,9 +42,9 @@ class LocalShards:
     """A folder's manifest and shards. Every shard is mapped on the first read in a process (each checked against the
     manifest's size first); a pack swapped in after that is refused (open the store again)."""
 
-    remote = False          # reads are local
-    cache_limit = None      # every shard is here: nothing to hold in a cache
-    read_ahead = None   # nor to download ahead
+    remote = False          # reads are local (`source.ShardProvider`)
+    cache = cache_limit = None   # every shard is here: nothing to hold in a cache
+    read_ahead, read_ahead_given = None, False   # nor to download ahead
 
     def __init__(self, path):
         self.path = Path(path)
@@ -35,8 +52,8 @@ class LocalShards:
         if not (self.path / fmt.MANIFEST).is_file() and (pid := publish.pack_in_progress(self.path)) is not None:
             raise fmt.FormatError(f"{self.path} is being packed right now (fastfeed pack, pid {pid}): wait for the "
                                   "pack to finish, then open it")
-        if not (self.path / fmt.MANIFEST).is_file() and (error := not_a_store(self.path)) is not None:
-            raise error   # missing, a file, a data.yaml, a dataset folder: each named, with what to do
+        if not (self.path / fmt.MANIFEST).is_file():
+            raise not_a_store(self.path)   # missing, a file, a data.yaml, a folder: each named, with what to do
         manifest_path = self.path / fmt.MANIFEST
         self.manifest = fmt.read_manifest(manifest_path)
         self._identity = _identity(manifest_path)
@@ -134,12 +151,13 @@ class LocalShards:
         except lmdb.Error as e:
             raise lmdb_failed(e, self.shard_url(shard)) from None
 
+    def follower(self) -> None:
+        return None   # nothing to download
+
     def missing(self) -> list:
-        """The shards whose file is not there."""
         return [s for s in self.shards if not (self.path / s.file).is_file()]
 
     def check_source(self, shard: int) -> str | None:
-        """How the shard's file differs from the manifest's checksum (None: it does not, or no checksum)."""
         s = self.shards[shard]
         if s.sha256 and (digest := sha256_file(self.path / s.file)) != s.sha256:
             return f"sha256 {digest[:16]}..., the manifest says {s.sha256[:16]}...: the shard changed"

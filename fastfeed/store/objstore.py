@@ -29,7 +29,6 @@ from .urls import bucket_of, protocol, shown
 
 log = logging.getLogger(__name__)
 
-OPTIONS_ENV = "FASTFEED_STORAGE_OPTIONS"
 RETRIES = 6                  # tries of one operation (the first and five retries)
 BACKOFF_S = (0.2, 8.0)       # the first wait, the longest
 PART_BYTES = 16 << 20        # ranged reads of a large object: parts of this size, fetched in parallel
@@ -44,21 +43,6 @@ class RemoteError(FormatError):
 
 class RemoteMissing(RemoteError):
     """An object that is not there (the bucket is)."""
-
-
-def storage_options(given: dict | None = None) -> dict:
-    """`$FASTFEED_STORAGE_OPTIONS` (a JSON object) under the options given (which win)."""
-    opts = {}
-    text = os.environ.get(OPTIONS_ENV)
-    if text:
-        try:
-            opts = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"${OPTIONS_ENV} is not a JSON object ({e}); e.g. "
-                             f"{OPTIONS_ENV}='{{\"anon\": true}}'") from None
-        if not isinstance(opts, dict):
-            raise ValueError(f"${OPTIONS_ENV} must be a JSON object, got {type(opts).__name__}")
-    return opts | dict(given or {})
 
 
 def parse_option(text: str) -> tuple[str, object]:
@@ -80,7 +64,7 @@ def filesystem(url: str, options: dict | None = None):
     except ImportError:
         raise ImportError(f"reading {shown(url)} needs fsspec: pip install -e '.[{_extra(url)}]' in the fastfeed checkout") from None
     try:
-        fs, path = fsspec.core.url_to_fs(url, **storage_options(options))
+        fs, path = fsspec.core.url_to_fs(url, **dict(options or {}))
     except ImportError as e:
         raise ImportError(f"reading {shown(url)} needs the package for its protocol ({e}): "
                           f"pip install -e '.[{_extra(url)}]' in the fastfeed checkout") from None
@@ -159,6 +143,11 @@ def _bucket_exists(fs, bucket: str) -> bool:
         return True
 
 
+def backoff_s(tries: int) -> float:
+    """The most seconds `tries` tries of one operation wait between them (before the jitter, which only shortens)."""
+    return sum(min(BACKOFF_S[1], BACKOFF_S[0] * 2 ** a) for a in range(tries - 1))
+
+
 def retry(op: Callable, url: str, what: str, *, fs=None, tries: int = RETRIES, sleep=time.sleep):
     """`op()`, retried on transient failures with bounded exponential backoff (with jitter); other failures
     at once, and transient ones after the last try, as a RemoteError naming the URL and the last failure."""
@@ -176,7 +165,7 @@ def retry(op: Callable, url: str, what: str, *, fs=None, tries: int = RETRIES, s
                                   "Check the network and the endpoint (AWS_ENDPOINT_URL), then run again") from None
             wait = min(BACKOFF_S[1], BACKOFF_S[0] * 2 ** attempt) * (0.5 + random.random() / 2)
             if attempt == 0:   # said once per operation, when its retries start (loader workers log it too)
-                budget = sum(min(BACKOFF_S[1], BACKOFF_S[0] * 2 ** a) for a in range(tries - 1))
+                budget = backoff_s(tries)
                 service = "S3" if url.lower().startswith(("s3://", "s3a://")) else bucket_of(url)
                 log.warning("%s unreachable (%s %s: %s), retrying for up to %.0f s of backoff (%d more tries, each "
                             "also waiting out its own connection timeout)", service, what, shown(url), _describe(e),
@@ -188,8 +177,8 @@ def retry(op: Callable, url: str, what: str, *, fs=None, tries: int = RETRIES, s
 
 # --- whole objects ------------------------------------------------------------------------------------------------
 
-def read_bytes(fs, path: str, url: str, what: str = "reading") -> bytes:
-    return retry(lambda: fs.cat_file(path), url, what, fs=fs)
+def read_bytes(fs, path: str, url: str, what: str = "reading", *, tries: int = RETRIES) -> bytes:
+    return retry(lambda: fs.cat_file(path), url, what, fs=fs, tries=tries)
 
 
 def write_bytes(fs, path: str, data: bytes, url: str, what: str = "writing") -> None:
@@ -204,7 +193,7 @@ def upload(fs, local: Path, path: str, url: str) -> None:
 
 
 def download(fs, path: str, url: str, fd: int, size: int, *, part: int | None = None, threads: int = PART_THREADS,
-             progress: Callable[[int], None] | None = None) -> None:
+             progress: Callable[[int], None] | None = None, tries: int = RETRIES) -> None:
     """Write object `path` (of `size` bytes) into the open file `fd` at offset 0: in one request when small,
     else in parallel ranged reads of `part` bytes (default PART_BYTES), each retried on its own."""
     part = part or PART_BYTES
@@ -219,7 +208,7 @@ def download(fs, path: str, url: str, fd: int, size: int, *, part: int | None = 
                 raise ConnectionError(f"got {len(data)} of bytes {a}..{b}")
             return data
 
-        data = retry(get, url, "downloading", fs=fs)
+        data = retry(get, url, "downloading", fs=fs, tries=tries)
         os.pwrite(fd, data, a)
         if progress is not None:
             progress(len(data))

@@ -1,29 +1,33 @@
-"""`StoreOptions`: how a store at a URL is read on this node, passed to `Store(path, options=...)`.
+"""`StoreOptions`: how a store at a URL is read on this node, passed to `Store(path, options=...)`; a field not
+given takes its built-in default (the store reads no environment). The entry points (the CLI, the Ultralytics
+integration) fill the fields not given from the process environment, once (`StoreOptions.from_env`):
 
-Every field left None takes its default when the store is opened, from the environment:
-
-    cache_dir         $FASTFEED_SHARD_CACHE, else ~/.cache/fastfeed/shards (a local disk)
-    cache_limit       $FASTFEED_SHARD_CACHE_LIMIT (50G, 500M, 40%), else 80% of what the disk can give
-    read_ahead        $FASTFEED_READ_AHEAD_SHARDS (or its old name $FASTFEED_PREFETCH_SHARDS): the most shards
-                      downloaded ahead of the ones being read (the shard read-ahead), else sized by the link
-                      within the cache
+    cache_dir         $FASTFEED_SHARD_CACHE, else $XDG_CACHE_HOME/fastfeed/shards (default ~/.cache/fastfeed/shards)
+    cache_limit       $FASTFEED_SHARD_CACHE_LIMIT: 50G, 500M, 40% (default 80% of what the disk can give)
+    read_ahead        $FASTFEED_READ_AHEAD_SHARDS (old name $FASTFEED_PREFETCH_SHARDS): most shards downloaded ahead
+                      of the ones being read (default sized by the link within the cache)
     storage_options   $FASTFEED_STORAGE_OPTIONS (JSON) under the ones given: fsspec options (credentials, endpoint)
+    retries           tries of one object-storage read, the first included (default `objstore.RETRIES`)
 
-The options travel with the Store when it is pickled into worker processes; nothing is written into the
-environment. Storage options are never written to a manifest, a checkpoint or a log line (`__repr__` hides them).
-`prefetch_depth`, the old name of `read_ahead`, still works (a DeprecationWarning).
+The options travel with the Store into worker processes; nothing is written into the environment, and storage
+options never into a manifest, a checkpoint or a log line (`__repr__` hides them). `prefetch_depth`, the old name of
+`read_ahead`, still works (a DeprecationWarning).
 """
 
 from __future__ import annotations
 
-import os
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from ..renamed import renamed, translate
 
+CACHE_ENV = "FASTFEED_SHARD_CACHE"
+LIMIT_ENV = "FASTFEED_SHARD_CACHE_LIMIT"
 READ_AHEAD_ENV = "FASTFEED_READ_AHEAD_SHARDS"
 OLD_READ_AHEAD_ENV = "FASTFEED_PREFETCH_SHARDS"   # its old name, still read
+OPTIONS_ENV = "FASTFEED_STORAGE_OPTIONS"
 
 
 @renamed(prefetch_depth="read_ahead")
@@ -33,6 +37,7 @@ class StoreOptions:
     cache_limit: int | str | None = None
     read_ahead: int | None = None
     storage_options: dict = field(default_factory=dict, repr=False)
+    retries: int | None = None
 
     @classmethod
     def of(cls, options: StoreOptions | None = None, **given) -> StoreOptions:
@@ -44,28 +49,44 @@ class StoreOptions:
         base = options if options is not None else cls()
         return replace(base, **{k: v for k, v in given.items() if v is not None})
 
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], options: StoreOptions | None = None, **given) -> StoreOptions:
+        """`of(options, **given)` with each field still None taken from `environ` (the module docstring): what an
+        entry point calls once with the process environment. A bad variable is a ValueError naming it."""
+        opts = cls.of(options, **given)
+        env = {k: v.strip() for k, v in environ.items() if k.startswith(("FASTFEED_", "XDG_")) and v.strip()}
+        found = {}
+        if opts.cache_dir is None and (CACHE_ENV in env or "XDG_CACHE_HOME" in env):
+            found["cache_dir"] = env.get(CACHE_ENV) or str(Path(env["XDG_CACHE_HOME"]) / "fastfeed" / "shards")
+        if opts.cache_limit is None and LIMIT_ENV in env:
+            found["cache_limit"] = env[LIMIT_ENV]
+        name = READ_AHEAD_ENV if READ_AHEAD_ENV in env else OLD_READ_AHEAD_ENV
+        if opts.read_ahead is None and name in env:
+            if not env[name].isdigit():
+                raise ValueError(f"{name}={env[name]!r}: give a whole number of shards >= 0 to download ahead (or "
+                                 "unset it for the default)")
+            found["read_ahead"] = int(env[name])
+        if OPTIONS_ENV in env:
+            found["storage_options"] = _json_options(env[OPTIONS_ENV]) | opts.storage_options
+        return replace(opts, **found)
+
     def __post_init__(self):
         if self.read_ahead is not None:
             depth = int(self.read_ahead)
             if depth < 0:
                 raise ValueError(f"read_ahead must be >= 0, got {depth}")
             object.__setattr__(self, "read_ahead", depth)
+        if self.retries is not None and (isinstance(self.retries, bool) or not isinstance(self.retries, int)
+                                         or self.retries < 1):
+            raise ValueError(f"retries must be a whole number of tries >= 1 (1: no retry), got {self.retries!r}")
         object.__setattr__(self, "storage_options", dict(self.storage_options or {}))
 
-    def resolved_read_ahead(self) -> int | None:
-        """The read-ahead given, else `$FASTFEED_READ_AHEAD_SHARDS` (else its old name), else None (the store sizes
-        it)."""
-        if self.read_ahead is not None:
-            return self.read_ahead
-        name = READ_AHEAD_ENV if os.environ.get(READ_AHEAD_ENV, "").strip() else OLD_READ_AHEAD_ENV
-        env = os.environ.get(name, "").strip()
-        if not env:
-            return None
-        try:
-            depth = int(env)
-        except ValueError:
-            raise ValueError(f"{name}={env!r}: give a whole number of shards to download ahead "
-                             "(or unset it for the default)") from None
-        if depth < 0:
-            raise ValueError(f"{name}={env!r}: give a whole number of shards >= 0")
-        return depth
+
+def _json_options(text: str) -> dict:
+    try:
+        opts = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"${OPTIONS_ENV} is not a JSON object ({e}); e.g. {OPTIONS_ENV}='{{\"anon\": true}}'") from None
+    if not isinstance(opts, dict):
+        raise ValueError(f"${OPTIONS_ENV} must be a JSON object, got {type(opts).__name__}")
+    return opts

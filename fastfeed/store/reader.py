@@ -12,6 +12,7 @@ from ..renamed import renamed
 from . import urls
 from .options import StoreOptions
 from .record import Record
+from .source import PASSED, ShardProvider
 
 
 @dataclass(slots=True)
@@ -40,14 +41,16 @@ class Store:
 
     `path`: a folder, or a URL (s3://, gs://, any fsspec URL) whose shards are downloaded into the node's shard
     cache as reads need them. `options` (`StoreOptions`, or its fields as keywords: cache_dir, cache_limit,
-    read_ahead, storage_options; `prefetch_depth` is read_ahead's old name): how a store at a URL is read; each
-    one not given is taken from the environment (see `options.py`). A folder takes no keyword options.
+    read_ahead, storage_options, retries; `prefetch_depth` is read_ahead's old name): how a store at a URL is read;
+    each one not given takes its built-in default (see `options.py`). A folder takes no keyword options.
 
     LMDB environments open lazily in each process (read-only, no lock file), so a `Store` pickles
     cheaply into worker processes (with its options) and is safe after fork. Every read checks the record's CRC32
     unless `check_crc=False`. A Store keeps reading the pack it was opened on; if the store is
     re-packed in place before this process first reads it, reads raise FormatError (open it again).
     """
+
+    provider: ShardProvider   # what it reads through; the members `source.PASSED` names are the Store's too
 
     def __init__(self, path, check_crc: bool = True, options: StoreOptions | None = None, **given):
         remote = urls.is_url(path)
@@ -94,37 +97,11 @@ class Store:
         cache = f", cache={str(self.cache.root)!r}" if self.cache is not None else ""
         return f"Store({str(self.path)!r}, images={len(self)}, classes={len(self.class_names)}{cache})"
 
-    # --- facts the loaders decide the order from (the store never chooses one) ----------------------------
-    @property
-    def remote(self) -> bool:
-        """Whether reads download shards (a store at a URL) rather than map local files."""
-        return self.provider.remote
-
-    @property
-    def cache(self):
-        """The node's shard cache of a store at a URL (`remote.shard_cache.ShardCache`); None for a folder."""
-        return getattr(self.provider, "cache", None)
-
-    @property
-    def cache_limit(self) -> int | None:
-        """Bytes of this store's shards the node's cache can hold; None when every shard is local."""
-        return self.provider.cache_limit
-
-    @property
-    def read_ahead(self) -> int | None:
-        """The shard read-ahead: most shards downloaded ahead of the ones being read (given, or sized to the link
-        within the cache); None when nothing is downloaded."""
-        return self.provider.read_ahead
-
-    @property
-    def read_ahead_given(self) -> bool:
-        """Whether `read_ahead` was asked for (StoreOptions, $FASTFEED_READ_AHEAD_SHARDS) rather than sized."""
-        return getattr(self.provider, "read_ahead_given", False)
-
-    def follower(self):
-        """What an order reports the shards it needs now and next to (`want(now, upcoming)`: downloaded ahead and
-        kept in the cache), or None when the shards are all here. One per order."""
-        return self.provider.follower() if self.remote else None
+    # --- what its shard provider says (`source.ShardFacts`: the members `PASSED` names) ---------------------
+    def __getattr__(self, name: str):
+        if name in PASSED and "provider" in self.__dict__:
+            return getattr(self.__dict__["provider"], name)
+        raise AttributeError(f"'Store' object has no attribute {name!r}")
 
     # --- process-local handles --------------------------------------------------------------------
     def __getstate__(self):
@@ -137,19 +114,6 @@ class Store:
     def close(self) -> None:
         """Release this process's handles (maps, lock files); reads reopen them."""
         self.provider.close()
-
-    def shard_url(self, shard: int) -> str:
-        """Where shard number `shard` is (a file path here; a URL for a store in object storage)."""
-        return self.provider.shard_url(shard)
-
-    def fetch(self, shard: int, wait: bool = True) -> bool:
-        """Make shard `shard` readable here: a local shard is; a store at a URL downloads it into its cache (without
-        `wait`: False when another process is downloading it or there is no room now)."""
-        return self.provider.fetch(shard, wait=wait)
-
-    def shard_entries(self, shard: int) -> int:
-        """Records LMDB holds in shard number `shard` (verify compares it with the manifest)."""
-        return self.provider.shard_entries(shard)
 
     def __enter__(self):
         return self

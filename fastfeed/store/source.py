@@ -1,29 +1,10 @@
-"""`RecordSource`: what loaders, the shm cache, the trainers and `verify` need from a store, as a protocol.
-
-`Store` implements it, over a folder or a URL alike (it reads through a shard provider: `local.LocalShards`,
-`remote.shards.RemoteShards`); so can any other kind of store (a test's in-memory stand-in) without the loaders
-changing. Nothing outside `fastfeed/store/` reads a store in any other way.
-
-    len(src)                         records in the store
-    src.record(i, check_crc=None)    Record i: parsed, CRC-checked (errors name it and its shard)
-    src.shard_of(i)                  the index into src.shards of the shard holding record i
-    src.shards                       [ShardInfo] (file, count, bytes, start) in record order
-    src.manifest                     the Manifest (classes, payload settings, stats, the pack report)
-    src.path                         where it is (a folder, or a URL), for messages and cache names
-    src.fingerprint                  of the content: caches (shm, VRAM) are keyed by it
-    src.class_names, src.category_ids
-    src.check_crc                    whether record() checks CRCs by default
-    src.reopen()                     a fresh source over the same place (what is there now), same settings
-    src.close()                      release this process's handles (maps, files); reads reopen them
-    src.shard_url(k), src.shard_entries(k), src.fetch(k, wait=True)
-                                     where shard k is; the records LMDB holds in it; make it readable here
-  The facts the loaders choose the order from (`loaders/shard_order.default_order`); the store never chooses one:
-    src.remote                       whether reads download shards (then the order must suit the shard cache)
-    src.cache_limit                  bytes of its shards the node's cache holds (None: all are local)
-    src.read_ahead, src.read_ahead_given   most shards to keep downloaded ahead, and whether it was asked for
-    src.follower()                   `want(now, upcoming)`, told by the order what it needs (None: nothing to fetch)
-
-A source must pickle cheaply (it travels into every worker process, with its options) and be safe to use after fork.
+"""What a store is to its readers, as protocols, one declaration per member. `RecordSource`: what loaders, the shm
+cache, the trainers and `verify` need from a store; `Store` implements it over a folder or a URL alike, and so can
+any other source (a test's in-memory stand-in): nothing outside `fastfeed/store/` reads a store in another way. A
+source pickles cheaply (into every worker, with its options) and is safe after fork. `ShardProvider`: what a
+`Store` reads through, a folder's shards (`local.LocalShards`) or a URL's in the node's shard cache
+(`remote.shards.RemoteShards`). Both share `ShardFacts`, which a Store passes on as its own (`PASSED`): the facts the
+loaders choose the order from (the store never chooses one), where shards are and whether they are sound.
 """
 
 from __future__ import annotations
@@ -35,47 +16,55 @@ from .record import Record
 
 
 @runtime_checkable
-class RecordSource(Protocol):
-    path: object
-    manifest: Manifest
-    shards: list
-    check_crc: bool
+class ShardFacts(Protocol):
+    path: object                 # where it is (a folder, or a URL), for messages and cache names
+    manifest: Manifest           # classes, payload settings, stats, the pack report
+    remote: bool                 # whether reads download shards (then the order must suit the shard cache)
+    cache: object                # the node's `ShardCache` (None: every shard is local)
+    cache_limit: int | None      # bytes of its shards the node's cache holds (None: every shard is local)
+    read_ahead: int | None       # most shards kept downloaded ahead (None: nothing is downloaded)
+    read_ahead_given: bool       # whether `read_ahead` was asked for (StoreOptions) rather than sized
 
-    def __len__(self) -> int: ...
+    def shard_url(self, shard: int) -> str: ...          # where shard k is (a file path, or a URL)
 
-    def record(self, index: int, check_crc: bool | None = None) -> Record: ...
+    def fetch(self, shard: int, wait: bool = True) -> bool: ...   # make it readable here (a URL's: downloaded)
 
-    def shard_of(self, index: int) -> int: ...
+    def shard_entries(self, shard: int) -> int: ...      # the records LMDB holds in it (verify: the manifest's?)
 
-    def reopen(self) -> RecordSource: ...
+    def missing(self) -> list: ...                       # the shards (ShardInfo) whose file is not there
 
-    def close(self) -> None: ...
+    def check_source(self, shard: int) -> str | None: ...   # how its source differs from the manifest (None: not)
 
-    def shard_url(self, shard: int) -> str: ...
+    def stored_bytes(self) -> int: ...                   # bytes its shards take where they are stored
 
-    def shard_entries(self, shard: int) -> int: ...
+    def follower(self): ...                              # `want(now, upcoming)` for one order (None: all here)
 
-    def fetch(self, shard: int, wait: bool = True) -> bool: ...
+    def close(self) -> None: ...                         # release this process's handles; reads reopen them
 
-    def follower(self): ...
 
-    @property
-    def remote(self) -> bool: ...
+PASSED = ("remote", "cache", "cache_limit", "read_ahead", "read_ahead_given", "shard_url", "fetch", "shard_entries",
+          "missing", "check_source", "stored_bytes", "follower")
 
-    @property
-    def cache_limit(self) -> int | None: ...
 
-    @property
-    def read_ahead(self) -> int | None: ...
+@runtime_checkable
+class ShardProvider(ShardFacts, Protocol):
+    location: object             # what `Store(...)` opens it again from
 
-    @property
-    def read_ahead_given(self) -> bool: ...
+    def record(self, index: int, shard: int, check_crc: bool) -> Record: ...   # record `index`, in shard `shard`
 
-    @property
-    def fingerprint(self) -> str: ...
 
-    @property
-    def class_names(self) -> list[str]: ...
+@runtime_checkable
+class RecordSource(ShardFacts, Protocol):
+    shards: list                 # [ShardInfo] (file, count, bytes, start) in record order
+    check_crc: bool              # whether record() checks CRCs by default
+    fingerprint: str             # of the content: caches (shm, VRAM) are keyed by it
+    class_names: list[str]
+    category_ids: list[int]
 
-    @property
-    def category_ids(self) -> list[int]: ...
+    def __len__(self) -> int: ...                        # records in the store
+
+    def record(self, index: int, check_crc: bool | None = None) -> Record: ...   # parsed, CRC-checked
+
+    def shard_of(self, index: int) -> int: ...           # the index into `shards` of the shard holding record i
+
+    def reopen(self) -> RecordSource: ...                # a fresh source over the same place, same settings

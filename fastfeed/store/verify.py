@@ -69,12 +69,12 @@ def _check_shards(store: Store, changed: list) -> list[dict]:
     (replacing the cached copy), its size and sha256 checked. A local shard whose sha256 differs goes into `changed`
     (its records are still checked, to name the damaged ones)."""
     damaged = [{"shard": s.file, "index": None, "error": f"shard file {s.file} is missing (records {s.start}.."
-                                                          f"{s.start + s.count - 1})"} for s in store.provider.missing()]
+                                                          f"{s.start + s.count - 1})"} for s in store.missing()]
     if damaged:
         return damaged
     for k, s in enumerate(store.shards):
         try:
-            if (differs := store.provider.check_source(k)) is not None:
+            if (differs := store.check_source(k)) is not None:
                 changed.append({"shard": s.file, "index": None, "error": differs})
             entries = store.shard_entries(k)
         except ShardDamaged as e:   # the bucket's object: the others are still checked
@@ -142,7 +142,7 @@ def summarize(path, options=None) -> dict:
         long_side = max(int(v) for v in size.split("x"))
         key = next((f"<= {b}" for b in _BUCKETS if long_side <= b), f"> {_BUCKETS[-1]}")
         hist[key] += count
-    shard_bytes = store.provider.stored_bytes()
+    shard_bytes = store.stored_bytes()
     return {
         "path": str(store.path), "format_version": m.format_version, "created": m.created,
         "images": m.num_images, "boxes": m.num_boxes, "crowd_boxes": m.num_crowd,

@@ -28,13 +28,12 @@ def grad_scaler(device: torch.device, amp: str | None):
     return torch.amp.GradScaler(device.type, enabled=enabled)
 
 
-def device_batches(loader, device: torch.device, dtype: torch.dtype = torch.float32, *, seed: int = 0,
-                   channels_last: bool = False):
+def device_batches(loader, device: torch.device, dtype: torch.dtype = torch.float32, *, channels_last: bool = False):
     """The loader's batches on `device`, images float in [0,1]: copies on a side stream, double-buffered,
     in the channels-last layout if asked (a loader whose batches are already there, `loader.on_device`, is
-    used as it is; the trainer lays those out itself). `seed`: the device augmentation's, if any."""
+    used as it is; the trainer lays those out itself). The device augmentation, if any, takes the loader's seed."""
     from ..prefetch import DevicePrefetcher
 
     if loader.on_device:
         return loader
-    return DevicePrefetcher(loader, device, depth=2, dtype=dtype, seed=seed, channels_last=channels_last)
+    return DevicePrefetcher(loader, device, depth=2, dtype=dtype, channels_last=channels_last)

@@ -2,7 +2,8 @@
 
     torchrun --nproc_per_node N -m fastfeed train --data coco.ff ...
 
-torchrun sets RANK, WORLD_SIZE and LOCAL_RANK; the process group uses gloo on CPU, nccl on CUDA
+torchrun sets RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE (read here, at the door: the loaders are given
+the ranks on a node, `LoaderConfig.local_world_size`); the process group uses gloo on CPU, nccl on CUDA
 and hccl on Ascend NPUs. Each rank's loader reads its own share of every epoch (LoaderConfig
 resolves rank and world size from torch.distributed), DDP averages gradients in backward, and
 rank 0 alone evaluates, logs and writes checkpoints.
@@ -26,7 +27,8 @@ class Dist:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
-    owned: bool = False   # this code initialised the process group, so it tears it down
+    owned: bool = False
+    local_world_size: int = 1   # ranks on this node   # this code initialised the process group, so it tears it down
 
     @property
     def main(self) -> bool:
@@ -37,16 +39,21 @@ def local_rank() -> int:
     return int(os.environ.get("LOCAL_RANK", 0))
 
 
+def local_world_size() -> int:
+    """The ranks on this node (torchrun's LOCAL_WORLD_SIZE; 1 without it), for `LoaderConfig.local_world_size`."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+
+
 def setup(device: torch.device) -> Dist:
     """Join the process group torchrun describes (or use one the caller already initialised)."""
     if dist.is_available() and dist.is_initialized():
-        return Dist(dist.get_rank(), dist.get_world_size(), local_rank())
+        return Dist(dist.get_rank(), dist.get_world_size(), local_rank(), local_world_size=local_world_size())
     world = int(os.environ.get("WORLD_SIZE", 1))
     if world <= 1:
         return Dist()
     set_device(device)
     dist.init_process_group(BACKENDS[device.type])
-    return Dist(dist.get_rank(), dist.get_world_size(), local_rank(), owned=True)
+    return Dist(dist.get_rank(), dist.get_world_size(), local_rank(), owned=True, local_world_size=local_world_size())
 
 
 def all_mean(t: torch.Tensor, d: Dist) -> torch.Tensor:
@@ -60,15 +67,11 @@ def all_mean(t: torch.Tensor, d: Dist) -> torch.Tensor:
 
 def any_true(flag: bool, d: Dist, device: torch.device) -> bool:
     """True on every rank when `flag` is True on any (one all-reduce; no collective with one process)."""
-    if d.world_size == 1:
-        return flag
-    t = torch.tensor([float(flag)], device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
+    return flag if d.world_size == 1 else all_min(-int(flag), d, device) < 0
 
 
 def all_min(value: int, d: Dist, device: torch.device) -> int:
-    """The smallest `value` over ranks (what every rank can afford)."""
+    """The smallest `value` over ranks (what every rank can afford; one all-reduce, none with one process)."""
     if d.world_size == 1:
         return value
     t = torch.tensor([value], device=device, dtype=torch.int64)

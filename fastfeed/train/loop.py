@@ -70,7 +70,7 @@ def train(cfg: TrainConfig) -> TrainResult:
             run.cost_said = estimate(run)   # where a step is long: its cost before it is paid
         if run.eval_pending:   # a stop at the end of an epoch left its evaluation for now
             if run.dd.main:
-                evaluate_now(run, run.skip)
+                evaluate_now(run)
             distributed.barrier(run.dd)
         agree_to_stop(run)
         while run.epoch < cfg.epochs and not run.stop:
@@ -116,7 +116,7 @@ def train_epoch(run) -> int:
                 run.stop = True
                 break
             if run.dd.main and done < nb and run.timer.due():
-                write_last(run, done, "timer")
+                write_last(run, "timer")
     finally:
         if hasattr(batches, "close"):
             batches.close()   # an abandoned epoch (--max-steps, a stop, an error) releases its batches
@@ -134,7 +134,7 @@ def lost_source(run, e: Exception, done: int) -> None:
     run.optimizer.zero_grad(set_to_none=True)
     run.snapshot.restore()   # the BatchNorm statistics the unfinished step's forwards had moved
     if run.dd.main:
-        write_last(run, done, "data source failed")
+        write_last(run, "data source failed", batches=done)   # the step in flight is undone
     raise DataSourceFailed(f"{message}; training stopped at epoch {run.epoch + 1}, step {run.step} ({done} of "
                            f"{run.nb} batches): {resume_hint(run.out / 'last.pt')}") from None
 
@@ -150,18 +150,18 @@ def end_of_epoch(run, done: int) -> None:
     if run.stopped_by:   # a notice is short: no evaluation now; the one this epoch's end was due is pending
         pending = run.val_store is not None and done == 0 and (finished or run.epoch % cfg.eval_every == 0)
         if run.dd.main:
-            write_last(run, done, "signal", eval_pending=pending)
+            write_last(run, "signal", eval_pending=pending)
     elif run.dd.main:
         due = run.val_store is not None and (finished or run.stop or (done == 0 and run.epoch % cfg.eval_every == 0))
-        write_last(run, done, "epoch" if done == 0 else "stop", eval_pending=due)
+        write_last(run, "epoch" if done == 0 else "stop", eval_pending=due)
         if due:
-            evaluate_now(run, done)
+            evaluate_now(run)
     distributed.barrier(run.dd)
     run.skip = done
     agree_to_stop(run)
 
 
-def evaluate_now(run, done: int) -> None:
+def evaluate_now(run) -> None:
     """Rank 0: evaluate on --val, keep best.pt, and write last.pt again with the evaluation done. A stop signal
     during it abandons it (last.pt, written before, keeps `eval_pending`)."""
     synchronize(run.device)
@@ -172,8 +172,8 @@ def evaluate_now(run, done: int) -> None:
     run.report.eval_done(res)
     if res["map"] > run.best:
         run.best = res["map"]
-        save_checkpoint(run.out / "best.pt", checkpoint_state(run, done))
-    write_last(run, done, "eval")
+        save_checkpoint(run.out / "best.pt", checkpoint_state(run))
+    write_last(run, "eval")
 
 
 def agree_to_stop(run) -> None:
@@ -186,17 +186,20 @@ def agree_to_stop(run) -> None:
         run.stop, run.stopped_by = True, run.signals.reason()
 
 
-def write_last(run, done: int, why: str, eval_pending: bool = False) -> None:
-    """Rank 0: last.pt, `done` loader batches into `run.epoch`, and a metrics.jsonl row with what it cost."""
+def write_last(run, why: str, eval_pending: bool = False, batches: int | None = None) -> None:
+    """Rank 0: last.pt at the feed's position (`checkpoint_state`; `batches`: that many into `run.epoch`), and a
+    metrics.jsonl row with what it cost."""
     t0 = time.perf_counter()
     path = run.out / "last.pt"
-    save_checkpoint(path, checkpoint_state(run, done, eval_pending=eval_pending, stopped_by=run.stopped_by))
+    state = checkpoint_state(run, batches=batches, eval_pending=eval_pending, stopped_by=run.stopped_by)
+    save_checkpoint(path, state)
     seconds = time.perf_counter() - t0
     run.timer.saved()
-    run.report.record({"event": "checkpoint", "why": why, "epoch": run.epoch, "step": run.step, "batches_done": done,
-                       "eval_pending": eval_pending, "seconds": seconds, "bytes": path.stat().st_size})
+    run.report.record({"event": "checkpoint", "why": why, "epoch": state["epoch"], "step": run.step, "batches_done":
+                       state["batches_done"], "eval_pending": eval_pending, "seconds": seconds, "bytes": path.stat().st_size})
     if why == "timer":
-        log.debug("--save-every-min: %s at epoch %d, batch %d in %.2f s", path, run.epoch, done, seconds)
+        log.debug("--save-every-min: %s at epoch %d, batch %d in %.2f s", path, state["epoch"], state["batches_done"],
+                  seconds)
 
 
 def stopped(run) -> dict:

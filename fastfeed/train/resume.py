@@ -44,17 +44,18 @@ def run_config(run) -> dict:
     return run.cfg.to_dict() | {"batch": run.micro.batch, "accum": run.accum}
 
 
-def checkpoint_state(run, batches_done: int, *, eval_pending: bool = False, stopped_by: str | None = None) -> dict:
-    """Everything `restore` needs to continue exactly where the run is: `batches_done` loader batches into
-    `run.epoch` (the loader's position: `set_epoch(epoch, batches_done)` gives the batches that follow).
-    `eval_pending`: the evaluation due at this epoch's end has not run; `stopped_by`: the signal that stopped
-    the run here, if one did."""
+def checkpoint_state(run, *, batches: int | None = None, eval_pending: bool = False,
+                     stopped_by: str | None = None) -> dict:
+    """Everything `restore` needs to continue exactly where the run is: the loader's state after the last batch the
+    feed handed to the step (`batches`: that many into `run.epoch` instead: a step in flight undone). `eval_pending`:
+    the evaluation due at this epoch's end has not run; `stopped_by`: the signal that stopped the run, if one did."""
     ema = run.ema
+    loader = run.feed.state_dict() if batches is None else run.loader.state_dict(run.epoch, batches)
     return {"model_name": run.cfg.model, "nc": run.raw_model.nc, "class_names": run.store.class_names,
             "imgsz": run.cfg.imgsz, "config": run_config(run), "model": run.raw_model.state_dict(),
             "ema": ema.ema.state_dict() if ema else None, "ema_updates": ema.updates if ema else 0,
-            "optimizer": run.optimizer.state_dict(), "scaler": run.scaler.state_dict(), "epoch": run.epoch,
-            "step": run.step, "batches_done": batches_done, "loader": run.loader.state_dict(run.epoch, batches_done),
+            "optimizer": run.optimizer.state_dict(), "scaler": run.scaler.state_dict(), "epoch": loader["epoch"],
+            "step": run.step, "batches_done": loader["batches"], "loader": loader,
             "micro_batch": run.micro.size, "best_map": run.best,
             "rng": rng_state(run.device), "eval_pending": eval_pending, "stopped_by": stopped_by}
 

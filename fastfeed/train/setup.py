@@ -176,6 +176,7 @@ def set_up(cfg: TrainConfig, stack) -> Run:
     run.loader = create_loader(cfg.loader, run.store, LoaderConfig(
         imgsz=cfg.imgsz, batch_size=batch, augment=cfg.augment, seed=cfg.seed, epochs=cfg.epochs,
         close_mosaic=cfg.close_mosaic, device_augment=cfg.device_augment, device=str(device), task="detect",
+        local_world_size=run.dd.local_world_size,
         **({} if cfg.workers is None else {"workers": cfg.workers}), **({} if cfg.hyp is None else {"hyp": cfg.hyp})))
     stack.callback(run.loader.close)
     if tasks.get(store_task(run.store)).field:
@@ -214,7 +215,7 @@ def start(run: Run, stack) -> None:
         run.model.register_comm_hook(None, run.comm.hook)
     run.raw_model.grad_ckpt = cfg.grad_ckpt
     dtype = AMP_DTYPES[cfg.amp] if cfg.amp else torch.float32
-    run.feed = device_batches(run.loader, device, dtype, seed=cfg.seed, channels_last=cfg.channels_last)
+    run.feed = device_batches(run.loader, device, dtype, channels_last=cfg.channels_last)
     stack.callback(run.feed.close)
 
 

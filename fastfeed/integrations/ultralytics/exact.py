@@ -52,11 +52,11 @@ def _set_rng_states(states: dict, device) -> None:
 
 def training_state(trainer) -> dict:
     """The state a mid-epoch last.pt of FastfeedTrainer `trainer` keeps for an exact resume."""
-    rhythm, feed = trainer._ff_rhythm, trainer.train_loader
+    rhythm, feed = trainer.ff_rhythm, trainer.train_loader
     epoch_loss = rhythm.epoch_mean(trainer.epoch, trainer.tloss, feed.position) if rhythm else trainer.tloss
     return {"model": _cpu(unwrap_model(trainer.model).state_dict()), "ema": _cpu(trainer.ema.ema.state_dict()),
             "updates": int(trainer.ema.updates), "optimizer": _cpu(trainer.optimizer.state_dict()),
-            "scaler": trainer.scaler.state_dict(), "rng": _rng_states(trainer.device), "last_step": int(trainer._ff_last_step),
+            "scaler": trainer.scaler.state_dict(), "rng": _rng_states(trainer.device), "last_step": int(trainer.ff_last_step),
             "epoch_loss": _cpu(epoch_loss),   # and the gradients of batches after the last step (at an epoch's end)
             "grads": [_cpu(p.grad) for p in unwrap_model(trainer.model).parameters()]}
 
@@ -105,7 +105,7 @@ class Rhythm:
 
     def before_check(self, trainer, count: int) -> None:
         """Batch count `count` (epoch x batches per epoch + batch) is in flight; the last step was at
-        `trainer._ff_last_step`."""
+        `trainer.ff_last_step`."""
         if self.grads is not None:   # the loop zeroed them at its start; this batch's backward adds to them
             for p, g in zip(unwrap_model(trainer.model).parameters(), self.grads):
                 p.grad = None if g is None else g.to(p.device)
@@ -116,7 +116,7 @@ class Rhythm:
             self._ramp(trainer, count, epoch)   # the loop ramped at its own count: set the values at ours
         else:
             self.nominal = self.acc0
-        trainer.accumulate = 1 if count - trainer._ff_last_step >= self.nominal else NO_STEP
+        trainer.accumulate = 1 if count - trainer.ff_last_step >= self.nominal else NO_STEP
 
     def _ramp(self, trainer, count: int, epoch: int) -> None:
         """The warmup's values at batch count `count` (past the ramp: its end values)."""

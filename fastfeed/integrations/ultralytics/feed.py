@@ -78,9 +78,7 @@ class FastfeedTrainLoader:
         self.info = read_records(store, image_dir)
         self.class_filter = class_filter or ClassFilter()
         self.epoch = 0
-        self.position = 0          # batches of `epoch` handed out so far (a mid-epoch checkpoint's position)
-        self._start: tuple[int, int] | None = None   # (epoch, batch): a resumed epoch starts there
-        self._resumed: dict | None = None             # the loader state resumed from, until its epoch begins
+        self._resumed: dict | None = None   # the loader state resumed from, until its epoch begins (there)
         self.mosaic_closed = False
         self._epoch_of = epoch_of
         self._copy_event = None
@@ -103,37 +101,29 @@ class FastfeedTrainLoader:
         """The batches are on the trainer's device already, finished (the device loader)."""
         return bool(self.loader.on_device)
 
+    @property
+    def position(self) -> int:
+        """Batches of `epoch` handed out so far (a mid-epoch checkpoint's position): the loader's own count."""
+        return self.loader.handed
+
     def __iter__(self):
         return self._batches()   # a generator: nothing runs until the first batch is asked for
 
-    def start_at(self, epoch: int, batch: int) -> None:
-        """Resuming mid-epoch: the next iteration of `epoch` begins at its batch `batch` (exactly the batches an
-        uninterrupted run trains from there; those before it are neither built nor trained)."""
-        self._start = (int(epoch), int(batch))
-
-    def state_dict(self, epoch: int, batches: int) -> dict:
-        """The loader's state (`Loader.state_dict`): `batches` of `epoch` consumed on every rank."""
-        return self.loader.state_dict(epoch, batches)
-
     def resume_from(self, state: dict) -> str:
         """Continue where a loader `state` left off (`Loader.load_state_dict`: exactly on the same order, else the
-        interrupted epoch's untrained records re-dealt to these ranks); returns the line saying what it does."""
-        line = self.loader.load_state_dict(state)
+        interrupted epoch's untrained records re-dealt to these ranks; the batches before it are neither built nor
+        trained); returns the line saying what it does."""
         self._resumed = state
-        self.start_at(self.loader.epoch, self.loader.start)
-        return line
+        return self.loader.load_state_dict(state)
 
     def _batches(self):
         epoch = self.epoch = int(self._epoch_of()) if self._epoch_of is not None else self.epoch
-        start = 0
-        if self._start is not None and self._start[0] == epoch:
-            start, self._start = self._start[1], None
-        self._resumed = None
+        resumed, self._resumed = self._resumed, None
         loader = self.loader
+        start = loader.start if resumed is not None and loader.epoch == epoch else 0
         clock = self.clock = FeedClock.started()
         asked = clock.start
         loader.set_epoch(epoch, start)
-        self.position = start
         for batch in loader:   # im_file, ori_shape...: of the records the batch says it holds, in its order
             images, targets, indices = batch.images, batch.targets, getattr(batch, "indices", None)
             if indices is None or len(indices) != len(images):
@@ -143,7 +133,6 @@ class FastfeedTrainLoader:
             out = collate(images, targets, indices.tolist(), self.info, self.class_filter, batch.extras(),
                           self.cfg.overlap_mask)
             clock.batch(perf_counter() - asked, len(images))
-            self.position += 1
             yield out
             asked = clock.resumed()
             self._wait_copy()    # the next request lets the loader reuse this batch's buffer

@@ -1,32 +1,16 @@
-"""Mid-epoch checkpoints for FastfeedTrainer: stopping on a signal with at most one optimizer step lost,
-saving on a timer, and Ultralytics' own `resume=True` continuing from the next batch.
+"""What a FastfeedTrainer mid-epoch checkpoint is (stopping.py decides when one is written, exact.py what an exact
+resume adds), the stop file and the DDP launcher.
 
-Ultralytics saves (`save_model`) and resumes only at epoch ends. FastfeedTrainer adds, at each optimizer
-step (fastfeed/preempt.py has the signal rules):
-- a stop signal (SIGTERM, SIGUSR1, a first Ctrl-C; under DDP agreed by every rank with one all-reduce per
-  optimizer step) writes a mid-epoch last.pt and raises `Preempted` (a SystemExit with status 75);
-- `FASTFEED_SAVE_EVERY_MIN=N` writes the same last.pt every N minutes (rank 0; for kills with no notice).
+A mid-epoch last.pt is exactly what Ultralytics' `save_model` writes (its bytes captured, not its code copied), with
+`epoch` set to the epoch before the interrupted one (Ultralytics resumes at the epoch after `epoch`; 0 in the first
+epoch, which only FastfeedTrainer resumes inside) and one more entry, `fastfeed`: the position (`epoch`, `batches`
+done in it, `batch_size`, `world_size`, what stopped it) and `loader`, the loader's state (`Loader.state_dict()`),
+which `resume=True` continues through `Loader.load_state_dict` (`saved_state`): on the same ranks the batches the
+uninterrupted run trains, on others the epoch's records not yet trained, re-dealt. Every checkpoint write, the
+epoch-end ones included, is atomic (`write_atomically`). `FASTFEED_SAVE_EVERY_MIN=N` writes one every N minutes.
 
-A mid-epoch last.pt is exactly what Ultralytics' `save_model` writes (its bytes captured, not its code
-copied), with `epoch` set to the epoch before the interrupted one (Ultralytics resumes at the epoch after
-`epoch`; 0 in the first epoch, which only FastfeedTrainer resumes inside) and one more entry, `fastfeed`:
-the loader's position (`epoch`, `batches` done in it, `batch_size`
-and `world_size`, what stopped it) and `loader`: the loader's state (`Loader.state_dict()`: what makes its batches). Every FastfeedTrainer checkpoint write,
-the epoch-end ones included, is atomic (`write_atomically`): a kill -9 mid-write leaves the previous file.
-
-On `resume=True` Ultralytics restores the optimizer, EMA and counters as usual; FastfeedTrainer then starts
-at the interrupted epoch and its loader where the state says (`resume_feed`, `Loader.load_state_dict`): on the
-same ranks at batch `batches`, the batches the uninterrupted run trains; on another number of ranks (or batch
-size) the epoch's records not yet trained, re-dealt to the new ranks. None of the epoch is trained twice. Two things of
-Ultralytics' loop count batches from 0 in the resumed epoch: the warmup ramp (if the stop fell in the
-warmup epochs, the rest of that epoch ramps from where the epoch started) and the epoch's mean loss in
-results.csv (over the batches after the resume). The checkpoint also holds what training exactly as the
-uninterrupted run needs (exact.py: fp32 weights, EMA, optimizer, RNG, the batch count at the last step); on the
-same order the resumed loop's accumulation, warmup ramp and epoch loss continue from it, so the weights end equal.
-
-Under DDP the launching process forwards SIGTERM/SIGUSR1 to the rank processes (Kubernetes and docker
-signal PID 1 only) and turns the ranks' failure into `Preempted` when they stopped for a signal (rank 0
-leaves `STOP_FILE` in the run folder).
+Under DDP the launching process forwards SIGTERM/SIGUSR1 to the rank processes (Kubernetes and docker signal PID 1
+only) and turns the ranks' failure into `Preempted` when they stopped for a signal (rank 0 leaves `STOP_FILE`).
 """
 
 from __future__ import annotations
@@ -151,25 +135,14 @@ def position_of(ckpt) -> dict | None:
 
 
 def saved_state(pos: dict, loader) -> dict:
-    """The loader state of a mid-epoch position `pos`. A position written before the loader kept its state (no
-    `loader` entry) is taken as of this run's order with its batch size and world size."""
+    """The loader state of a mid-epoch position `pos` (its epoch and batches: a lost source's are the entry's). A
+    position written before the loader kept its state is taken as of this run's order with its batch and world size."""
     from ...loaders.position import legacy_state
 
     epoch, batches = int(pos["epoch"]), int(pos["batches"])
-    state = pos.get("loader")
-    if isinstance(state, dict):
-        state = {**state, "epoch": epoch, "batches": batches}   # the position is the entry's (a lost source's)
-    else:
-        state = legacy_state(loader, epoch, batches, batch_size=pos.get("batch_size"),
-                             world_size=pos.get("world_size"))
-    return state
-
-
-def resume_feed(pos: dict, feed) -> str:
-    """Put the train loader where `pos` stopped, through the loader's own contract (`Loader.load_state_dict`: the
-    exact continuation on the same order, else the interrupted epoch's untrained records re-dealt to this run's
-    ranks); returns the line saying what changed and what the resume does."""
-    return feed.resume_from(saved_state(pos, feed.loader))
+    if isinstance(pos.get("loader"), dict):
+        return {**pos["loader"], "epoch": epoch, "batches": batches}
+    return legacy_state(loader, epoch, batches, batch_size=pos.get("batch_size"), world_size=pos.get("world_size"))
 
 
 def write_stop_file(save_dir: Path, position: dict) -> None:

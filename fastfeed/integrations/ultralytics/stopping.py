@@ -7,7 +7,7 @@ run's optimizer steps continued (exact.py); FASTFEED_SAVE_EVERY_MIN=N also write
 source lost for good saves the same way before the error. The checkpoint's content, the stop file and the DDP
 launcher are resume.py's. `FastfeedTrainer` (trainer.py) and the task trainers (tasks.py) are this mixin with their
 batches from a fastfeed loader:
-`train_loader` must be a `FastfeedTrainLoader` (its `position` and `state_dict` are what is saved).
+`train_loader` must be a `FastfeedTrainLoader` (its `position` and its loader's state are what is saved).
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from .resume import (
     launch_ranks,
     mid_epoch_checkpoint,
     position_of,
-    resume_feed,
     save_every_min,
     saved_state,
     write_files,
@@ -48,8 +47,8 @@ class StoppableMixin:
     _ff_signals = None
     _ff_timer = None
     _ff_done = (-1, 0)   # (epoch, batches) at the last optimizer step
-    _ff_last_step = -1   # the loop's batch count (epoch x batches per epoch + batch) at the last optimizer step
-    _ff_rhythm = None    # after a mid-epoch resume: the uninterrupted run's step schedule, continued (exact.py)
+    ff_last_step = -1   # the loop's batch count (epoch x batches per epoch + batch) at the last optimizer step
+    ff_rhythm = None    # after a mid-epoch resume: the uninterrupted run's step schedule, continued (exact.py)
 
     def __init__(self, cfg=DEFAULT_CFG, overrides=None, _callbacks=None):
         self._ff_every = save_every_min()   # a bad value fails here, before anything is built
@@ -99,12 +98,12 @@ class StoppableMixin:
     def optimizer_step(self):
         super().optimizer_step()
         self._ff_done = (self.epoch, getattr(self.train_loader, "position", 0))   # where a lost source saves
-        self._ff_last_step = self.epoch * len(self.train_loader) + self._ff_done[1] - 1
+        self.ff_last_step = self.epoch * len(self.train_loader) + self._ff_done[1] - 1
         self._ff_step_boundary(epoch_end=False)
 
     def run_callbacks(self, event: str):
-        if self._ff_rhythm is not None:
-            self._ff_rhythm.on_event(self, event)
+        if self.ff_rhythm is not None:
+            self.ff_rhythm.on_event(self, event)
         super().run_callbacks(event)
         if event == "on_fit_epoch_end":   # every rank, after validation and the epoch's save_model
             self._ff_step_boundary(epoch_end=True)
@@ -128,9 +127,9 @@ class StoppableMixin:
 
     def _ff_position(self, why: str, epoch_end: bool) -> dict:
         feed = self.train_loader
-        epoch, batches = (self.epoch + 1, 0) if epoch_end else (self.epoch, feed.position)
+        epoch, batches = (self.epoch + 1, 0) if epoch_end else (self.epoch, feed.position)   # the loader's count
         return {"epoch": epoch, "batches": batches, "batch_size": feed.batch_size, "world_size": feed.world_size,
-                "loader": feed.state_dict(epoch, batches),
+                "loader": feed.loader.state_dict(epoch, batches),
                 "stopped_by": self._ff_signals.reason() if why == "signal" else None, "why": why,
                 "saved_at": time.time()}
 
@@ -193,12 +192,12 @@ class StoppableMixin:
         if state is not None:   # the weights, EMA and optimizer as they were, not Ultralytics' fp16 copies
             restore_training_state(self, state, one_process=RANK == -1)
         exact = same_order(self.train_loader.loader, saved_state(pos, self.train_loader.loader))
-        if batches:   # the loader's contract says what changed and continues the epoch (resume.resume_feed)
-            line = resume_feed(pos, self.train_loader)
+        if batches:   # the loader's contract says what changed and continues the epoch
+            line = self.train_loader.resume_from(saved_state(pos, self.train_loader.loader))
             self._ff_done = (epoch, self.train_loader.loader.start)   # a source lost before the first step keeps it
             log.info(f"fastfeed: {line} ({len(self.train_loader)} batches an epoch)")
         if state is not None and exact:   # the loop counts from 0 again: continue the uninterrupted run's steps
-            self._ff_last_step, self._ff_rhythm = state["last_step"], Rhythm.resumed(self, state, epoch, batches)
+            self.ff_last_step, self.ff_rhythm = state["last_step"], Rhythm.resumed(self, state, epoch, batches)
 
 
 class StoppableTrainer(StoppableMixin, DetectionTrainer):

@@ -23,6 +23,7 @@ from ultralytics.utils.torch_utils import torch_distributed_zero_first
 from ... import tasks
 from ...loaders import LoaderConfig, ShuffledOrder
 from ...store.options import StoreOptions
+from ...train import distributed
 from .args import (
     augment_hyp,
     describe,
@@ -69,7 +70,8 @@ class FastfeedMixin(StoppableMixin):
     `resume=True` continues from the next batch; FASTFEED_SAVE_EVERY_MIN=N writes one every N minutes
     (resume.py).
     `store_options` (a `StoreOptions`: cache dir, cache limit, read-ahead, storage options) says how a store at
-    a URL (FASTFEED_STORE=s3://...) is read; None, or a field left None, takes the environment's default.
+    a URL (FASTFEED_STORE=s3://...) is read; None, or a field left None, takes the environment's (resolved here, at
+    the door: `StoreOptions.from_env`), else the built-in default.
     Ultralytics builds the trainer from its class, so give them on one: `FastfeedTrainer.with_store_options(...)`."""
 
     store_options: StoreOptions | None = None
@@ -97,7 +99,8 @@ class FastfeedMixin(StoppableMixin):
         if self._ff_store is None:
             with torch_distributed_zero_first(rank):
                 self._ff_store = prepare_store(dataset_path, progress=RANK in (-1, 0), names=self.data.get("names"),
-                                               options=self.store_options, task=self.fastfeed_task,
+                                               options=StoreOptions.from_env(os.environ, self.store_options),
+                                               task=self.fastfeed_task,
                                                data_yaml=self.data.get("yaml_file"))
             check_task(self._ff_store, self.fastfeed_task, self.data, type(self).__name__)
             check_boxes(self._ff_store)
@@ -121,7 +124,8 @@ class FastfeedMixin(StoppableMixin):
                            shuffle=True, drop_last=bool(self.args.compile), epochs=int(self.epochs),
                            close_mosaic=int(self.args.close_mosaic), hyp=hyp,
                            device=str(self.device) if self.device.type in ("cuda", "npu") else "cpu",
-                           pin_memory=self.device.type == "cuda", **task_fields(self.args, self.fastfeed_task))
+                           pin_memory=self.device.type == "cuda", local_world_size=distributed.local_world_size(),
+                           **task_fields(self.args, self.fastfeed_task))
         if count < len(store):
             options["order"] = ShuffledOrder.for_loader(count, cfg, *cfg.resolved_rank())
         ref = weakref.ref(self)
@@ -142,8 +146,8 @@ class FastfeedMixin(StoppableMixin):
 
     def preprocess_batch(self, batch: dict) -> dict:
         feed = getattr(self, "train_loader", None)
-        if self._ff_rhythm is not None:   # after the loop's warmup code, before its optimizer-step check
-            self._ff_rhythm.before_check(self, self.epoch * len(feed) + feed.position - 1)
+        if self.ff_rhythm is not None:   # after the loop's warmup code, before its optimizer-step check
+            self.ff_rhythm.before_check(self, self.epoch * len(feed) + feed.position - 1)
         if isinstance(feed, FastfeedTrainLoader) and feed.on_device:
             return finish_batch(self, batch, feed)   # on the device in the training dtype: nothing to convert
         batch = super().preprocess_batch(batch)     # to the device, /255 there, multi_scale: Ultralytics' own

@@ -86,7 +86,7 @@ class DaliLoader(Loader):
         self._epoch0, self._epochs_done = epoch, 0
         self._it = DALIGenericIterator([self._pipe], list(OUTPUTS), auto_reset=True, prepare_first_batch=False)
 
-    def __iter__(self) -> Iterator[Batch]:
+    def iter_batches(self) -> Iterator[Batch]:
         return self._iter_epoch()
 
     def _iter_epoch(self) -> Iterator[Batch]:

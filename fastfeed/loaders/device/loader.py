@@ -67,7 +67,7 @@ class DeviceLoader(Loader):
         super().use_order(order)
         self.host.use_order(order)   # the planning workers' loader reads the order itself
 
-    def __iter__(self):
+    def iter_batches(self):
         if self.opts.cache == "device" and self.cache is None:
             raise RuntimeError("this device loader was closed, which freed its VRAM cache; create a new loader")
         return iter(self.feed)

@@ -51,7 +51,8 @@ class RemoteShards:
 
     options.cache_dir: the node-local shard cache; options.cache_limit: bytes or a size such as "50G" / "40%";
     options.storage_options: fsspec options (credentials, endpoint; never written anywhere); options.read_ahead:
-    most shards downloaded ahead (default `default_read_ahead`). Each not given comes from the environment (`options.py`).
+    most shards downloaded ahead (default `default_read_ahead`); options.retries: the tries of one read (default
+    `objstore.RETRIES`). Each not given takes its built-in default (`options.py`).
     """
 
     remote = True
@@ -60,12 +61,14 @@ class RemoteShards:
         self.url = urls.location(str(path))
         self.path = urls.shown(self.url)
         self.storage_options = dict(options.storage_options)
+        self.tries = options.retries or objstore.RETRIES
         self.link = Link()
         fs, root = self._filesystem()
         where = urls.join(self.path, fmt.MANIFEST)
         try:
             with self.link.timed():   # a small request: a sample of the link's delay
-                data = objstore.read_bytes(fs, urls.join(root, fmt.MANIFEST), where, "reading the manifest")
+                data = objstore.read_bytes(fs, urls.join(root, fmt.MANIFEST), where, "reading the manifest",
+                                           tries=self.tries)
         except objstore.RemoteMissing:
             raise fmt.FormatError(f"{self.path} is not a fastfeed store: it has no {fmt.MANIFEST} (it is being "
                                   f"packed, or was never packed: `fastfeed pack SRC -o {self.path}`)") from None
@@ -75,7 +78,7 @@ class RemoteShards:
         limit = default_limit(root_dir) if options.cache_limit is None else parse_size(options.cache_limit, root_dir)
         self.cache = ShardCache(root_dir, limit, self.url)
         self.cache.prepare()
-        ahead = options.resolved_read_ahead()
+        ahead = options.read_ahead
         self.read_ahead_given = ahead is not None
         self.read_ahead = self.default_read_ahead() if ahead is None else ahead
         self._reset()
@@ -134,7 +137,7 @@ class RemoteShards:
         def get(fd: int) -> None:
             try:
                 with self.link.timed(info.bytes):
-                    objstore.download(fs, urls.join(root, info.file), where, fd, info.bytes)
+                    objstore.download(fs, urls.join(root, info.file), where, fd, info.bytes, tries=self.tries)
             except objstore.RemoteMissing:
                 raise fmt.StoreChanged(f"shard {where} is gone: the store at {self.path} was re-packed (or its shards "
                                        "removed) after this Store read its manifest; open it again (Store(url)) to "

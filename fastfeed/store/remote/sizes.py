@@ -1,14 +1,14 @@
-"""Where the shard cache lives and how large it may grow: directories, sizes, the defaults from the environment."""
+"""Where the shard cache lives and how large it may grow: directories, sizes, the built-in defaults (the
+environment's are resolved at the entry points: `StoreOptions.from_env`)."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 from pathlib import Path
 
-CACHE_ENV = "FASTFEED_SHARD_CACHE"
-LIMIT_ENV = "FASTFEED_SHARD_CACHE_LIMIT"
+from ..options import CACHE_ENV, LIMIT_ENV  # noqa: F401 - the variables the cache's messages name
+
 DEFAULT_DISK_SHARE = 0.8      # without a limit: this share of what the cache's disk could hold (free + the cache)
 STORE_PREFIX = "store-"
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
@@ -16,10 +16,8 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 
 
 
 def default_dir() -> Path:
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "fastfeed" / "shards"
+    """The shard cache when none is given: ~/.cache/fastfeed/shards."""
+    return Path.home() / ".cache" / "fastfeed" / "shards"
 
 
 def parse_size(text, root: Path | None = None) -> int:
@@ -54,9 +52,7 @@ def _existing(p: Path) -> Path:
 
 
 def default_limit(root: Path) -> int:
-    """`$FASTFEED_SHARD_CACHE_LIMIT`, else DEFAULT_DISK_SHARE of what the disk could give the cache."""
-    if os.environ.get(LIMIT_ENV):
-        return parse_size(os.environ[LIMIT_ENV], root)
+    """DEFAULT_DISK_SHARE of what the disk could give the cache (the limit when none is given)."""
     held = cache_bytes(root) if Path(root).is_dir() else 0
     return int((shutil.disk_usage(_existing(root)).free + held) * DEFAULT_DISK_SHARE)
 
