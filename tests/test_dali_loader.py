@@ -233,7 +233,7 @@ def test_missing_dali_names_the_extra(raw_store, monkeypatch):
         return real(name, *args, **kw)
 
     monkeypatch.setattr(builtins, "__import__", no_dali)
-    with pytest.raises(ImportError, match=r"pip install fastfeed\[dali\]"):
+    with pytest.raises(ImportError, match=r"pip install -e '\.\[dali\]' in the fastfeed checkout"):
         create_loader("dali", raw_store, _cfg(imgsz=64, batch_size=4))
 
 
