@@ -47,7 +47,7 @@ from .plan import (
     single_layout,
 )
 from .points import batch_rows, clip_polygons, corners_to_rboxes, paste_labels
-from .render import finish_pixels, mix_in, render_geometry, render_labels
+from .render import finish_pixels, mix_in, render_labels
 
 __all__ = [
     "AffineDraw", "AugmentHyp", "Cut", "Geometry", "Labels", "LetterboxGeometry", "Mix", "Paste", "SamplePlan", "affine_matrix",
@@ -55,6 +55,6 @@ __all__ = [
     "cxcywh_to_xyxy", "draw_affine", "draw_batch", "draw_geometry", "draw_hsv", "draw_mixup_weight", "finish_pixels", "mix_in",
     "draw_mosaic_centre", "draw_sample", "hsv_to_planes", "hue_rotation", "letterbox",
     "letterbox_boxes", "letterbox_geometry", "letterbox_labels", "make_targets", "mosaic_layout",
-    "paste_labels", "render_geometry", "render_labels", "sample_layout",
+    "paste_labels", "render_labels", "sample_layout",
     "single_layout", "transform_boxes", "xyxy_to_cxcywh",
 ]
