@@ -59,6 +59,18 @@ def _their_spread(data, tmp, seen: list, stat, **over) -> list[float]:
     return out
 
 
+def _spy(monkeypatch, owner, name: str, note) -> None:
+    """owner.name replaced by a wrapper that hands each call's result and arguments to `note`."""
+    real = getattr(owner, name)
+
+    def spy(*a, **kw):
+        out = real(*a, **kw)
+        note(out, *a)
+        return out
+
+    monkeypatch.setattr(owner, name, spy)
+
+
 def _inside(per_sample: list, theirs: list[float], what: str) -> float:
     """Our mean of `per_sample` inside Ultralytics' run-to-run range, widened by 3 standard errors of that mean."""
     ours, sd = float(np.mean(per_sample)), float(np.std(per_sample)) / np.sqrt(len(per_sample))
@@ -122,24 +134,11 @@ def test_perspective_corner_shift_inside_ultralytics_spread(painted_yolo, tmp_pa
     import fastfeed.augment.plan as plan
 
     size, shifts = 128, []
-    real = augment.RandomPerspective._compute_affine_matrix
-
-    def record(self, img, out_size):
-        m, s = real(self, img, out_size)
-        shifts.append(_corner_shift(np.asarray(m, np.float64), (img.shape[1] / 2, img.shape[0] / 2), size / 2))
-        return m, s
-
-    monkeypatch.setattr(augment.RandomPerspective, "_compute_affine_matrix", record)
+    _spy(monkeypatch, augment.RandomPerspective, "_compute_affine_matrix", lambda out, self, img, _: shifts.append(
+        _corner_shift(np.asarray(out[0], np.float64), (img.shape[1] / 2, img.shape[0] / 2), size / 2)))
     over = {**NO_COLOUR, "perspective": 0.001, "imgsz": size}
     theirs = _their_spread(painted_yolo, tmp_path, shifts, lambda seen, _: np.mean(seen), **over)
-    real_matrix = plan.affine_matrix
-
-    def ours_record(d, centre, out_size, axis_aligned):
-        m = real_matrix(d, centre, out_size, axis_aligned)
-        shifts.append(_corner_shift(m, centre, size / 2))
-        return m
-
-    monkeypatch.setattr(plan, "affine_matrix", ours_record)
+    _spy(monkeypatch, plan, "affine_matrix", lambda m, d, centre, *_: shifts.append(_corner_shift(m, centre, size / 2)))
     shifts.clear()
     _fastfeed_samples(painted_yolo, tmp_path, 0, **over)
     assert _inside(shifts, theirs, "perspective corner shift, px") > 1.0   # the term does move the corners
@@ -153,38 +152,17 @@ def test_cutmix_mixed_area_share_inside_ultralytics_spread(painted_yolo, tmp_pat
     import fastfeed.augment.cutmix as cutmix
 
     size, areas = 128, []
-    real_params = augment.CutMix.get_params
 
-    def their_params(self, labels):
-        params = real_params(self, labels)
-        if not params.get("skip"):
-            x1, y1, x2, y2 = params["area"].astype(int)
-            areas[-1] = (x2 - x1) * (y2 - y1) / size ** 2
-        return params
+    def area(x1, y1, x2, y2):
+        areas.append(float((x2 - x1) * (y2 - y1)) / size ** 2)
 
-    real_call = augment.CutMix.__call__
-
-    def their_call(self, labels):
-        areas.append(0.0)
-        return real_call(self, labels)
-
-    monkeypatch.setattr(augment.CutMix, "get_params", their_params)
-    monkeypatch.setattr(augment.CutMix, "__call__", their_call)
+    _spy(monkeypatch, augment.CutMix, "get_params", lambda p, *_: p.get("skip") or area(*p["area"].astype(int)))
     over = {**NO_COLOUR, "cutmix": 1.0, "imgsz": size}
-    theirs = _their_spread(painted_yolo, tmp_path, areas, lambda seen, _: np.mean(seen), **over)
-    real_rect = cutmix.cut_rect
-
-    def our_rect(labels, labels2, rects, pick):
-        chosen = real_rect(labels, labels2, rects, pick)
-        if chosen is not None:
-            x1, y1, x2, y2 = chosen[0]
-            cuts.append((x2 - x1) * (y2 - y1) / size ** 2)
-        return chosen
-
-    monkeypatch.setattr(cutmix, "cut_rect", our_rect)
-    cuts = []
-    samples = _fastfeed_samples(painted_yolo, tmp_path, 0, **over)
-    assert _inside(cuts + [0.0] * (len(samples) - len(cuts)), theirs, "cutmix mixed-area share") > 0.01
+    theirs = _their_spread(painted_yolo, tmp_path, areas, lambda seen, _: np.sum(seen) / SAMPLES, **over)
+    _spy(monkeypatch, cutmix, "cut_rect", lambda chosen, *_: chosen is None or area(*chosen[0]))
+    areas.clear()
+    samples = _fastfeed_samples(painted_yolo, tmp_path, 0, **over)   # one cut_rect call per sample: cutmix=1.0
+    assert _inside(areas + [0.0] * (len(samples) - len(areas)), theirs, "cutmix mixed-area share") > 0.01
 
 
 @pytest.mark.slow
@@ -200,26 +178,13 @@ def test_copy_paste_objects_and_pasted_pixels_inside_ultralytics_spread(tmp_path
     from fastfeed.integrations.ultralytics import FastfeedSegmentationTrainer
 
     data, size, shares = make_set(tmp_path / "seg", "segment", n=16), 128, []
-    real_apply = augment.CopyPaste.apply_image
-
-    def their_apply(self, labels, params=None):
-        out = real_apply(self, labels, params)
-        shares.append(float(params["im_new"].mean()))   # drawn by apply_image
-        return out
-
-    monkeypatch.setattr(augment.CopyPaste, "apply_image", their_apply)
+    _spy(monkeypatch, augment.CopyPaste, "apply_image", lambda out, self, labels, params: shares.append(
+        float(params["im_new"].mean())))   # the pasted objects' mask, drawn by apply_image
     over = {**NO_COLOUR, "copy_paste": 0.5, "copy_paste_mode": mode, "imgsz": size, "trainer": SegmentationTrainer}
     both = _their_spread(data, tmp_path, shares, lambda seen, samples: (np.mean([k for _, k in samples]),
                                                                          np.sum(seen) / SAMPLES), **over)
     theirs, their_shares = [float(b[0]) for b in both], [float(b[1]) for b in both]
-    real_rasterise = copypaste.rasterise
-
-    def our_rasterise(*a, **kw):
-        mask = real_rasterise(*a, **kw)
-        shares.append(float((mask > 0).mean()))
-        return mask
-
-    monkeypatch.setattr(copypaste, "rasterise", our_rasterise)
+    _spy(monkeypatch, copypaste, "rasterise", lambda mask, *_: shares.append(float((mask > 0).mean())))
     shares.clear()
     over["trainer"] = FastfeedSegmentationTrainer
     ours = _inside([k for _, k in _fastfeed_samples(data, tmp_path, 0, **over)], theirs, f"{mode}: objects per image")
