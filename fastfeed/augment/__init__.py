@@ -4,8 +4,9 @@ Images are uint8 HWC RGB arrays of any size; boxes are float32 [N,4] x1,y1,x2,y2
 pixel coordinates of the image they come with (a whole W x H image is 0,0,W,H), carried with an
 [N] class array that every box-dropping step filters alike. Every random function takes an explicit
 `np.random.Generator`; nothing here does I/O or imports torch. The loader composes the steps, e.g.
-a training sample's plan (`plan.draw_sample`: mosaic or not, partners, centre, affine, mixup, HSV) ->
-its pixels and labels (`render_labels`, `blend`, `hsv_to_planes`), and letterbox for validation.
+a training sample's plan (`plan.draw_sample`: mosaic or not, partners, centre, affine, copy-paste, mixup, cutmix,
+HSV, channel order) -> its pixels and labels (`render_labels`, `mix_in`, `finish_pixels`), and letterbox for
+validation.
 
 Labels of every task (`Labels`: boxes and classes, plus polygons, keypoints or oriented corners) follow
 their pixels through the same realised maps (`points.paste_labels`, `letterbox_labels`): one rule for

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from .tasks import GEOMETRY, TASKS, UnsupportedTask, batch_task
 
-OPTIONAL = ("mixup", "cutmix", "copy_paste", "perspective", "bgr")   # AugmentHyp fields (a probability or gain; 0: off) that not every renderer draws
+# The AugmentHyp fields (a probability or gain; 0: off) that not every renderer draws.
+OPTIONAL = ("mixup", "cutmix", "copy_paste", "perspective", "bgr")
 
 
 class UnsupportedAugmentation(ValueError):
@@ -54,9 +55,9 @@ def asked(hyp) -> list[str]:
     return [k for k in OPTIONAL if getattr(hyp, k)]
 
 
-CPU = Renders(("cpu", "shm"), TASKS, frozenset(OPTIONAL), True)     # augment.render_labels, finish_pixels
-DEVICE = Renders(("device",), TASKS, frozenset(), False)            # loaders/device/render.py
-DALI = Renders(("dali",), ("detect",), frozenset({"mixup"}), False)          # loaders/dali/graph.py: boxes only
+CPU = Renders(("cpu", "shm"), TASKS, frozenset(OPTIONAL), True)        # augment.render_labels, mix_in, finish_pixels
+DEVICE = Renders(("device",), TASKS, frozenset(), False)               # loaders/device/render.py
+DALI = Renders(("dali",), ("detect",), frozenset({"mixup"}), False)    # loaders/dali/graph.py: boxes only
 RENDERERS = (CPU, DEVICE, DALI)
 
 
