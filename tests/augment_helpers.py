@@ -7,11 +7,12 @@ import numpy as np
 from fastfeed.augment import (
     AugmentHyp,
     Geometry,
+    Labels,
     draw_affine,
     draw_hsv,
     draw_mosaic_centre,
     hsv_to_planes,
-    render_geometry,
+    render_labels,
 )
 from fastfeed.augment.hyp import DEFAULT_HYP
 
@@ -78,21 +79,23 @@ def rect_corners(cx, cy, w, h, angle):
     return (half @ np.array([[c, s], [-s, c]]) + (cx, cy)).astype(np.float32)
 
 
-def _render(tiles, geometry, size, hyp, out):
-    tiles = [(t[0], np.asarray(t[1], np.float32).reshape(-1, 4), np.asarray(t[2])) for t in tiles]
-    return render_geometry(tiles, geometry, size, hyp, np.empty((size, size, 3), np.uint8) if out is None else out)
+def render_geometry(tiles, geometry, size, hyp, out=None):
+    """`render_labels` of (img, boxes, classes) tiles: (out, boxes, classes)."""
+    tiles = [(t[0], Labels(np.asarray(t[1], np.float32).reshape(-1, 4), np.asarray(t[2]))) for t in tiles]
+    out, labels = render_labels(tiles, geometry, size, hyp, np.empty((size, size, 3), np.uint8) if out is None else out)
+    return out, labels.boxes, labels.classes
 
 
 def mosaic(tiles, size, rng, hyp=DEFAULT_HYP, out=None):
     """A 4-tile mosaic under the random affine, drawn as a plan draws them (centre, then `draw_affine`) from
-    `rng`, rendered by `render_geometry`: (out, boxes, classes)."""
-    return _render(tiles, Geometry((1, 2, 3), draw_mosaic_centre(rng, size), draw_affine(rng, hyp, size)), size, hyp,
+    `rng`, rendered by `render_labels`: (out, boxes, classes)."""
+    return render_geometry(tiles, Geometry((1, 2, 3), draw_mosaic_centre(rng, size), draw_affine(rng, hyp, size)), size, hyp,
                    out)
 
 
 def random_affine(img, boxes, classes, size, rng, hyp=DEFAULT_HYP, out=None):
-    """One image under the random affine (a plan without mosaic), rendered by `render_geometry`."""
-    return _render([(img, boxes, classes)], Geometry(None, None, draw_affine(rng, hyp, size)), size, hyp, out)
+    """One image under the random affine (a plan without mosaic), rendered by `render_labels`."""
+    return render_geometry([(img, boxes, classes)], Geometry(None, None, draw_affine(rng, hyp, size)), size, hyp, out)
 
 
 def hsv_jitter_to_planes(img, planes, rng, hgain, sgain, vgain, scratch):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 import pytest
-from augment_helpers import paint_bbox, rect_corners, shoelace
+from augment_helpers import paint_bbox, rect_corners, render_geometry, shoelace
 
 from fastfeed.augment import (
     AugmentHyp,
@@ -20,7 +20,6 @@ from fastfeed.augment import (
     corners_to_rboxes,
     draw_affine,
     draw_mosaic_centre,
-    render_geometry,
     render_labels,
 )
 

@@ -4,8 +4,9 @@ Images are uint8 HWC RGB arrays of any size; boxes are float32 [N,4] x1,y1,x2,y2
 pixel coordinates of the image they come with (a whole W x H image is 0,0,W,H), carried with an
 [N] class array that every box-dropping step filters alike. Every random function takes an explicit
 `np.random.Generator`; nothing here does I/O or imports torch. The loader composes the steps, e.g.
-a training sample's plan (`plan.draw_sample`: mosaic or not, partners, centre, affine, mixup, HSV) ->
-its pixels and labels (`render_labels`, `blend`, `hsv_to_planes`), and letterbox for validation.
+a training sample's plan (`plan.draw_sample`: mosaic or not, partners, centre, affine, copy-paste, mixup, cutmix,
+HSV, channel order) -> its pixels and labels (`render_labels`, `mix_in`, `finish_pixels`), and letterbox for
+validation.
 
 Labels of every task (`Labels`: boxes and classes, plus polygons, keypoints or oriented corners) follow
 their pixels through the same realised maps (`points.paste_labels`, `letterbox_labels`): one rule for
@@ -47,7 +48,7 @@ from .plan import (
     single_layout,
 )
 from .points import batch_rows, clip_polygons, corners_to_rboxes, paste_labels
-from .render import finish_pixels, mix_in, render_geometry, render_labels
+from .render import finish_pixels, mix_in, render_labels
 
 __all__ = [
     "AffineDraw", "AugmentHyp", "Cut", "Geometry", "Labels", "LetterboxGeometry", "Mix", "Paste", "SamplePlan", "affine_matrix",
@@ -55,6 +56,6 @@ __all__ = [
     "cxcywh_to_xyxy", "draw_affine", "draw_batch", "draw_geometry", "draw_hsv", "draw_mixup_weight", "finish_pixels", "mix_in",
     "draw_mosaic_centre", "draw_sample", "hsv_to_planes", "hue_rotation", "letterbox",
     "letterbox_boxes", "letterbox_geometry", "letterbox_labels", "make_targets", "mosaic_layout",
-    "paste_labels", "render_geometry", "render_labels", "sample_layout",
+    "paste_labels", "render_labels", "sample_layout",
     "single_layout", "transform_boxes", "xyxy_to_cxcywh",
 ]

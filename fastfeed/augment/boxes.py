@@ -38,6 +38,14 @@ def transform_boxes(boxes: np.ndarray, matrix: np.ndarray) -> np.ndarray:
     return np.stack([x.min(1), y.min(1), x.max(1), y.max(1)], axis=1).astype(np.float32)
 
 
+def box_ioa(a, b) -> np.ndarray:
+    """[N, M]: the area of box a_i inside box b_j as a share of b_j's area (Ultralytics' bbox_ioa), boxes x1,y1,x2,y2."""
+    a, b = np.asarray(a, np.float64).reshape(-1, 4), np.asarray(b, np.float64).reshape(-1, 4)
+    w = np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0])
+    h = np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1])
+    return np.clip(w, 0, None) * np.clip(h, 0, None) / np.maximum((b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]), 1e-9)
+
+
 def clip_boxes_to(boxes: np.ndarray, rect) -> np.ndarray:
     """Clip boxes to a rectangle x1,y1,x2,y2 ([4], or [N,4]: one per box); returns a new array."""
     b = np.asarray(boxes, np.float32).reshape(-1, 4)

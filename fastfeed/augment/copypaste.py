@@ -14,6 +14,7 @@ import cv2
 import numpy as np
 
 from .affine import AffineDraw, affine_matrix
+from .boxes import box_ioa
 from .labels import Labels
 from .masks import rasterise
 from .points import paste_labels
@@ -30,12 +31,8 @@ def mirror(d: AffineDraw, size: int) -> np.ndarray:
 def pick(labels: Labels, labels2: Labels, share: float) -> np.ndarray:
     """Which of labels2's objects are pasted: those whose box covers under 30% of each of labels' boxes (as a share
     of that box), least covering first, round(share * n) of them."""
-    a, b = labels.boxes.astype(np.float64), labels2.boxes.astype(np.float64)
-    w = np.minimum(b[:, None, 2], a[None, :, 2]) - np.maximum(b[:, None, 0], a[None, :, 0])
-    h = np.minimum(b[:, None, 3], a[None, :, 3]) - np.maximum(b[:, None, 1], a[None, :, 1])
-    area = np.maximum((a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1]), 1e-9)
-    ioa = np.clip(w, 0, None) * np.clip(h, 0, None) / area
-    worst = ioa.max(1) if len(a) else np.zeros(len(b))
+    ioa = box_ioa(labels2.boxes, labels.boxes)
+    worst = ioa.max(1) if len(labels) else np.zeros(len(labels2))
     free = np.flatnonzero(worst < 0.30)
     free = free[np.argsort(worst[free], kind="stable")]
     return free[:round(share * len(free))]

@@ -15,6 +15,7 @@ import math
 import cv2
 import numpy as np
 
+from .boxes import box_ioa
 from .labels import Labels
 from .points import paste_labels
 
@@ -31,23 +32,14 @@ def draw_cut_rects(rng: np.random.Generator, size: int) -> tuple[tuple[int, int,
     return tuple(rects)
 
 
-def _inter(rect, boxes: np.ndarray) -> np.ndarray:
-    x1, y1, x2, y2 = rect
-    w = np.minimum(boxes[:, 2], x2) - np.maximum(boxes[:, 0], x1)
-    h = np.minimum(boxes[:, 3], y2) - np.maximum(boxes[:, 1], y1)
-    return np.clip(w, 0, None) * np.clip(h, 0, None)
-
-
 def cut_rect(labels: Labels, labels2: Labels, rects, pick: float):
     """The rectangle a cut pastes ((x1, y1, x2, y2), and the second sample's objects it keeps: a bool mask), or
     None when the cut is skipped."""
-    free = [r for r in rects if not (_inter(r, labels.boxes) > 0).any()]
+    free = [r for r in rects if not (box_ioa(r, labels.boxes) > 0).any()]
     if not free:
         return None
     rect = free[int(pick * len(free))]
-    b = labels2.boxes
-    area = np.maximum((b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]), 1e-9)
-    keep = _inter(rect, b) / area >= (0.01 if labels2.polygons is not None else 0.1)
+    keep = box_ioa(rect, labels2.boxes)[0] >= (0.01 if labels2.polygons is not None else 0.1)
     return (rect, keep) if keep.any() else None
 
 

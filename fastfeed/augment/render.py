@@ -4,8 +4,7 @@
 the plan's layout (`plan.sample_layout`) and affine composed into one map per tile, each tile drawn
 straight into its part of the output (`paste.paste_tile`), the labels moved and filtered by the same
 realised maps (`paste.paste_boxes` for boxes, `points.paste_labels` for polygons, keypoints and oriented
-corners); `render_geometry` is its boxes-only form; `finish_pixels` writes a
-rendered sample into its output slot (HSV, channel order), after `mix_in` (copy-paste, mixup, cutmix).
+corners); `finish_pixels` writes a rendered sample into its output slot (HSV, channel order), after `mix_in` (copy-paste, mixup, cutmix).
 """
 
 from __future__ import annotations
@@ -23,8 +22,6 @@ from .mixup import blend
 from .paste import paste_boxes, paste_tile, region_crop
 from .plan import Geometry, SamplePlan, sample_layout
 from .points import paste_labels
-
-Tile = tuple[np.ndarray, np.ndarray, np.ndarray]  # (img, boxes [N,4] in img pixels, classes [N])
 
 
 def render_labels(tiles: Sequence[tuple[np.ndarray, Labels]], geometry: Geometry, size: int, hyp: AugmentHyp,
@@ -77,13 +74,3 @@ def finish_pixels(res: np.ndarray, slot: np.ndarray, plan: SamplePlan, scratch: 
     plan's HSV jitter, and its channels written in BGR order when the plan drew `bgr` (`scratch`: HxW uint8)."""
     planes = [slot[2], slot[1], slot[0]] if plan.bgr else [slot[0], slot[1], slot[2]]
     hsv_to_planes(res, planes, plan.hsv, scratch)
-
-
-def render_geometry(tiles: Sequence[Tile], geometry: Geometry, size: int, hyp: AugmentHyp, out: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`render_labels` for boxes only: `tiles` are (img, boxes [N,4] in img pixels, classes [N]). Boxes follow
-    their pixels, are clipped to the part of their tile that is shown and to the output, and filtered by the
-    hyp's thresholds, judged against what the mosaic canvas held of each box (`paste.paste_boxes`). Returns
-    (out, boxes float32 [M,4] in output pixels, classes [M])."""
-    out, labels = render_labels([(t[0], Labels(t[1], t[2])) for t in tiles], geometry, size, hyp, out)
-    return out, labels.boxes, labels.classes

@@ -24,6 +24,7 @@ from .shard_order import default_order
 from .tasks import UnsupportedTask, batch_task
 
 log = logging.getLogger(__name__)
+MIXING = ("mixup", "cutmix", "copy_paste")   # the augmentations Ultralytics closes with mosaic (close_mosaic)
 
 STAGES = ("read", "decode", "augment", "collate")
 @dataclass
@@ -143,8 +144,7 @@ class LoaderConfig:
         """The mixing augmentations: mixup (with probability hyp.mixup, a blend with a second sample made the same
         way), cutmix (a rectangle of one, with probability hyp.cutmix) and copy-paste; off in the close_mosaic
         epochs."""
-        return self.augment and (self.hyp.mixup > 0 or self.hyp.cutmix > 0 or self.hyp.copy_paste > 0) \
-            and not self.closed(epoch)
+        return self.augment and any(getattr(self.hyp, k) > 0 for k in MIXING) and not self.closed(epoch)
 
     def for_store(self, store, prefetcher_augments: bool = True) -> LoaderConfig:
         """This config as a loader of `store` applies it: `task` set to what the batches carry (`batch_task`); a

@@ -14,7 +14,8 @@ from ..tasks import TASKS
 from ..tasks import get as task_spec
 from .tasks import UnsupportedTask, batch_task
 
-OPTIONAL = ("mixup", "cutmix", "copy_paste", "perspective", "bgr")   # AugmentHyp fields (a probability or gain; 0: off) that not every renderer draws
+# The AugmentHyp fields (a probability or gain; 0: off) that not every renderer draws.
+OPTIONAL = ("mixup", "cutmix", "copy_paste", "perspective", "bgr")
 
 
 class UnsupportedAugmentation(ValueError):
@@ -57,9 +58,9 @@ def asked(hyp) -> list[str]:
     return [k for k in OPTIONAL if getattr(hyp, k)]
 
 
-CPU = Renders(("cpu", "shm"), TASKS, frozenset(OPTIONAL), True)     # augment.render_labels, finish_pixels
-DEVICE = Renders(("device",), TASKS, frozenset(), False)            # loaders/device/render.py
-DALI = Renders(("dali",), TASKS[:1], frozenset({"mixup"}), False)          # loaders/dali/graph.py: boxes only
+CPU = Renders(("cpu", "shm"), TASKS, frozenset(OPTIONAL), True)        # augment.render_labels, mix_in, finish_pixels
+DEVICE = Renders(("device",), TASKS, frozenset(), False)               # loaders/device/render.py
+DALI = Renders(("dali",), TASKS[:1], frozenset({"mixup"}), False)      # loaders/dali/graph.py: boxes only (detect)
 RENDERERS = (CPU, DEVICE, DALI)
 
 

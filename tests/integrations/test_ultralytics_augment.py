@@ -49,29 +49,51 @@ def _fastfeed_samples(data, tmp, seed: int, n: int = SAMPLES, trainer=FastfeedTr
     return out
 
 
-def _spread_holds(ours: float, theirs: list[float], n: int) -> None:
-    """`ours` inside Ultralytics' run-to-run range, widened by 3 binomial standard deviations of an n-sample share."""
-    p = float(np.mean(theirs))
-    slack = 3 * np.sqrt(max(p * (1 - p), 1e-3) / n)
-    assert min(theirs) - slack <= ours <= max(theirs) + slack, (ours, theirs)
+def _their_spread(data, tmp, seen: list, stat, **over) -> list[float]:
+    """Ultralytics' `stat(seen, samples)` for each of SEEDS (`seen`: what the patched code records, emptied first)."""
+    out = []
+    for s in SEEDS:
+        seen.clear()
+        samples = _ultralytics_samples(data, tmp, s, **over)
+        out.append(stat(seen, samples))
+    return out
 
 
-def _bgr_share(samples) -> float:
-    """The share of samples whose red paint came out blue (channel order BGR), of those that show paint."""
+def _spy(monkeypatch, owner, name: str, note) -> None:
+    """owner.name replaced by a wrapper that hands each call's result and arguments to `note`."""
+    real = getattr(owner, name)
+
+    def spy(*a, **kw):
+        out = real(*a, **kw)
+        note(out, *a)
+        return out
+
+    monkeypatch.setattr(owner, name, spy)
+
+
+def _inside(per_sample: list, theirs: list[float], what: str) -> float:
+    """Our mean of `per_sample` inside Ultralytics' run-to-run range, widened by 3 standard errors of that mean."""
+    ours, sd = float(np.mean(per_sample)), float(np.std(per_sample)) / np.sqrt(len(per_sample))
+    print(f"{what}: fastfeed {ours:.4f}, Ultralytics {[round(float(t), 4) for t in theirs]}")
+    assert min(theirs) - 3 * sd <= ours <= max(theirs) + 3 * sd, (what, ours, theirs)
+    return ours
+
+
+def _bgr_flips(samples) -> list[bool]:
+    """Per sample that shows paint: whether its red paint came out blue (channel order BGR)."""
     red, blue = np.array(RED).reshape(3, 1, 1), np.array(RED[::-1]).reshape(3, 1, 1)
     counts = [(np.all(np.abs(x.astype(int) - blue) <= 40, 0).sum(), np.all(np.abs(x.astype(int) - red) <= 40, 0).sum())
               for x, _ in samples]
-    return float(np.mean([b > r for b, r in counts if b + r]))
+    return [b > r for b, r in counts if b + r]
 
 
+@pytest.mark.slow
 def test_bgr_share_inside_ultralytics_spread(painted_yolo, tmp_path):  # noqa: F811
     over = {**NO_COLOUR, "bgr": 0.3}
-    theirs = [_bgr_share(_ultralytics_samples(painted_yolo, tmp_path, s, **over)) for s in SEEDS]
-    ours = _bgr_share(_fastfeed_samples(painted_yolo, tmp_path, 0, **over))
-    print(f"bgr share: fastfeed {ours:.3f}, Ultralytics {theirs}")
+    theirs = _their_spread(painted_yolo, tmp_path, [], lambda _, samples: np.mean(_bgr_flips(samples)), **over)
+    ours = _inside(_bgr_flips(_fastfeed_samples(painted_yolo, tmp_path, 0, **over)), theirs, "bgr share")
     assert 0.15 < ours < 0.45
-    _spread_holds(ours, theirs, SAMPLES)
-    assert _bgr_share(_fastfeed_samples(painted_yolo, tmp_path, 0, n=48, **NO_COLOUR)) == 0.0
+    assert not any(_bgr_flips(_fastfeed_samples(painted_yolo, tmp_path, 0, n=48, **NO_COLOUR)))
 
 
 @pytest.mark.parametrize("fraction", [0.5, 7])
@@ -112,35 +134,14 @@ def test_perspective_corner_shift_inside_ultralytics_spread(painted_yolo, tmp_pa
     import fastfeed.augment.plan as plan
 
     size, shifts = 128, []
-    real = augment.RandomPerspective._compute_affine_matrix
-
-    def record(self, img, out_size):
-        m, s = real(self, img, out_size)
-        shifts.append(_corner_shift(np.asarray(m, np.float64), (img.shape[1] / 2, img.shape[0] / 2), size / 2))
-        return m, s
-
-    monkeypatch.setattr(augment.RandomPerspective, "_compute_affine_matrix", record)
+    _spy(monkeypatch, augment.RandomPerspective, "_compute_affine_matrix", lambda out, self, img, _: shifts.append(
+        _corner_shift(np.asarray(out[0], np.float64), (img.shape[1] / 2, img.shape[0] / 2), size / 2)))
     over = {**NO_COLOUR, "perspective": 0.001, "imgsz": size}
-    theirs = []
-    for s in SEEDS:
-        shifts.clear()
-        _ultralytics_samples(painted_yolo, tmp_path, s, **over)
-        theirs.append(float(np.mean(shifts)))
-    real_matrix = plan.affine_matrix
-
-    def ours_record(d, centre, out_size, axis_aligned):
-        m = real_matrix(d, centre, out_size, axis_aligned)
-        shifts.append(_corner_shift(m, centre, size / 2))
-        return m
-
-    monkeypatch.setattr(plan, "affine_matrix", ours_record)
+    theirs = _their_spread(painted_yolo, tmp_path, shifts, lambda seen, _: np.mean(seen), **over)
+    _spy(monkeypatch, plan, "affine_matrix", lambda m, d, centre, *_: shifts.append(_corner_shift(m, centre, size / 2)))
     shifts.clear()
     _fastfeed_samples(painted_yolo, tmp_path, 0, **over)
-    ours = float(np.mean(shifts))
-    sd = float(np.std(shifts)) / np.sqrt(len(shifts))
-    assert ours > 1.0                      # pixels: the term does move the corners
-    print(f"perspective corner shift, px: fastfeed {ours:.3f}, Ultralytics {[round(t, 3) for t in theirs]}")
-    assert min(theirs) - 3 * sd <= ours <= max(theirs) + 3 * sd, (ours, theirs)
+    assert _inside(shifts, theirs, "perspective corner shift, px") > 1.0   # the term does move the corners
 
 
 def test_cutmix_mixed_area_share_inside_ultralytics_spread(painted_yolo, tmp_path, monkeypatch):  # noqa: F811
@@ -151,48 +152,20 @@ def test_cutmix_mixed_area_share_inside_ultralytics_spread(painted_yolo, tmp_pat
     import fastfeed.augment.cutmix as cutmix
 
     size, areas = 128, []
-    real_params = augment.CutMix.get_params
 
-    def their_params(self, labels):
-        params = real_params(self, labels)
-        if not params.get("skip"):
-            x1, y1, x2, y2 = params["area"].astype(int)
-            areas[-1] = (x2 - x1) * (y2 - y1) / size ** 2
-        return params
+    def area(x1, y1, x2, y2):
+        areas.append(float((x2 - x1) * (y2 - y1)) / size ** 2)
 
-    real_call = augment.CutMix.__call__
-
-    def their_call(self, labels):
-        areas.append(0.0)
-        return real_call(self, labels)
-
-    monkeypatch.setattr(augment.CutMix, "get_params", their_params)
-    monkeypatch.setattr(augment.CutMix, "__call__", their_call)
+    _spy(monkeypatch, augment.CutMix, "get_params", lambda p, *_: p.get("skip") or area(*p["area"].astype(int)))
     over = {**NO_COLOUR, "cutmix": 1.0, "imgsz": size}
-    theirs = []
-    for s in SEEDS:
-        areas.clear()
-        _ultralytics_samples(painted_yolo, tmp_path, s, **over)
-        theirs.append(float(np.mean(areas)))
-    real_rect = cutmix.cut_rect
-
-    def our_rect(labels, labels2, rects, pick):
-        chosen = real_rect(labels, labels2, rects, pick)
-        if chosen is not None:
-            x1, y1, x2, y2 = chosen[0]
-            cuts.append((x2 - x1) * (y2 - y1) / size ** 2)
-        return chosen
-
-    monkeypatch.setattr(cutmix, "cut_rect", our_rect)
-    cuts = []
-    samples = _fastfeed_samples(painted_yolo, tmp_path, 0, **over)
-    per_sample = cuts + [0.0] * (len(samples) - len(cuts))
-    ours, sd = float(np.mean(per_sample)), float(np.std(per_sample)) / np.sqrt(len(per_sample))
-    print(f"cutmix mixed-area share: fastfeed {ours:.4f}, Ultralytics {[round(t, 4) for t in theirs]}")
-    assert ours > 0.01
-    assert min(theirs) - 3 * sd <= ours <= max(theirs) + 3 * sd, (ours, theirs)
+    theirs = _their_spread(painted_yolo, tmp_path, areas, lambda seen, _: np.sum(seen) / SAMPLES, **over)
+    _spy(monkeypatch, cutmix, "cut_rect", lambda chosen, *_: chosen is None or area(*chosen[0]))
+    areas.clear()
+    samples = _fastfeed_samples(painted_yolo, tmp_path, 0, **over)   # one cut_rect call per sample: cutmix=1.0
+    assert _inside(areas + [0.0] * (len(samples) - len(areas)), theirs, "cutmix mixed-area share") > 0.01
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["flip", "mixup"])
 def test_copy_paste_objects_and_pasted_pixels_inside_ultralytics_spread(tmp_path, monkeypatch, mode):
     """A painted segment set (segment trainers on both sides), copy_paste=0.5: objects per image, and (mode "mixup",
@@ -205,40 +178,17 @@ def test_copy_paste_objects_and_pasted_pixels_inside_ultralytics_spread(tmp_path
     from fastfeed.integrations.ultralytics import FastfeedSegmentationTrainer
 
     data, size, shares = make_set(tmp_path / "seg", "segment", n=16), 128, []
-    real_apply = augment.CopyPaste.apply_image
-
-    def their_apply(self, labels, params=None):
-        out = real_apply(self, labels, params)
-        shares.append(float(params["im_new"].mean()))   # drawn by apply_image
-        return out
-
-    monkeypatch.setattr(augment.CopyPaste, "apply_image", their_apply)
-    over = {**NO_COLOUR, "copy_paste": 0.5, "copy_paste_mode": mode, "imgsz": size}
-    theirs, their_shares = [], []
-    for s in SEEDS:
-        shares.clear()
-        theirs.append(float(np.mean([k for _, k in _ultralytics_samples(data, tmp_path, s, trainer=SegmentationTrainer,
-                                                                         **over)])))
-        their_shares.append(float(np.sum(shares)) / SAMPLES)
-    real_rasterise = copypaste.rasterise
-
-    def our_rasterise(*a, **kw):
-        mask = real_rasterise(*a, **kw)
-        shares.append(float((mask > 0).mean()))
-        return mask
-
-    monkeypatch.setattr(copypaste, "rasterise", our_rasterise)
+    _spy(monkeypatch, augment.CopyPaste, "apply_image", lambda out, self, labels, params: shares.append(
+        float(params["im_new"].mean())))   # the pasted objects' mask, drawn by apply_image
+    over = {**NO_COLOUR, "copy_paste": 0.5, "copy_paste_mode": mode, "imgsz": size, "trainer": SegmentationTrainer}
+    both = _their_spread(data, tmp_path, shares, lambda seen, samples: (np.mean([k for _, k in samples]),
+                                                                         np.sum(seen) / SAMPLES), **over)
+    theirs, their_shares = [float(b[0]) for b in both], [float(b[1]) for b in both]
+    _spy(monkeypatch, copypaste, "rasterise", lambda mask, *_: shares.append(float((mask > 0).mean())))
     shares.clear()
-    objects = [k for _, k in _fastfeed_samples(data, tmp_path, 0, trainer=FastfeedSegmentationTrainer, **over)]
-    ours, sd = float(np.mean(objects)), float(np.std(objects)) / np.sqrt(len(objects))
-    plain = float(np.mean([k for _, k in _fastfeed_samples(data, tmp_path, 0, trainer=FastfeedSegmentationTrainer,
-                                                            **{**over, "copy_paste": 0.0})]))
-    share = float(np.sum(shares)) / SAMPLES
-    print(f"copy_paste {mode}: objects per image fastfeed {ours:.3f} (without: {plain:.3f}), Ultralytics "
-          f"{[round(t, 3) for t in theirs]}; pasted-pixel share fastfeed {share:.4f}, Ultralytics "
-          f"{[round(t, 4) for t in their_shares]}")
+    over["trainer"] = FastfeedSegmentationTrainer
+    ours = _inside([k for _, k in _fastfeed_samples(data, tmp_path, 0, **over)], theirs, f"{mode}: objects per image")
+    plain = np.mean([k for _, k in _fastfeed_samples(data, tmp_path, 0, **{**over, "copy_paste": 0.0})])
     assert ours > plain + 0.1
-    assert min(theirs) - 3 * sd <= ours <= max(theirs) + 3 * sd, (ours, theirs)
-    if mode == "mixup":
-        slack = 3 * float(np.std(shares + [0.0] * (SAMPLES - len(shares)))) / np.sqrt(SAMPLES)
-        assert min(their_shares) - slack <= share <= max(their_shares) + slack, (share, their_shares)
+    if mode == "mixup":   # (in mode flip Ultralytics pastes into its 2S mosaic canvas: another frame)
+        _inside(shares + [0.0] * (SAMPLES - len(shares)), their_shares, "mixup: pasted-pixel share")

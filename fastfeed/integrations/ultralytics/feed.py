@@ -18,6 +18,7 @@ import torch
 
 from ...devices import copy_fence
 from ...loaders import LoaderConfig, create_loader
+from ...loaders.base import MIXING
 from .args import log
 from .batches import ClassFilter, collate, labels, read_records
 from .report import FeedClock, cache_line
@@ -153,8 +154,8 @@ class FastfeedTrainLoader:
         self.mosaic_closed = True
         epoch = int(self._epoch_of()) if self._epoch_of is not None else self.epoch
         if self.cfg.mosaic_on(epoch):
-            self.cfg = replace(self.cfg, hyp=replace(self.cfg.hyp, mosaic=0.0, mixup=0.0, cutmix=0.0,
-                                                               copy_paste=0.0))   # as Ultralytics
+            off = dict.fromkeys(("mosaic", *MIXING), 0.0)   # as Ultralytics closes them
+            self.cfg = replace(self.cfg, hyp=replace(self.cfg.hyp, **off))
             old, self.loader = self.loader, create_loader(self.name, self.store, self.cfg, **self.options)
             old.close()          # after the new one holds its own lease on a shared cache
             if self._resumed is not None:   # the resumed epoch, not begun yet: the new loader continues it too
