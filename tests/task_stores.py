@@ -10,7 +10,9 @@ from conftest import YoloBuilder
 from store_helpers import run_pack
 
 from fastfeed import Store
+from fastfeed.augment import AugmentHyp
 from fastfeed.augment.masks import rasterise
+from fastfeed.loaders import LoaderConfig, create_loader
 
 CLASS_RGB = np.array([(230, 20, 20), (20, 230, 20), (20, 20, 230)])   # an object's paint, by class
 KPT_RGB = np.array([(250, 250, 0), (0, 250, 250), (250, 0, 250)])      # a keypoint's dot, by keypoint
@@ -168,3 +170,32 @@ def check_rboxes_on_paint(batches) -> int:
             assert (m & paint).sum() > 0.7 * m.sum(), "a rotated box is not on its paint"
             checked += 1
     return checked
+
+
+# --- the task loaders' batches (tests/test_loader_tasks.py, tests/test_augment_optional.py) -------------------
+
+S = 128
+HYP = AugmentHyp(mosaic=1.0, degrees=10.0, translate=0.1, scale=0.3, fliplr=0.5, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0)
+
+
+def make_task_stores(root) -> dict:
+    """A painted segment, pose and OBB store under `root` (a module fixture's folder)."""
+    return {task: make_task_store(root / task, task) for task in ("segment", "pose", "obb")}
+
+
+def copy(b):
+    """A Batch's copy (a batch lives until the next is asked for)."""
+    return type(b)(b.images.clone(), b.targets.clone(), b.indices,
+                   **{k: v.clone() for k, v in b.extras().items()})
+
+
+def batches(store, name, tmp_path, epochs=2, **kw):
+    """Kept copies of `epochs` epochs of loader `name` over `store` at imgsz S (HYP unless hyp= is given)."""
+    opts = {"cache_dir": str(tmp_path)} if name == "shm" else {}
+    cfg = LoaderConfig(**{"imgsz": S, "batch_size": 4, "workers": 0, "hyp": HYP, "device": "cpu", **kw})
+    with create_loader(name, store, cfg, **opts) as loader:
+        got = []
+        for e in range(epochs):
+            loader.set_epoch(e)
+            got += [copy(b) for b in loader]
+        return got

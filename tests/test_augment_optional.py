@@ -9,8 +9,16 @@ from dataclasses import replace
 import cv2
 import numpy as np
 import pytest
-from task_stores import check_keypoints_on_dots, check_masks_on_paint, check_rboxes_on_paint, make_task_store
-from test_loader_tasks import HYP, batches, copy, stores  # noqa: F401  (stores: a fixture)
+from task_stores import (
+    HYP,
+    batches,
+    check_keypoints_on_dots,
+    check_masks_on_paint,
+    check_rboxes_on_paint,
+    copy,
+    make_task_store,
+    make_task_stores,
+)
 
 from fastfeed.augment import AffineDraw, AugmentHyp, Paste, affine_matrix, batch_rng, draw_affine, draw_sample
 from fastfeed.loaders import LoaderConfig, UnsupportedAugmentation, UnsupportedTask, create_loader
@@ -23,6 +31,11 @@ STILL = AugmentHyp(mosaic=0.0, translate=0.0, scale=0.0, fliplr=0.0, hsv_h=0.0, 
 @pytest.fixture(scope="module")
 def segment(tmp_path_factory):
     return make_task_store(tmp_path_factory.mktemp("optional"), "segment")
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    return make_task_stores(tmp_path_factory.mktemp("tasks"))
 
 
 def _batches(name, store, hyp, tmp_path, **kw):

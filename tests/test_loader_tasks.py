@@ -12,43 +12,27 @@ import torch
 from loader_checks import make_painted_store
 from store_helpers import run_pack
 from task_stores import (
+    HYP,
     N_IMAGES,
+    S,
+    batches,
     check_keypoints_on_dots,
     check_masks_on_paint,
     check_rboxes_on_paint,
     make_task_store,
+    make_task_stores,
 )
 
 from fastfeed import Store
-from fastfeed.augment import AugmentHyp
 from fastfeed.loaders import LoaderConfig, UnsupportedTask, create_loader
 from fastfeed.prefetch import DevicePrefetcher
 
-S = 128
-HYP = AugmentHyp(mosaic=1.0, degrees=10.0, translate=0.1, scale=0.3, fliplr=0.5, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0)
 LOADERS = ["cpu", "shm"]
 
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tasks")
-    return {task: make_task_store(root / task, task) for task in ("segment", "pose", "obb")}
-
-
-def batches(store, name, tmp_path, epochs=2, **kw):
-    opts = {"cache_dir": str(tmp_path)} if name == "shm" else {}
-    cfg = LoaderConfig(**{"imgsz": S, "batch_size": 4, "workers": 0, "hyp": HYP, "device": "cpu", **kw})
-    with create_loader(name, store, cfg, **opts) as loader:
-        got = []
-        for e in range(epochs):
-            loader.set_epoch(e)
-            got += [copy(b) for b in loader]   # a batch lives until the next: kept copies
-        return got
-
-
-def copy(b):
-    return type(b)(b.images.clone(), b.targets.clone(), b.indices,
-                   **{k: v.clone() for k, v in b.extras().items()})
+    return make_task_stores(tmp_path_factory.mktemp("tasks"))
 
 
 def rows_of(b):
