@@ -1,13 +1,15 @@
 """fastfeed's loaders against Ultralytics' training dataloader, same images, same cores, one run.
 
-    python benchmarks/vs_ultralytics.py [--images 1024] [--seconds 30] [--rounds 2] [--loader cpu ...]
+    python benchmarks/vs_ultralytics.py [--images 1024] [--seconds 30] [--rounds 2] [--loader cpu ...] [--aug cutmix=0.5 ...]
 
 Set-up, identical on both sides: coco128 replicated to --images real JPEG files, imgsz 640, batch
 16, 2 workers, training augmentation with mosaic, no image cache. Ultralytics runs in its own venv
 (`.venv-ultralytics`, created here on first use by `make venv-ultralytics`: the one recipe that the
 integration tests and benchmarks/ultralytics_ab.py use too).
 Contenders alternate for --rounds rounds and each reports images/s after a warm-up; the median is
-compared. The decode-only rate of the same files on every core is printed as the floor.
+compared. The decode-only rate of the same files on every core is printed as the floor. `--aug KEY=VALUE`
+(repeatable) turns an augmentation on for both sides (Ultralytics' training argument, fastfeed's `AugmentHyp`
+field of the same name): a new augmentation's ratio is read against the ratio without it.
 """
 
 from __future__ import annotations
@@ -34,10 +36,11 @@ ULTRA_RUNNER = textwrap.dedent("""
     from ultralytics.cfg import get_cfg
     from ultralytics.data.build import build_dataloader, build_yolo_dataset
     from ultralytics.utils import DEFAULT_CFG
-    img_path, imgsz, batch, workers, seconds, warmup, cache = sys.argv[1:8]
+    img_path, imgsz, batch, workers, seconds, warmup, aug, cache = sys.argv[1:9]
     imgsz, batch, workers, seconds, warmup = int(imgsz), int(batch), int(workers), float(seconds), int(warmup)
     cache = False if cache == "none" else cache
-    cfg = get_cfg(DEFAULT_CFG, overrides={"imgsz": imgsz, "batch": batch, "workers": workers, "cache": cache})
+    cfg = get_cfg(DEFAULT_CFG, overrides={"imgsz": imgsz, "batch": batch, "workers": workers, "cache": cache,
+                                          **json.loads(aug)})
     data = {"names": {i: str(i) for i in range(80)}, "nc": 80, "channels": 3}
     ds = build_yolo_dataset(cfg, img_path, batch, data, mode="train")
     dl = build_dataloader(ds, batch=batch, workers=workers, shuffle=True, rank=-1, pin_memory=False, device="cpu")
@@ -58,10 +61,12 @@ ULTRA_RUNNER = textwrap.dedent("""
 FF_RUNNER = textwrap.dedent("""
     import json, sys, time
     from fastfeed import Store
+    from fastfeed.augment import AugmentHyp
     from fastfeed.loaders import LoaderConfig, create_loader
-    path, name, imgsz, batch, workers, seconds, warmup = sys.argv[1:8]
+    path, name, imgsz, batch, workers, seconds, warmup, aug = sys.argv[1:9]
     imgsz, batch, workers, seconds, warmup = int(imgsz), int(batch), int(workers), float(seconds), int(warmup)
-    loader = create_loader(name, Store(path), LoaderConfig(imgsz=imgsz, batch_size=batch, workers=workers))
+    loader = create_loader(name, Store(path), LoaderConfig(imgsz=imgsz, batch_size=batch, workers=workers,
+                                                           hyp=AugmentHyp(**json.loads(aug))))
     t0 = time.perf_counter(); n = 0; marks = []; epoch = 0; first = None
     while not marks or marks[-1][0] - t0 < seconds:
         loader.set_epoch(epoch); epoch += 1
@@ -106,8 +111,11 @@ def main() -> int:
     ap.add_argument("--loader", action="append", help="fastfeed loaders to run (default: cpu)")
     ap.add_argument("--ultra-cache", default="none", choices=("none", "ram"),
                     help="Ultralytics' image cache for its side (the shm comparison uses ram)")
+    ap.add_argument("--aug", action="append", metavar="KEY=VALUE", help="an augmentation on for both sides, e.g. "
+                    "cutmix=0.5 (repeatable; Ultralytics' argument and fastfeed's AugmentHyp field)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    aug = json.dumps({k: float(v) for k, _, v in (a.partition("=") for a in args.aug or [])})
     loaders = args.loader or ["cpu"]
     ultra_py = ensure_ultralytics_venv()
     src = default_source()
@@ -122,7 +130,7 @@ def main() -> int:
         res["decode_only_img_s"] = len(files) / decode_floor(files, len(os.sched_getaffinity(0)))
         (tmp / "ultra.py").write_text(ULTRA_RUNNER)
         (tmp / "ff.py").write_text(FF_RUNNER)
-        common = [str(args.imgsz), str(args.batch), str(args.workers), str(args.seconds), str(args.warmup)]
+        common = [str(args.imgsz), str(args.batch), str(args.workers), str(args.seconds), str(args.warmup), aug]
         for r in range(args.rounds):
             rnd = {"ultralytics": run([str(ultra_py), str(tmp / "ultra.py"), str(data / "images" / "train2017"),
                                        *common, args.ultra_cache], tmp)}
@@ -134,7 +142,8 @@ def main() -> int:
     res["median_images_s"] = med
     base = med["ultralytics"]
     cache = "" if args.ultra_cache == "none" else f' cache="{args.ultra_cache}"'
-    print(f"\n{args.images} images, imgsz {args.imgsz}, batch {args.batch}, {args.workers} workers, mosaic on; "
+    print(f"\n{args.images} images, imgsz {args.imgsz}, batch {args.batch}, {args.workers} workers, mosaic on"
+          f"{''.join(f', {a}' for a in args.aug or [])}; "
           f"median of {args.rounds} rounds of {args.seconds:.0f} s")
     print(f"  {'decode only, all cores (floor)':34} {res['decode_only_img_s']:7.0f} images/s")
     print(f"  {'ultralytics' + cache:34} {base:7.0f} images/s  1.00x")
