@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from fastfeed import codec
+from fastfeed import codec, exif
 from fastfeed.loaders.device.decode import fit, orient
 from fastfeed.loaders.device.render import Params, render
 
@@ -19,7 +19,7 @@ def test_orient_equals_codec_apply_orientation(orientation):
     img = np.random.default_rng(orientation).integers(0, 255, (5, 7, 3), dtype=np.uint8)
     want = codec.apply_orientation(img, orientation)
     got = orient(torch.from_numpy(img), orientation).numpy()
-    assert got.shape == want.shape == (codec.oriented_size(5, 7, orientation) + (3,))
+    assert got.shape == want.shape == (exif.oriented_size(5, 7, orientation) + (3,))
     np.testing.assert_array_equal(got, want)
 
 

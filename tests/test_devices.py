@@ -55,7 +55,7 @@ def test_npu_imports_torch_npu_only_when_asked_and_checks_the_index(monkeypatch)
     resolve_device("cpu")
     assert ("torch_npu" in sys.modules) == had
     monkeypatch.setitem(sys.modules, "torch_npu", None)          # `import torch_npu` now raises
-    with pytest.raises(ImportError, match="device 'npu' needs torch_npu: pip install fastfeed\\[npu\\]"):
+    with pytest.raises(ImportError, match="device 'npu' needs torch_npu: pip install -e '\\.\\[npu\\]' in the fastfeed checkout"):
         resolve_device("npu")
     monkeypatch.setitem(sys.modules, "torch_npu", type(sys)("torch_npu"))
     monkeypatch.setattr(torch, "npu", _FakeNpu(2), raising=False)

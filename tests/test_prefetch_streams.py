@@ -60,7 +60,7 @@ def test_npu_is_imported_only_for_device_npu(monkeypatch):
     list(DevicePrefetcher(loader, "cuda", ops=RecordingOps(FakeDeviceModule([]), torch.device("cuda"))))
     assert ("torch_npu" in sys.modules) == had
     monkeypatch.setitem(sys.modules, "torch_npu", None)           # `import torch_npu` now raises
-    with pytest.raises(ImportError, match="needs torch_npu: pip install fastfeed\\[npu\\]"):
+    with pytest.raises(ImportError, match="needs torch_npu: pip install -e '\\.\\[npu\\]' in the fastfeed checkout"):
         DevicePrefetcher(loader, "npu")
     # with torch_npu present, npu goes through the very same code as cuda: its module from torch
     fake = FakeDeviceModule([])
