@@ -54,9 +54,9 @@ def test_bench_of_a_detect_store_says_detect_and_no_task_line(tmp_path, capsys):
 
 def test_bench_task_detect_reads_a_segment_store_as_boxes_alone_and_says_so(segment_store, tmp_path, capsys,
                                                                             monkeypatch):
-    import fastfeed.loaders.pipeline as task_builder
+    import fastfeed.loaders.pipeline as pipeline
 
-    monkeypatch.setattr(task_builder, "rasterise", lambda *a, **k: pytest.fail("a mask was drawn for --task detect"))
+    monkeypatch.setattr(pipeline, "rasterise", lambda *a, **k: pytest.fail("a mask was drawn for --task detect"))
     out = tmp_path / "b.json"
     rc = main(["bench", "--data", str(segment_store), "--loader", "cpu", "--workers", "0", "--batches", "2",
                "--warmup", "1", "--task", "detect", "--json", str(out), *FAST])

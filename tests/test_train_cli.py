@@ -167,10 +167,10 @@ def test_a_segment_store_trains_and_evaluates_on_its_boxes_alone(tmp_path, capsy
     --device-augment (which flips boxes only); the run says it trains on the boxes."""
     from task_stores import make_task_store
 
-    import fastfeed.loaders.pipeline as task_builder
+    import fastfeed.loaders.pipeline as pipeline
 
     seg = make_task_store(tmp_path / "seg", "segment")
-    monkeypatch.setattr(task_builder, "rasterise", lambda *a, **k: pytest.fail("a mask was drawn for a detector"))
+    monkeypatch.setattr(pipeline, "rasterise", lambda *a, **k: pytest.fail("a mask was drawn for a detector"))
     assert main(["train", "--data", str(seg.path), "--val", str(seg.path), "--model", "yolov3-tiny", "--imgsz", "64",
                  "--batch", "4", "--epochs", "1", "--max-steps", "1", "--workers", "0", "--device-augment",
                  "--out", str(tmp_path / "run"), "--json"]) == 0

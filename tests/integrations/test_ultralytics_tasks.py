@@ -188,12 +188,12 @@ def test_a_detect_store_given_to_the_segment_trainer_is_refused_by_name(tmp_path
 def test_the_detect_trainer_reads_a_segment_stores_boxes_alone(tmp_path, monkeypatch):
     """FastfeedTrainer (detection) given a segment store: its batches are boxes, no masks drawn for a loss that
     reads none (the loader asked for task='detect')."""
-    import fastfeed.loaders.pipeline as task_builder
+    import fastfeed.loaders.pipeline as pipeline
 
     data = make_set(tmp_path / "seg", "segment")
     pack(PackConfig(src=data / "data.yaml", split="train", out=tmp_path / "seg.ff", progress=False, task="segment"))
     monkeypatch.setenv("FASTFEED_STORE", str(tmp_path / "seg.ff"))
-    monkeypatch.setattr(task_builder, "rasterise", lambda *a, **k: pytest.fail("a mask was drawn for a detector"))
+    monkeypatch.setattr(pipeline, "rasterise", lambda *a, **k: pytest.fail("a mask was drawn for a detector"))
     det = FastfeedTrainer(overrides=dict(model="yolov8n.yaml", data=str(data / "data.yaml"), device="cpu", imgsz=64,
                                          batch=4, epochs=1, workers=0, plots=False, val=False,
                                          project=str(tmp_path / "runs"), name="det"))
