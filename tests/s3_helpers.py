@@ -8,7 +8,8 @@ child processes (torchrun, `fastfeed` subprocesses) reach it too, and puts the o
 
 `FaultProxy`: a TCP proxy on 127.0.0.1 in front of it: each request delayed by `latency` (plus up to
 `jitter`, uniformly, either way), responses through one shared token bucket of `bandwidth` bytes/s (the
-node's link), and with probability `drop` per request the connection reset part-way through the response.
+node's link), and with probability `drop` per request the connection reset part-way through the response (within
+its first `cut_within` bytes: a response shorter than the point drawn is not cut).
 Every thread is a daemon; `stop()` closes every socket and joins them.
 """
 
@@ -106,8 +107,9 @@ class FaultProxy:
     """See the module docstring. `url`: what to give AWS_ENDPOINT_URL."""
 
     def __init__(self, target_port: int, *, latency: float = 0.0, jitter: float = 0.0, bandwidth: float | None = None,
-                 drop: float = 0.0, seed: int = 0):
+                 drop: float = 0.0, seed: int = 0, cut_within: int = 256 << 10):
         self.target = ("127.0.0.1", target_port)
+        self.cut_within = cut_within
         self.latency, self.jitter, self.bandwidth, self.drop = latency, jitter, bandwidth, drop
         self._rng = random.Random(seed)
         self._rng_lock = threading.Lock()
@@ -128,7 +130,7 @@ class FaultProxy:
         with self._rng_lock:
             delay = self.latency + (self._rng.uniform(-self.jitter, self.jitter) if self.jitter else 0.0)
             cut = self._rng.random() < self.drop
-            after = self._rng.randint(0, 256 << 10)
+            after = self._rng.randint(0, self.cut_within)
         return max(0.0, delay), cut, after
 
     def _serve(self) -> None:

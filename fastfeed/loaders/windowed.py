@@ -145,7 +145,12 @@ class FollowedOrder(EpochOrder):
                              note=self.note)
 
     def describe(self) -> dict:
-        return self.base.describe() | {"read_ahead_shards": "all" if self.read_ahead is None else self.read_ahead} | self.note
+        """The base order's, the read-ahead, and what the link does now (`link`: the follower's `figures()`, in this
+        process)."""
+        figures = getattr(self._follow, "figures", None)
+        link = {"link": figures()} if figures is not None else {}
+        return (self.base.describe() | {"read_ahead_shards": "all" if self.read_ahead is None else self.read_ahead}
+                | self.note | link)
 
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if k not in ("_follow", "_spans", "_last")} | {

@@ -1,15 +1,19 @@
-"""`Link`: what this process's downloads say about the link to the bucket, and the shard read-ahead it needs.
+"""`Link`: what this process's downloads say about the link to the bucket: the delay before a request's first
+byte, the bandwidth its downloads get together, the downloads in flight; and from them how many downloads to keep
+in flight and how large a ranged part of a shard is worth.
 
 A download of a shard of S bytes takes d + S/b: the delay before its first byte (d) and its transfer at the
-throughput one download gets (b). To keep the link busy, downloads must overlap: while one transfers, the next ones
-are waiting out their delay; that takes 1 + d*b/S shards in flight (the bandwidth-delay product in shards, plus the
-one transferring). With large shards that is one or two; with small shards far from the bucket it is many: 19
-shards of 0.46 MB at 50 ms and 100 MB/s want 12. The read-ahead never exceeds what the cache leaves it (the cap the
-window was sized with), and never falls below the floor (2) before anything is measured.
+throughput one download gets (b). The link delivers B bytes a second in all only if about d x B bytes are always
+on their way: 1 + d*B/S downloads in flight (the bandwidth-delay product in shards, plus the one transferring).
+With large shards that is one or two; with small shards far from the bucket it is many: 0.46 MB shards at 50 ms
+and 100 MB/s want 12. The reads may need more than the link gives one download at a time: a loader moving to
+r new shards a second needs r x (d + S/b) downloads in flight (Little's law), and the count is the larger. B is measured as the bytes downloaded over the time any download was in flight (the
+bandwidth the link gave, whatever the number in flight), b as each download's S / (seconds - d).
 
 d is measured on small requests (the manifest's read; its first request may also set up the connection, which
-only makes the read-ahead longer), and kept under 98% of the quickest download (a download is its delay and then its
-transfer); b from each download as S / (seconds - d). Both keep the last WINDOW samples (medians: one slow request does not swing the read-ahead).
+only raises the count), and kept under 98% of the quickest download (a download is its delay and then its
+transfer). Delays and single downloads keep the last WINDOW samples (medians: one slow request does not swing
+the count); bytes and busy time add up over the process's life (the figures shown are the run's).
 """
 
 from __future__ import annotations
@@ -21,8 +25,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from .sizes import gib
+
 WINDOW = 16           # samples kept of each kind
 _DELAY_SHARE = 0.98   # the most of a download's time taken to be its delay
+DEMAND_MARGIN = 2.0   # downloads in flight for the reads' rate: twice what the mean download time needs (jitter)
+PART_MIN = 8 << 20    # a ranged part carries at least this much (or the default part, when smaller)
 
 
 class Link:
@@ -31,6 +39,10 @@ class Link:
         self._delays: deque = deque(maxlen=WINDOW)     # seconds of small requests
         self._downloads: deque = deque(maxlen=WINDOW)  # (bytes, seconds)
         self._lock = threading.Lock()
+        self.in_flight = self.most_in_flight = 0       # downloads now, and at most at once
+        self.bytes = self.count = 0                    # downloaded, over the process's life
+        self._busy = 0.0                               # seconds with at least one download in flight (ended spells)
+        self._busy_since = 0.0
 
     def __getstate__(self):   # measurements stay in the process that made them
         return {}
@@ -43,10 +55,29 @@ class Link:
         with self._lock:
             self._delays.append(max(float(seconds), 0.0))
 
-    def download(self, nbytes: int, seconds: float) -> None:
-        """A download of `nbytes` took `seconds`, first byte to last included."""
+    def begin(self) -> None:
+        """A download starts."""
         with self._lock:
-            self._downloads.append((int(nbytes), max(float(seconds), 1e-9)))
+            if self.in_flight == 0:
+                self._busy_since = self.clock()
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+
+    def end(self, nbytes: int | None = None, seconds: float | None = None) -> None:
+        """A download ends: with `nbytes` in `seconds` (first byte to last included), or failed (None)."""
+        with self._lock:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self._busy += self.clock() - self._busy_since
+            if nbytes is not None:
+                self._downloads.append((int(nbytes), max(float(seconds), 1e-9)))
+                self.bytes += int(nbytes)
+                self.count += 1
+
+    def download(self, nbytes: int, seconds: float) -> None:
+        """A download of `nbytes` took `seconds` (timed elsewhere)."""
+        self.begin()
+        self.end(nbytes, seconds)
 
     def timed(self, nbytes: int | None = None):
         """A context manager timing one request (`nbytes` None) or one download of `nbytes`, on `clock`."""
@@ -54,12 +85,17 @@ class Link:
 
         class _Timer:
             def __enter__(self):
+                if nbytes is not None:
+                    link.begin()
                 self.t0 = link.clock()
 
             def __exit__(self, exc_type, *rest):
-                if exc_type is None:
-                    took = link.clock() - self.t0
-                    link.request(took) if nbytes is None else link.download(nbytes, took)
+                took = link.clock() - self.t0
+                if nbytes is None:
+                    if exc_type is None:
+                        link.request(took)
+                else:
+                    link.end(nbytes if exc_type is None else None, took)
         return _Timer()
 
     def delay(self) -> float | None:
@@ -80,10 +116,55 @@ class Link:
         d = self.delay() or 0.0
         return statistics.median(n / max(s - d, 1e-6) for n, s in downloads)
 
-    def read_ahead(self, shard_bytes: float, floor: int, cap: int) -> int:
-        """Shards to keep downloading ahead: 1 + delay x throughput / shard size, within [floor, cap]."""
-        d, b = self.delay(), self.throughput()
-        if d is None or b is None or shard_bytes <= 0:
+    def bandwidth(self) -> float | None:
+        """Bytes a second the link gave this process's downloads together, over the time any was in flight."""
+        with self._lock:
+            busy = self._busy + (self.clock() - self._busy_since if self.in_flight else 0.0)
+            nbytes = self.bytes
+        return nbytes / busy if nbytes and busy > 0 else None
+
+    def concurrency(self, shard_bytes: float, floor: int, cap: int, demand: float = 0.0) -> int:
+        """Downloads to keep in flight, within [floor, cap]: 1 + delay x bandwidth / shard size (what fills the
+        link), or, when more, what delivers `demand` shards a second (the rate the reads move to new shards) with
+        DEMAND_MARGIN to spare: demand x a download's time (delay + size / one download's throughput)."""
+        d, one = self.delay(), self.throughput()
+        b = max(self.bandwidth() or 0.0, one or 0.0)
+        if d is None or not b or shard_bytes <= 0:
             return max(0, min(floor, cap))
         need = 1 + math.ceil(d * b / shard_bytes)
+        if demand > 0 and one:
+            need = max(need, math.ceil(DEMAND_MARGIN * demand * (d + shard_bytes / one)))
         return max(0, min(max(need, floor), cap))
+
+    def part_bytes(self, default: int) -> int:
+        """Bytes of one ranged part of a large shard: what one request transfers in twice its delay (so the delay
+        is at most a third of its time), at least PART_MIN (or `default`, when smaller); `default` before anything
+        is measured. Far from the bucket a part carries more, near it less: a shard of a few parts is not split."""
+        d, b = self.delay(), self.throughput()
+        if d is None or b is None:
+            return default
+        return max(min(PART_MIN, default), int(2 * d * b))
+
+    def figures(self) -> dict:
+        """What the link did so far: delay ms, bandwidth MB/s in all and per download, downloads in flight."""
+        d, bw, one = self.delay(), self.bandwidth(), self.throughput()
+        return {"delay_ms": None if d is None else round(1e3 * d, 1),
+                "bandwidth_mb_s": None if bw is None else round(bw / 1e6, 1),
+                "per_download_mb_s": None if one is None else round(one / 1e6, 1),
+                "in_flight": self.in_flight, "most_in_flight": self.most_in_flight,
+                "downloads": self.count, "downloaded_bytes": self.bytes}
+
+
+def link_words(f: dict) -> str:
+    """`Link.figures` (with the read-ahead's `parallel`) in words: what `fastfeed bench` and the trainer's feed line
+    say about a URL store's link."""
+    if not f.get("downloads"):
+        return "nothing downloaded yet"
+
+    def num(v, unit):
+        return "-" if v is None else f"{v:g} {unit}"
+
+    kept = f" (kept up to {f['parallel']})" if "parallel" in f else ""
+    return (f"{num(f.get('bandwidth_mb_s'), 'MB/s')} ({num(f.get('per_download_mb_s'), 'MB/s')} a download), "
+            f"{num(f.get('delay_ms'), 'ms')} to a request's first byte, {f.get('in_flight', 0)} downloads in flight"
+            f"{kept}, at most {f.get('most_in_flight', 0)} at once; {f['downloads']} downloads, {gib(f['downloaded_bytes'])}")

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_READ_AHEAD = 2        # shards downloaded ahead of the ones being read, at least
 READ_AHEAD_BYTES = 16 << 20    # ... and by default at least this much (small shards: more of them ahead)
+READ_AHEAD_SHARE = 0.25        # ... within this share of the shards the cache holds (the rest: the window)
 _KEEP_RECENT = 2         # shards a process keeps mapped besides the pinned ones
 _STORES: weakref.WeakSet = weakref.WeakSet()
 
@@ -128,13 +129,14 @@ class RemoteShards:
 
     def _getter(self, shard: int):
         info = self.shards[shard]
-        fs, root = self._filesystem()
         where = self.shard_url(shard)
 
-        def get(fd: int) -> None:
+        def get(fd: int) -> None:   # the file system made only to download (a worker waiting for a shard the
+            fs, root = self._filesystem()   # read-ahead downloads never builds one)
             try:
                 with self.link.timed(info.bytes):
-                    objstore.download(fs, urls.join(root, info.file), where, fd, info.bytes)
+                    objstore.download(fs, urls.join(root, info.file), where, fd, info.bytes,
+                                      part=self.link.part_bytes(objstore.PART_BYTES))
             except objstore.RemoteMissing:
                 raise fmt.StoreChanged(f"shard {where} is gone: the store at {self.path} was re-packed (or its shards "
                                        "removed) after this Store read its manifest; open it again (Store(url)) to "
@@ -226,21 +228,24 @@ class RemoteShards:
 
     # --- what the loaders' order needs ----------------------------------------------------------------------
     def default_read_ahead(self) -> int:
-        """Most shards fetched ahead when nobody says: 2, or as many as make READ_AHEAD_BYTES when the shards are smaller
-        (with 4 MB shards two are a fraction of a second of training, with 128 MB ones seconds), but never more
-        than half the shards the cache holds (the rest is the window, which is what mixes). The read-ahead
-        keeps fewer ahead while its downloads show the link does not need them (`link.Link`)."""
+        """Shards downloaded ahead when nobody says (the cache's room the windowed order leaves them): 2, or as many
+        as make READ_AHEAD_BYTES when the shards are smaller (with 4 MB shards two are a fraction of a second of
+        training, with 128 MB ones seconds; 16 MB is a 1.3 Gb/s link's bandwidth x 100 ms), but never more than
+        READ_AHEAD_SHARE of the shards the cache holds: the rest is the window, which is what mixes. The read-ahead
+        uses all of it (room left unused would stay empty); how many downloads are in flight is the link's
+        (`link.Link.concurrency`)."""
         sizes = [s.bytes for s in self.shards]
         if not sizes:
             return DEFAULT_READ_AHEAD
         want = math.ceil(READ_AHEAD_BYTES / max(sum(sizes) / len(sizes), 1))
-        room = self.cache.limit // max(max(sizes), 1) // 2
+        room = int(self.cache.limit // max(max(sizes), 1) * READ_AHEAD_SHARE)
         return max(DEFAULT_READ_AHEAD, min(want, room, len(sizes)))
 
     def follower(self):
-        """A new `ReadAhead` for one order: `want(now, upcoming)` pins and downloads what the order needs."""
+        """A new `ReadAhead` for one order: calling it (`want(now, upcoming)`) pins and downloads what the order
+        needs; its `figures()` say what the link does."""
         from .read_ahead import ReadAhead
 
-        ahead = ReadAhead(self, floor=min(DEFAULT_READ_AHEAD, self.read_ahead))
+        ahead = ReadAhead(self)
         self._read_aheads.append(ahead)
-        return ahead.want
+        return ahead
