@@ -43,6 +43,12 @@ class SlowProvider:
             self.clock.t += self.delay + self.shards[k].bytes / self.bandwidth
 
 
+def took(link: Link, seconds: float, nbytes: int | None = None) -> None:
+    """A request (or a download of `nbytes`) that took `seconds` on the link's fake clock."""
+    with link.timed(nbytes):
+        link.clock.t += seconds
+
+
 def read_ahead_of(src) -> ReadAhead:
     p = ReadAhead.__new__(ReadAhead)   # the sizing alone: no pin files, no thread
     p.store, p.ahead, p.rate, p._offered, p._new = src, 0, 0.0, {}, deque(maxlen=RATE_SHARDS)
@@ -58,7 +64,8 @@ def test_downloads_in_flight_cover_bandwidth_times_delay():
     assert p.parallel() == PARALLEL
     src.download(0)
     assert src.link.delay() == pytest.approx(delay) and src.link.throughput() == pytest.approx(bw)
-    assert p.parallel() == 12
+    assert src.link.concurrency(size, PARALLEL, 64) == 12
+    assert p.parallel() == min(12, MOST_PARALLEL)                   # within an S3 client's connection pool
     # Near the bucket (1 ms) the same shards need no more than the floor; far from it, never more than the most.
     near = SlowProvider(19, size, 0.001, bw)
     for k in range(4):
@@ -71,27 +78,27 @@ def test_downloads_in_flight_cover_bandwidth_times_delay():
 
 def test_the_reads_rate_asks_for_more_downloads_than_one_at_a_time_gets_and_a_stall_never_lowers_it():
     # The proxy gives one download 10 MB/s (0.46 MB shards: 46 ms of transfer) after 50 ms; alone that is
-    # 1 + 0.05 x 10e6 / 0.46e6 = 3 in flight, the floor. A loader moving on to 60 new shards a second needs
-    # 2 x 60 x (0.05 + 0.046) = 12 in flight.
+    # 1 + 0.05 x 10e6 / 0.46e6 = 3 in flight, the floor. A loader moving on to 40 new shards a second needs
+    # 2 x 40 x (0.05 + 0.046) = 8 in flight.
     src = SlowProvider(400, 460_000, 0.05, 10e6)
     src.download(0)
     p = read_ahead_of(src)
     assert p.parallel() == PARALLEL
     for k in range(0, 40, 2):                    # every batch offers the next 8 shards, 2 of them new
         p._count_new(list(range(k, k + 8)))
-        src.clock.t += 2 / 60
-    assert p.rate == pytest.approx(60, rel=0.01) and p.parallel() == 12
+        src.clock.t += 2 / 40
+    assert p.rate == pytest.approx(40, rel=0.01) and p.parallel() == 8
     for k in range(40, 80, 2):                   # a stall: the reads slow to a tenth
         p._count_new(list(range(k, k + 8)))
-        src.clock.t += 20 / 60
-    assert p.rate == pytest.approx(60, rel=0.01) and p.parallel() == 12
-    assert p.figures()["reads_shards_per_s"] == pytest.approx(60, rel=0.01)
+        src.clock.t += 20 / 40
+    assert p.rate == pytest.approx(40, rel=0.01) and p.parallel() == 8
+    assert p.figures()["reads_shards_per_s"] == pytest.approx(40, rel=0.01)
 
 
 def test_bandwidth_counts_the_downloads_together_and_the_figures_say_what_ran():
     clock = Clock()
     link = Link(clock)
-    link.request(0.05)
+    took(link, 0.05)
     timers = [link.timed(1_000_000) for _ in range(4)]   # four 1 MB downloads at once, all done in 0.1 s
     for t in timers:
         t.__enter__()
@@ -119,8 +126,8 @@ def test_bandwidth_counts_the_downloads_together_and_the_figures_say_what_ran():
 
 def test_a_slow_manifest_read_only_raises_the_count_and_the_cap_holds():
     link = Link(Clock())
-    link.request(2.0)                         # the first request also set up the connection: far slower
-    link.download(1_000_000, 0.02)            # 1 MB in 20 ms
+    took(link, 2.0)                           # the first request also set up the connection: far slower
+    took(link, 0.02, 1_000_000)               # 1 MB in 20 ms
     assert link.delay() == pytest.approx(0.0196)   # kept under the quickest download
     assert link.concurrency(1_000_000, 2, 8) == 8
     assert Link().concurrency(1_000_000, 2, 8) == 2 and Link().concurrency(1_000_000, 2, 1) == 1   # nothing measured

@@ -1,31 +1,15 @@
-"""Orders for a store whose shards come from object storage through a node's shard cache.
+"""Orders for a store whose shards come from object storage through a node's shard cache (docs/design.md, "A store
+in object storage reads through a node-local shard cache").
 
-`WindowedOrder`: the shard-aware order, for a store the cache cannot hold whole. Each epoch:
+`WindowedOrder`: the shard-aware order, for a store the cache cannot hold whole: per epoch a seeded permutation of
+the shards, its records cut into one contiguous part per node, each part read through a window of `window` shards
+sliding one shard at a time, dealt to the node's local ranks in turn. Deterministic for seed, epoch, world size,
+local ranks and window.
 
-1. a permutation of the shards, seeded by (seed, epoch), the same on every node;
-2. the records of the shards in that order are cut into one contiguous part per node (`world_size /
-   local ranks` nodes): node n reads only its part, so the nodes' traffic divides the store between them
-   (each node fetches about 1/N of the store per epoch, plus at most the two shards its part's ends cut);
-3. within a node's part, the records are shuffled in a window of `window` shards that slides one shard at a
-   time: shard j (the j-th of the part) has its records spread at random over the stretch of the part where
-   shards j .. j+window-1 are read, so at any point about `window` shards are read at once and each shard is
-   read over one contiguous stretch (it is fetched once, kept while read, then evicted);
-4. the node's sequence is dealt to its local ranks in turn (local rank l takes every L-th record), so ranks
-   are disjoint, each takes the same number of samples (n // world_size, as the global shuffle), and all
-   local ranks read the same shards at the same time.
-
-The first records of an epoch come from the first shard alone (mixing grows over the first `window`
-shards), so the first batch waits for about one shard's download, not a window's. Deterministic for seed,
-epoch, world size, local ranks and window (the cache size chooses the window).
-
-`FollowedOrder`: any order (the windowed one, the global shuffle when the cache holds the whole store, the
-sequential one of evaluation) with a position for a cache to follow. The coupling with the cache is this:
-a loader calls `order.reached(epoch, batch)` before it hands batch `batch` of `epoch` out to be read (every
-built-in loader does, where it submits batches); the order works out from its batches which shards are
-needed now (the batches in flight: `lookback` batches back to this one) and which next (the `read_ahead` shards
-first read after it, into the next epoch), and when that changes, calls `follow(now, next)`. The remote
-store's follow pins both sets in the node's cache (nothing pinned is evicted by a read-ahead) and downloads
-the missing ones in the background, next-first-needed first.
+`FollowedOrder`: any order with a position for a cache to follow: a loader calls `reached(epoch, batch)` before it
+hands batch `batch` out to be read; the order works out the shards needed now (`lookback` batches back to this one)
+and next (the `read_ahead` shards first read after it, into the next epoch) and, when that changes, calls
+`follow(now, next)` (the store's read-ahead).
 """
 
 from __future__ import annotations

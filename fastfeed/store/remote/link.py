@@ -1,23 +1,13 @@
-"""`Link`: what this process's downloads say about the link to the bucket: the delay before a request's first
-byte, the bandwidth its downloads get together, the downloads in flight; and from them how many downloads to keep
-in flight and how large a ranged part of a shard is worth.
-
-A download of a shard of S bytes takes d + S/b: the delay before its first byte (d) and its transfer at the
-throughput one download gets (b). The link delivers B bytes a second in all only if about d x B bytes are always
-on their way: 1 + d*B/S downloads in flight (the bandwidth-delay product in shards, plus the one transferring).
-With large shards that is one or two; with small shards far from the bucket it is many: 0.46 MB shards at 50 ms
-and 100 MB/s want 12. The reads may need more than the link gives one download at a time: a loader moving to
-r new shards a second needs r x (d + S/b) downloads in flight (Little's law), and the count is the larger. B is measured as the bytes downloaded over the time any download was in flight (the
-bandwidth the link gave, whatever the number in flight), b as each download's S / (seconds - d).
-
-d is measured on small requests (the manifest's read; its first request may also set up the connection, which
-only raises the count), and kept under 98% of the quickest download (a download is its delay and then its
-transfer). Delays and single downloads keep the last WINDOW samples (medians: one slow request does not swing
-the count); bytes and busy time add up over the process's life (the figures shown are the run's).
-"""
+"""`Link`: what this process's downloads say about the link to the bucket (delay, bandwidth, downloads in flight), and
+from it how many downloads to keep in flight and how large a ranged part of a shard is worth (docs/design.md, "A
+store in object storage"). The delay comes from small requests (the manifest's read) and is kept under 98% of the
+quickest download; the bandwidth is every download's bytes over the time any was in flight; one download's
+throughput is S / (seconds - delay). Delays and downloads keep the last WINDOW samples (medians); bytes, count and
+busy time add up over the process's life (the figures shown are the run's)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import threading
@@ -39,10 +29,8 @@ class Link:
         self._delays: deque = deque(maxlen=WINDOW)     # seconds of small requests
         self._downloads: deque = deque(maxlen=WINDOW)  # (bytes, seconds)
         self._lock = threading.Lock()
-        self.in_flight = self.most_in_flight = 0       # downloads now, and at most at once
-        self.bytes = self.count = 0                    # downloaded, over the process's life
-        self._busy = 0.0                               # seconds with at least one download in flight (ended spells)
-        self._busy_since = 0.0
+        self.in_flight = self.most_in_flight = self.bytes = self.count = 0
+        self._busy = self._busy_since = 0.0            # seconds with a download in flight (ended spells); since
 
     def __getstate__(self):   # measurements stay in the process that made them
         return {}
@@ -50,53 +38,31 @@ class Link:
     def __setstate__(self, state):
         self.__init__()
 
-    def request(self, seconds: float) -> None:
-        """A small request (its transfer negligible) took `seconds`: a sample of the delay."""
-        with self._lock:
-            self._delays.append(max(float(seconds), 0.0))
-
-    def begin(self) -> None:
-        """A download starts."""
-        with self._lock:
-            if self.in_flight == 0:
-                self._busy_since = self.clock()
-            self.in_flight += 1
-            self.most_in_flight = max(self.most_in_flight, self.in_flight)
-
-    def end(self, nbytes: int | None = None, seconds: float | None = None) -> None:
-        """A download ends: with `nbytes` in `seconds` (first byte to last included), or failed (None)."""
-        with self._lock:
-            self.in_flight -= 1
-            if self.in_flight == 0:
-                self._busy += self.clock() - self._busy_since
-            if nbytes is not None:
-                self._downloads.append((int(nbytes), max(float(seconds), 1e-9)))
-                self.bytes += int(nbytes)
-                self.count += 1
-
-    def download(self, nbytes: int, seconds: float) -> None:
-        """A download of `nbytes` took `seconds` (timed elsewhere)."""
-        self.begin()
-        self.end(nbytes, seconds)
-
+    @contextlib.contextmanager
     def timed(self, nbytes: int | None = None):
-        """A context manager timing one request (`nbytes` None) or one download of `nbytes`, on `clock`."""
-        link = self
-
-        class _Timer:
-            def __enter__(self):
-                if nbytes is not None:
-                    link.begin()
-                self.t0 = link.clock()
-
-            def __exit__(self, exc_type, *rest):
-                took = link.clock() - self.t0
+        """Time one small request (`nbytes` None: a sample of the delay) or one download of `nbytes` (counted in
+        flight meanwhile; a failed one adds nothing), on `clock`."""
+        with self._lock:
+            if nbytes is not None:
+                self._busy_since = self.clock() if self.in_flight == 0 else self._busy_since
+                self.in_flight += 1
+                self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        t0, ok = self.clock(), False
+        try:
+            yield
+            ok = True
+        finally:
+            took = self.clock() - t0
+            with self._lock:
                 if nbytes is None:
-                    if exc_type is None:
-                        link.request(took)
+                    if ok:
+                        self._delays.append(max(took, 0.0))
                 else:
-                    link.end(nbytes if exc_type is None else None, took)
-        return _Timer()
+                    self.in_flight -= 1
+                    self._busy += self.clock() - self._busy_since if self.in_flight == 0 else 0.0
+                    if ok:
+                        self._downloads.append((int(nbytes), max(took, 1e-9)))
+                        self.bytes, self.count = self.bytes + int(nbytes), self.count + 1
 
     def delay(self) -> float | None:
         """Seconds before a download's first byte (None: nothing measured)."""
@@ -111,17 +77,14 @@ class Link:
         """Bytes a second one download transfers once its first byte arrives (None: no download measured)."""
         with self._lock:
             downloads = list(self._downloads)
-        if not downloads:
-            return None
         d = self.delay() or 0.0
-        return statistics.median(n / max(s - d, 1e-6) for n, s in downloads)
+        return statistics.median(n / max(s - d, 1e-6) for n, s in downloads) if downloads else None
 
     def bandwidth(self) -> float | None:
         """Bytes a second the link gave this process's downloads together, over the time any was in flight."""
         with self._lock:
             busy = self._busy + (self.clock() - self._busy_since if self.in_flight else 0.0)
-            nbytes = self.bytes
-        return nbytes / busy if nbytes and busy > 0 else None
+            return self.bytes / busy if self.bytes and busy > 0 else None
 
     def concurrency(self, shard_bytes: float, floor: int, cap: int, demand: float = 0.0) -> int:
         """Downloads to keep in flight, within [floor, cap]: 1 + delay x bandwidth / shard size (what fills the
@@ -137,13 +100,11 @@ class Link:
         return max(0, min(max(need, floor), cap))
 
     def part_bytes(self, default: int) -> int:
-        """Bytes of one ranged part of a large shard: what one request transfers in twice its delay (so the delay
-        is at most a third of its time), at least PART_MIN (or `default`, when smaller); `default` before anything
-        is measured. Far from the bucket a part carries more, near it less: a shard of a few parts is not split."""
+        """Bytes of one ranged part of a large shard: what one request transfers in twice its delay (the delay at
+        most a third of its time), at least PART_MIN (or `default`, when smaller); `default` before anything is
+        measured. Far from the bucket a part carries more, near it less."""
         d, b = self.delay(), self.throughput()
-        if d is None or b is None:
-            return default
-        return max(min(PART_MIN, default), int(2 * d * b))
+        return default if d is None or b is None else max(min(PART_MIN, default), int(2 * d * b))
 
     def figures(self) -> dict:
         """What the link did so far: delay ms, bandwidth MB/s in all and per download, downloads in flight."""

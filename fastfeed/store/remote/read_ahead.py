@@ -11,22 +11,19 @@ from .pins import PinFile
 
 log = logging.getLogger(__name__)
 PARALLEL = 4        # downloads in flight at least (each shard in parallel ranged parts when large)
-MOST_PARALLEL = 32  # ... and at most
+MOST_PARALLEL = 10  # ... and at most: an S3 client's connection pool (botocore's max_pool_connections); more would
+                    # only queue in it, and the queueing would read as the link's delay
+STOP_WAIT_S = 5.0   # how long stop() lets the downloads in flight finish
 RATE_SHARDS = 16    # the reads' rate: over this many shards newly offered, the quickest stretch kept
 
 
 class ReadAhead:
-    """Pins what one order needs now and next in the node's cache and downloads the missing shards in background
-    threads of this process: the ones needed now first, all at once and alone (a read is waiting for them: they
-    get the whole link), then every next one the order offers (at most the store's `read_ahead`, the room the
-    window left it in the cache: room not used ahead would be left empty), in the order they are first read.
-    Two numbers, kept apart: how far ahead (the order's offer) and how many downloads in flight
-    (`link.Link.concurrency`: bandwidth x delay in shards, measured as it runs, or what the reads' rate needs, at
-    least PARALLEL). The reads' rate is the quickest the order has moved on to new shards (shards first offered a
-    second, over RATE_SHARDS): a stall, which slows the reads, never lowers the downloads that would end it.
-    Calling it is `want(now, upcoming)` (it is the store's `follower()`); `figures()` says what the link does.
-    A shard another process is already downloading is skipped (it arrives all the same); a failure here is only
-    logged: the read that needs the shard downloads it itself and raises the error."""
+    """Calling it is `want(now, upcoming)` (it is the store's `follower()`): pins both in the node's cache and downloads
+    every missing one in daemon threads of this process, the ones needed now first, all at once and alone (a read
+    waits for them), then the next ones in the order they are first read. How far ahead is the order's offer (the
+    store's `read_ahead`, the room the window left); how many downloads are in flight is `parallel()`, from the link
+    and the reads' rate (docs/design.md). A shard another process is downloading is skipped (it arrives all the
+    same); a failure here is only logged: the read that needs the shard downloads it itself and raises the error."""
 
     def __init__(self, store):
         self.store = store
@@ -34,33 +31,30 @@ class ReadAhead:
         self._cv = threading.Condition()
         self._want: tuple | None = None
         self._thread: threading.Thread | None = None
-        self._stopped = False
-        self._warned = False
+        self._stopped = self._warned = False
         self._inflight: set[int] = set()
-        self.ahead = 0
-        self._offered: dict[int, None] = {}          # shards offered lately (insertion-ordered, bounded)
+        self.ahead, self.rate = 0, 0.0                 # shards offered ahead; the reads' quickest shards a second
+        self._offered: dict[int, None] = {}            # shards offered lately (insertion-ordered, bounded)
         self._new: deque = deque(maxlen=RATE_SHARDS)   # when each newly offered shard was first offered
-        self.rate = 0.0                              # shards a second: the quickest stretch of RATE_SHARDS
         weakref.finalize(self, self.pins.remove)
 
     def __call__(self, now: list[int], upcoming: list[int]) -> None:
-        self.want(now, upcoming)
-
-    def want(self, now: list[int], upcoming: list[int]) -> None:
-        shards = self.store.shards
         self.ahead = len(upcoming)
         self._count_new(upcoming)
-        self.pins.write([shards[k].file for k in (*now, *upcoming)])
+        self.pins.write([self.store.shards[k].file for k in (*now, *upcoming)])
         with self._cv:
-            self._want = (list(now), list(upcoming))
-            self._stopped = False
+            self._want, self._stopped = (list(now), list(upcoming)), False
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="fastfeed-read-ahead", daemon=True)
                 self._thread.start()
             self._cv.notify()
 
+    want = __call__
+
     def _count_new(self, upcoming: list[int]) -> None:
-        t, start = self.store.link.clock(), not self._offered   # the first offer is where the reads start, not a move
+        """The reads' rate: shards first offered a second, the quickest stretch of RATE_SHARDS (a stall, which slows
+        the reads, never lowers the downloads that would end it); the first offer is where the reads start."""
+        t, start = self.store.link.clock(), not self._offered
         for k in upcoming:
             if k not in self._offered:
                 self._offered[k] = None
@@ -73,47 +67,43 @@ class ReadAhead:
             self.rate = max(self.rate, moved / (self._new[-1] - self._new[0]))
 
     def parallel(self) -> int:
-        """Downloads to keep in flight now: as many as the link's bandwidth x delay, or the reads' rate, needs."""
-        shards = self.store.shards
-        mean = sum(s.bytes for s in shards) / max(len(shards), 1)
+        """Downloads to keep in flight: what the link's bandwidth x delay, or the reads' rate, needs."""
+        mean = sum(s.bytes for s in self.store.shards) / max(len(self.store.shards), 1)
         return self.store.link.concurrency(mean, PARALLEL, MOST_PARALLEL, demand=self.rate)
 
     def figures(self) -> dict:
-        """The link's figures (`Link.figures`), the downloads kept in flight, the reads' rate in shards a second
-        and the shards read ahead."""
+        """`Link.figures`, the downloads kept in flight, the reads' rate and the shards read ahead."""
         return self.store.link.figures() | {"parallel": self.parallel(), "reads_shards_per_s": round(self.rate, 1),
                                             "ahead_shards": self.ahead}
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float = STOP_WAIT_S) -> None:
+        """No more downloads; those in flight get up to `wait_s` to finish (a process that forks or exits next
+        should not have downloads retrying under it)."""
         with self._cv:
-            self._stopped = True
-            self._want = None
+            self._stopped, self._want = True, None
             self._cv.notify_all()
+            self._cv.wait_for(lambda: not self._inflight, timeout=wait_s)
         self.pins.remove()
 
     def _run(self) -> None:
         while True:
             with self._cv:
-                while self._want is None and not self._stopped:
-                    self._cv.wait()
+                self._cv.wait_for(lambda: self._want is not None or self._stopped)
                 if self._stopped:
                     return
-                now, upcoming = self._want
-                self._want = None
+                (now, upcoming), self._want = self._want, None
             first = set(now)
             for k in (*now, *upcoming):
                 with self._cv:
                     if first and k not in first:   # a read waits for these: give them the link first
-                        while first & self._inflight and self._want is None and not self._stopped:
-                            self._cv.wait(0.5)
+                        self._cv.wait_for(lambda f=first: not f & self._inflight or self._want is not None or self._stopped)
                         first = set()
                     if self._want is not None or self._stopped:
                         break   # the loader moved on: start over with what it needs now
                     if k in self._inflight or self.store.cache.present(self.store.shards[k]):
                         continue
                     most = MOST_PARALLEL if first else self.parallel()
-                    while len(self._inflight) >= most and not self._stopped:
-                        self._cv.wait(0.5)
+                    self._cv.wait_for(lambda m=most: len(self._inflight) < m or self._stopped)
                     if self._stopped:
                         break
                     self._inflight.add(k)

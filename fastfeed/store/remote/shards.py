@@ -1,16 +1,8 @@
 """`RemoteShards`: the shards of a store in object storage (`Store("s3://bucket/coco.ff")`), read through the node's
-shard cache: the shard provider `Store` reads a URL through.
-
-The manifest is read from the URL when the store is opened (small; the shards are not touched). A shard is
-downloaded into the node-local shard cache (`shard_cache.py`) the first time any process on the node needs
-it, then opened with LMDB like a local shard. Each process maps only the shards it is reading: when it opens
-another one it closes those that no order on the node pins and that are not among its last two, so the
-cache can evict them. A remote store's records own their bytes (a copy out of the map), so closing a shard
-never invalidates a record handed out.
-
-It chooses no order: it tells the loaders what the cache can hold (`cache_limit`) and how many shards to keep
-ahead (`read_ahead`), and gives each order a `ReadAhead` (`follower()`) that pins the shards the order says it
-needs now and next and downloads them in the background (`loaders/shard_order.py` builds the order).
+shard cache: the shard provider `Store` reads a URL through (docs/design.md, "A store in object storage"). The
+manifest is read when the store is opened; a shard is downloaded into the cache the first time a process on the
+node needs it, then opened with LMDB like a local shard, and its records own their bytes (a copy out of the map).
+It chooses no order: it states the cache's limit and the read-ahead, and gives each order a `ReadAhead`.
 """
 
 from __future__ import annotations
