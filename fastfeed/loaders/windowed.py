@@ -1,15 +1,9 @@
 """Orders for a store whose shards come from object storage through a node's shard cache (docs/design.md, "A store
 in object storage reads through a node-local shard cache").
 
-`WindowedOrder`: the shard-aware order, for a store the cache cannot hold whole: per epoch a seeded permutation of
-the shards, its records cut into one contiguous part per node, each part read through a window of `window` shards
-sliding one shard at a time, dealt to the node's local ranks in turn. Deterministic for seed, epoch, world size,
-local ranks and window.
-
-`FollowedOrder`: any order with a position for a cache to follow: a loader calls `reached(epoch, batch)` before it
-hands batch `batch` out to be read; the order works out the shards needed now (`lookback` batches back to this one)
-and next (the `read_ahead` shards first read after it, into the next epoch) and, when that changes, calls
-`follow(now, next)` (the store's read-ahead).
+`WindowedOrder`: the shard-aware order, for a store the cache cannot hold whole (deterministic for seed, epoch, world
+size, local ranks and window). `FollowedOrder`: any order with a position for a cache to follow (`reached`), which
+tells `follow(now, next)` (the store's read-ahead) the shards needed now and next when that changes.
 """
 
 from __future__ import annotations
@@ -129,8 +123,7 @@ class FollowedOrder(EpochOrder):
                              note=self.note)
 
     def describe(self) -> dict:
-        """The base order's, the read-ahead, and what the link does now (`link`: the follower's `figures()`, in this
-        process)."""
+        """The base order's, the read-ahead, and what the link does now (`link`: the follower's `figures()`)."""
         figures = getattr(self._follow, "figures", None)
         link = {"link": figures()} if figures is not None else {}
         return (self.base.describe() | {"read_ahead_shards": "all" if self.read_ahead is None else self.read_ahead}

@@ -203,10 +203,9 @@ def upload(fs, local: Path, path: str, url: str) -> None:
     retry(lambda: fs.put_file(str(local), path), url, "uploading to", fs=fs)
 
 
-def download(fs, path: str, url: str, fd: int, size: int, *, part: int | None = None, threads: int = PART_THREADS,
-             progress: Callable[[int], None] | None = None) -> None:
+def download(fs, path: str, url: str, fd: int, size: int, *, part: int | None = None) -> None:
     """Write object `path` (of `size` bytes) into the open file `fd` at offset 0: in one request when small,
-    else in parallel ranged reads of `part` bytes (default PART_BYTES), each retried on its own."""
+    else in parallel ranged reads of `part` bytes (default PART_BYTES; a store's link sizes them), each retried."""
     part = part or PART_BYTES
     parts = [(a, min(a + part, size)) for a in range(0, size, part)] or [(0, 0)]
 
@@ -219,15 +218,12 @@ def download(fs, path: str, url: str, fd: int, size: int, *, part: int | None = 
                 raise ConnectionError(f"got {len(data)} of bytes {a}..{b}")
             return data
 
-        data = retry(get, url, "downloading", fs=fs)
-        os.pwrite(fd, data, a)
-        if progress is not None:
-            progress(len(data))
+        os.pwrite(fd, retry(get, url, "downloading", fs=fs), a)
 
     if len(parts) == 1:
         fetch(parts[0])
         return
-    with ThreadPoolExecutor(min(threads, len(parts)), thread_name_prefix="fastfeed-range") as pool:
+    with ThreadPoolExecutor(min(PART_THREADS, len(parts)), thread_name_prefix="fastfeed-range") as pool:
         for f in [pool.submit(fetch, s) for s in parts]:
             f.result()
 

@@ -108,12 +108,11 @@ class Link:
 
     def figures(self) -> dict:
         """What the link did so far: delay ms, bandwidth MB/s in all and per download, downloads in flight."""
-        d, bw, one = self.delay(), self.bandwidth(), self.throughput()
-        return {"delay_ms": None if d is None else round(1e3 * d, 1),
-                "bandwidth_mb_s": None if bw is None else round(bw / 1e6, 1),
-                "per_download_mb_s": None if one is None else round(one / 1e6, 1),
-                "in_flight": self.in_flight, "most_in_flight": self.most_in_flight,
-                "downloads": self.count, "downloaded_bytes": self.bytes}
+        def r(v, scale):
+            return None if v is None else round(v * scale, 1)
+        return {"delay_ms": r(self.delay(), 1e3), "bandwidth_mb_s": r(self.bandwidth(), 1e-6),
+                "per_download_mb_s": r(self.throughput(), 1e-6), "in_flight": self.in_flight,
+                "most_in_flight": self.most_in_flight, "downloads": self.count, "downloaded_bytes": self.bytes}
 
 
 def link_words(f: dict) -> str:
@@ -122,9 +121,7 @@ def link_words(f: dict) -> str:
     if not f.get("downloads"):
         return "nothing downloaded yet"
 
-    def num(v, unit):
-        return "-" if v is None else f"{v:g} {unit}"
-
+    num = lambda v, unit: "-" if v is None else f"{v:g} {unit}"  # noqa: E731
     kept = f" (kept up to {f['parallel']})" if "parallel" in f else ""
     return (f"{num(f.get('bandwidth_mb_s'), 'MB/s')} ({num(f.get('per_download_mb_s'), 'MB/s')} a download), "
             f"{num(f.get('delay_ms'), 'ms')} to a request's first byte, {f.get('in_flight', 0)} downloads in flight"

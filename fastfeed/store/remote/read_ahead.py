@@ -38,7 +38,7 @@ class ReadAhead:
         self._new: deque = deque(maxlen=RATE_SHARDS)   # when each newly offered shard was first offered
         weakref.finalize(self, self.pins.remove)
 
-    def __call__(self, now: list[int], upcoming: list[int]) -> None:
+    def want(self, now: list[int], upcoming: list[int]) -> None:
         self.ahead = len(upcoming)
         self._count_new(upcoming)
         self.pins.write([self.store.shards[k].file for k in (*now, *upcoming)])
@@ -49,7 +49,7 @@ class ReadAhead:
                 self._thread.start()
             self._cv.notify()
 
-    want = __call__
+    __call__ = want
 
     def _count_new(self, upcoming: list[int]) -> None:
         """The reads' rate: shards first offered a second, the quickest stretch of RATE_SHARDS (a stall, which slows

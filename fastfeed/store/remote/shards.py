@@ -40,12 +40,8 @@ os.register_at_fork(after_in_child=_forget_inherited)
 
 
 class RemoteShards:
-    """A store at a URL (any fsspec protocol), its shards in the node's cache. See the module docstring.
-
-    options.cache_dir: the node-local shard cache; options.cache_limit: bytes or a size such as "50G" / "40%";
-    options.storage_options: fsspec options (credentials, endpoint; never written anywhere); options.read_ahead:
-    most shards downloaded ahead (default `default_read_ahead`). Each not given comes from the environment (`options.py`).
-    """
+    """A store at a URL (any fsspec protocol), its shards in the node's cache, read as `options` (`StoreOptions`: cache
+    dir and limit, storage options, read-ahead; each not given from the environment) say."""
 
     remote = True
 
@@ -220,12 +216,9 @@ class RemoteShards:
 
     # --- what the loaders' order needs ----------------------------------------------------------------------
     def default_read_ahead(self) -> int:
-        """Shards downloaded ahead when nobody says (the cache's room the windowed order leaves them): 2, or as many
-        as make READ_AHEAD_BYTES when the shards are smaller (with 4 MB shards two are a fraction of a second of
-        training, with 128 MB ones seconds; 16 MB is a 1.3 Gb/s link's bandwidth x 100 ms), but never more than
-        READ_AHEAD_SHARE of the shards the cache holds: the rest is the window, which is what mixes. The read-ahead
-        uses all of it (room left unused would stay empty); how many downloads are in flight is the link's
-        (`link.Link.concurrency`)."""
+        """Shards downloaded ahead when nobody says (the room the windowed order leaves them): 2, or as many as make
+        READ_AHEAD_BYTES when the shards are smaller (16 MB: a 1.3 Gb/s link's bandwidth x 100 ms), but never more
+        than READ_AHEAD_SHARE of the shards the cache holds (the rest is the window, which is what mixes)."""
         sizes = [s.bytes for s in self.shards]
         if not sizes:
             return DEFAULT_READ_AHEAD
