@@ -162,10 +162,11 @@ class FaultProxy:
             time.sleep(start - now)
 
     def _pipe(self, src: socket.socket, dst: socket.socket, upstream: bool, state: dict) -> None:
+        poll = select.poll()   # not select(): a long run's sockets pass fd 1024
+        poll.register(src, select.POLLIN)
         try:
             while not self._stopping.is_set():
-                ready, _, _ = select.select([src], [], [], 0.2)
-                if not ready:
+                if not poll.poll(200):
                     continue
                 data = src.recv(256 << 10)
                 if not data:
@@ -200,6 +201,13 @@ class FaultProxy:
             for s in (src, dst):
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
+            with self._stats:   # the second direction to end closes the pair (else every connection kept its fds)
+                state["ended"] = state.get("ended", 0) + 1
+                last = state["ended"] == 2
+            if last:
+                for s in (src, dst):
+                    self._socks.discard(s)
+                    s.close()
 
     def stop(self) -> None:
         self._stopping.set()
