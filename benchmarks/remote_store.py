@@ -4,16 +4,20 @@
 
 A real S3 API (moto's server, `pip install -e '.[dev]'`) runs on 127.0.0.1 in a child process, behind the test
 helpers' fault proxy (`tests/s3_helpers.py`), which adds latency (and jitter) per request, a bandwidth cap
-shared by every connection (the node's link) and, for one epoch, dropped connections. The `cpu` loader (batch
+shared by every connection (the node's link) and, in one case, reset connections. The `cpu` loader (batch
 16, `--workers`) reads a replicated coco128 packed twice, locally and into the bucket, the shard cache held to
-40% of the store (so the windowed order runs). Printed, each against the local store in this same process:
+40% of the store (`--cache-share`, so the windowed order runs). The cases run back to back in this one process
+(their ratios are of the same harness on the same machine), `--rounds` times, interleaved:
 
-- images/s over all the epochs, and after the first window (the batches until the first window's shards are
-  read), with 0, 20 and 50 ms latency (+-25%) at the bandwidth cap, each remote run (`--rounds` per latency, the
-  latencies interleaved) against the mean of the local runs just before and just after it;
-- time to the first batch from a cold cache, against one shard's and the whole store's download time at the cap;
-- bytes fetched per node per epoch against the store's size;
-- an epoch with 1% of requests' connections reset mid-response: completes, every record delivered;
+- 0, 20 and 50 ms latency (+-25% jitter) at the bandwidth cap; and a store 3x the cache (the cache a third of it)
+  at 0 ms and at 100 ms with 1% of requests' connections reset mid-response;
+- each remote run against the mean of the local runs just before and just after it ("of local"), and against the
+  0 ms case with the same cache in the same round ("of 0 ms": what latency alone costs, the harness's own cost
+  - the S3 server and proxy on this machine's cores - divided out);
+- time to the first batch from a cold cache, against the local first batch plus one request and one shard's
+  transfer at the cap;
+- whether every epoch delivered its order's batches, each record once (records exact), and the requests cut;
+- the link as the read-ahead measured it (bandwidth, delay, downloads in flight, `ReadAhead.figures`);
 - what the windowed order does to training batches, against the global shuffle on the same store: classes per
   batch, source shards per batch, and the share of mosaics repeating a tile (from the cpu loader's own plans).
 """

@@ -102,7 +102,7 @@ class FollowedOrder(EpochOrder):
         self.read_ahead, self.lookback = read_ahead, max(0, int(lookback))
         self._follow = follow
         self.note = dict(note or {})
-        self._spans: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
+        self._spans: dict[int, tuple] = {}   # epoch -> (first, last, batches, first position)
         self._last = None
 
     def batches(self, epoch: int) -> list[np.ndarray]:
@@ -133,42 +133,45 @@ class FollowedOrder(EpochOrder):
         return {k: v for k, v in self.__dict__.items() if k not in ("_follow", "_spans", "_last")} | {
             "_follow": None, "_spans": {}, "_last": None}
 
-    def spans(self, epoch: int) -> tuple[np.ndarray, np.ndarray, int]:
-        """(first batch, last batch) of this rank's epoch that read each shard (-1 / -1: none), and the
-        epoch's batch count."""
+    def spans(self, epoch: int) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+        """(first batch, last batch) of this rank's epoch that read each shard (-1 / -1: none), the epoch's batch
+        count, and where in its records each shard is first read (the order downloads start in: a worker reading
+        the first batch finds its first shards already downloading)."""
         if epoch not in self._spans:
             if len(self._spans) >= 4:
                 self._spans.pop(min(self._spans))
             batches = self.batches(epoch)
             s = len(self.starts)
             first, last = np.full(s, np.iinfo(np.int64).max), np.full(s, -1, np.int64)
+            pos = first.copy()
             if batches:
                 idx = np.concatenate(batches)
                 which = np.repeat(np.arange(len(batches)), [len(b) for b in batches])
                 shard = np.searchsorted(self.starts, idx, side="right") - 1
                 np.minimum.at(first, shard, which)
                 np.maximum.at(last, shard, which)
+                np.minimum.at(pos, shard, np.arange(len(idx)))
             first[last < 0] = -1
-            self._spans[epoch] = (first, last, len(batches))
+            self._spans[epoch] = (first, last, len(batches), pos)
         return self._spans[epoch]
 
     def needed(self, epoch: int, batch: int) -> tuple[list[int], list[int]]:
         """(shards read by the batches in flight: `lookback` back to `batch`; the next `read_ahead` shards first
-        read after it, in the order they are first read, into the next epoch)."""
-        first, last, _ = self.spans(epoch)
+        read after it, into the next epoch); each in the order they are first read."""
+        first, last, _, pos = self.spans(epoch)
         lo = batch - self.lookback
         now = set(np.flatnonzero((first >= 0) & (first <= batch) & (last >= max(lo, 0))).tolist())
         if lo < 0 and epoch > 0:   # the previous epoch's last batches may still be in flight
-            _, plast, pn = self.spans(epoch - 1)
+            _, plast, pn, _ = self.spans(epoch - 1)
             now |= set(np.flatnonzero(plast >= pn + lo).tolist())
-        ahead = [int(j) for j in np.flatnonzero(first > batch)[np.argsort(first[first > batch], kind="stable")]]
+        ahead = [int(j) for j in np.flatnonzero(first > batch)[np.argsort(pos[first > batch], kind="stable")]]
         want = len(self.starts) if self.read_ahead is None else self.read_ahead
         if len(ahead) < want:   # the next epoch's first shards
-            nfirst, nlast, _ = self.spans(epoch + 1)
+            _, nlast, _, npos = self.spans(epoch + 1)
             used = np.flatnonzero(nlast >= 0)
             seen = now | set(ahead)
-            ahead += [int(j) for j in used[np.argsort(nfirst[used], kind="stable")] if j not in seen]
-        return sorted(now), [j for j in ahead if j not in now][:want]
+            ahead += [int(j) for j in used[np.argsort(npos[used], kind="stable")] if j not in seen]
+        return sorted(now, key=lambda j: (pos[j], j)), [j for j in ahead if j not in now][:want]
 
     def reached(self, epoch: int, batch: int) -> None:
         if self._follow is None:

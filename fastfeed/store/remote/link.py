@@ -32,11 +32,8 @@ class Link:
         self.in_flight = self.most_in_flight = self.bytes = self.count = 0
         self._busy = self._busy_since = 0.0            # seconds with a download in flight (ended spells); since
 
-    def __getstate__(self):   # measurements stay in the process that made them
-        return {}
-
-    def __setstate__(self, state):
-        self.__init__()
+    def __reduce__(self):   # measurements stay in the process that made them: a copy starts afresh
+        return Link, ()
 
     @contextlib.contextmanager
     def timed(self, nbytes: int | None = None):
