@@ -34,6 +34,7 @@ RETRIES = 6                  # tries of one operation (the first and five retrie
 BACKOFF_S = (0.2, 8.0)       # the first wait, the longest
 PART_BYTES = 16 << 20        # ranged reads of a large object: parts of this size, fetched in parallel
 PART_THREADS = 8
+CONNECTIONS = 32             # an S3 client's connection pool: the most downloads in flight at once
 _EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure",
            "adl": "azure"}
 
@@ -79,8 +80,11 @@ def filesystem(url: str, options: dict | None = None):
         import fsspec
     except ImportError:
         raise ImportError(f"reading {shown(url)} needs fsspec: pip install 'fastfeed[{_extra(url)}]'") from None
+    opts = storage_options(options)
+    if _extra(url) == "s3":   # room for the read-ahead's downloads in flight (botocore's pool holds 10)
+        opts["config_kwargs"] = {"max_pool_connections": CONNECTIONS} | dict(opts.get("config_kwargs") or {})
     try:
-        fs, path = fsspec.core.url_to_fs(url, **storage_options(options))
+        fs, path = fsspec.core.url_to_fs(url, **opts)
     except ImportError as e:
         raise ImportError(f"reading {shown(url)} needs the package for its protocol ({e}): "
                           f"pip install 'fastfeed[{_extra(url)}]'") from None

@@ -7,12 +7,12 @@ import threading
 import weakref
 from collections import deque
 
+from ..objstore import CONNECTIONS
 from .pins import PinFile
 
 log = logging.getLogger(__name__)
 PARALLEL = 4        # downloads in flight at least (each shard in parallel ranged parts when large)
-MOST_PARALLEL = 10  # ... and at most: an S3 client's connection pool (botocore's max_pool_connections); more would
-                    # only queue in it, and the queueing would read as the link's delay
+MOST_PARALLEL = CONNECTIONS  # ... and at most: an S3 client's connection pool (more would queue there, read as delay)
 STOP_WAIT_S = 5.0   # how long stop() lets the downloads in flight finish
 RATE_SHARDS = 16    # the reads' rate: over this many shards newly offered, the quickest stretch kept
 
