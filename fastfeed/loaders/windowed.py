@@ -124,10 +124,9 @@ class FollowedOrder(EpochOrder):
 
     def describe(self) -> dict:
         """The base order's, the read-ahead, and what the link does now (`link`: the follower's `figures()`)."""
-        figures = getattr(self._follow, "figures", None)
-        link = {"link": figures()} if figures is not None else {}
-        return (self.base.describe() | {"read_ahead_shards": "all" if self.read_ahead is None else self.read_ahead}
-                | self.note | link)
+        link = {"link": self._follow.figures()} if hasattr(self._follow, "figures") else {}
+        ahead = "all" if self.read_ahead is None else self.read_ahead
+        return self.base.describe() | {"read_ahead_shards": ahead} | self.note | link
 
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if k not in ("_follow", "_spans", "_last")} | {

@@ -224,9 +224,6 @@ def download(fs, path: str, url: str, fd: int, size: int, *, part: int | None = 
 
         os.pwrite(fd, retry(get, url, "downloading", fs=fs), a)
 
-    if len(parts) == 1:
-        fetch(parts[0])
-        return
     with ThreadPoolExecutor(min(PART_THREADS, len(parts)), thread_name_prefix="fastfeed-range") as pool:
         for f in [pool.submit(fetch, s) for s in parts]:
             f.result()

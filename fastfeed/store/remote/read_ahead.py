@@ -77,8 +77,7 @@ class ReadAhead:
                                             "ahead_shards": self.ahead}
 
     def stop(self, wait_s: float = STOP_WAIT_S) -> None:
-        """No more downloads; those in flight get up to `wait_s` to finish (a process that forks or exits next
-        should not have downloads retrying under it)."""
+        """No more downloads; those in flight get `wait_s` to finish (none retrying under a fork or an exit)."""
         with self._cv:
             self._stopped, self._want = True, None
             self._cv.notify_all()
