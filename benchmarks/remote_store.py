@@ -4,16 +4,20 @@
 
 A real S3 API (moto's server, `pip install -e '.[dev]'`) runs on 127.0.0.1 in a child process, behind the test
 helpers' fault proxy (`tests/s3_helpers.py`), which adds latency (and jitter) per request, a bandwidth cap
-shared by every connection (the node's link) and, for one epoch, dropped connections. The `cpu` loader (batch
+shared by every connection (the node's link) and, in one case, reset connections. The `cpu` loader (batch
 16, `--workers`) reads a replicated coco128 packed twice, locally and into the bucket, the shard cache held to
-40% of the store (so the windowed order runs). Printed, each against the local store in this same process:
+40% of the store (`--cache-share`, so the windowed order runs). The cases run back to back in this one process
+(their ratios are of the same harness on the same machine), `--rounds` times, interleaved:
 
-- images/s over all the epochs, and after the first window (the batches until the first window's shards are
-  read), with 0, 20 and 50 ms latency (+-25%) at the bandwidth cap, each remote run (`--rounds` per latency, the
-  latencies interleaved) against the mean of the local runs just before and just after it;
-- time to the first batch from a cold cache, against one shard's and the whole store's download time at the cap;
-- bytes fetched per node per epoch against the store's size;
-- an epoch with 1% of requests' connections reset mid-response: completes, every record delivered;
+- 0, 20 and 50 ms latency (+-25% jitter) at the bandwidth cap; and a store 3x the cache (the cache a third of it)
+  at 0 ms and at 100 ms with 1% of requests' connections reset mid-response;
+- each remote run against the mean of the local runs just before and just after it ("of local"), and against the
+  0 ms case with the same cache in the same round ("of 0 ms": what latency alone costs, the harness's own cost
+  - the S3 server and proxy on this machine's cores - divided out);
+- time to the first batch from a cold cache, against the local first batch plus one request and one shard's
+  transfer at the cap;
+- whether every epoch delivered its order's batches, each record once (records exact), and the requests cut;
+- the link as the read-ahead measured it (bandwidth, delay, downloads in flight, `ReadAhead.figures`);
 - what the windowed order does to training batches, against the global shuffle on the same store: classes per
   batch, source shards per batch, and the share of mosaics repeating a tile (from the cpu loader's own plans).
 """
@@ -27,6 +31,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +50,7 @@ from fastfeed.loaders.partners import history  # noqa: E402
 from fastfeed.loaders.sampler import ShuffledOrder  # noqa: E402
 from fastfeed.loaders.shard_order import default_order  # noqa: E402
 from fastfeed.pack import PackConfig, pack  # noqa: E402
+from fastfeed.store.remote.link import link_words  # noqa: E402
 
 
 def _network(conn) -> None:
@@ -116,6 +122,18 @@ class Network:
         self.proc.join(10)
 
 
+@dataclass
+class Case:
+    """One remote case: its latency (+-25% jitter), the shard cache's limit, the share of requests whose connection
+    is reset, and the case through the same harness without latency it is measured against."""
+
+    name: str
+    ms: int
+    limit: int
+    drop: float = 0.0
+    zero: str = "0ms"
+
+
 PIN: dict = {}   # {"worker": core, "rest": core}: the loader's worker on a core of its own (--pin)
 
 
@@ -125,7 +143,7 @@ def run_epochs(store, cfg, epochs: int, window_batches: int | None = None) -> di
     t0 = time.perf_counter()
     first = after_t = None
     n = after_n = 0
-    seen = []
+    seen = [[] for _ in range(epochs)]
     with create_loader("cpu", store, cfg) as loader:
         order = loader.order
         for e in range(epochs):
@@ -139,25 +157,31 @@ def run_epochs(store, cfg, epochs: int, window_batches: int | None = None) -> di
                     for pid in loader.memory_pids() if PIN else ():
                         os.sched_setaffinity(pid, {PIN["worker"]})
                 n += len(b.indices)
-                if e == 0:
-                    seen.append(b.indices.numpy().copy())
+                seen[e].append(b.indices.numpy().copy())
                 if window_batches is not None and e == 0 and k == window_batches:
                     after_t, after_n = now, n
         st = loader.stage_times()
+        described = order.describe()   # with the link's figures (a URL store's read-ahead, in this process)
     total = time.perf_counter() - t0
     later = max(st.samples - at_first[1], 1)
     ms = {k: 1e3 * (v - at_first[0].get(k, 0.0)) / later for k, v in st.seconds.items()}
     out = {"read_ms_per_sample": ms["read"], "decode_ms_per_sample": ms["decode"], "first_batch_s": first,
            "images_per_s": n / (total - first) if total > first else None,
-           "order": order.describe(), "epoch0": np.concatenate(seen) if seen else np.zeros(0, np.int64),
-           "expected0": np.concatenate(order.batches(0))}
+           "order": described, "exact": exact(order, seen, len(store), cfg.batch_size)}
     if after_t is not None:
         out["images_per_s_after_window"] = (n - after_n) / (time.perf_counter() - after_t)
     return out
 
 
-def _plain(r: dict) -> dict:
-    return {k: v for k, v in r.items() if not k.startswith(("epoch0", "expected0"))}
+def exact(order, seen: list, n: int, batch: int) -> bool:
+    """Whether every epoch delivered its order's batches, in order, each record once (with drop_last: all but the
+    tail the batch size leaves)."""
+    for e, got in enumerate(seen):
+        got = np.concatenate(got) if got else np.zeros(0, np.int64)
+        if (not np.array_equal(got, np.concatenate(order.batches(e))) or len(np.unique(got)) != len(got)
+                or len(got) != n // batch * batch):
+            return False
+    return True
 
 
 def batch_stats(order, store, cfg, epochs=1) -> dict:
@@ -239,13 +263,14 @@ def run(args, work: Path) -> int:
     run_epochs(local, cfg, 1)   # warm-up (page cache, imports), not counted
     base = run_epochs(local, cfg, args.epochs)
     locals_ = [base]
-    res["runs"]["local"] = [_plain(base)]
+    res["runs"]["local"] = [base]
     print(f"local: {base['images_per_s']:.1f} images/s, first batch {base['first_batch_s']:.2f} s")
 
-    def remote(ms: int, rnd: int) -> dict:
-        proxy = server.proxy(latency=ms / 1e3, jitter=ms / 4e3, bandwidth=bw, seed=ms + 1000 * rnd)
+    def remote(case: Case, rnd: int) -> dict:
+        ms = case.ms
+        proxy = server.proxy(latency=ms / 1e3, jitter=ms / 4e3, bandwidth=bw, drop=case.drop, seed=ms + 1000 * rnd)
         server.use(proxy)
-        store = Store(url, cache_dir=work / f"cache-{ms}-{rnd}", cache_limit=limit)   # cold: a cache of its own
+        store = Store(url, cache_dir=work / f"cache-{case.name}-{rnd}", cache_limit=case.limit)   # cold: its own
         probe = default_order(store, cfg, 0, 1)
         per_shard = len(store) / len(store.shards)
         window_batches = int(np.ceil(probe.describe().get("window_shards", 1) * per_shard / cfg.batch_size))
@@ -256,69 +281,64 @@ def run(args, work: Path) -> int:
         store.close()
         server.use(server.endpoint)
         counts = server.stop_proxy(proxy)
-        assert np.array_equal(r["epoch0"], r["expected0"])
-        return _plain(r) | {"latency_ms": ms, "jitter_ms": ms / 4, "round": rnd, "requests": counts["requests"],
+        return r | {"case": case.name, "latency_ms": ms, "jitter_ms": ms / 4, "drop": case.drop,
+                            "cache_limit": case.limit, "round": rnd, **counts,
                             "fetched_bytes_per_epoch": sum(f["bytes"] for f in fetched) / args.epochs,
                             "network_process_cores": net_cores,
                             "one_shard_download_s": largest / bw + ms / 1e3, "store_download_s": size / bw}
 
-    # Each remote run between two local ones (the machine is shared, its load moves): against their mean.
-    latencies = (0, 20, 50)
-    rows: dict[int, list] = {ms: [] for ms in latencies}
+    # The cases back to back in this process (their ratios are of the same harness on the same machine), each remote
+    # run between two local ones (the machine is shared, its load moves): against their mean; and each latency
+    # against 0 ms through the same harness (the same cache) in the same round: what the latency alone costs.
+    small = max(int(size / 3), 1)
+    cases = [Case("0ms", 0, limit), Case("20ms", 20, limit), Case("50ms", 50, limit),
+             Case("3x-0ms", 0, small), Case("3x-100ms-reset", 100, small, drop=0.01, zero="3x-0ms")]
+    rows: dict[str, list] = {c.name: [] for c in cases}
     for rnd in range(args.rounds):
-        for ms in latencies:
-            row = remote(ms, rnd)
+        for case in cases:
+            row = remote(case, rnd)
             after = run_epochs(local, cfg, args.epochs)
-            res["runs"]["local"].append(_plain(after))
+            res["runs"]["local"].append(after)
             ref = (locals_[-1]["images_per_s"] + after["images_per_s"]) / 2
-            ref_read = (locals_[-1]["read_ms_per_sample"] + after["read_ms_per_sample"]) / 2
+            ref_first = (locals_[-1]["first_batch_s"] + after["first_batch_s"]) / 2
             locals_.append(after)
-            row |= {"local_around": ref, "local_read_ms_per_sample": ref_read, "vs_local": row["images_per_s"] / ref,
-                    "vs_local_after_window": row.get("images_per_s_after_window", 0) / ref}
-            rows[ms].append(row)
-            print(f"round {rnd} s3 {ms:>2} ms +-{ms / 4:g}: {row['images_per_s']:.1f} images/s ({row['vs_local']:.0%} of "
-                  f"the local runs around it, {ref:.1f}; read {row['read_ms_per_sample']:.2f} ms/sample after the first "
-                  f"batch, local {ref_read:.2f}), after the first window {row['images_per_s_after_window']:.1f} "
-                  f"({row['vs_local_after_window']:.0%}); first batch {row['first_batch_s']:.2f} s (one shard at the "
-                  f"cap {row['one_shard_download_s']:.2f} s, the store {row['store_download_s']:.2f} s); fetched "
-                  f"{row['fetched_bytes_per_epoch'] / size:.2f}x the store per epoch; order {row['order']['order']}, "
-                  f"window {row['order'].get('window_shards')} shards, {row['order'].get('read_ahead_shards')} "
-                  f"prefetched; the S3 server and proxy used {row['network_process_cores']:.2f} of the cores")
-    res["runs"].update({f"s3_{ms}ms": rows[ms] for ms in latencies})
+            row |= {"local_around": ref, "vs_local": row["images_per_s"] / ref,
+                    "vs_local_after_window": row.get("images_per_s_after_window", 0) / ref,
+                    "local_first_batch_s": ref_first}
+            zero = next((r for r in rows[case.zero] if r["round"] == rnd), None)
+            row["vs_0ms"] = row["vs_local"] / zero["vs_local"] if zero else 1.0
+            rows[case.name].append(row)
+            link = row["order"].get("link") or {}
+            print(f"round {rnd} {case.name:>14} ({case.limit / size:.0%} cache, {case.drop:.0%} resets): "
+                  f"{row['images_per_s']:.1f} images/s, {row['vs_0ms']:.2f} of 0 ms, {row['vs_local']:.2f} of local "
+                  f"({ref:.1f}); first batch {row['first_batch_s']:.2f} s (local {ref_first:.2f} + one request and one "
+                  f"shard {row['one_shard_download_s']:.2f}); records {'exact' if row['exact'] else 'NOT EXACT'}; "
+                  f"{row['dropped']} of {row['requests']} requests cut; window {row['order'].get('window_shards')} "
+                  f"shards, {row['order'].get('read_ahead_shards')} ahead; link {link_words(link) if link else '-'}; "
+                  f"S3 server and proxy {row['network_process_cores']:.2f} cores")
+    res["runs"].update(rows)
     res["summary"] = {}
-    for ms in latencies:
-        v = [r["vs_local"] for r in rows[ms]]
-        w = [r["vs_local_after_window"] for r in rows[ms]]
-        res["summary"][f"s3_{ms}ms"] = {"vs_local_median": float(np.median(v)), "vs_local": v,
-                                        "after_window_median": float(np.median(w)), "after_window": w}
-        print(f"s3 {ms:>2} ms: vs local {np.median(v):.2f} median of {len(v)} ({min(v):.2f}-{max(v):.2f}); after the "
-              f"first window {np.median(w):.2f} ({min(w):.2f}-{max(w):.2f})")
-    base = locals_[-1]
+    for case in cases:
+        rs = rows[case.name]
+        v, z = [r["vs_local"] for r in rs], [r["vs_0ms"] for r in rs]
+        late = [r["first_batch_s"] - r["local_first_batch_s"] - r["one_shard_download_s"] for r in rs]
+        res["summary"][case.name] = {"vs_0ms_median": float(np.median(z)), "vs_0ms": z,
+                                     "vs_local_median": float(np.median(v)), "vs_local": v,
+                                     "first_batch_late_s": late, "exact": all(r["exact"] for r in rs)}
+        print(f"{case.name:>14}: {np.median(z):.2f} of 0 ms ({min(z):.2f}-{max(z):.2f}), {np.median(v):.2f} of local "
+              f"({min(v):.2f}-{max(v):.2f}); first batch beyond local + one request and one shard: "
+              f"{max(late):+.2f} s at most; records {'exact' if res['summary'][case.name]['exact'] else 'NOT EXACT'} "
+              f"in all {len(rs)} runs")
 
-    proxy = server.proxy(latency=0.02, jitter=0.005, bandwidth=bw, drop=0.01, seed=7)
-    server.use(proxy)
-    store = Store(url, cache_dir=work / "cache-drop", cache_limit=limit)
-    r = run_epochs(store, cfg, 1)
-    store.close()
-    server.use(server.endpoint)
-    counts = server.stop_proxy(proxy)
-    complete = bool(np.array_equal(r["epoch0"], r["expected0"]))
-    res["runs"]["s3_drop_1pct"] = {"images_per_s": r["images_per_s"], "complete": complete,
-                                   "records": int(len(r["epoch0"])), "expected": int(len(r["expected0"])),
-                                   **counts, "vs_local": r["images_per_s"] / base["images_per_s"]}
-    print(f"s3 20 ms, 1% of requests' connections reset: {r['images_per_s']:.1f} images/s, {counts['dropped']} of "
-          f"{counts['requests']} requests cut, epoch {'complete' if complete else 'INCOMPLETE'}: "
-          f"{len(r['epoch0'])} of {len(r['expected0'])} records")
-
-    order_w = default_order(Store(url, cache_dir=work / "cache-0", cache_limit=limit), cfg, 0, 1).base
-    order_g = ShuffledOrder.for_loader(len(local), cfg, 0, 1)
-    stats = {"windowed": batch_stats(order_w, local, cfg, args.epochs),
-             "global": batch_stats(order_g, local, cfg, args.epochs), "window_shards": order_w.window}
+    stats = {"global": batch_stats(ShuffledOrder.for_loader(len(local), cfg, 0, 1), local, cfg, args.epochs)}
+    for name, lim in (("windowed", limit), ("windowed-3x", small)):
+        order = default_order(Store(url, cache_dir=work / "cache-probe", cache_limit=lim), cfg, 0, 1).base
+        stats[name] = batch_stats(order, local, cfg, args.epochs) | {"window_shards": order.window}
     res["batches"] = stats
-    for name in ("global", "windowed"):
-        s = stats[name]
-        print(f"{name:>8} order: {s['classes_per_batch']:.2f} classes per batch, {s['shards_per_batch']:.2f} shards "
-              f"per batch, {s['mosaics_repeating_a_tile']:.3f} of mosaics repeat a tile")
+    for name, st in stats.items():
+        print(f"{name:>11} order: {st['classes_per_batch']:.2f} classes per batch, {st['shards_per_batch']:.2f} shards "
+              f"per batch, {st['mosaics_repeating_a_tile']:.3f} of mosaics repeat a tile"
+              + (f" (a window of {st['window_shards']} shards)" if "window_shards" in st else ""))
     server.stop()
     if args.json:
         args.json.write_text(json.dumps(res, indent=1, default=float) + "\n")

@@ -8,7 +8,8 @@ child processes (torchrun, `fastfeed` subprocesses) reach it too, and puts the o
 
 `FaultProxy`: a TCP proxy on 127.0.0.1 in front of it: each request delayed by `latency` (plus up to
 `jitter`, uniformly, either way), responses through one shared token bucket of `bandwidth` bytes/s (the
-node's link), and with probability `drop` per request the connection reset part-way through the response.
+node's link), and with probability `drop` per request the connection reset part-way through the response (within
+its first `cut_within` bytes: a response shorter than the point drawn is not cut).
 Every thread is a daemon; `stop()` closes every socket and joins them.
 """
 
@@ -106,8 +107,9 @@ class FaultProxy:
     """See the module docstring. `url`: what to give AWS_ENDPOINT_URL."""
 
     def __init__(self, target_port: int, *, latency: float = 0.0, jitter: float = 0.0, bandwidth: float | None = None,
-                 drop: float = 0.0, seed: int = 0):
+                 drop: float = 0.0, seed: int = 0, cut_within: int = 256 << 10):
         self.target = ("127.0.0.1", target_port)
+        self.cut_within = cut_within
         self.latency, self.jitter, self.bandwidth, self.drop = latency, jitter, bandwidth, drop
         self._rng = random.Random(seed)
         self._rng_lock = threading.Lock()
@@ -128,7 +130,7 @@ class FaultProxy:
         with self._rng_lock:
             delay = self.latency + (self._rng.uniform(-self.jitter, self.jitter) if self.jitter else 0.0)
             cut = self._rng.random() < self.drop
-            after = self._rng.randint(0, 256 << 10)
+            after = self._rng.randint(0, self.cut_within)
         return max(0.0, delay), cut, after
 
     def _serve(self) -> None:
@@ -160,10 +162,11 @@ class FaultProxy:
             time.sleep(start - now)
 
     def _pipe(self, src: socket.socket, dst: socket.socket, upstream: bool, state: dict) -> None:
+        poll = select.poll()   # not select(): a long run's sockets pass fd 1024
+        poll.register(src, select.POLLIN)
         try:
             while not self._stopping.is_set():
-                ready, _, _ = select.select([src], [], [], 0.2)
-                if not ready:
+                if not poll.poll(200):
                     continue
                 data = src.recv(256 << 10)
                 if not data:
@@ -198,6 +201,13 @@ class FaultProxy:
             for s in (src, dst):
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
+            with self._stats:   # the second direction to end closes the pair (else every connection kept its fds)
+                state["ended"] = state.get("ended", 0) + 1
+                last = state["ended"] == 2
+            if last:
+                for s in (src, dst):
+                    self._socks.discard(s)
+                    s.close()
 
     def stop(self) -> None:
         self._stopping.set()

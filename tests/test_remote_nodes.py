@@ -1,5 +1,6 @@
 """A store in object storage read by many nodes, through a network that misbehaves: two simulated nodes with caches
-smaller than the store, dropped connections, retries that give up naming the URL, mid-epoch resume with the
+smaller than the store, dropped connections (a store 3x the cache behind latency and resets: every record once per
+epoch, and the link's figures), retries that give up naming the URL, mid-epoch resume with the
 windowed order, and `fastfeed train` from s3:// (one process; torchrun --nnodes 2 with a cache per node: slow)."""
 
 from __future__ import annotations
@@ -28,20 +29,30 @@ def _env(remote_env):
     """`fastfeed` flags set the environment the Stores read (one command per process): put back after each test."""
 
 
-@pytest.fixture(scope="module")
-def remote(s3, tmp_path_factory):
-    """(url, local twin) of a 96-image store in 12 shards of 8."""
+def pack_96(s3, root, shards: int) -> tuple[str, Store]:
+    """(url, local twin) of a 96-image store in `shards` shards."""
     from conftest import CocoBuilder
 
-    root = tmp_path_factory.mktemp("nodes")
     b = CocoBuilder(root / "coco")
     for k in range(96):
         b.add_image(f"{k:03d}.jpg", h=64, w=80, seed=k, boxes=[(1 + 2 * (k % 2), [4, 4, 30, 24])])
     b.write()
     url = f"s3://{s3.bucket()}/nodes.ff"
     for out in (url, root / "local.ff"):
-        pack(PackConfig(src=root / "coco", out=out, shards=12, workers=1, progress=False))
+        pack(PackConfig(src=root / "coco", out=out, shards=shards, workers=1, progress=False))
     return url, Store(root / "local.ff")
+
+
+@pytest.fixture(scope="module")
+def remote(s3, tmp_path_factory):
+    """(url, local twin) of a 96-image store in 12 shards of 8."""
+    return pack_96(s3, tmp_path_factory.mktemp("nodes"), 12)
+
+
+@pytest.fixture(scope="module")
+def small_shards(s3, tmp_path_factory):
+    """The same in 32 shards of 3 (many small shards: the read-ahead keeps many downloads in flight)."""
+    return pack_96(s3, tmp_path_factory.mktemp("small"), 32)[0]
 
 
 def store_bytes(store) -> int:
@@ -132,6 +143,34 @@ def test_dropped_connections_are_survived_and_every_record_delivered(remote, s3,
             assert proxy.dropped > 0, "the proxy dropped nothing: the test proved nothing"
             for i in got[:8]:
                 assert bytes(store.record(int(i)).payload) == bytes(local.record(int(i)).payload)
+            store.close()
+        finally:
+            s3.use(s3.endpoint)
+
+
+def test_a_store_3x_the_cache_through_resets_and_latency_delivers_every_record_once_per_epoch(small_shards, s3, tmp_path):
+    # small shards (~3 KB): each cut is drawn within a response's first 1 KB, so a drawn reset happens
+    with FaultProxy(s3.port, latency=0.01, jitter=0.0025, drop=0.05, seed=4, cut_within=1024) as proxy:
+        s3.use(proxy.url)
+        try:
+            probe = Store(small_shards, cache_dir=tmp_path / "probe")
+            limit = sum(s.bytes for s in probe.shards) // 3
+            probe.close()
+            store = Store(small_shards, cache_dir=tmp_path / "c", cache_limit=limit)   # the read-ahead sized, not asked
+            cfg = LoaderConfig(imgsz=64, batch_size=2, workers=1, batches_ahead=1, seed=7)
+            with create_loader("cpu", store, cfg) as loader:
+                d = loader.order.describe()
+                assert d["order"] == "windowed" and d["window_shards"] >= 2
+                for epoch in range(2):
+                    loader.set_epoch(epoch)
+                    got = np.concatenate([b.indices.numpy().copy() for b in loader])
+                    assert np.array_equal(got, np.concatenate(loader.order.batches(epoch)))   # the order's batches
+                    assert len(got) == len(store) and len(np.unique(got)) == len(store)       # each record once
+                link = loader.order.describe()["link"]
+            assert proxy.dropped > 0, "the proxy reset nothing: the test proved nothing"
+            assert link["downloads"] > 0 and link["downloaded_bytes"] > 0 and link["delay_ms"] > 0
+            assert link["most_in_flight"] >= 1 and link["in_flight"] >= 0 and link["parallel"] >= 4
+            assert max(f["bytes"] for f in store.cache.fetched()) <= limit
             store.close()
         finally:
             s3.use(s3.endpoint)

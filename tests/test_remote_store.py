@@ -246,7 +246,7 @@ def test_a_cache_too_small_or_a_full_disk_is_one_line(url_store, tmp_path):
         assert os.system(f"umount {disk}") == 0
 
 
-def test_the_read_ahead_is_at_least_16_mb_by_default_and_half_the_cache_at_most(url_store, tmp_path, monkeypatch):
+def test_the_read_ahead_is_at_least_16_mb_by_default_and_a_quarter_of_the_cache_at_most(url_store, tmp_path, monkeypatch):
     from dataclasses import replace
 
     from fastfeed.store.remote.shards import DEFAULT_READ_AHEAD, READ_AHEAD_BYTES
@@ -254,8 +254,8 @@ def test_the_read_ahead_is_at_least_16_mb_by_default_and_half_the_cache_at_most(
     probe = Store(url_store, cache_dir=tmp_path / "c")
     largest = max(s.bytes for s in probe.shards)
     assert READ_AHEAD_BYTES // largest > len(probe.shards)          # tiny shards: the read-ahead wants more
-    # Capped by half the shards the cache holds (the rest is the window), never below 2 ...
-    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest).read_ahead == 6
+    # Capped by a quarter of the shards the cache holds (the rest is the window), never below 2 ...
+    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest).read_ahead == 3
     assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=3 * largest).read_ahead == DEFAULT_READ_AHEAD
     # ... and by the store's shards.
     assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=400 * largest).read_ahead == len(probe.shards)
@@ -302,7 +302,7 @@ def test_a_tight_cache_shortens_the_default_read_ahead_before_it_refuses(coco_sr
     largest = max(s.bytes for s in probe.shards)
     cfg = LoaderConfig(imgsz=64, batch_size=1, workers=2, batches_ahead=7)   # 15 batches in flight: 16 shards leaving
     store = Store(url, cache_dir=tmp_path / "c", cache_limit=20 * largest)
-    assert store.read_ahead == 10
+    assert store.read_ahead == 5
     order = default_order(store, cfg, 0, 1)                             # the loaders choose it, from the facts
     assert order.describe()["read_ahead_shards"] == 2 and order.describe()["window_shards"] == 1
     asked = Store(url, cache_dir=tmp_path / "c", cache_limit=20 * largest, read_ahead=5)
@@ -379,6 +379,7 @@ def test_cli_pack_inspect_verify_bench_and_the_shard_cache(coco_src, s3, tmp_pat
     assert os.environ["FASTFEED_SHARD_CACHE"] != str(tmp_path / "b")      # the flags are passed, never set
     out = capsys.readouterr().out
     assert "order windowed (shard-aware): a window of" in out and "shards read ahead: 1," in out
+    assert "; link: " in out                                             # what the link did (or nothing yet)
     assert main(["cache", "ls", "--shards", "--shard-dir", cache]) == 0
     out = capsys.readouterr().out
     assert url in out and " 12 " in out

@@ -83,7 +83,7 @@ def test_followed_order_reports_now_and_next_as_the_loader_moves():
     for k in range(len(f)):
         f.reached(0, k)
     assert calls and len(calls) < len(f)              # only when the sets change
-    first, last, n = f.spans(0)
+    first, last, n, _ = f.spans(0)
     for k in (0, len(f) // 2, len(f) - 1):
         now, nxt = f.needed(0, k)
         read = set(shard_of(f.batches(0)[k]).tolist())
@@ -92,11 +92,13 @@ def test_followed_order_reports_now_and_next_as_the_loader_moves():
         if k < len(f) - 1:                            # the next ones are first read after k...
             assert all(first[j] > k for j in nxt)
         else:                                         # ... or, at the end, the next epoch's first
-            nfirst, _, _ = f.spans(1)
+            nfirst, _, _, _ = f.spans(1)
             assert sorted(nfirst[nxt]) == sorted(nfirst[nfirst >= 0])[:len(nxt)] or set(nxt) <= set(
                 np.flatnonzero(nfirst >= 0).tolist())
+    batch0 = shard_of(f.batches(0)[0]).tolist()                       # the first batch's shards, downloads started
+    assert f.needed(0, 0)[0] == sorted(set(batch0), key=batch0.index)   # in the order its records read them
     now, nxt = f.needed(1, 0)
-    _, plast, pn = f.spans(0)
+    _, plast, pn, _ = f.spans(0)
     assert {j for j in range(24) if plast[j] >= pn - 2} <= set(now)   # the last epoch's tail is still in flight
     f2 = FollowedOrder(ShuffledOrder(N, 8), starts, read_ahead=None, follow=lambda *a: None)
     assert len(f2.needed(0, 0)[0]) + len(f2.needed(0, 0)[1]) == 24   # fits: everything, first-needed first

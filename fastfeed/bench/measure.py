@@ -129,6 +129,8 @@ def measure(name: str, store, lcfg: LoaderConfig, *, seconds: float, batches: in
                     step(*dev)
             win = _timed(loader, gen, mon, copy, step, ready, seconds=seconds, batches=batches,
                          label=label or name, progress=progress)
+            if order is not None:   # again: a URL store's link figures are what its downloads did meanwhile
+                res.order = order.describe()
         except Exception as e:  # ImportError included: reported as "unavailable"
             return _failed(res, e)
         res.shared_bytes = int(loader.shared_bytes())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..store.remote.link import link_words
 from ..train.verdict import BUSY_MIN, advice
 from .result import STAGE_NAMES, BenchResult, LoaderResult
 
@@ -51,7 +52,10 @@ def describe_order(d: dict) -> str:
         text = f"{d.get('order')} ({d.get('scope', '-')})"
     if "read_ahead_shards" in d:
         text += f"; shards read ahead: {d['read_ahead_shards']}, cache limit {human_bytes(d.get('cache_limit'))}"
+    if d.get("link"):
+        text += f"; link: {link_words(d['link'])}"
     return text
+
 
 
 def format_table(result: BenchResult) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from ..store.remote.sizes import gib
 from .users import CacheError
 
 RAM_HEADROOM = 0.10
@@ -30,11 +31,6 @@ def free_bytes(cache_dir) -> int:
 
 def available_ram() -> int:
     return psutil.virtual_memory().available
-
-
-def gib(n: float) -> str:
-    """Bytes for a message: GiB from 1 GiB up, else MiB."""
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 @dataclass(frozen=True)

@@ -1,31 +1,9 @@
-"""Orders for a store whose shards come from object storage through a node's shard cache.
+"""Orders for a store whose shards come from object storage through a node's shard cache (docs/design.md, "A store
+in object storage reads through a node-local shard cache").
 
-`WindowedOrder`: the shard-aware order, for a store the cache cannot hold whole. Each epoch:
-
-1. a permutation of the shards, seeded by (seed, epoch), the same on every node;
-2. the records of the shards in that order are cut into one contiguous part per node (`world_size /
-   local ranks` nodes): node n reads only its part, so the nodes' traffic divides the store between them
-   (each node fetches about 1/N of the store per epoch, plus at most the two shards its part's ends cut);
-3. within a node's part, the records are shuffled in a window of `window` shards that slides one shard at a
-   time: shard j (the j-th of the part) has its records spread at random over the stretch of the part where
-   shards j .. j+window-1 are read, so at any point about `window` shards are read at once and each shard is
-   read over one contiguous stretch (it is fetched once, kept while read, then evicted);
-4. the node's sequence is dealt to its local ranks in turn (local rank l takes every L-th record), so ranks
-   are disjoint, each takes the same number of samples (n // world_size, as the global shuffle), and all
-   local ranks read the same shards at the same time.
-
-The first records of an epoch come from the first shard alone (mixing grows over the first `window`
-shards), so the first batch waits for about one shard's download, not a window's. Deterministic for seed,
-epoch, world size, local ranks and window (the cache size chooses the window).
-
-`FollowedOrder`: any order (the windowed one, the global shuffle when the cache holds the whole store, the
-sequential one of evaluation) with a position for a cache to follow. The coupling with the cache is this:
-a loader calls `order.reached(epoch, batch)` before it hands batch `batch` of `epoch` out to be read (every
-built-in loader does, where it submits batches); the order works out from its batches which shards are
-needed now (the batches in flight: `lookback` batches back to this one) and which next (the `read_ahead` shards
-first read after it, into the next epoch), and when that changes, calls `follow(now, next)`. The remote
-store's follow pins both sets in the node's cache (nothing pinned is evicted by a read-ahead) and downloads
-the missing ones in the background, next-first-needed first.
+`WindowedOrder`: the shard-aware order, for a store the cache cannot hold whole (deterministic for seed, epoch, world
+size, local ranks and window). `FollowedOrder`: any order with a position for a cache to follow (`reached`), which
+tells `follow(now, next)` (the store's read-ahead) the shards needed now and next when that changes.
 """
 
 from __future__ import annotations
@@ -124,7 +102,7 @@ class FollowedOrder(EpochOrder):
         self.read_ahead, self.lookback = read_ahead, max(0, int(lookback))
         self._follow = follow
         self.note = dict(note or {})
-        self._spans: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
+        self._spans: dict[int, tuple] = {}   # epoch -> (first, last, batches, first position)
         self._last = None
 
     def batches(self, epoch: int) -> list[np.ndarray]:
@@ -145,48 +123,54 @@ class FollowedOrder(EpochOrder):
                              note=self.note)
 
     def describe(self) -> dict:
-        return self.base.describe() | {"read_ahead_shards": "all" if self.read_ahead is None else self.read_ahead} | self.note
+        """The base order's, the read-ahead, and what the link does now (`link`: the follower's `figures()`)."""
+        link = {"link": self._follow.figures()} if hasattr(self._follow, "figures") else {}
+        ahead = "all" if self.read_ahead is None else self.read_ahead
+        return self.base.describe() | {"read_ahead_shards": ahead} | self.note | link
 
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if k not in ("_follow", "_spans", "_last")} | {
             "_follow": None, "_spans": {}, "_last": None}
 
-    def spans(self, epoch: int) -> tuple[np.ndarray, np.ndarray, int]:
-        """(first batch, last batch) of this rank's epoch that read each shard (-1 / -1: none), and the
-        epoch's batch count."""
+    def spans(self, epoch: int) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+        """(first batch, last batch) of this rank's epoch that read each shard (-1 / -1: none), the epoch's batch
+        count, and where in its records each shard is first read (the order downloads start in: a worker reading
+        the first batch finds its first shards already downloading)."""
         if epoch not in self._spans:
             if len(self._spans) >= 4:
                 self._spans.pop(min(self._spans))
             batches = self.batches(epoch)
             s = len(self.starts)
             first, last = np.full(s, np.iinfo(np.int64).max), np.full(s, -1, np.int64)
+            pos = first.copy()
             if batches:
                 idx = np.concatenate(batches)
                 which = np.repeat(np.arange(len(batches)), [len(b) for b in batches])
                 shard = np.searchsorted(self.starts, idx, side="right") - 1
                 np.minimum.at(first, shard, which)
                 np.maximum.at(last, shard, which)
+                np.minimum.at(pos, shard, np.arange(len(idx)))
             first[last < 0] = -1
-            self._spans[epoch] = (first, last, len(batches))
+            self._spans[epoch] = (first, last, len(batches), pos)
         return self._spans[epoch]
 
     def needed(self, epoch: int, batch: int) -> tuple[list[int], list[int]]:
         """(shards read by the batches in flight: `lookback` back to `batch`; the next `read_ahead` shards first
-        read after it, in the order they are first read, into the next epoch)."""
-        first, last, _ = self.spans(epoch)
+        read after it, into the next epoch); each in the order they are first read."""
+        first, last, _, pos = self.spans(epoch)
         lo = batch - self.lookback
         now = set(np.flatnonzero((first >= 0) & (first <= batch) & (last >= max(lo, 0))).tolist())
         if lo < 0 and epoch > 0:   # the previous epoch's last batches may still be in flight
-            _, plast, pn = self.spans(epoch - 1)
+            _, plast, pn, _ = self.spans(epoch - 1)
             now |= set(np.flatnonzero(plast >= pn + lo).tolist())
-        ahead = [int(j) for j in np.flatnonzero(first > batch)[np.argsort(first[first > batch], kind="stable")]]
+        ahead = [int(j) for j in np.flatnonzero(first > batch)[np.argsort(pos[first > batch], kind="stable")]]
         want = len(self.starts) if self.read_ahead is None else self.read_ahead
         if len(ahead) < want:   # the next epoch's first shards
-            nfirst, nlast, _ = self.spans(epoch + 1)
+            _, nlast, _, npos = self.spans(epoch + 1)
             used = np.flatnonzero(nlast >= 0)
             seen = now | set(ahead)
-            ahead += [int(j) for j in used[np.argsort(nfirst[used], kind="stable")] if j not in seen]
-        return sorted(now), [j for j in ahead if j not in now][:want]
+            ahead += [int(j) for j in used[np.argsort(npos[used], kind="stable")] if j not in seen]
+        return sorted(now, key=lambda j: (pos[j], j)), [j for j in ahead if j not in now][:want]
 
     def reached(self, epoch: int, batch: int) -> None:
         if self._follow is None:

@@ -33,6 +33,7 @@ RETRIES = 6                  # tries of one operation (the first and five retrie
 BACKOFF_S = (0.2, 8.0)       # the first wait, the longest
 PART_BYTES = 16 << 20        # ranged reads of a large object: parts of this size, fetched in parallel
 PART_THREADS = 8
+CONNECTIONS = 32             # an S3 client's connection pool: the most downloads in flight at once
 _EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure",
            "adl": "azure"}
 
@@ -63,8 +64,11 @@ def filesystem(url: str, options: dict | None = None):
         import fsspec
     except ImportError:
         raise ImportError(f"reading {shown(url)} needs fsspec: pip install -e '.[{_extra(url)}]' in the fastfeed checkout") from None
+    opts = dict(options or {})
+    if _extra(url) == "s3":   # room for the read-ahead's downloads in flight (botocore's pool holds 10)
+        opts["config_kwargs"] = {"max_pool_connections": CONNECTIONS} | dict(opts.get("config_kwargs") or {})
     try:
-        fs, path = fsspec.core.url_to_fs(url, **dict(options or {}))
+        fs, path = fsspec.core.url_to_fs(url, **opts)
     except ImportError as e:
         raise ImportError(f"reading {shown(url)} needs the package for its protocol ({e}): "
                           f"pip install -e '.[{_extra(url)}]' in the fastfeed checkout") from None
@@ -192,10 +196,9 @@ def upload(fs, local: Path, path: str, url: str) -> None:
     retry(lambda: fs.put_file(str(local), path), url, "uploading to", fs=fs)
 
 
-def download(fs, path: str, url: str, fd: int, size: int, *, part: int | None = None, threads: int = PART_THREADS,
-             progress: Callable[[int], None] | None = None, tries: int = RETRIES) -> None:
+def download(fs, path: str, url: str, fd: int, size: int, *, part: int | None = None, tries: int = RETRIES) -> None:
     """Write object `path` (of `size` bytes) into the open file `fd` at offset 0: in one request when small,
-    else in parallel ranged reads of `part` bytes (default PART_BYTES), each retried on its own."""
+    else in parallel ranged reads of `part` bytes (default PART_BYTES; a store's link sizes them), each retried."""
     part = part or PART_BYTES
     parts = [(a, min(a + part, size)) for a in range(0, size, part)] or [(0, 0)]
 
@@ -208,15 +211,9 @@ def download(fs, path: str, url: str, fd: int, size: int, *, part: int | None = 
                 raise ConnectionError(f"got {len(data)} of bytes {a}..{b}")
             return data
 
-        data = retry(get, url, "downloading", fs=fs, tries=tries)
-        os.pwrite(fd, data, a)
-        if progress is not None:
-            progress(len(data))
+        os.pwrite(fd, retry(get, url, "downloading", fs=fs, tries=tries), a)
 
-    if len(parts) == 1:
-        fetch(parts[0])
-        return
-    with ThreadPoolExecutor(min(threads, len(parts)), thread_name_prefix="fastfeed-range") as pool:
+    with ThreadPoolExecutor(min(PART_THREADS, len(parts)), thread_name_prefix="fastfeed-range") as pool:
         for f in [pool.submit(fetch, s) for s in parts]:
             f.result()
 

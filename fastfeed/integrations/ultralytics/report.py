@@ -16,6 +16,7 @@ from pathlib import Path
 from time import perf_counter
 
 from ...cache.budget import gib
+from ...store.remote.link import link_words
 
 FEED_CSV = "fastfeed.csv"
 COLUMNS = ("epoch", "loader", "images", "seconds", "images_per_s", "data_wait_s", "data_wait_frac")
@@ -52,13 +53,15 @@ class FeedClock:
                 "data_wait_frac": round(min(self.waited / seconds, 1.0), 4)}
 
 
-def epoch_line(row: dict, epochs: int) -> str:
+def epoch_line(row: dict, epochs: int, link: dict | None = None) -> str:
+    """The epoch's feed line; `link`: a URL store's link figures (`ReadAhead.figures`), said after it."""
     verdict = ("the feed keeps up" if row["data_wait_frac"] < 0.05 else
                "the training step waited for the loader: more workers, or cache=True (the shm loader)"
                if row["data_wait_frac"] >= 0.2 else "")
     return (f"fastfeed: epoch {row['epoch']}/{epochs}: the {row['loader']} loader fed {row['images']} images, "
             f"{row['images_per_s']:.1f} images/s; data wait {row['data_wait_frac']:.1%} of the epoch "
-            f"({row['data_wait_s']:.2f} of {row['seconds']:.2f} s)" + (f": {verdict}" if verdict else ""))
+            f"({row['data_wait_s']:.2f} of {row['seconds']:.2f} s)" + (f": {verdict}" if verdict else "")
+            + (f"; the store's link: {link_words(link)}" if link else ""))
 
 
 def append_row(path: Path, row: dict) -> None:

@@ -55,7 +55,7 @@ def _feed_epoch_end(trainer) -> None:
     if RANK not in (-1, 0) or not isinstance(feed, FastfeedTrainLoader):
         return
     row = feed.clock.row(trainer.epoch + 1, feed.name)
-    log.info(epoch_line(row, trainer.epochs))
+    log.info(epoch_line(row, trainer.epochs, feed.loader.order.describe().get("link")))
     append_row(Path(trainer.save_dir) / FEED_CSV, row)
 
 

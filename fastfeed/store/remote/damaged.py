@@ -1,11 +1,5 @@
-"""Reading a record of a store at a URL, and what a damaged cached copy of its shard does.
-
-The node's shard cache checked each shard's size and sha256 when it was downloaded, but a copy on local disk can
-be damaged afterwards (a bad disk, a stray write). So a CRC error or an LMDB error in a cached shard blames the
-copy first: it is replaced by a fresh download (processes mapping the old copy keep their map, and download it
-again themselves when they meet the damage, unless another one already has) and the read is tried once more.
-Only if the fresh copy fails too is the store damaged, and the error says it is the bucket's copy.
-"""
+"""Reading a record of a store at a URL; a damaged cached copy of its shard is blamed first, downloaded again and the
+read tried once more, and only a fresh copy that fails too is the bucket's damage (docs/format.md, "The shard cache")."""
 
 from __future__ import annotations
 

@@ -5,92 +5,109 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
 
+from ..objstore import CONNECTIONS
 from .pins import PinFile
 
 log = logging.getLogger(__name__)
-PARALLEL = 4   # shards downloaded at once (each in parallel ranged parts when large), or the read-ahead when more
-MOST_PARALLEL = 32
+PARALLEL = 4        # downloads in flight at least (each shard in parallel ranged parts when large)
+MOST_PARALLEL = CONNECTIONS  # ... and at most: an S3 client's connection pool (more would queue there, read as delay)
+STOP_WAIT_S = 5.0   # how long stop() lets the downloads in flight finish
+RATE_SHARDS = 16    # the reads' rate: over this many shards newly offered, the quickest stretch kept
 
 
 class ReadAhead:
-    """Pins what one order needs now and next in the node's cache and downloads the missing shards in a background
-    thread of this process (up to PARALLEL shards at once, or `ahead`): the ones needed now first, alone (a read
-    is waiting for them: they get the whole link), then the next ones in the order they are first read.
-    How many of the next ones: the order gives at most the store's `read_ahead` (what its window left of the
-    cache); of those it keeps as many ahead (`ahead`) as the link needs (`link.Link.read_ahead`: bandwidth x delay, in
-    shards, at least `floor`), or all of them when the depth was asked for or the order wants every shard.
-    A shard another process is already downloading is skipped (it arrives all the same); a failure here is only
-    logged: the read that needs the shard downloads it itself and raises the error."""
+    """Calling it is `want(now, upcoming)` (it is the store's `follower()`): pins both in the node's cache and downloads
+    every missing one in daemon threads of this process, the ones needed now first, all at once and alone (a read
+    waits for them), then the next ones in the order they are first read. How far ahead is the order's offer (the
+    store's `read_ahead`, the room the window left); how many downloads are in flight is `parallel()`, from the link
+    and the reads' rate (docs/design.md). A shard another process is downloading is skipped (it arrives all the
+    same); a failure here is only logged: the read that needs the shard downloads it itself and raises the error."""
 
-    def __init__(self, store, floor: int = 2):
+    def __init__(self, store):
         self.store = store
-        self.floor = floor
-        self.ahead = floor
         self.pins = PinFile(store.cache)
         self._cv = threading.Condition()
         self._want: tuple | None = None
         self._thread: threading.Thread | None = None
-        self._stopped = False
-        self._warned = False
+        self._stopped = self._warned = False
         self._inflight: set[int] = set()
+        self.ahead, self.rate = 0, 0.0                 # shards offered ahead; the reads' quickest shards a second
+        self._offered: dict[int, None] = {}            # shards offered lately (insertion-ordered, bounded)
+        self._new: deque = deque(maxlen=RATE_SHARDS)   # when each newly offered shard was first offered
         weakref.finalize(self, self.pins.remove)
 
     def want(self, now: list[int], upcoming: list[int]) -> None:
-        shards = self.store.shards
-        upcoming = list(upcoming)[:self.ahead_for(len(upcoming))]
-        self.pins.write([shards[k].file for k in (*now, *upcoming)])
+        self.ahead = len(upcoming)
+        self._count_new(upcoming)
+        self.pins.write([self.store.shards[k].file for k in (*now, *upcoming)])
         with self._cv:
-            self._want = (list(now), list(upcoming))
-            self._stopped = False
+            self._want, self._stopped = (list(now), list(upcoming)), False
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="fastfeed-read-ahead", daemon=True)
                 self._thread.start()
             self._cv.notify()
 
-    def ahead_for(self, offered: int) -> int:
-        """Of `offered` shards the order says come next, how many to download now."""
-        store = self.store
-        if store.read_ahead_given or offered > store.read_ahead:   # asked for, or every shard (the store fits)
-            self.ahead = offered
-        else:
-            mean = sum(s.bytes for s in store.shards) / max(len(store.shards), 1)
-            self.ahead = store.link.read_ahead(mean, self.floor, offered)
-        return self.ahead
+    __call__ = want
 
-    def stop(self) -> None:
+    def _count_new(self, upcoming: list[int]) -> None:
+        """The reads' rate: shards first offered a second, the quickest stretch of RATE_SHARDS (a stall, which slows
+        the reads, never lowers the downloads that would end it); the first offer is where the reads start."""
+        t, start = self.store.link.clock(), not self._offered
+        for k in upcoming:
+            if k not in self._offered:
+                self._offered[k] = None
+                if not start:
+                    self._new.append(t)
+        while len(self._offered) > 4 * max(len(upcoming), RATE_SHARDS):   # an epoch later they are new again
+            del self._offered[next(iter(self._offered))]
+        if len(self._new) == self._new.maxlen and self._new[-1] > self._new[0]:
+            moved = sum(1 for x in self._new if x > self._new[0])   # those offered after the stretch began
+            self.rate = max(self.rate, moved / (self._new[-1] - self._new[0]))
+
+    def parallel(self) -> int:
+        """Downloads to keep in flight: what the link's bandwidth x delay, or the reads' rate, needs."""
+        mean = sum(s.bytes for s in self.store.shards) / max(len(self.store.shards), 1)
+        return self.store.link.concurrency(mean, PARALLEL, MOST_PARALLEL, demand=self.rate)
+
+    def figures(self) -> dict:
+        """`Link.figures`, the downloads kept in flight, the reads' rate and the shards read ahead."""
+        return self.store.link.figures() | {"parallel": self.parallel(), "reads_shards_per_s": round(self.rate, 1),
+                                            "ahead_shards": self.ahead}
+
+    def stop(self, wait_s: float = STOP_WAIT_S) -> None:
+        """No more downloads; those in flight get `wait_s` to finish (none retrying under a fork or an exit)."""
         with self._cv:
-            self._stopped = True
-            self._want = None
+            self._stopped, self._want = True, None
             self._cv.notify_all()
+            self._cv.wait_for(lambda: not self._inflight, timeout=wait_s)
         self.pins.remove()
 
     def _run(self) -> None:
-        with ThreadPoolExecutor(MOST_PARALLEL, thread_name_prefix="fastfeed-read-ahead-shard") as pool:
-            while True:
+        while True:
+            with self._cv:
+                self._cv.wait_for(lambda: self._want is not None or self._stopped)
+                if self._stopped:
+                    return
+                (now, upcoming), self._want = self._want, None
+            first = set(now)
+            for k in (*now, *upcoming):
                 with self._cv:
-                    while self._want is None and not self._stopped:
-                        self._cv.wait()
+                    if first and k not in first:   # a read waits for these: give them the link first
+                        self._cv.wait_for(lambda f=first: not f & self._inflight or self._want is not None or self._stopped)
+                        first = set()
+                    if self._want is not None or self._stopped:
+                        break   # the loader moved on: start over with what it needs now
+                    if k in self._inflight or self.store.cache.present(self.store.shards[k]):
+                        continue
+                    most = MOST_PARALLEL if first else self.parallel()
+                    self._cv.wait_for(lambda m=most: len(self._inflight) < m or self._stopped)
                     if self._stopped:
-                        return
-                    now, upcoming = self._want
-                    self._want = None
-                first = set(now)
-                for k in (*now, *upcoming):
-                    with self._cv:
-                        if first and k not in first:   # a read waits for these: give them the link first
-                            while first & self._inflight and self._want is None and not self._stopped:
-                                self._cv.wait(0.5)
-                            first = set()
-                        if self._want is not None or self._stopped:
-                            break   # the loader moved on: start over with what it needs now
-                        if k in self._inflight or self.store.cache.present(self.store.shards[k]):
-                            continue
-                        while len(self._inflight) >= min(max(PARALLEL, self.ahead), MOST_PARALLEL) and not self._stopped:
-                            self._cv.wait(0.5)
-                        self._inflight.add(k)
-                    pool.submit(self._fetch, k)
+                        break
+                    self._inflight.add(k)
+                # a daemon thread a download: the process's exit never waits out a download's retries
+                threading.Thread(target=self._fetch, args=(k,), name="fastfeed-read-ahead-shard", daemon=True).start()
 
     def _fetch(self, k: int) -> None:
         try:

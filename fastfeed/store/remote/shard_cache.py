@@ -1,29 +1,6 @@
 """The node-local shard cache: shards of stores in object storage, downloaded once per node and shared by every
-rank and worker on it, within a size limit.
-
-    CACHE/                                   $FASTFEED_SHARD_CACHE (default ~/.cache/fastfeed/shards): local disk
-      .space.lock                            flock while a process reserves room (evicting to make it)
-      store-<hash of the URL>/               one store
-        store.json                           {"url"}: what `fastfeed cache ls` shows
-        <shard file>                         a complete shard, its checksum verified: present = usable
-        <shard file>.lock                    a shared flock per process that maps the shard (in use); the evictor
-                                             takes it exclusively (without waiting) before deleting the shard
-        <shard file>.dl                      an exclusive flock while one process downloads the shard
-        <shard file>.part-<pid>.<thread>     a download in progress, reserved at full size (a full disk fails here)
-        pins/<pid>-<n>.json                  the shards one loader's order needs now and next (`PinFile`)
-        fetched.jsonl                        one line per completed download (shard, bytes, pid, seconds)
-
-One download per shard per node: whoever needs a missing shard takes its `.dl` lock, downloads into a
-temporary name, checks size and sha256 against the manifest, and renames; the others wait on the lock and
-then find it there. A checksum mismatch is downloaded once more, then an error says the bucket's copy is
-damaged. A partial or mismatched download is never opened; a copy damaged later is replaced (`fetch(stale=)`,
-see damaged.py).
-
-The limit (`room.py`): before a download reserves room, shards are evicted, least recently used first, among those
-no process maps (their lock is free) and no live process pins. A read that needs a shard now may also evict a
-pinned one that nobody maps (one fetched early); a read-ahead never does, it waits for a later turn. When no
-room can be made within `wait_s` the error says what holds the cache.
-"""
+rank and worker on it, within a size limit. Its files, the one-download-per-shard rule, the checks on a download and
+the eviction rule are written once, in docs/format.md ("The shard cache"); room and eviction are `room.py`."""
 
 from __future__ import annotations
 

@@ -1,16 +1,8 @@
 """`RemoteShards`: the shards of a store in object storage (`Store("s3://bucket/coco.ff")`), read through the node's
-shard cache: the shard provider `Store` reads a URL through.
-
-The manifest is read from the URL when the store is opened (small; the shards are not touched). A shard is
-downloaded into the node-local shard cache (`shard_cache.py`) the first time any process on the node needs
-it, then opened with LMDB like a local shard. Each process maps only the shards it is reading: when it opens
-another one it closes those that no order on the node pins and that are not among its last two, so the
-cache can evict them. A remote store's records own their bytes (a copy out of the map), so closing a shard
-never invalidates a record handed out.
-
-It chooses no order: it tells the loaders what the cache can hold (`cache_limit`) and how many shards to keep
-ahead (`read_ahead`), and gives each order a `ReadAhead` (`follower()`) that pins the shards the order says it
-needs now and next and downloads them in the background (`loaders/shard_order.py` builds the order).
+shard cache: the shard provider `Store` reads a URL through (docs/design.md, "A store in object storage"). The
+manifest is read when the store is opened; a shard is downloaded into the cache the first time a process on the
+node needs it, then opened with LMDB like a local shard, and its records own their bytes (a copy out of the map).
+It chooses no order: it states the cache's limit and the read-ahead, and gives each order a `ReadAhead`.
 """
 
 from __future__ import annotations
@@ -34,6 +26,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_READ_AHEAD = 2        # shards downloaded ahead of the ones being read, at least
 READ_AHEAD_BYTES = 16 << 20    # ... and by default at least this much (small shards: more of them ahead)
+READ_AHEAD_SHARE = 0.25        # ... within this share of the shards the cache holds (the rest: the window)
 _KEEP_RECENT = 2         # shards a process keeps mapped besides the pinned ones
 _STORES: weakref.WeakSet = weakref.WeakSet()
 
@@ -131,13 +124,14 @@ class RemoteShards:
 
     def _getter(self, shard: int):
         info = self.shards[shard]
-        fs, root = self._filesystem()
         where = self.shard_url(shard)
 
-        def get(fd: int) -> None:
+        def get(fd: int) -> None:   # the file system made only to download (a worker waiting for a shard the
+            fs, root = self._filesystem()   # read-ahead downloads never builds one)
             try:
                 with self.link.timed(info.bytes):
-                    objstore.download(fs, urls.join(root, info.file), where, fd, info.bytes, tries=self.tries)
+                    objstore.download(fs, urls.join(root, info.file), where, fd, info.bytes,
+                                      part=self.link.part_bytes(objstore.PART_BYTES), tries=self.tries)
             except objstore.RemoteMissing:
                 raise fmt.StoreChanged(f"shard {where} is gone: the store at {self.path} was re-packed (or its shards "
                                        "removed) after this Store read its manifest; open it again (Store(url)) to "
@@ -229,21 +223,21 @@ class RemoteShards:
 
     # --- what the loaders' order needs ----------------------------------------------------------------------
     def default_read_ahead(self) -> int:
-        """Most shards fetched ahead when nobody says: 2, or as many as make READ_AHEAD_BYTES when the shards are smaller
-        (with 4 MB shards two are a fraction of a second of training, with 128 MB ones seconds), but never more
-        than half the shards the cache holds (the rest is the window, which is what mixes). The read-ahead
-        keeps fewer ahead while its downloads show the link does not need them (`link.Link`)."""
+        """Shards downloaded ahead when nobody says (the room the windowed order leaves them): 2, or as many as make
+        READ_AHEAD_BYTES when the shards are smaller (16 MB: a 1.3 Gb/s link's bandwidth x 100 ms), but never more
+        than READ_AHEAD_SHARE of the shards the cache holds (the rest is the window, which is what mixes)."""
         sizes = [s.bytes for s in self.shards]
         if not sizes:
             return DEFAULT_READ_AHEAD
         want = math.ceil(READ_AHEAD_BYTES / max(sum(sizes) / len(sizes), 1))
-        room = self.cache.limit // max(max(sizes), 1) // 2
+        room = int(self.cache.limit // max(max(sizes), 1) * READ_AHEAD_SHARE)
         return max(DEFAULT_READ_AHEAD, min(want, room, len(sizes)))
 
     def follower(self):
-        """A new `ReadAhead` for one order: `want(now, upcoming)` pins and downloads what the order needs."""
+        """A new `ReadAhead` for one order: calling it (`want(now, upcoming)`) pins and downloads what the order
+        needs; its `figures()` say what the link does."""
         from .read_ahead import ReadAhead
 
-        ahead = ReadAhead(self, floor=min(DEFAULT_READ_AHEAD, self.read_ahead))
+        ahead = ReadAhead(self)
         self._read_aheads.append(ahead)
-        return ahead.want
+        return ahead

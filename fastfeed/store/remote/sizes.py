@@ -68,5 +68,6 @@ def cache_bytes(root: Path) -> int:
     return total
 
 
-def gib(n: int) -> str:
+def gib(n: float) -> str:
+    """Bytes for a message: GiB from 1 GiB up, else MiB."""
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
