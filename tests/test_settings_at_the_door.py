@@ -69,7 +69,7 @@ def test_the_retry_budget_bounds_the_tries_of_a_read(tmp_path):
             raise ConnectionError("connection reset")
 
     with open(tmp_path / "f", "wb") as f, pytest.raises(objstore.RemoteError, match="failed 2 times"):
-        objstore.download(Down(), "b/k", "s3://b/k", f.fileno(), 10, tries=2, threads=1)
+        objstore.download(Down(), "b/k", "s3://b/k", f.fileno(), 10, tries=2)
     assert len(calls) == 2
 
 
