@@ -61,18 +61,17 @@ class StopSignals:
 
     # --- handlers ---------------------------------------------------------------------------------------
 
-    def install(self) -> bool:
-        """Install the handlers (only the main thread can; False elsewhere, and nothing is installed)."""
-        if threading.current_thread() is not threading.main_thread():
-            return False
-        for sig in self.signals:
-            self._previous[sig] = signal.signal(sig, self._handle)
-            signal.siginterrupt(sig, False)
-        self._watch()
-        _ACTIVE.append(self)
-        return True
+    def __enter__(self) -> StopSignals:
+        """Install the handlers (only the main thread can; elsewhere nothing is installed)."""
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.signals:
+                self._previous[sig] = signal.signal(sig, self._handle)
+                signal.siginterrupt(sig, False)
+            self._watch()
+            _ACTIVE.append(self)
+        return self
 
-    def restore(self) -> None:
+    def __exit__(self, *exc) -> None:
         if self in _ACTIVE:
             _ACTIVE.remove(self)
         for sig, handler in self._previous.items():
@@ -101,13 +100,6 @@ class StopSignals:
             for fd in self._pipe:
                 os.close(fd)
         self._previous, self._pipe, self._thread = {}, None, None
-
-    def __enter__(self) -> StopSignals:
-        self.install()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.restore()
 
     def _watch(self) -> None:
         r, w = os.pipe()
