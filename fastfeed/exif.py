@@ -19,9 +19,6 @@ def oriented_size(h: int, w: int, orientation: int) -> tuple[int, int]:
     return (w, h) if orientation >= 5 else (h, w)
 
 
-# Every orientation as two steps: mirror left-right (or not), then turn anticlockwise by a multiple of
-# 90 degrees. The one definition: the numpy/OpenCV path below, the DALI graph and the torch device
-# loader all apply these steps.
 _STEPS = {1: (False, 0), 2: (True, 0), 3: (False, 180), 4: (True, 180),
           5: (True, 90), 6: (False, 270), 7: (True, 270), 8: (False, 90)}
 _CV2_TURN = {90: cv2.ROTATE_90_COUNTERCLOCKWISE, 180: cv2.ROTATE_180, 270: cv2.ROTATE_90_CLOCKWISE}

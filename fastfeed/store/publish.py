@@ -172,7 +172,7 @@ def alive(pid: int | None) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except PermissionError:   # someone else's process
         return True
     return True
 
