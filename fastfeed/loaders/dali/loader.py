@@ -87,9 +87,6 @@ class DaliLoader(Loader):
         self._it = DALIGenericIterator([self._pipe], list(OUTPUTS), auto_reset=True, prepare_first_batch=False)
 
     def __iter__(self) -> Iterator[Batch]:
-        return self._iter_epoch()
-
-    def _iter_epoch(self) -> Iterator[Batch]:
         n = len(self) - self.start
         k = -1
         try:
@@ -162,7 +159,7 @@ class DaliLoader(Loader):
             return None
         epochs = [(self.epoch, range(k, k + depth)), (self.epoch + 1, range(depth))]
         for epoch, ks in epochs:
-            batches = src.batches(epoch)
+            batches = src.order.batches(epoch)
             for kk in ks:
                 if kk >= len(batches):
                     break

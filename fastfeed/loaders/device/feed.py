@@ -27,7 +27,7 @@ from ...prefetch.streams import InFlight
 from ..workers import WorkerError
 from .decode import load_items
 from .host import HostBatch
-from .plan import Item, Plan, ship_record
+from .plan import Item, Plan, read_item
 from .render import Params, render
 
 
@@ -138,12 +138,7 @@ class DeviceFeed(DevicePrefetcher):
 
     def _reread(self, records: list[int]) -> dict[int, torch.Tensor]:
         """Partners the device never saw (a worker's buffer replayed on resume): read and decode them here."""
-        items = []
-        for i in records:
-            r = self.host.store.record(i)
-            kind, buf, shape, orientation = ship_record(r, self.size, self.host.ship)
-            data = buf.reshape(-1) if isinstance(buf, np.ndarray) else np.frombuffer(buf, np.uint8)
-            items.append(Item(i, kind, tuple(shape), orientation, r.where, nbytes=data.size, data=data.tobytes()))
+        items = [read_item(self.host.store, i, self.size, self.host.ship) for i in records]
         self.reread += len(items)
         return self._load(items, None)
 
