@@ -59,7 +59,7 @@ def decode_resized(store: Store, index: int, size: tuple[int, int]) -> np.ndarra
     return store.record(index).decode_tile(max(size))
 
 
-def shapes_at(shapes: np.ndarray, imgsz: int, new: int) -> np.ndarray:
+def shapes_at(shapes: np.ndarray, new: int) -> np.ndarray:
     """Approximate target shapes at another imgsz (for the budget message)."""
     long = np.maximum(shapes[:, 0], shapes[:, 1]).astype(np.float64)
     r = np.minimum(1.0, new / np.maximum(long, 1))
@@ -121,7 +121,7 @@ def _build(store: Store, imgsz: int, segment: Path, partial: bool, workers: int 
     b = budget.measure(segment.parent)
     k = n
     if not b.fits(int(need[n])):
-        smaller = {s: int(layout.segment_bytes(shapes_at(shapes, imgsz, s), counts)[n])
+        smaller = {s: int(layout.segment_bytes(shapes_at(shapes, s), counts)[n])
                    for s in (imgsz // 2 // 32 * 32, imgsz * 3 // 4 // 32 * 32) if 32 <= s < imgsz}
         err = budget.too_big(int(need[n]), b, segment.parent, imgsz, smaller)
         if not partial:
