@@ -128,9 +128,6 @@ def plan_train(geometry: Geometry, tiles: list, size: int, hyp: AugmentHyp, hsv=
     return _assemble(rows, pastes, size, boxes, classes, flip, jitter, warp)
 
 
-MOSAIC_BRANCHES = 7   # own image, then for each of the 3 partners: (from the batch, read from the store)
-
-
 def route_partners(plan: DaliSample, from_store: list[bool]) -> DaliSample:
     """Spread a plan's tiles (own image + 0 or 3 partners) over the mosaic graph's 7 resize+paste
     branches; the branch a partner does not take shows nothing."""
