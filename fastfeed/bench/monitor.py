@@ -65,12 +65,6 @@ class ResourceMonitor:
             self.cpu.append((t, snap))
         return t
 
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
-
     # --- sampling ---------------------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

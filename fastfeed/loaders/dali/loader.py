@@ -135,10 +135,11 @@ class DaliLoader(Loader):
         """A DALI failure as a WorkerError naming the record when one can be found."""
         msg = str(e)
         where = f"batch {k} of epoch {self.epoch}"
-        if isinstance(e, FormatError):   # the external source ran in this thread (workers=0)
-            return WorkerError(f"dali loader: the external source failed near {where}: {type(e).__name__}: {msg}")
-        found = re.findall(r"^\s*(?:\w+\.)*(\w*(?:Error|Corrupt)): (.*record \d+.*)$", msg, re.M)
-        if found:   # the external source raised in a worker (CRC, layout): its message names the record
+        # The external source raised in this thread (workers=0), or in a worker (CRC, layout): the message names
+        # the record.
+        found = ([(type(e).__name__, msg)] if isinstance(e, FormatError)
+                 else re.findall(r"^\s*(?:\w+\.)*(\w*(?:Error|Corrupt)): (.*record \d+.*)$", msg, re.M))
+        if found:
             name, text = found[-1]
             return WorkerError(f"dali loader: the external source failed near {where}: {name}: {text}")
         if "Worker data receiving interrupted" in msg:   # DALI's word for a worker process that died
