@@ -33,6 +33,7 @@ and one rank writes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -89,13 +90,11 @@ class StopSignals:
         """In a process forked while the handlers were installed: the handlers that were there before, and no
         shared wakeup pipe (a pack or cache worker must die of the SIGTERM its pool's terminate() sends, and its
         signals must not reach the parent's watcher)."""
-        try:
+        with contextlib.suppress(ValueError):   # forked from another thread: not its main thread, nothing to undo
             for sig, handler in self._previous.items():
                 signal.signal(sig, handler)
             if self._pipe is not None:
                 signal.set_wakeup_fd(self._wakeup)
-        except ValueError:   # forked from another thread: not this process's main thread, nothing to undo
-            pass
         if self._pipe is not None:
             for fd in self._pipe:
                 os.close(fd)
@@ -211,10 +210,8 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def _say(text: str) -> None:
     """Straight to stderr: a handler must not re-enter Python's buffered stream it may have interrupted."""
-    try:
+    with contextlib.suppress(OSError):
         os.write(2, f"fastfeed: {text}".encode())
-    except OSError:
-        pass
 
 
 def leave_to_parent() -> None:

@@ -26,7 +26,7 @@ import signal
 import sys
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
 WATCH_S = 0.5          # how often a watchdog looks for its parent
@@ -64,10 +64,8 @@ class _Guard:
 def _guard_child(g: _Guard) -> None:
     """Run first in every child: drop the parent's locks, then arrange to die with the parent."""
     for fd in g.close_fds:
-        try:
+        with suppress(OSError):
             os.close(fd)
-        except OSError:
-            pass
     armed = g.death_signal and _set_death_signal()
     if os.getppid() != g.parent:   # the parent died before the signal was armed
         os._exit(1)

@@ -8,6 +8,7 @@ augmentations scale anyway, and upscaled pixels would only cost memory).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import math
@@ -159,10 +160,8 @@ def _build(store: Store, imgsz: int, segment: Path, partial: bool, workers: int 
             _fill_all(store, tmp, mm, lay, shapes[:k], workers or usable_cores(), progress)
             mm[layout.STATE_OFFSET:layout.STATE_OFFSET + 4] = layout.STATE_COMPLETE.to_bytes(4, "little")
         finally:
-            try:
+            with contextlib.suppress(BufferError):   # a view still held by a traceback: unmapped when collected
                 mm.close()
-            except BufferError:   # a view still held by a traceback: unmapped when that is collected
-                pass
         os.rename(tmp, segment)
     except BaseException as e:
         tmp.unlink(missing_ok=True)

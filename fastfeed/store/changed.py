@@ -8,6 +8,7 @@ SIGBUS by its parent (`store_changed_reason`, from the Stores this process knows
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -94,11 +95,9 @@ def watch_for_bus_errors() -> None:
     if _BUS_HANDLER is None:
         def on_bus(signum):
             libc.signal(signal.SIGBUS, _BUS_PREVIOUS[0] if _BUS_PREVIOUS else None)
-            try:
+            with contextlib.suppress(BaseException):   # nothing may escape a signal handler
                 os.write(2, f"fastfeed: bus error in pid {os.getpid()} reading a memory map: "
                             f"{store_changed_reason()}\n".encode(errors="replace"))
-            except BaseException:  # noqa: BLE001 - nothing may escape a signal handler
-                pass
             # Pending until this returns (a handled signal is blocked meanwhile), then the previous handler's: so a
             # SIGBUS sent with kill() ends the process too, not only a fault that repeats.
             signal.pthread_kill(threading.get_ident(), signal.SIGBUS)

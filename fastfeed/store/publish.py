@@ -114,11 +114,9 @@ def locked(out: Path, settle_s: float = 0.0, owner: bool = True, wait: bool = Fa
                 raise LockBusy(pid) from None
             time.sleep(0.05)
             continue
-        try:  # the file locked must still be the lock file: a pack finishing meanwhile unlinks its own
-            if os.path.samestat(os.fstat(fd), os.stat(path)):
+        with contextlib.suppress(FileNotFoundError):   # a pack finishing meanwhile unlinks its lock file
+            if os.path.samestat(os.fstat(fd), os.stat(path)):   # the file locked is still the lock file
                 break
-        except FileNotFoundError:
-            pass
         os.close(fd)
     try:
         try:
@@ -156,12 +154,9 @@ def tidy(out: Path) -> None:
     is running (those files are its own) or the folder cannot be written (then they stay, harmless)."""
     if not leftovers(out) and not fmt.pack_lock_path(out).exists():
         return
-    try:
-        with locked(out, settle_s=SETTLE_S, owner=False):
-            for line in recover(out):
-                log.warning("%s", line)
-    except (LockBusy, OSError):
-        pass
+    with contextlib.suppress(LockBusy, OSError), locked(out, settle_s=SETTLE_S, owner=False):
+        for line in recover(out):
+            log.warning("%s", line)
 
 
 def alive(pid: int | None) -> bool:

@@ -103,11 +103,8 @@ class DaliLoader(Loader):
                     raise WorkerError(f"dali loader: the pipeline ended after {k} of {n} batches") from None
                 yield self._to_batch(out[0], self.order.batches(self.epoch)[self.start + k])
             k = n
-            try:   # the end of DALI's epoch: resets the pipeline, which starts on the next epoch
-                next(self._it)
+            if next(self._it, None) is not None:   # the end of DALI's epoch: resets the pipeline for the next one
                 raise WorkerError(f"dali loader: the pipeline gave more than {n} batches")
-            except StopIteration:
-                pass
             self._active = False
             self._epochs_done += 1
         except GeneratorExit:
