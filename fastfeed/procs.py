@@ -40,6 +40,22 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def alive(pid: int | None, started: float | None = None) -> bool:
+    """Whether `pid` runs on this machine (not for None or a zombie) and, given `started` (its start time), is
+    still the process that started then (not a reused pid)."""
+    import psutil
+
+    if pid is None or pid <= 0:
+        return False
+    try:
+        p = psutil.Process(pid)
+        return p.status() != psutil.STATUS_ZOMBIE and (started is None or abs(p.create_time() - started) < 0.5)
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:   # someone else's process
+        return True
+
+
 @contextmanager
 def parent_only(fd: int):
     """While inside, children started by `worker_context()` close their inherited copy of `fd` (a lock's)."""

@@ -134,7 +134,7 @@ class CacheLease:
 
 def _busy_reason(segment: Path, wait: float):
     def reason(holder: int | None) -> str:
-        builders = [pid for _, pid in temp_files(segment) if pid > 0 and users.alive(pid)]
+        builders = [pid for _, pid in temp_files(segment) if users.alive(pid)]
         who = (f"pid {builders[0]} is still building it" if builders else
                f"pid {holder} still holds its lock" if holder else "another process still holds its lock")
         return (f"gave up after waiting {wait:g} s (LoaderConfig.cache_wait) for the shm cache {segment}: {who}. "

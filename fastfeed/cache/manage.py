@@ -53,7 +53,7 @@ def _describe(segment: Path) -> CacheInfo:
         else:
             info.state, info.note = "stale", why
     for tmp, pid in temp_files(segment):
-        live = pid > 0 and users.alive(pid)
+        live = users.alive(pid)
         if info.state == "lock only":
             info.state = "building" if live else "stale"
         info.bytes += tmp.stat().st_size if tmp.exists() else 0
@@ -110,7 +110,7 @@ def _remove(segment: Path, all_temps: bool) -> None:
     """The segment, its temporary files (those of dead builders only, unless `all_temps`) and its users file."""
     segment.unlink(missing_ok=True)
     for tmp, pid in temp_files(segment):
-        if all_temps or not (pid > 0 and users.alive(pid)):
+        if all_temps or not users.alive(pid):
             tmp.unlink(missing_ok=True)
     users_path(segment).unlink(missing_ok=True)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from ..procs import parent_only
+from ..procs import alive, parent_only
 
 _POLL = 0.05
 
@@ -36,19 +36,6 @@ def start_time(pid: int) -> float | None:
         return psutil.Process(pid).create_time()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None
-
-
-def alive(pid: int, started: float | None = None) -> bool:
-    """Whether `pid` runs (and, given `started`, is the same process that started then)."""
-    try:
-        p = psutil.Process(pid)
-        if p.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return started is None or abs(p.create_time() - started) < 0.5
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.AccessDenied:
-        return True
 
 
 @dataclass

@@ -29,7 +29,7 @@ import time
 from glob import escape as glob_escape
 from pathlib import Path
 
-from ..procs import parent_only
+from ..procs import alive, parent_only
 from . import format as fmt
 
 log = logging.getLogger(__name__)
@@ -157,19 +157,6 @@ def tidy(out: Path) -> None:
     with contextlib.suppress(LockBusy, OSError), locked(out, settle_s=SETTLE_S, owner=False):
         for line in recover(out):
             log.warning("%s", line)
-
-
-def alive(pid: int | None) -> bool:
-    """Whether `pid` runs on this machine (False for None)."""
-    if pid is None or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:   # someone else's process
-        return True
-    return True
 
 
 def _exchange(a: Path, b: Path) -> bool:

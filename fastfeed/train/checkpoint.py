@@ -19,7 +19,7 @@ from typing import BinaryIO
 
 import torch
 
-from ..store.publish import alive
+from ..procs import alive
 
 FORMAT = "fastfeed-yolo-checkpoint"
 VERSION = 1
