@@ -10,6 +10,8 @@ boxes were drawn in (see docs/design.md).
 
 from __future__ import annotations
 
+import math
+
 import cv2
 import numpy as np
 import simplejpeg
@@ -50,7 +52,7 @@ def decode_jpeg(data, min_size: tuple[int, int] | None = None) -> np.ndarray:
     """Decode a JPEG to RGB uint8 HWC, strictly (a truncated file raises).
 
     With `min_size=(h, w)` libjpeg-turbo scales in the DCT domain by the smallest factor k/8
-    (k = 1..8) that keeps the result at least that large (sizes rounded up): far
+    (k = 1..8) that keeps the result at least that large (sizes rounded up; see `dct_size`): far
     fewer pixels to produce.
     """
     mh, mw = min_size if min_size else (0, 0)
@@ -82,6 +84,20 @@ def decode_any(data, min_size: tuple[int, int] | None = None) -> tuple[np.ndarra
     if sniff(data) == "jpeg" and jpeg_header(data)[2] not in ("CMYK", "YCCK"):
         return decode_jpeg(data, min_size), "jpeg"
     return decode_cv2(data), "cv2"
+
+
+def dct_size(h: int, w: int, min_size: tuple[int, int] | None) -> tuple[int, int]:
+    """The (h, w) `decode_jpeg(data, min_size)` returns for an h x w JPEG: libjpeg-turbo's DCT scaling
+    by k/8, k = 1..8, the smallest k whose ceil(h*k/8) x ceil(w*k/8) covers `min_size` (checked
+    against simplejpeg in tests/test_codec.py)."""
+    if not min_size:
+        return h, w
+    mh, mw = min_size
+    for k in range(1, 8):
+        sh, sw = math.ceil(h * k / 8), math.ceil(w * k / 8)
+        if sh >= mh and sw >= mw:
+            return sh, sw
+    return h, w
 
 
 def decode_payload(codec: str, payload, size: tuple[int, int], min_size: tuple[int, int] | None = None,
