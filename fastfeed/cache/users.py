@@ -16,7 +16,7 @@ import fcntl
 import os
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,18 +50,16 @@ class Users:
     def add(self, pid: int) -> None:
         self.entries.append((pid, start_time(pid) or 0.0))
 
-    def remove(self, pid: int) -> bool:
-        for k, (p, _) in enumerate(self.entries):
-            if p == pid:
-                del self.entries[k]
-                return True
-        return False
+    def remove(self, pid: int) -> None:
+        """Drop one attach of `pid`."""
+        pids = [p for p, _ in self.entries]
+        if pid in pids:
+            del self.entries[pids.index(pid)]
 
-    def prune(self) -> list[int]:
-        """Drop the users that are no longer running; return their pids."""
-        dead = [p for p, t in self.entries if not alive(p, t or None)]
+    def prune(self) -> None:
+        """Drop the users that are no longer running."""
+        dead = {p for p, t in self.entries if not alive(p, t or None)}
         self.entries = [(p, t) for p, t in self.entries if p not in dead]
-        return dead
 
 
 def parse(text: str) -> Users:
@@ -71,10 +69,8 @@ def parse(text: str) -> Users:
         if parts == ["keep"]:
             users.keep = True
         elif len(parts) == 2 and parts[0].isdigit():
-            try:
+            with suppress(ValueError):
                 users.entries.append((int(parts[0]), float(parts[1])))
-            except ValueError:
-                continue
     return users
 
 
