@@ -60,8 +60,6 @@ class StopSignals:
         self._pipe = self._wakeup = self._thread = None
         self._step: tuple[float, float | None] | None = None   # (when the step in flight began, its expected seconds)
 
-    # --- handlers ---------------------------------------------------------------------------------------
-
     def __enter__(self) -> StopSignals:
         """Install the handlers (only the main thread can; elsewhere nothing is installed)."""
         if threading.current_thread() is threading.main_thread():
@@ -169,8 +167,6 @@ class StopSignals:
         self.requested, self.at = signal.Signals(signum).name, now if self.at is None else min(self.at, now)
         if self._pipe is None:
             _say(self._first_words(signum))
-
-    # --- the decision -----------------------------------------------------------------------------------
 
     def flag(self) -> float:
         """This process's request as a number for a collective (1.0: stop)."""

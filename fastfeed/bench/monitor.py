@@ -39,7 +39,6 @@ class ResourceMonitor:
         self.metrics: set[str] = set()              # which metrics every sample had
         self.max_processes = 1
 
-    # --- control ----------------------------------------------------------------------------------
     def set_pids(self, pids) -> None:
         """Processes to sum (this process is always included). Called from the main thread."""
         with self._lock:
@@ -65,7 +64,6 @@ class ResourceMonitor:
             self.cpu.append((t, snap))
         return t
 
-    # --- sampling ---------------------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             self._sample()
@@ -99,7 +97,6 @@ class ResourceMonitor:
                 self.peak[k] = max(self.peak.get(k, 0), sums[k])
             self.max_processes = max(self.max_processes, alive)
 
-    # --- results ----------------------------------------------------------------------------------
     def cpu_between(self, t0: float, t1: float) -> dict:
         """Per-core and total utilisation (percent) between two marks, and the busiest sampled interval."""
         with self._lock:

@@ -33,8 +33,6 @@ def temp_path(segment: Path, pid: int) -> Path:
     return segment.with_name(f"{segment.name}.tmp-{pid}")
 
 
-# --- what to cache ----------------------------------------------------------------------------------
-
 def scan(store: Store, imgsz: int):
     """(target shapes uint32 [N, 2], box counts [N], boxes float32 [B, 4], classes int64 [B])."""
     n = len(store)
@@ -67,9 +65,7 @@ def shapes_at(shapes: np.ndarray, new: int) -> np.ndarray:
     return np.maximum(1, np.round(shapes * r[:, None])).astype(np.uint32)
 
 
-# --- filling pixels, in worker processes ------------------------------------------------------------
-
-_W: dict = {}
+_W: dict = {}   # in a fill worker (process): its store and its map of the segment being built
 
 
 def _init(store: Store, tmp: str) -> None:
@@ -91,8 +87,6 @@ def _fill(job) -> int:
         mem[o:o + n] = img.reshape(-1)
     return len(indices)
 
-
-# --- the build ----------------------------------------------------------------------------------------
 
 def build(store: Store, imgsz: int, segment: Path, *, partial: bool = False, workers: int | None = None,
           progress: bool | None = None) -> layout.Header:

@@ -55,8 +55,6 @@ class StoreChanged(FormatError):
     """A shard changed on disk (truncated, overwritten) while a Store was reading it."""
 
 
-# --- manifest -------------------------------------------------------------------------------------
-
 @dataclass(frozen=True)
 class ShardInfo:
     file: str     # shard_file(k)

@@ -72,7 +72,6 @@ class Store:
         self._starts = [s.start for s in self.shards]
         self._len = int(self.manifest.num_images)
 
-    # --- metadata ---------------------------------------------------------------------------------
     def __len__(self) -> int:
         return self._len
 
@@ -126,7 +125,6 @@ class Store:
         kept in the cache), or None when the shards are all here. One per order."""
         return self.provider.follower() if self.remote else None
 
-    # --- process-local handles --------------------------------------------------------------------
     def __getstate__(self):
         return {"provider": self.provider, "options": self.options, "check_crc": self.check_crc}
 
@@ -174,7 +172,6 @@ class Store:
         """A new Store over the same place as it is now (after a re-pack: the new pack), same settings."""
         return Store(self.provider.location, check_crc=self.check_crc, options=self.options)
 
-    # --- reads ------------------------------------------------------------------------------------
     def record(self, index: int, check_crc: bool | None = None) -> Record:
         """Record `index`, parsed, CRC-checked (unless `check_crc` is False, default: the Store's), not
         decoded: the one way every reader gets a record. A local record's payload is a view valid while the Store

@@ -64,7 +64,6 @@ class DaliLoader(Loader):
         pool = getattr(self._pipe, "_py_pool", None)
         return list(pool.pids()) if pool is not None else []
 
-    # --- the pipeline ------------------------------------------------------------------------------
     def _start(self, epoch: int, start: int) -> None:
         """(Re)build the pipeline so that DALI's epoch 0 is loader epoch `epoch` from batch `start` on."""
         from nvidia.dali import backend
@@ -127,7 +126,6 @@ class DaliLoader(Loader):
         self._times.add({"read": read, "plan": plan, "collate": perf_counter() - t0}, int(images.shape[0]))
         return Batch(images, targets, torch.from_numpy(indices))
 
-    # --- failures ----------------------------------------------------------------------------------
     def _explain(self, e: Exception, k: int) -> WorkerError:
         """A DALI failure as a WorkerError naming the record when one can be found."""
         msg = str(e)

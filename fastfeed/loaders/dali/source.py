@@ -83,7 +83,6 @@ class DaliSource:
         self.order.reached(epoch, k)   # a shard cache following the order pins and reads ahead
         return self.build(epoch, k, batches[k])
 
-    # --- one batch ---------------------------------------------------------------------------------
     def plans(self, epoch: int, k: int, n: int):
         """(candidate records, plans) of batch k of `epoch`: the cpu loader's, for worker k % W's buffer."""
         c, w = self.cfg, max(self.cfg.workers, 1)

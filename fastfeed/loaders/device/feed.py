@@ -106,7 +106,6 @@ class DeviceFeed(DevicePrefetcher):
             out["masks"] = self._upload(batch.masks)
         return out
 
-    # --- pixels ----------------------------------------------------------------------------------------
     def _pixels(self, plan: Plan, slot: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:
         """(flat uint8 [P,3] pixels on the device, int64 [B,4] first row of each tile in it)."""
         if self.cache is not None:
@@ -142,7 +141,6 @@ class DeviceFeed(DevicePrefetcher):
         self.reread += len(items)
         return self._load(items, None)
 
-    # --- images ----------------------------------------------------------------------------------------
     def _render(self, plan: Plan, pixels: torch.Tensor, base: np.ndarray) -> torch.Tensor:
         b = len(plan.tiles)
         floats = np.concatenate([plan.minv.reshape(b, 6), plan.centre, plan.region.reshape(b, 16),
