@@ -57,7 +57,10 @@ def exif_orientation(data) -> int:
             tiff = data
         else:
             return 1
-        return _tiff_orientation(memoryview(tiff)) if tiff is not None else 1
+        if tiff is None or bytes(tiff[:2]) not in (b"II", b"MM"):
+            return 1
+        value = tiff_tags(memoryview(tiff)).get(0x0112)
+        return value if value is not None and 1 <= value <= 8 else 1
     except (struct.error, IndexError, ValueError):
         return 1
 
@@ -139,10 +142,3 @@ def tiff_tags(data) -> dict[int, int | None]:
                 value = struct.unpack_from(order + fmt, data, struct.unpack(order + "I", raw)[0])[0]
         tags[tag] = value
     return tags
-
-
-def _tiff_orientation(buf: memoryview) -> int:
-    if bytes(buf[:2]) not in (b"II", b"MM"):
-        return 1
-    value = tiff_tags(buf).get(0x0112)
-    return value if value is not None and 1 <= value <= 8 else 1
