@@ -72,17 +72,13 @@ def _no_device_hint(kind: str, mod) -> str:
     return "install torch_npu with Ascend CANN"
 
 
-def _npu_present() -> bool:
-    mod = getattr(torch, "npu", None)   # only there once torch_npu was imported by someone
-    return mod is not None and mod.is_available()
-
-
 def resolve_device(name="auto", local_rank: int | None = None) -> torch.device:
     """A checked torch.device. 'auto': a CUDA GPU, else an Ascend NPU already set up, else the CPU.
     Without an index an accelerator is `local_rank`'s (torchrun: one per process), else the current one."""
     kind, index = parse_device(name)
     if kind == "auto":
-        kind = "cuda" if torch.cuda.is_available() else "npu" if _npu_present() else "cpu"
+        npu = getattr(torch, "npu", None)   # only there once torch_npu was imported by someone
+        kind = "cuda" if torch.cuda.is_available() else "npu" if npu is not None and npu.is_available() else "cpu"
     if kind == "cpu":
         return torch.device("cpu")
     mod = accelerator_module(kind)

@@ -155,18 +155,16 @@ class Store:
     def __exit__(self, *exc):
         self.close()
 
-    def _locate(self, index: int) -> int:
+    def shard_of(self, index: int) -> int:
+        """The number (index into `shards`) of the shard holding record `index`."""
+        index = int(index)
         if not 0 <= index < self._len:
             raise IndexError(f"record {index} out of range: the store holds {self._len} records")
         return bisect.bisect_right(self._starts, index) - 1
 
-    def shard_of(self, index: int) -> int:
-        """The number (index into `shards`) of the shard holding record `index`."""
-        return self._locate(int(index))
-
     def shard_name(self, index: int) -> str:
         """File name of the shard holding record `index`."""
-        return self.shards[self._locate(index)].file
+        return self.shards[self.shard_of(index)].file
 
     def reopen(self) -> Store:
         """A new Store over the same place as it is now (after a re-pack: the new pack), same settings."""
@@ -177,7 +175,7 @@ class Store:
         decoded: the one way every reader gets a record. A local record's payload is a view valid while the Store
         is open; one from a URL owns its bytes. A damaged record raises RecordCorrupt naming it and its shard."""
         index = int(index)
-        return self.provider.record(index, self._locate(index), self.check_crc if check_crc is None else check_crc)
+        return self.provider.record(index, self.shard_of(index), self.check_crc if check_crc is None else check_crc)
 
     def __getitem__(self, index: int) -> Sample:
         return self.get(int(index))
