@@ -71,12 +71,9 @@ _BUS_PID = None
 
 
 def watch_for_bus_errors() -> None:
-    """Once per process: on SIGBUS, print which shard changed before dying as before.
-
-    A shard truncated under its map faults the reading thread (SIGBUS, a bus error with no message). Most
-    changes are caught at the next `record()` (StoreChanged); this names the one that lands mid-read. The
-    handler only writes a line, puts the previous handler back (SIG_DFL, or faulthandler's traceback) and
-    raises the signal again, so the process ends the way it would have.
+    """Once per process: on SIGBUS (a change that lands mid-read, see above), print which shard changed before
+    dying as before. The handler only writes a line, puts the previous handler back (SIG_DFL, or faulthandler's
+    traceback) and raises the signal again, so the process ends the way it would have.
 
     Checked in every process that maps a shard, not only once: a forked child inherits the handler, but what
     runs in it may have put its own in place since (a torch DataLoader worker installs one that blames shared
