@@ -1,8 +1,5 @@
-"""The consumer side of a bench: the host->device copy and the step (simulated or the bundled model).
-
-`make_copy` uses the DevicePrefetcher's transfer path one batch at a time (so the copy stage is
-timed on its own); the bundled trainer plugs in through `make_step` (one function).
-"""
+"""The consumer side of a bench: the host->device copy (`make_copy`) and the step (`make_step`: simulated or the
+bundled model)."""
 
 from __future__ import annotations
 
