@@ -53,10 +53,6 @@ def temp_dir_for(out: Path) -> Path:
     return out.parent / f".{out.name}.incomplete-{os.getpid()}"
 
 
-def _old_dir_for(out: Path) -> Path:
-    return out.parent / f".{out.name}.old-{os.getpid()}"
-
-
 def leftovers(out: Path) -> list[Path]:
     """The hidden siblings of OUT that packs write (`.OUT.incomplete-*`, `.OUT.old-*`), oldest name first."""
     out = Path(out)
@@ -188,7 +184,7 @@ def publish(tmp: Path, out: Path, overwrite: bool) -> None:
     if _exchange(tmp, out):
         shutil.rmtree(tmp, ignore_errors=True)   # tmp now holds the old store; killed here, `recover` ends it
         return
-    old = _old_dir_for(out)
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
     os.rename(out, old)
     try:
         os.rename(tmp, out)
