@@ -115,7 +115,8 @@ class DaliSource:
             if self.mode == "mosaic":
                 for s in range(3):
                     real = s < len(partners)
-                    read = self._input(out, f"p{s + 1}", f"t{s + 1}", partners[s] if real and not from_batch[s] else None)
+                    record = partners[s] if real and not from_batch[s] else None
+                    read = self._input(out, f"p{s + 1}", f"t{s + 1}", record)
                     if real:
                         tiles.append(records[at[s]][1] if from_batch[s] else read)
                     out[f"b{s + 1}"].append(np.array(at[s] if real and from_batch[s] else 0, np.int32))
