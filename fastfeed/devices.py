@@ -59,24 +59,17 @@ def accelerator_module(device):
 def _no_device_hint(kind: str, mod) -> str:
     """What to do when torch sees no device of `kind`: a build of torch without it needs another build; a build
     with it (torch.version.cuda / .hip set, torch.npu registered) sees none, which is the machine's doing."""
+    var = "CUDA_VISIBLE_DEVICES" if kind == "cuda" else "ASCEND_RT_VISIBLE_DEVICES"
+    shown = "unset" if os.environ.get(var) is None else repr(os.environ[var])
     if kind == "cuda" and (getattr(torch.version, "cuda", None) or getattr(torch.version, "hip", None)):
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        shown = "unset" if visible is None else repr(visible)
-        return (f"this torch is a GPU build, so no GPU is visible to it: check CUDA_VISIBLE_DEVICES ({shown}), "
+        return (f"this torch is a GPU build, so no GPU is visible to it: check {var} ({shown}), "
                 "the NVIDIA driver and that `nvidia-smi` lists a GPU")
     if kind == "cuda":
         return "this torch is a CPU-only build: install a CUDA build of torch (README, Install)"
     if mod is not None:
-        visible = os.environ.get("ASCEND_RT_VISIBLE_DEVICES")
-        shown = "unset" if visible is None else repr(visible)
-        return (f"torch_npu is installed, so no NPU is visible to it: check ASCEND_RT_VISIBLE_DEVICES ({shown}), "
+        return (f"torch_npu is installed, so no NPU is visible to it: check {var} ({shown}), "
                 "the Ascend driver and CANN, and that `npu-smi info` lists an NPU")
     return "install torch_npu with Ascend CANN"
-
-
-def _npu_present() -> bool:
-    mod = getattr(torch, "npu", None)   # only there once torch_npu was imported by someone
-    return mod is not None and mod.is_available()
 
 
 def resolve_device(name="auto", local_rank: int | None = None) -> torch.device:
@@ -84,7 +77,8 @@ def resolve_device(name="auto", local_rank: int | None = None) -> torch.device:
     Without an index an accelerator is `local_rank`'s (torchrun: one per process), else the current one."""
     kind, index = parse_device(name)
     if kind == "auto":
-        kind = "cuda" if torch.cuda.is_available() else "npu" if _npu_present() else "cpu"
+        npu = getattr(torch, "npu", None)   # only there once torch_npu was imported by someone
+        kind = "cuda" if torch.cuda.is_available() else "npu" if npu is not None and npu.is_available() else "cpu"
     if kind == "cpu":
         return torch.device("cpu")
     mod = accelerator_module(kind)
@@ -169,15 +163,6 @@ def synchronize(device: torch.device) -> None:
     mod = accelerator_module(device)
     if mod is not None:
         mod.synchronize(device)
-
-
-def memory_mb(device: torch.device) -> dict:
-    """Allocated / reserved / peak-allocated MiB on an accelerator; {} on the CPU."""
-    mod = accelerator_module(device)
-    if mod is None:
-        return {}
-    return {"mem_alloc_mb": mod.memory_allocated(device) / 2**20, "mem_reserved_mb": mod.memory_reserved(device) / 2**20,
-            "mem_peak_mb": mod.max_memory_allocated(device) / 2**20}
 
 
 def free_memory(device) -> tuple[int, int]:

@@ -19,9 +19,6 @@ def oriented_size(h: int, w: int, orientation: int) -> tuple[int, int]:
     return (w, h) if orientation >= 5 else (h, w)
 
 
-# Every orientation as two steps: mirror left-right (or not), then turn anticlockwise by a multiple of
-# 90 degrees. The one definition: the numpy/OpenCV path below, the DALI graph and the torch device
-# loader all apply these steps.
 _STEPS = {1: (False, 0), 2: (True, 0), 3: (False, 180), 4: (True, 180),
           5: (True, 90), 6: (False, 270), 7: (True, 270), 8: (False, 90)}
 _CV2_TURN = {90: cv2.ROTATE_90_COUNTERCLOCKWISE, 180: cv2.ROTATE_180, 270: cv2.ROTATE_90_CLOCKWISE}
@@ -60,7 +57,10 @@ def exif_orientation(data) -> int:
             tiff = data
         else:
             return 1
-        return _tiff_orientation(memoryview(tiff)) if tiff is not None else 1
+        if tiff is None or bytes(tiff[:2]) not in (b"II", b"MM"):
+            return 1
+        value = tiff_tags(memoryview(tiff)).get(0x0112)
+        return value if value is not None and 1 <= value <= 8 else 1
     except (struct.error, IndexError, ValueError):
         return 1
 
@@ -142,10 +142,3 @@ def tiff_tags(data) -> dict[int, int | None]:
                 value = struct.unpack_from(order + fmt, data, struct.unpack(order + "I", raw)[0])[0]
         tags[tag] = value
     return tags
-
-
-def _tiff_orientation(buf: memoryview) -> int:
-    if bytes(buf[:2]) not in (b"II", b"MM"):
-        return 1
-    value = tiff_tags(buf).get(0x0112)
-    return value if value is not None and 1 <= value <= 8 else 1

@@ -15,7 +15,7 @@ import functools
 import io
 import re
 import struct
-import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import cv2
 import numpy as np
@@ -171,22 +171,15 @@ def _decode_raw(data) -> np.ndarray:
     def develop():  # LibRaw's defaults with the camera's white balance; pixels in sensor orientation, 8 bits
         try:
             with rawpy.imread(io.BytesIO(bytes(data))) as raw:
-                out["img"] = raw.postprocess(use_camera_wb=True, output_bps=8, user_flip=0)
+                return raw.postprocess(use_camera_wb=True, output_bps=8, user_flip=0)
         except (rawpy.LibRawError, OSError, ValueError) as e:
-            out["err"] = DecodeError(f"rawpy: {type(e).__name__}: {e}")
-        except BaseException as e:  # carried to the calling thread as it is
-            out["err"] = e
+            raise DecodeError(f"rawpy: {type(e).__name__}: {e}") from None
 
     # LibRaw runs OpenMP loops. In a pack worker forked from a process that had used OpenMP (torch
     # does), the main thread's inherited OpenMP pool refers to threads that do not exist and its
     # first parallel loop waits forever; a thread started here gets a pool of its own.
-    out = {}
-    worker = threading.Thread(target=develop, name="fastfeed-rawpy")
-    worker.start()
-    worker.join()
-    if "err" in out:
-        raise out["err"]
-    return out["img"]
+    with ThreadPoolExecutor(1, thread_name_prefix="fastfeed-rawpy") as pool:
+        return pool.submit(develop).result()
 
 
 def decode_other(data, fmt: str) -> tuple[np.ndarray, str]:

@@ -33,6 +33,7 @@ and one rank writes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -59,20 +60,17 @@ class StopSignals:
         self._pipe = self._wakeup = self._thread = None
         self._step: tuple[float, float | None] | None = None   # (when the step in flight began, its expected seconds)
 
-    # --- handlers ---------------------------------------------------------------------------------------
+    def __enter__(self) -> StopSignals:
+        """Install the handlers (only the main thread can; elsewhere nothing is installed)."""
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.signals:
+                self._previous[sig] = signal.signal(sig, self._handle)
+                signal.siginterrupt(sig, False)
+            self._watch()
+            _ACTIVE.append(self)
+        return self
 
-    def install(self) -> bool:
-        """Install the handlers (only the main thread can; False elsewhere, and nothing is installed)."""
-        if threading.current_thread() is not threading.main_thread():
-            return False
-        for sig in self.signals:
-            self._previous[sig] = signal.signal(sig, self._handle)
-            signal.siginterrupt(sig, False)
-        self._watch()
-        _ACTIVE.append(self)
-        return True
-
-    def restore(self) -> None:
+    def __exit__(self, *exc) -> None:
         if self in _ACTIVE:
             _ACTIVE.remove(self)
         for sig, handler in self._previous.items():
@@ -90,24 +88,15 @@ class StopSignals:
         """In a process forked while the handlers were installed: the handlers that were there before, and no
         shared wakeup pipe (a pack or cache worker must die of the SIGTERM its pool's terminate() sends, and its
         signals must not reach the parent's watcher)."""
-        try:
+        with contextlib.suppress(ValueError):   # forked from another thread: not its main thread, nothing to undo
             for sig, handler in self._previous.items():
                 signal.signal(sig, handler)
             if self._pipe is not None:
                 signal.set_wakeup_fd(self._wakeup)
-        except ValueError:   # forked from another thread: not this process's main thread, nothing to undo
-            pass
         if self._pipe is not None:
             for fd in self._pipe:
                 os.close(fd)
         self._previous, self._pipe, self._thread = {}, None, None
-
-    def __enter__(self) -> StopSignals:
-        self.install()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.restore()
 
     def _watch(self) -> None:
         r, w = os.pipe()
@@ -179,8 +168,6 @@ class StopSignals:
         if self._pipe is None:
             _say(self._first_words(signum))
 
-    # --- the decision -----------------------------------------------------------------------------------
-
     def flag(self) -> float:
         """This process's request as a number for a collective (1.0: stop)."""
         return 1.0 if self.requested is not None else 0.0
@@ -219,10 +206,8 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def _say(text: str) -> None:
     """Straight to stderr: a handler must not re-enter Python's buffered stream it may have interrupted."""
-    try:
+    with contextlib.suppress(OSError):
         os.write(2, f"fastfeed: {text}".encode())
-    except OSError:
-        pass
 
 
 def leave_to_parent() -> None:

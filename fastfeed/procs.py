@@ -26,7 +26,7 @@ import signal
 import sys
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
 WATCH_S = 0.5          # how often a watchdog looks for its parent
@@ -38,6 +38,22 @@ _PARENT_ONLY_LOCK = threading.Lock()
 def usable_cores() -> int:
     """Cores this process may run on (its affinity mask; a container's CPU set), not the machine's."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def alive(pid: int | None, started: float | None = None) -> bool:
+    """Whether `pid` runs on this machine (not for None or a zombie) and, given `started` (its start time), is
+    still the process that started then (not a reused pid)."""
+    import psutil
+
+    if pid is None or pid <= 0:
+        return False
+    try:
+        p = psutil.Process(pid)
+        return p.status() != psutil.STATUS_ZOMBIE and (started is None or abs(p.create_time() - started) < 0.5)
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:   # someone else's process
+        return True
 
 
 @contextmanager
@@ -64,10 +80,8 @@ class _Guard:
 def _guard_child(g: _Guard) -> None:
     """Run first in every child: drop the parent's locks, then arrange to die with the parent."""
     for fd in g.close_fds:
-        try:
+        with suppress(OSError):
             os.close(fd)
-        except OSError:
-            pass
     armed = g.death_signal and _set_death_signal()
     if os.getppid() != g.parent:   # the parent died before the signal was armed
         os._exit(1)

@@ -35,7 +35,7 @@ def flip_byte_in_record(store_dir, index):
     from fastfeed.store import format as fmt
 
     store = Store(store_dir)
-    shard_no = store._locate(index)
+    shard_no = store.shard_of(index)
     local = index - store.shards[shard_no].start
     name = store.shard_name(index)
     store.close()
@@ -65,7 +65,7 @@ def replace_record(store_dir, index, orientation=None, **changes):
 
     store = Store(store_dir)
     r = store.record(index)
-    shard_no = store._locate(index)
+    shard_no = store.shard_of(index)
     local = index - store.shards[shard_no].start
     fields = dict(codec=r.codec, height=r.height, width=r.width, orig_height=r.orig_height, orig_width=r.orig_width,
                   image_id=r.image_id, file_name=r.file_name, boxes=r.boxes, classes=r.classes,

@@ -127,7 +127,7 @@ def test_mosaic_partners_come_from_the_batch_or_are_read_for_their_slot(raw_stor
     loader.close()
     read = 0
     for k in (0, 3):   # the buffer holds only the batch, then earlier batches too
-        idx = src.batches(0)[k]
+        idx = src.order.batches(0)[k]
         out = dict(zip(src.outputs, src.build(0, k, idx)))
         cands, plans = src.plans(0, k, len(idx))
         for j, plan in enumerate(plans):

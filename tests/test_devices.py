@@ -11,7 +11,7 @@ from bench_helpers import FAST, store  # noqa: F401  (the packed sample: a fixtu
 from fastfeed.devices import (
     DeviceError,
     accelerator_module,
-    memory_mb,
+    memory_report,
     parse_device,
     resolve_device,
     synchronize,
@@ -28,7 +28,7 @@ def test_names_are_parsed_and_bad_ones_say_what_is_valid():
 
 def test_cpu_and_auto_without_an_accelerator():
     assert resolve_device("cpu") == torch.device("cpu") and accelerator_module("cpu") is None
-    assert memory_mb(torch.device("cpu")) == {}
+    assert memory_report(torch.device("cpu")) == {}
     synchronize(torch.device("cpu"))   # nothing to wait for
     if not torch.cuda.is_available():
         assert resolve_device("auto") == torch.device("cpu")

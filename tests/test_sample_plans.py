@@ -117,7 +117,7 @@ def _records(seen, loads, batches):
 
 def _dali_records(src, epoch):
     out = []
-    for k, batch in enumerate(src.batches(epoch)):
+    for k, batch in enumerate(src.order.batches(epoch)):
         cands, plans = src.plans(epoch, k, len(batch))
         out += [p.records(int(own), cands) for p, own in zip(plans, batch)]
     return out
@@ -155,7 +155,7 @@ def test_same_seed_same_plans_from_the_cpu_device_and_dali_paths(painted, monkey
     from fastfeed.loaders.dali.source import DaliSource
 
     src = DaliSource(painted, cfg, order, CpuOptions().resolved(len(painted), 4).partner_buffer, "mosaic", raw=False)
-    dali = [p for e in epochs for k, b in enumerate(src.batches(e)) for p in src.plans(e, k, len(b))[1]]
+    dali = [p for e in epochs for k, b in enumerate(src.order.batches(e)) for p in src.plans(e, k, len(b))[1]]
     assert dali == cpu
     assert [r for e in epochs for r in _dali_records(src, e)] == cpu_records
 

@@ -1,8 +1,5 @@
-"""The consumer side of a bench: the host->device copy and the step (simulated or the bundled model).
-
-`make_copy` uses the DevicePrefetcher's transfer path one batch at a time (so the copy stage is
-timed on its own); the bundled trainer plugs in through `model_step` (one function).
-"""
+"""The consumer side of a bench: the host->device copy (`make_copy`) and the step (`make_step`: simulated or the
+bundled model)."""
 
 from __future__ import annotations
 
@@ -42,19 +39,14 @@ def make_copy(device: torch.device | None):
     return copy
 
 
-def model_step(model: str, device: torch.device | None, imgsz: int, batch_size: int):
-    """One real training step of the bundled model: `fastfeed.train.bench_step(model, device, imgsz,
-    batch_size) -> callable(images, targets)` runs forward, backward and the optimizer step, synchronised."""
-    from ..train import bench_step
-
-    return bench_step(model, device or torch.device("cpu"), imgsz, batch_size)
-
-
 def make_step(cfg: BenchConfig, device: torch.device | None):
-    """(images, targets) -> None: the model's step, a sleep of step_ms (the host is free meanwhile, as
-    with a real accelerator; not a busy-wait), or None for a pure throughput run."""
+    """(images, targets) -> None: the bundled model's real training step (`fastfeed.train.bench_step`: forward,
+    backward and the optimizer step, synchronised), a sleep of step_ms (the host is free meanwhile, as with a
+    real accelerator; not a busy-wait), or None for a pure throughput run."""
     if cfg.model is not None:
-        return model_step(cfg.model, device, cfg.imgsz, cfg.batch_size)
+        from ..train import bench_step
+
+        return bench_step(cfg.model, device or torch.device("cpu"), cfg.imgsz, cfg.batch_size)
     if cfg.step_ms is None:
         return None
     seconds = cfg.step_ms / 1e3

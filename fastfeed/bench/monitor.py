@@ -39,7 +39,6 @@ class ResourceMonitor:
         self.metrics: set[str] = set()              # which metrics every sample had
         self.max_processes = 1
 
-    # --- control ----------------------------------------------------------------------------------
     def set_pids(self, pids) -> None:
         """Processes to sum (this process is always included). Called from the main thread."""
         with self._lock:
@@ -65,13 +64,6 @@ class ResourceMonitor:
             self.cpu.append((t, snap))
         return t
 
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
-
-    # --- sampling ---------------------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             self._sample()
@@ -105,7 +97,6 @@ class ResourceMonitor:
                 self.peak[k] = max(self.peak.get(k, 0), sums[k])
             self.max_processes = max(self.max_processes, alive)
 
-    # --- results ----------------------------------------------------------------------------------
     def cpu_between(self, t0: float, t1: float) -> dict:
         """Per-core and total utilisation (percent) between two marks, and the busiest sampled interval."""
         with self._lock:
@@ -114,13 +105,12 @@ class ResourceMonitor:
             return {"per_core_percent": [], "total_percent": None, "peak_interval_percent": None, "samples": 0}
         (_, a), (_, b) = snaps[0], snaps[-1]
         per_core = [_busy(x, y) for x, y in zip(a, b)]
-        busy, total = sum(p[0] for p in per_core), sum(p[1] for p in per_core)
+        busy, total = map(sum, zip(*per_core))
         peak = 0.0
         for (_, x), (_, y) in zip(snaps, snaps[1:]):
-            parts = [_busy(u, v) for u, v in zip(x, y)]
-            tot = sum(p[1] for p in parts)
+            used, tot = map(sum, zip(*(_busy(u, v) for u, v in zip(x, y))))
             if tot > 0:
-                peak = max(peak, 100 * sum(p[0] for p in parts) / tot)
+                peak = max(peak, 100 * used / tot)
         return {"per_core_percent": [round(100 * u / t, 1) if t > 0 else 0.0 for u, t in per_core],
                 "total_percent": round(100 * busy / total, 1) if total > 0 else 0.0,
                 "peak_interval_percent": round(peak, 1), "samples": len(snaps)}

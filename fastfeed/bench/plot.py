@@ -41,13 +41,10 @@ def write_plot(result: BenchResult, path) -> Path:
         top = max(r.images_per_s.slice_p75, r.images_per_s.overall) if r.ok else 0.0   # above the error bar
         ax1.annotate(label, (b.get_x() + b.get_width() / 2, max(b.get_height(), top)), ha="center", va="bottom",
                      xytext=(0, 4), textcoords="offset points", fontsize=9)
-    ax1.set_xticks(list(x), names)
     ax1.set_ylabel("images/s over the window (IQR of slices)")
     step = cfg.get("step_ms")
     ax1.set_title("throughput" + (f" with a {step:g} ms step" if step is not None else
                                   f" with the {cfg['model']} step" if cfg.get("model") else ""))
-    if len(rs) < 3:
-        ax1.set_xlim(-1, len(rs))
     ax1.margins(y=0.2)
 
     bottom = [0.0] * len(rs)
@@ -57,13 +54,14 @@ def write_plot(result: BenchResult, path) -> Path:
             continue
         ax2.bar(x, vals, width=width, bottom=bottom, label=stage, color=_COLORS[stage])
         bottom = [b + v for b, v in zip(bottom, vals)]
-    ax2.set_xticks(list(x), names)
     ax2.set_ylabel("ms per sample (wall time in each stage)")
     ax2.set_title("where a sample's time goes")
     ax2.legend(fontsize=8, loc="upper right")
     ax2.margins(y=0.15)
-    if len(rs) < 3:
-        ax2.set_xlim(-1, len(rs))
+    for ax in (ax1, ax2):
+        ax.set_xticks(list(x), names)
+        if len(rs) < 3:
+            ax.set_xlim(-1, len(rs))
 
     st = result.store
     fig.suptitle(f"fastfeed bench: {Path(st['path']).name} ({st['images']} images), imgsz {cfg['imgsz']}, "

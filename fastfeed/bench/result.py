@@ -127,9 +127,6 @@ class BenchResult:
     results: list[LoaderResult]
     baseline: str | None = None    # the loader ratios are taken against
 
-    def fastest(self) -> LoaderResult | None:
-        return next((r for r in self.results if r.fastest), None)
-
     def to_dict(self) -> dict:
         d = asdict(self)
         for r, rd in zip(self.results, d["results"]):
@@ -137,6 +134,6 @@ class BenchResult:
                 rate = getattr(r, key)
                 if rate is not None:
                     rd[key]["spread"] = rate.spread
-        f = self.fastest()
+        f = next((r for r in self.results if r.fastest), None)
         d["fastest"] = f.name if f else None
         return d

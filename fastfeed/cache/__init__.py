@@ -2,11 +2,7 @@
 
 The `shm` loader reads its images from here instead of decoding JPEGs: the first process that asks
 builds the segment (all cores), every other one (workers, other ranks, other runs) maps the same
-pages. See layout.py for the segment format, users.py for locking and reference counting.
-
-    from fastfeed.cache import acquire, list_caches, clear_caches
-    with acquire(store, imgsz=640) as lease:           # cache_dir="/dev/shm"
-        img, boxes, classes = lease.handle().view().record(0)
+pages. See lease.py for its use, layout.py for the segment format, users.py for locking and reference counting.
 """
 
 from .budget import CacheBudgetError

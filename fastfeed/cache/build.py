@@ -8,6 +8,7 @@ augmentations scale anyway, and upscaled pixels would only cost memory).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import math
@@ -31,8 +32,6 @@ log = logging.getLogger(__name__)
 def temp_path(segment: Path, pid: int) -> Path:
     return segment.with_name(f"{segment.name}.tmp-{pid}")
 
-
-# --- what to cache ----------------------------------------------------------------------------------
 
 def scan(store: Store, imgsz: int):
     """(target shapes uint32 [N, 2], box counts [N], boxes float32 [B, 4], classes int64 [B])."""
@@ -59,16 +58,14 @@ def decode_resized(store: Store, index: int, size: tuple[int, int]) -> np.ndarra
     return store.record(index).decode_tile(max(size))
 
 
-def shapes_at(shapes: np.ndarray, imgsz: int, new: int) -> np.ndarray:
+def shapes_at(shapes: np.ndarray, new: int) -> np.ndarray:
     """Approximate target shapes at another imgsz (for the budget message)."""
     long = np.maximum(shapes[:, 0], shapes[:, 1]).astype(np.float64)
     r = np.minimum(1.0, new / np.maximum(long, 1))
     return np.maximum(1, np.round(shapes * r[:, None])).astype(np.uint32)
 
 
-# --- filling pixels, in worker processes ------------------------------------------------------------
-
-_W: dict = {}
+_W: dict = {}   # in a fill worker (process): its store and its map of the segment being built
 
 
 def _init(store: Store, tmp: str) -> None:
@@ -90,8 +87,6 @@ def _fill(job) -> int:
         mem[o:o + n] = img.reshape(-1)
     return len(indices)
 
-
-# --- the build ----------------------------------------------------------------------------------------
 
 def build(store: Store, imgsz: int, segment: Path, *, partial: bool = False, workers: int | None = None,
           progress: bool | None = None) -> layout.Header:
@@ -121,7 +116,7 @@ def _build(store: Store, imgsz: int, segment: Path, partial: bool, workers: int 
     b = budget.measure(segment.parent)
     k = n
     if not b.fits(int(need[n])):
-        smaller = {s: int(layout.segment_bytes(shapes_at(shapes, imgsz, s), counts)[n])
+        smaller = {s: int(layout.segment_bytes(shapes_at(shapes, s), counts)[n])
                    for s in (imgsz // 2 // 32 * 32, imgsz * 3 // 4 // 32 * 32) if 32 <= s < imgsz}
         err = budget.too_big(int(need[n]), b, segment.parent, imgsz, smaller)
         if not partial:
@@ -159,10 +154,8 @@ def _build(store: Store, imgsz: int, segment: Path, partial: bool, workers: int 
             _fill_all(store, tmp, mm, lay, shapes[:k], workers or usable_cores(), progress)
             mm[layout.STATE_OFFSET:layout.STATE_OFFSET + 4] = layout.STATE_COMPLETE.to_bytes(4, "little")
         finally:
-            try:
+            with contextlib.suppress(BufferError):   # a view still held by a traceback: unmapped when collected
                 mm.close()
-            except BufferError:   # a view still held by a traceback: unmapped when that is collected
-                pass
         os.rename(tmp, segment)
     except BaseException as e:
         tmp.unlink(missing_ok=True)

@@ -132,16 +132,6 @@ class CacheLease:
         self.release()
 
 
-def _busy_reason(segment: Path, wait: float):
-    def reason(holder: int | None) -> str:
-        builders = [pid for _, pid in temp_files(segment) if pid > 0 and users.alive(pid)]
-        who = (f"pid {builders[0]} is still building it" if builders else
-               f"pid {holder} still holds its lock" if holder else "another process still holds its lock")
-        return (f"gave up after waiting {wait:g} s (LoaderConfig.cache_wait) for the shm cache {segment}: {who}. "
-                "Raise cache_wait for a large dataset, or check that process")
-    return reason
-
-
 def acquire(store: Store, imgsz: int, cache_dir="/dev/shm", *, partial: bool = False, wait: float = 600.0,
             keep: bool = False, workers: int | None = None, progress: bool | None = None) -> CacheLease:
     """Attach to the cache of `store` at `imgsz` in `cache_dir`, building it first if needed."""
@@ -166,7 +156,14 @@ def _acquire(store: Store, imgsz: int, segment: Path, partial: bool, wait: float
     def waiting(holder):
         log.info("waiting for pid %s to finish the shm cache %s", holder, segment)
 
-    with users.locked(users_path(segment), wait, _busy_reason(segment, wait), waiting) as fd:
+    def busy(holder: int | None) -> str:
+        builders = [pid for _, pid in temp_files(segment) if users.alive(pid)]
+        who = (f"pid {builders[0]} is still building it" if builders else
+               f"pid {holder} still holds its lock" if holder else "another process still holds its lock")
+        return (f"gave up after waiting {wait:g} s (LoaderConfig.cache_wait) for the shm cache {segment}: {who}. "
+                "Raise cache_wait for a large dataset, or check that process")
+
+    with users.locked(users_path(segment), wait, busy, waiting) as fd:
         u = users.read(fd)
         alone = not u.entries and not u.keep
         header = built = None

@@ -53,7 +53,7 @@ def _describe(segment: Path) -> CacheInfo:
         else:
             info.state, info.note = "stale", why
     for tmp, pid in temp_files(segment):
-        live = pid > 0 and users.alive(pid)
+        live = users.alive(pid)
         if info.state == "lock only":
             info.state = "building" if live else "stale"
         info.bytes += tmp.stat().st_size if tmp.exists() else 0
@@ -107,10 +107,12 @@ def list_caches(cache_dir="/dev/shm") -> list[CacheInfo]:
 
 
 def _remove(segment: Path, all_temps: bool) -> None:
+    """The segment, its temporary files (those of dead builders only, unless `all_temps`) and its users file."""
     segment.unlink(missing_ok=True)
     for tmp, pid in temp_files(segment):
-        if all_temps or not (pid > 0 and users.alive(pid)):
+        if all_temps or not users.alive(pid):
             tmp.unlink(missing_ok=True)
+    users_path(segment).unlink(missing_ok=True)
 
 
 def clear_caches(cache_dir="/dev/shm", force: bool = False) -> tuple[list[CacheInfo], list[CacheInfo]]:
@@ -133,13 +135,11 @@ def clear_caches(cache_dir="/dev/shm", force: bool = False) -> tuple[list[CacheI
                     kept.append(info)
                     continue
                 _remove(seg, force)
-                users_path(seg).unlink(missing_ok=True)
         except CacheError:   # its lock is held for longer than a moment: it is being built
             if not force:
                 info.note = "being built (--force removes it anyway)"
                 kept.append(info)
                 continue
             _remove(seg, True)
-            users_path(seg).unlink(missing_ok=True)
         removed.append(info)
     return removed, kept

@@ -16,13 +16,13 @@ import fcntl
 import os
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
-from ..procs import parent_only
+from ..procs import alive, parent_only
 
 _POLL = 0.05
 
@@ -38,19 +38,6 @@ def start_time(pid: int) -> float | None:
         return None
 
 
-def alive(pid: int, started: float | None = None) -> bool:
-    """Whether `pid` runs (and, given `started`, is the same process that started then)."""
-    try:
-        p = psutil.Process(pid)
-        if p.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return started is None or abs(p.create_time() - started) < 0.5
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.AccessDenied:
-        return True
-
-
 @dataclass
 class Users:
     entries: list[tuple[int, float]] = field(default_factory=list)   # (pid, start time), one per attach
@@ -63,18 +50,16 @@ class Users:
     def add(self, pid: int) -> None:
         self.entries.append((pid, start_time(pid) or 0.0))
 
-    def remove(self, pid: int) -> bool:
-        for k, (p, _) in enumerate(self.entries):
-            if p == pid:
-                del self.entries[k]
-                return True
-        return False
+    def remove(self, pid: int) -> None:
+        """Drop one attach of `pid`."""
+        pids = [p for p, _ in self.entries]
+        if pid in pids:
+            del self.entries[pids.index(pid)]
 
-    def prune(self) -> list[int]:
-        """Drop the users that are no longer running; return their pids."""
-        dead = [p for p, t in self.entries if not alive(p, t or None)]
+    def prune(self) -> None:
+        """Drop the users that are no longer running."""
+        dead = {p for p, t in self.entries if not alive(p, t or None)}
         self.entries = [(p, t) for p, t in self.entries if p not in dead]
-        return dead
 
 
 def parse(text: str) -> Users:
@@ -84,10 +69,8 @@ def parse(text: str) -> Users:
         if parts == ["keep"]:
             users.keep = True
         elif len(parts) == 2 and parts[0].isdigit():
-            try:
+            with suppress(ValueError):
                 users.entries.append((int(parts[0]), float(parts[1])))
-            except ValueError:
-                continue
     return users
 
 

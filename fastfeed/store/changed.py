@@ -8,6 +8,7 @@ SIGBUS by its parent (`store_changed_reason`, from the Stores this process knows
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -70,12 +71,9 @@ _BUS_PID = None
 
 
 def watch_for_bus_errors() -> None:
-    """Once per process: on SIGBUS, print which shard changed before dying as before.
-
-    A shard truncated under its map faults the reading thread (SIGBUS, a bus error with no message). Most
-    changes are caught at the next `record()` (StoreChanged); this names the one that lands mid-read. The
-    handler only writes a line, puts the previous handler back (SIG_DFL, or faulthandler's traceback) and
-    raises the signal again, so the process ends the way it would have.
+    """Once per process: on SIGBUS (a change that lands mid-read, see above), print which shard changed before
+    dying as before. The handler only writes a line, puts the previous handler back (SIG_DFL, or faulthandler's
+    traceback) and raises the signal again, so the process ends the way it would have.
 
     Checked in every process that maps a shard, not only once: a forked child inherits the handler, but what
     runs in it may have put its own in place since (a torch DataLoader worker installs one that blames shared
@@ -94,11 +92,9 @@ def watch_for_bus_errors() -> None:
     if _BUS_HANDLER is None:
         def on_bus(signum):
             libc.signal(signal.SIGBUS, _BUS_PREVIOUS[0] if _BUS_PREVIOUS else None)
-            try:
+            with contextlib.suppress(BaseException):   # nothing may escape a signal handler
                 os.write(2, f"fastfeed: bus error in pid {os.getpid()} reading a memory map: "
                             f"{store_changed_reason()}\n".encode(errors="replace"))
-            except BaseException:  # noqa: BLE001 - nothing may escape a signal handler
-                pass
             # Pending until this returns (a handled signal is blocked meanwhile), then the previous handler's: so a
             # SIGBUS sent with kill() ends the process too, not only a fault that repeats.
             signal.pthread_kill(threading.get_ident(), signal.SIGBUS)

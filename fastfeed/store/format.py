@@ -64,8 +64,6 @@ class NotAStore(FormatError):
         self.path = Path(path)
 
 
-# --- manifest -------------------------------------------------------------------------------------
-
 @dataclass(frozen=True)
 class ShardInfo:
     file: str     # shard_file(k)

@@ -3,6 +3,7 @@ names a shard when LMDB fails on it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -36,11 +37,9 @@ def acquire(key: tuple[int, int], file: str) -> _Handle:
     if h is not None and h.pid != os.getpid():
         # Inherited through fork: LMDB handles must not cross processes. Dropping them here only
         # unmaps this child's copy (read-only, lock=False: no reader slots or lock files to disturb).
-        try:
+        with contextlib.suppress(lmdb.Error):
             h.txn.abort()
             h.env.close()
-        except lmdb.Error:
-            pass
         os.close(h.fd)
         h = None
     if h is None:

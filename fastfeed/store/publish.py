@@ -29,7 +29,7 @@ import time
 from glob import escape as glob_escape
 from pathlib import Path
 
-from ..procs import parent_only
+from ..procs import alive, parent_only
 from . import format as fmt
 
 log = logging.getLogger(__name__)
@@ -51,10 +51,6 @@ class LockBusy(Exception):
 def temp_dir_for(out: Path) -> Path:
     """A sibling of OUT that can never be mistaken for a store (hidden, and no manifest until the end)."""
     return out.parent / f".{out.name}.incomplete-{os.getpid()}"
-
-
-def _old_dir_for(out: Path) -> Path:
-    return out.parent / f".{out.name}.old-{os.getpid()}"
 
 
 def leftovers(out: Path) -> list[Path]:
@@ -114,11 +110,9 @@ def locked(out: Path, settle_s: float = 0.0, owner: bool = True, wait: bool = Fa
                 raise LockBusy(pid) from None
             time.sleep(0.05)
             continue
-        try:  # the file locked must still be the lock file: a pack finishing meanwhile unlinks its own
-            if os.path.samestat(os.fstat(fd), os.stat(path)):
+        with contextlib.suppress(FileNotFoundError):   # a pack finishing meanwhile unlinks its lock file
+            if os.path.samestat(os.fstat(fd), os.stat(path)):   # the file locked is still the lock file
                 break
-        except FileNotFoundError:
-            pass
         os.close(fd)
     try:
         try:
@@ -156,25 +150,9 @@ def tidy(out: Path) -> None:
     is running (those files are its own) or the folder cannot be written (then they stay, harmless)."""
     if not leftovers(out) and not fmt.pack_lock_path(out).exists():
         return
-    try:
-        with locked(out, settle_s=SETTLE_S, owner=False):
-            for line in recover(out):
-                log.warning("%s", line)
-    except (LockBusy, OSError):
-        pass
-
-
-def alive(pid: int | None) -> bool:
-    """Whether `pid` runs on this machine (False for None)."""
-    if pid is None or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    with contextlib.suppress(LockBusy, OSError), locked(out, settle_s=SETTLE_S, owner=False):
+        for line in recover(out):
+            log.warning("%s", line)
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -206,7 +184,7 @@ def publish(tmp: Path, out: Path, overwrite: bool) -> None:
     if _exchange(tmp, out):
         shutil.rmtree(tmp, ignore_errors=True)   # tmp now holds the old store; killed here, `recover` ends it
         return
-    old = _old_dir_for(out)
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
     os.rename(out, old)
     try:
         os.rename(tmp, out)

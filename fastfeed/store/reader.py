@@ -75,7 +75,6 @@ class Store:
         self._starts = [s.start for s in self.shards]
         self._len = int(self.manifest.num_images)
 
-    # --- metadata ---------------------------------------------------------------------------------
     def __len__(self) -> int:
         return self._len
 
@@ -103,7 +102,6 @@ class Store:
             return getattr(self.__dict__["provider"], name)
         raise AttributeError(f"'Store' object has no attribute {name!r}")
 
-    # --- process-local handles --------------------------------------------------------------------
     def __getstate__(self):
         return {"provider": self.provider, "options": self.options, "check_crc": self.check_crc}
 
@@ -121,30 +119,27 @@ class Store:
     def __exit__(self, *exc):
         self.close()
 
-    def _locate(self, index: int) -> int:
+    def shard_of(self, index: int) -> int:
+        """The number (index into `shards`) of the shard holding record `index`."""
+        index = int(index)
         if not 0 <= index < self._len:
             raise IndexError(f"record {index} out of range: the store holds {self._len} records")
         return bisect.bisect_right(self._starts, index) - 1
 
-    def shard_of(self, index: int) -> int:
-        """The number (index into `shards`) of the shard holding record `index`."""
-        return self._locate(int(index))
-
     def shard_name(self, index: int) -> str:
         """File name of the shard holding record `index`."""
-        return self.shards[self._locate(index)].file
+        return self.shards[self.shard_of(index)].file
 
     def reopen(self) -> Store:
         """A new Store over the same place as it is now (after a re-pack: the new pack), same settings."""
         return Store(self.provider.location, check_crc=self.check_crc, options=self.options)
 
-    # --- reads ------------------------------------------------------------------------------------
     def record(self, index: int, check_crc: bool | None = None) -> Record:
         """Record `index`, parsed, CRC-checked (unless `check_crc` is False, default: the Store's), not
         decoded: the one way every reader gets a record. A local record's payload is a view valid while the Store
         is open; one from a URL owns its bytes. A damaged record raises RecordCorrupt naming it and its shard."""
         index = int(index)
-        return self.provider.record(index, self._locate(index), self.check_crc if check_crc is None else check_crc)
+        return self.provider.record(index, self.shard_of(index), self.check_crc if check_crc is None else check_crc)
 
     def __getitem__(self, index: int) -> Sample:
         return self.get(int(index))

@@ -19,6 +19,8 @@ from typing import BinaryIO
 
 import torch
 
+from ..procs import alive
+
 FORMAT = "fastfeed-yolo-checkpoint"
 VERSION = 1
 
@@ -119,20 +121,10 @@ def remove_stale_temporaries(folder: Path) -> list[Path]:
     removed = []
     for tmp in Path(folder).glob(_TMP.format(name="*.pt", pid="*")):
         pid = tmp.name.rpartition(".tmp")[2]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not alive(int(pid)):
             tmp.unlink(missing_ok=True)
             removed.append(tmp)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:   # someone else's process
-        return True
-    return True
 
 
 def load_checkpoint(path, map_location="cpu") -> dict:

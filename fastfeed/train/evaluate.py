@@ -40,10 +40,8 @@ class ImageFrame:
     def to_original(self, xyxy: np.ndarray) -> np.ndarray:
         """Letterboxed-frame pixels -> original-image pixels, clipped to the image."""
         out = np.empty_like(xyxy, dtype=np.float64)
-        out[:, [0, 2]] = (xyxy[:, [0, 2]] - self.left) / self.nw * self.orig_w
-        out[:, [1, 3]] = (xyxy[:, [1, 3]] - self.top) / self.nh * self.orig_h
-        out[:, [0, 2]] = out[:, [0, 2]].clip(0, self.orig_w)
-        out[:, [1, 3]] = out[:, [1, 3]].clip(0, self.orig_h)
+        out[:, [0, 2]] = ((xyxy[:, [0, 2]] - self.left) / self.nw * self.orig_w).clip(0, self.orig_w)
+        out[:, [1, 3]] = ((xyxy[:, [1, 3]] - self.top) / self.nh * self.orig_h).clip(0, self.orig_h)
         return out
 
 

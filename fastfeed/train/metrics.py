@@ -37,10 +37,6 @@ class Meter:
             self.util.append(pct)
 
     @property
-    def data(self) -> float:
-        return self.seconds["data"]
-
-    @property
     def busy(self) -> float:
         """Seconds of the step accounted for (data + copy + compute + communication)."""
         return sum(self.seconds.values())
@@ -53,5 +49,5 @@ class Meter:
         return {"loss": sum(terms), "box": terms[0], "obj": terms[1], "cls": terms[2],
                 "images_per_s": self.images / max(time.perf_counter() - self.t, 1e-9),
                 **{f"{k}_ms": v * per for k, v in self.seconds.items()},
-                "data_wait_frac": self.data / max(self.busy, 1e-9),
+                "data_wait_frac": self.seconds["data"] / max(self.busy, 1e-9),
                 "util_pct": sum(self.util) / len(self.util) if self.util else None}

@@ -13,10 +13,6 @@ from .device import TrainError
 log = logging.getLogger(__name__)
 
 
-def _batchnorms(model: nn.Module) -> list[nn.Module]:
-    return [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-
-
 def sync_batchnorm(model: nn.Module, device: torch.device, world_size: int, backend: str) -> nn.Module:
     """BatchNorm -> SyncBatchNorm: each layer normalises with statistics over every rank's micro-batch
     (what a small per-device batch needs). Only nccl (CUDA) and hccl (NPU) can run it."""
@@ -39,7 +35,7 @@ def freeze_batchnorm(model: nn.Module) -> int:
     every forward, whatever model.train() said), and its affine weights take no gradient. For fine-tuning
     from --weights: small batches would otherwise overwrite statistics learnt on far more images.
     Returns the number of layers frozen."""
-    bns = _batchnorms(model)
+    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     for m in bns:
         m.eval()
         m.register_forward_pre_hook(_stay_in_eval)

@@ -58,8 +58,6 @@ class Reporter:
             log.warning("mosaic is never used: --close-mosaic %d covers all %d epochs; give a smaller --close-mosaic "
                         "to train with mosaic", r.cfg.close_mosaic, r.cfg.epochs)
 
-    # --- what the step adds ---------------------------------------------------------------------------------
-
     def add_time(self, **seconds: float) -> None:
         for m in (self.window, self.total):
             m.add_time(**seconds)
@@ -74,8 +72,6 @@ class Reporter:
             m.images += images
             m.add_util(util)
         self.bar.update(1)
-
-    # --- the log line -------------------------------------------------------------------------------------
 
     def step_done(self, lr: float, end_of_epoch: bool) -> None:
         r = self.run
@@ -100,8 +96,6 @@ class Reporter:
         self.record({"event": "eval", **self.evals[-1]})
         epoch = math.ceil(r.step / max(r.steps_per_epoch, 1))   # the epoch of the last step (1-based, as the log line)
         r.say("epoch %d/%d: mAP@0.5 %.4f, mAP@0.5:0.95 %.4f", epoch, r.cfg.epochs, res["map50"], res["map"])
-
-    # --- the summary --------------------------------------------------------------------------------------
 
     def context(self) -> dict:
         """What the verdict's advice needs to know about the run."""

@@ -64,7 +64,6 @@ class DaliLoader(Loader):
         pool = getattr(self._pipe, "_py_pool", None)
         return list(pool.pids()) if pool is not None else []
 
-    # --- the pipeline ------------------------------------------------------------------------------
     def _start(self, epoch: int, start: int) -> None:
         """(Re)build the pipeline so that DALI's epoch 0 is loader epoch `epoch` from batch `start` on."""
         from nvidia.dali import backend
@@ -87,9 +86,6 @@ class DaliLoader(Loader):
         self._it = DALIGenericIterator([self._pipe], list(OUTPUTS), auto_reset=True, prepare_first_batch=False)
 
     def iter_batches(self) -> Iterator[Batch]:
-        return self._iter_epoch()
-
-    def _iter_epoch(self) -> Iterator[Batch]:
         n = len(self) - self.start
         k = -1
         try:
@@ -106,11 +102,8 @@ class DaliLoader(Loader):
                     raise WorkerError(f"dali loader: the pipeline ended after {k} of {n} batches") from None
                 yield self._to_batch(out[0], self.order.batches(self.epoch)[self.start + k])
             k = n
-            try:   # the end of DALI's epoch: resets the pipeline, which starts on the next epoch
-                next(self._it)
+            if next(self._it, None) is not None:   # the end of DALI's epoch: resets the pipeline for the next one
                 raise WorkerError(f"dali loader: the pipeline gave more than {n} batches")
-            except StopIteration:
-                pass
             self._active = False
             self._epochs_done += 1
         except GeneratorExit:
@@ -133,15 +126,15 @@ class DaliLoader(Loader):
         self._times.add({"read": read, "plan": plan, "collate": perf_counter() - t0}, int(images.shape[0]))
         return Batch(images, targets, torch.from_numpy(indices))
 
-    # --- failures ----------------------------------------------------------------------------------
     def _explain(self, e: Exception, k: int) -> WorkerError:
         """A DALI failure as a WorkerError naming the record when one can be found."""
         msg = str(e)
         where = f"batch {k} of epoch {self.epoch}"
-        if isinstance(e, FormatError):   # the external source ran in this thread (workers=0)
-            return WorkerError(f"dali loader: the external source failed near {where}: {type(e).__name__}: {msg}")
-        found = re.findall(r"^\s*(?:\w+\.)*(\w*(?:Error|Corrupt)): (.*record \d+.*)$", msg, re.M)
-        if found:   # the external source raised in a worker (CRC, layout): its message names the record
+        # The external source raised in this thread (workers=0), or in a worker (CRC, layout): the message names
+        # the record.
+        found = ([(type(e).__name__, msg)] if isinstance(e, FormatError)
+                 else re.findall(r"^\s*(?:\w+\.)*(\w*(?:Error|Corrupt)): (.*record \d+.*)$", msg, re.M))
+        if found:
             name, text = found[-1]
             return WorkerError(f"dali loader: the external source failed near {where}: {name}: {text}")
         if "Worker data receiving interrupted" in msg:   # DALI's word for a worker process that died
@@ -162,7 +155,7 @@ class DaliLoader(Loader):
             return None
         epochs = [(self.epoch, range(k, k + depth)), (self.epoch + 1, range(depth))]
         for epoch, ks in epochs:
-            batches = src.batches(epoch)
+            batches = src.order.batches(epoch)
             for kk in ks:
                 if kk >= len(batches):
                     break

@@ -5,14 +5,10 @@ the cpu loader's plans for the same seed); this module turns a plan's geometry i
 for DALI, and moves the boxes in numpy before DALI sees them. The same numbers move the boxes (here) and
 the pixels (in DALI), so boxes follow pixels by construction.
 
-Pixels take this path (graph.py): each tile is decoded, `fn.resize`d with a region of interest so
-that exactly its visible part comes out at its final scale, and `fn.multi_paste`d at its place in
-the S x S output over a grey fill. That is the composition `augment.render_labels` uses (layout by
-`augment.sample_layout`, zoom and shift in one map: about S*S pixels are produced per sample, not a 2S x 2S
-canvas). Rotation and shear (hyp.degrees/shear, 0 by default) follow as one `fn.warp_affine` of the
-S x S result about the shifted centre; the cpu loader warps the tiles themselves, so here the
-corners that a rotation brings in from outside the S x S frame are grey fill. Flips are left to
-`fn.flip` + `fn.bb_flip`.
+Pixels take graph.py's path (resize with a region of interest, multi_paste, warp_affine, flip): the composition
+`augment.render_labels` uses (layout by `augment.sample_layout`, zoom and shift in one map: about S*S pixels
+are produced per sample, not a 2S x 2S canvas). Rotation and shear warp the S x S result; the cpu loader warps
+the tiles themselves, so here the corners that a rotation brings in from outside the S x S frame are grey fill.
 """
 
 from __future__ import annotations
@@ -126,9 +122,6 @@ def plan_train(geometry: Geometry, tiles: list, size: int, hyp: AugmentHyp, hsv=
     flip = (int(d.flip_lr), int(d.flip_ud))
     jitter = (0.0, 1.0, 1.0) if hsv is None else (hsv[0] * 360.0, hsv[1], hsv[2])
     return _assemble(rows, pastes, size, boxes, classes, flip, jitter, warp)
-
-
-MOSAIC_BRANCHES = 7   # own image, then for each of the 3 partners: (from the batch, read from the store)
 
 
 def route_partners(plan: DaliSample, from_store: list[bool]) -> DaliSample:

@@ -74,23 +74,19 @@ class DaliSource:
         self._placeholder = None
         self._read_s = 0.0
 
-    def batches(self, epoch: int) -> list[np.ndarray]:
-        return self.order.batches(epoch)
-
     def __call__(self, info):
         epoch = self.epoch0 + int(info.epoch_idx)
-        batches = self.batches(epoch)
+        batches = self.order.batches(epoch)
         k = int(info.iteration) + (self.start if epoch == self.epoch0 else 0)   # DALI's first epoch may start late
         if k >= len(batches):
             raise StopIteration
         self.order.reached(epoch, k)   # a shard cache following the order pins and reads ahead
         return self.build(epoch, k, batches[k])
 
-    # --- one batch ---------------------------------------------------------------------------------
     def plans(self, epoch: int, k: int, n: int):
         """(candidate records, plans) of batch k of `epoch`: the cpu loader's, for worker k % W's buffer."""
         c, w = self.cfg, max(self.cfg.workers, 1)
-        cands = history(self.batches, epoch, k + 1, k % w, w, self.partner_buffer)
+        cands = history(self.order.batches, epoch, k + 1, k % w, w, self.partner_buffer)
         mosaic_on = self.mode == "mosaic" and c.mosaic_on(epoch)
         plans = draw_batch(batch_rng(c.seed, self.rank, epoch, k), n, self.hyp, self.size, mosaic_on=mosaic_on,
                            mixup_on=c.mixup_on(epoch), candidates=len(cands))
@@ -119,7 +115,8 @@ class DaliSource:
             if self.mode == "mosaic":
                 for s in range(3):
                     real = s < len(partners)
-                    read = self._partner(out, s, partners[s] if real and not from_batch[s] else None)
+                    record = partners[s] if real and not from_batch[s] else None
+                    read = self._input(out, f"p{s + 1}", f"t{s + 1}", record)
                     if real:
                         tiles.append(records[at[s]][1] if from_batch[s] else read)
                     out[f"b{s + 1}"].append(np.array(at[s] if real and from_batch[s] else 0, np.int32))
@@ -138,17 +135,13 @@ class DaliSource:
             if prefix + name in out:
                 out[prefix + name].append(getattr(dp, name))
 
-    def _partner(self, out: dict, s: int, record: int | None):
-        """Read partner `record` for slot s of this sample into its own input (None: a placeholder); its tile."""
-        if record is None:
-            out[f"p{s + 1}"].append(self.placeholder())
-            if f"t{s + 1}" in out:
-                out[f"t{s + 1}"].append(_UPRIGHT)
-            return None
-        data, tile, turn = self.read(record)
-        out[f"p{s + 1}"].append(data)
-        if f"t{s + 1}" in out:
-            out[f"t{s + 1}"].append(turn)
+    def _input(self, out: dict, name: str, turn_name: str, record: int | None):
+        """Read `record` into this sample's input `name` and its turn into `turn_name` (when the graph turns);
+        None: a placeholder. Returns its tile (None for a placeholder)."""
+        data, tile, turn = self.read(record) if record is not None else (self.placeholder(), None, _UPRIGHT)
+        out[name].append(data)
+        if turn_name in out:
+            out[turn_name].append(turn)
         return tile
 
     def _mix(self, out: dict, plan, cands) -> None:
@@ -156,16 +149,8 @@ class DaliSource:
         n = sum(1 for name in out if name[0] == "m" and name[1:].isdigit())
         mix = plan.mix
         records = [] if mix is None else [int(cands[mix.other])] + [int(cands[p]) for p in mix.geometry.partners or ()]
-        tiles = []
-        for t in range(n):
-            if t < len(records):
-                data, tile, turn = self.read(records[t])
-                tiles.append(tile)
-            else:
-                data, turn = self.placeholder(), _UPRIGHT
-            out[f"m{t}"].append(data)
-            if f"mt{t}" in out:
-                out[f"mt{t}"].append(turn)
+        tiles = [self._input(out, f"m{t}", f"mt{t}", records[t] if t < len(records) else None) for t in range(n)]
+        tiles = tiles[:len(records)]
         dp = empty_plan(n, self.size) if mix is None else pad_tiles(plan_train(mix.geometry, tiles, self.size, self.hyp), n)
         self._emit(out, "m", dp)
         out["mix"].append(np.array([mix.weight if mix else 1.0, float(mix is not None)], np.float32))

@@ -130,11 +130,9 @@ def make_decoder(name: str, device: torch.device):
     """The decoder `name` for `device`; ImportError/ValueError saying what to do when it cannot run there."""
     if name not in DECODERS:
         raise ValueError(f"device option decoder={name!r}; valid: {', '.join(DECODERS)}")
-    if name == "host":
+    if name == "host" or (name == "auto" and device.type != "cuda"):
         return HostDecoder()
     if name == "auto":
-        if device.type != "cuda":
-            return HostDecoder()
         for candidate in ("torchvision", "nvimgcodec"):
             why = _why_not(candidate)
             if why is None:

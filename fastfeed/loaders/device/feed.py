@@ -27,7 +27,7 @@ from ...prefetch.streams import InFlight
 from ..workers import WorkerError
 from .decode import load_items
 from .host import HostBatch
-from .plan import Item, Plan, ship_record
+from .plan import Item, Plan, read_item
 from .render import Params, render
 
 
@@ -106,7 +106,6 @@ class DeviceFeed(DevicePrefetcher):
             out["masks"] = self._upload(batch.masks)
         return out
 
-    # --- pixels ----------------------------------------------------------------------------------------
     def _pixels(self, plan: Plan, slot: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:
         """(flat uint8 [P,3] pixels on the device, int64 [B,4] first row of each tile in it)."""
         if self.cache is not None:
@@ -138,16 +137,10 @@ class DeviceFeed(DevicePrefetcher):
 
     def _reread(self, records: list[int]) -> dict[int, torch.Tensor]:
         """Partners the device never saw (a worker's buffer replayed on resume): read and decode them here."""
-        items = []
-        for i in records:
-            r = self.host.store.record(i)
-            kind, buf, shape, orientation = ship_record(r, self.size, self.host.ship)
-            data = buf.reshape(-1) if isinstance(buf, np.ndarray) else np.frombuffer(buf, np.uint8)
-            items.append(Item(i, kind, tuple(shape), orientation, r.where, nbytes=data.size, data=data.tobytes()))
+        items = [read_item(self.host.store, i, self.size, self.host.ship) for i in records]
         self.reread += len(items)
         return self._load(items, None)
 
-    # --- images ----------------------------------------------------------------------------------------
     def _render(self, plan: Plan, pixels: torch.Tensor, base: np.ndarray) -> torch.Tensor:
         b = len(plan.tiles)
         floats = np.concatenate([plan.minv.reshape(b, 6), plan.centre, plan.region.reshape(b, 16),

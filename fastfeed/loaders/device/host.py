@@ -1,6 +1,5 @@
-"""The device loader's host side: the worker-pool loader (`pool.PoolLoader`: batch k to worker k % W,
-partner buffers replayed on resume, the next epoch queued while one drains, worker failures as
-`WorkerError`), with `plan.Planner` as the workers' builder and byte slots for the new records' payloads.
+"""The device loader's host side: the worker-pool loader (`pool.PoolLoader`, as the cpu loader's), with
+`plan.Planner` as the workers' builder and byte slots for the new records' payloads.
 
 A host batch is a `HostBatch`: the batch's whole shared slot (the payloads: JPEG bytes or pixels, see
 plan.py; valid until the next host batch is asked for), its `Plan` and its record indices; for a segment

@@ -20,9 +20,8 @@ log = logging.getLogger(__name__)
 
 
 class DeviceLoader(Loader):
-    """Batches of `dtype` images in [0,1] and float32 targets on `cfg.device`, from planning workers
-    (host.py, plan.py), device decoding (decode.py) and rendering (render.py), double buffered on a side
-    stream (feed.py); optionally over the VRAM cache (vram_cache.py). Use it directly: it replaces loader + prefetcher.
+    """Batches of `dtype` images in [0,1] and float32 targets on `cfg.device` (the package's docstring says how).
+    Use it directly: it replaces loader + prefetcher.
 
     Batches are new tensors (two are prepared ahead): unlike the host loaders' they stay valid after the next
     one is asked for. `device_augment` does not apply: every augmentation runs on the device already, with

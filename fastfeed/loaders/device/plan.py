@@ -88,6 +88,14 @@ def ship_record(r: Record, size: int, mode: str) -> tuple[str, object, tuple[int
     return "pixels", img, img.shape[:2], 1
 
 
+def read_item(store, i: int, size: int, mode: str) -> Item:
+    """Record `i` read in this process as an `Item` carrying its payload (`data`): not through a slot."""
+    r = store.record(i)
+    kind, buf, shape, orientation = ship_record(r, size, mode)
+    data = buf.reshape(-1) if isinstance(buf, np.ndarray) else np.frombuffer(buf, np.uint8)
+    return Item(i, kind, tuple(shape), orientation, r.where, nbytes=data.size, data=data.tobytes())
+
+
 class Planner:
     """Builds `Plan`s inside one worker (the builder of the worker pool: `pool.PoolLoader`)."""
 

@@ -22,7 +22,7 @@ from ...devices import free_memory
 from ...procs import usable_cores, worker_context
 from ...progress import bar as progress_bar
 from .decode import load_items
-from .plan import SHIP_DECODED, SHIP_ENCODED, Item, ship_record
+from .plan import SHIP_DECODED, SHIP_ENCODED, read_item, ship_record
 from .render import chunk_pixels
 
 log = logging.getLogger(__name__)
@@ -32,9 +32,6 @@ _BATCH = 64
 
 class VramCacheError(ValueError):
     """The decoded store does not fit in the device's free memory (the message says what would)."""
-
-
-DeviceCacheError = VramCacheError   # its old name, kept for callers that catch it
 
 
 @dataclass
@@ -125,13 +122,7 @@ def build_vram_cache(store, imgsz: int, batch_size: int, device: torch.device, d
                     bar.update(len(chunk))
         else:
             for s in range(0, n, _BATCH):
-                items = []
-                for i in range(s, min(s + _BATCH, n)):
-                    r = store.record(i)
-                    kind, buf, shape, orientation = ship_record(r, imgsz, SHIP_ENCODED)
-                    data = buf.reshape(-1) if isinstance(buf, np.ndarray) else np.frombuffer(buf, np.uint8)
-                    items.append(Item(i, kind, tuple(shape), orientation, r.where, nbytes=data.size,
-                                      data=data.tobytes()))
+                items = [read_item(store, i, imgsz, SHIP_ENCODED) for i in range(s, min(s + _BATCH, n))]
                 for i, img in load_items(items, None, decoder, upload).items():
                     put(i, img)
                 bar.update(len(items))
