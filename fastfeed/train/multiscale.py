@@ -18,15 +18,16 @@ import torch.nn.functional as F
 LOW, HIGH = 0.5, 1.5
 
 
-def size_range(imgsz: int, stride: int) -> tuple[int, int]:
-    """The smallest and largest multiple of `stride` within [LOW, HIGH] x imgsz (at least one stride)."""
-    lo = max(stride, math.ceil(LOW * imgsz / stride) * stride)
-    return lo, max(lo, math.floor(HIGH * imgsz / stride) * stride)
+def size_range(imgsz: int, stride: int, low: float = LOW, high: float = HIGH) -> tuple[int, int]:
+    """The smallest and largest multiple of `stride` within [low, high] x imgsz (at least one stride)."""
+    lo = max(stride, math.ceil(low * imgsz / stride) * stride)
+    return lo, max(lo, math.floor(high * imgsz / stride) * stride)
 
 
-def step_size(seed: int, step: int, imgsz: int, stride: int) -> int:
-    """The training size of optimizer step `step`: uniform over the multiples of `stride` in `size_range`."""
-    lo, hi = size_range(imgsz, stride)
+def step_size(seed: int, step: int, imgsz: int, stride: int, low: float = LOW, high: float = HIGH) -> int:
+    """The training size of optimizer step `step`: uniform over the multiples of `stride` in range (`low`,
+    `high`: Ultralytics' multi_scale m is 1 - m, 1 + m)."""
+    lo, hi = size_range(imgsz, stride, low, high)
     return random.Random(f"fastfeed multi-scale {seed} {step}").randrange(lo, hi + 1, stride)
 
 

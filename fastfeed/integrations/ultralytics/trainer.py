@@ -98,7 +98,10 @@ class FastfeedMixin(StoppableMixin):
         without boxes, nor one of another task (or another kpt_shape) than this trainer's."""
         if self._ff_store is None:
             with torch_distributed_zero_first(rank):
-                self._ff_store = prepare_store(dataset_path, progress=RANK in (-1, 0), names=self.data.get("names"),
+                # single_cls: Ultralytics reads every class id (its names are overridden to one), so the pack
+                # takes the dataset's own names, and the batches' classes become 0 (ClassFilter)
+                names = None if self.args.single_cls else self.data.get("names")
+                self._ff_store = prepare_store(dataset_path, progress=RANK in (-1, 0), names=names,
                                                options=StoreOptions.from_env(os.environ, self.store_options),
                                                task=self.fastfeed_task,
                                                data_yaml=self.data.get("yaml_file"))
