@@ -103,6 +103,9 @@ def test_a_finished_run_resumed_says_so_and_where_its_weights_are(store, tmp_pat
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == rows   # nothing appended
     assert main(args + ["--resume", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["mode"] == "finished"
+    assert main([a for a in args if a != "--quiet"] + ["--resume"]) == 0   # its log lines shown: none says it
+    said = capsys.readouterr()                                            # resumes an epoch past the last
+    assert "is a finished run" in said.out and "resumed at step" not in said.out + said.err
 
 
 def test_eval_only_without_its_checkpoint_names_the_flag_not_a_python_value(store, capsys):

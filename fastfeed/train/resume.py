@@ -81,8 +81,9 @@ def restore(run) -> None:
     run.epoch, run.skip = run.loader.epoch, run.loader.start
     run.eval_pending = bool(ckpt.get("eval_pending")) and run.val_store is not None
     set_rng_state(ckpt["rng"], run.device)
-    run.say("resumed at step %d: %s%s", run.step, line,
-            "; the evaluation of the epoch before is still to do" if run.eval_pending else "")
+    if run.epoch < run.cfg.epochs or run.eval_pending:   # a finished run says so instead (loop.finished)
+        run.say("resumed at step %d: %s%s", run.step, line,
+                "; the evaluation of the epoch before is still to do" if run.eval_pending else "")
     run.ckpt, run.resumed = None, True   # its tensors are in place now
 
 
