@@ -113,7 +113,7 @@ def cmd_ls(args) -> int:
 def _shard_dir(args):
     from ..store.remote.sizes import default_dir
 
-    return args.shard_dir or store_options(args).cache_dir or default_dir()
+    return args.shard_dir or store_options(args).shard_cache or default_dir()
 
 
 def _ls_shards(args, quiet_if_empty: bool = False) -> int:
