@@ -24,7 +24,7 @@ from fastfeed.cli import main
 
 # --- reference counting and cleanup --------------------------------------------------------------
 
-def test_the_last_user_out_removes_the_segment_and_dead_users_are_pruned(painted_store, shm_dir):
+def test_the_last_user_out_removes_the_slab_and_dead_users_are_pruned(painted_store, shm_dir):
     a = acquire(painted_store, 96, shm_dir)
     b = acquire(painted_store, 96, shm_dir)
     assert a.built and not b.built and a.path == b.path
@@ -38,7 +38,7 @@ def test_the_last_user_out_removes_the_segment_and_dead_users_are_pruned(painted
     assert not list(shm_dir.iterdir())
 
 
-def test_keep_leaves_the_segment_for_the_next_run(painted_store, shm_dir):
+def test_keep_leaves_the_slab_for_the_next_run(painted_store, shm_dir):
     with acquire(painted_store, 96, shm_dir, keep=True) as lease:
         pass
     assert lease.path.exists()
@@ -111,9 +111,9 @@ def test_cli_cache_build_ls_clear(painted_store, jpeg_store, shm_dir, capsys):
 
 
 def test_cli_clear_removes_leftovers_of_crashed_builds(painted_store, shm_dir, capsys):
-    segment = layout.segment_path(shm_dir, painted_store.fingerprint, 96)
-    cache_build.temp_path(segment, dead_pid()).write_bytes(b"half")
-    users_path(segment).write_text(f"{dead_pid()} 1.0\n")
+    slab = layout.slab_path(shm_dir, painted_store.fingerprint, 96)
+    cache_build.temp_path(slab, dead_pid()).write_bytes(b"half")
+    users_path(slab).write_text(f"{dead_pid()} 1.0\n")
     (info,) = list_caches(shm_dir)
     assert info.state == "stale" and "left half-written by pid" in info.note
     assert main(["cache", "clear", "--dir", str(shm_dir)]) == 0

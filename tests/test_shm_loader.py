@@ -1,5 +1,5 @@
 """The `shm` loader: the cpu loader's Batch contract and augmentation over the shared cache, ranks that
-share one segment, the partial-cache fallback, and cleanup when loaders close."""
+share one slab, the partial-cache fallback, and cleanup when loaders close."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def test_same_batches_as_the_cpu_loader_when_no_resize_is_needed(painted_store, 
 
 def test_a_partial_cache_falls_back_to_the_store(painted_store, shm_dir, monkeypatch):
     shapes, counts, _, _ = cache_build.scan(painted_store, 160)
-    need = layout.segment_bytes(shapes, counts)
+    need = layout.slab_bytes(shapes, counts)
     monkeypatch.setattr("fastfeed.cache.budget.free_bytes", lambda d: int(need[9]) + 10)
     kw = dict(imgsz=160, batch_size=4, workers=2, hyp=NO_COLOUR, seed=5)
     with pytest.raises(CacheBudgetError, match="cache_partial=True"):
@@ -115,7 +115,7 @@ def _rank(store, cache_dir, rank, barrier, results):
         barrier.wait()    # both attached at once before either closes
 
 
-def test_two_ranks_share_one_segment_and_read_disjoint_samples(painted_store, shm_dir):
+def test_two_ranks_share_one_slab_and_read_disjoint_samples(painted_store, shm_dir):
     """Ranks as torchrun starts them: fresh interpreters (spawn), one loader each, 2 workers each."""
     ctx = mp.get_context("spawn")
     barrier, results = ctx.Barrier(2), ctx.Queue()
@@ -125,12 +125,12 @@ def test_two_ranks_share_one_segment_and_read_disjoint_samples(painted_store, sh
             p.join(60)
             assert p.exitcode == 0
     (_, built0, ino0, r0), (_, built1, ino1, r1) = got
-    assert [built0, built1].count(True) == 1 and ino0 == ino1       # one build, one segment
+    assert [built0, built1].count(True) == 1 and ino0 == ino1       # one build, one slab
     assert not r0 & r1 and len(r0 | r1) == 24
     assert not list(shm_dir.iterdir())                                # removed with the last rank
 
 
-def test_closing_or_dropping_the_loader_removes_the_segment_from_dev_shm(own_painted_store):
+def test_closing_or_dropping_the_loader_removes_the_slab_from_dev_shm(own_painted_store):
     before = set(os.listdir("/dev/shm"))
     loader = create_loader("shm", own_painted_store, LoaderConfig(imgsz=96, batch_size=4, workers=2))   # /dev/shm itself
     next(iter(loader))

@@ -19,8 +19,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "cache", help=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="The shm loader keeps one decoded-image cache per store and imgsz in shared memory\n"
-                    "(/dev/shm/fastfeed-<store fingerprint>-<imgsz>-v<version>.cache), built by the first process\n"
+        description="The shm loader keeps one decoded-image cache per store and imgsz in shared memory, one file (a slab:\n"
+                    "/dev/shm/fastfeed-<store fingerprint>-<imgsz>-v<version>.cache), built by the first process\n"
                     "that asks and shared by every worker and rank on the node. It is removed when its last user\n"
                     "exits, unless it was built with keep; one that a killed run left with no live user is removed\n"
                     "by the next cache open and by `ls` (listed as reclaimed).\n\n"
@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
                     "too (--shards: only it; --shm: only the shm caches).",
         epilog="examples:\n"
                "  fastfeed cache ls\n"
-               "  fastfeed cache clear                 # segments no running process uses\n"
+               "  fastfeed cache clear                 # slabs no running process uses\n"
                "  fastfeed cache clear --force         # all of them\n"
                "  fastfeed cache build coco.ff --imgsz 640   # once, before `torchrun ... --loader shm`; kept\n"
                "  fastfeed cache build s3://bucket/coco.ff    # the same from object storage (shards streamed)\n"
@@ -37,16 +37,16 @@ def add_parser(sub) -> None:
     p.set_defaults(func=lambda args: (p.print_help(), EXIT_USAGE)[1])
     actions = p.add_subparsers(dest="action", metavar="ACTION")
 
-    ls = actions.add_parser("ls", help="list segments: size, store fingerprint, imgsz, images, users")
+    ls = actions.add_parser("ls", help="list slabs: size, store fingerprint, imgsz, images, users")
     ls.add_argument("--dir", default=DEFAULT_DIR, help=f"cache directory (default {DEFAULT_DIR})")
     ls.add_argument("--json", action="store_true", help="print the list as JSON")
     _which(ls)
     ls.set_defaults(func=cmd_ls)
 
-    clear = actions.add_parser("clear", help="remove segments no running process uses (--force: all)")
+    clear = actions.add_parser("clear", help="remove slabs no running process uses (--force: all)")
     clear.add_argument("--dir", default=DEFAULT_DIR, help=f"cache directory (default {DEFAULT_DIR})")
     clear.add_argument("--force", action="store_true",
-                       help="also remove segments in use or being built (their users keep what they mapped)")
+                       help="also remove slabs in use or being built (their users keep what they mapped)")
     _which(clear)
     clear.set_defaults(func=cmd_clear)
 
@@ -99,7 +99,7 @@ def cmd_ls(args) -> int:
         print(f"{args.dir}: no fastfeed caches")
         return EXIT_OK
     print(f"{args.dir}: {len(infos)} fastfeed cache(s), {_size(sum(i.bytes for i in infos))}")
-    rows = [("SEGMENT", "SIZE", "STORE", "IMGSZ", "IMAGES", "STATE", "USERS")]
+    rows = [("SLAB", "SIZE", "STORE", "IMGSZ", "IMAGES", "STATE", "USERS")]
     for i in infos:
         images = f"{i.n_cached}/{i.n_records}" if i.state == "complete" else "-"
         rows.append((i.path.name, _size(i.bytes), i.fingerprint, str(i.imgsz), images, i.state, _users(i)))
