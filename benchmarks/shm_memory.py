@@ -83,8 +83,8 @@ def rank_main(store_path: str, rank: int, world: int, args: dict, conn) -> None:
             n += 1
             if n >= args["batches"]:
                 break
-    conn.send(("done", {"workers": loader.memory_pids(), "segment": str(loader.cache.path),
-                        "segment_bytes": loader.shared_bytes(), "built": loader.cache.built, "setup_s": built,
+    conn.send(("done", {"workers": loader.memory_pids(), "segment": str(loader.lease.path),
+                        "segment_bytes": loader.shared_bytes(), "built": loader.lease.built, "setup_s": built,
                         "images_s": n * args["batch"] / (time.perf_counter() - t0), "batches": n,
                         "slot_bytes": args["workers"] * cfg.batches_ahead * args["batch"] * 3 * args["imgsz"] ** 2}))
     assert conn.recv() == "close"

@@ -90,13 +90,13 @@ class ShmLoader(PoolLoader):
     """A `PoolLoader` over the shared cache; holds this process's lease on it until `close()`."""
 
     def __init__(self, store: Store, cfg: LoaderConfig, opts: ShmOptions, lease: CacheLease, rank: int, order=None):
-        self.cache = lease
+        self.lease = lease
         self._handle = lease.handle()
         super().__init__(store, cfg, opts, partial(_shm_builder, self._handle, store, cfg, rank, opts), order=order)
         self._detach = weakref.finalize(self, lease.release)
 
     def shared_bytes(self) -> int:
-        return self.cache.size
+        return self.lease.size
 
     def close(self) -> None:
         super().close()

@@ -143,8 +143,8 @@ class FastfeedMixin(StoppableMixin):
             log.info(f"fastfeed: {name} loader over {store.path}: {count} images{'' if count == len(store) else f' of {len(store)} (fraction)'}, batch {cfg.batch_size} "
                      f"x {feed.world_size} rank(s), {cfg.workers} worker(s) per rank, imgsz {cfg.imgsz}, "
                      f"close_mosaic {cfg.close_mosaic}{where}; {describe(cfg.hyp)}")
-            if feed.cache_line:
-                log.info(feed.cache_line)
+            if feed.shm_cache_line:
+                log.info(feed.shm_cache_line)
         return feed
 
     def preprocess_batch(self, batch: dict) -> dict:

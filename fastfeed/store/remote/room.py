@@ -40,7 +40,7 @@ def reserve(cache, info: fmt.ShardInfo, part: Path, urgent: bool) -> int | None:
                     free = shutil.disk_usage(cache.root).free
                     raise CacheFull(f"the shard cache's disk is full ({cache.root}: {gib(free)} free, shard "
                                     f"{info.file} needs {gib(info.bytes)}; {e.strerror}): free space there, "
-                                    f"point {CACHE_ENV} at a larger local disk, or lower the cache limit "
+                                    f"point {CACHE_ENV} at a larger local disk, or lower the shard cache limit "
                                     f"({LIMIT_ENV}) below what the disk holds") from None
                 return fd
         if not urgent:
