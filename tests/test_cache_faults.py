@@ -48,7 +48,7 @@ def test_a_cache_that_fills_its_filesystem_exactly_is_refused_by_name_and_leaves
     need = _slab_bytes(painted_store, 64)
     st = os.statvfs(disk)
     (disk / "filler").write_bytes(b"x" * (st.f_bavail * st.f_frsize - (need + 4095) // 4096 * 4096))
-    assert main(["cache", "build", str(painted_store.path), "--imgsz", "64", "--dir", str(disk), "--quiet"]) == 1
+    assert main(["cache", "build", str(painted_store.path), "--imgsz", "64", "--shm-dir", str(disk), "--quiet"]) == 1
     err = capsys.readouterr().err
     assert f"the shm cache needs {need / 2**20:.1f} MiB ({need} bytes) at imgsz 64, but {disk} has" in err
     assert "Traceback" not in err and "Errno" not in err
@@ -59,7 +59,7 @@ def test_a_filesystem_that_fills_during_the_build_names_it_the_size_and_what_to_
     """Out of inodes (tmpfs says ENOSPC) when the slab's file is created."""
     disk = tiny_tmpfs("size=4m,nr_inodes=2")      # the folder and one file: the users file
     need = _slab_bytes(painted_store, 64)
-    assert main(["cache", "build", str(painted_store.path), "--imgsz", "64", "--dir", str(disk), "--quiet"]) == 1
+    assert main(["cache", "build", str(painted_store.path), "--imgsz", "64", "--shm-dir", str(disk), "--quiet"]) == 1
     err = capsys.readouterr().err
     assert f"the shm cache's filesystem {disk} filled up while the cache was built (No space left on device" in err
     assert f"the slab needs {need / 2**20:.1f} MiB ({need} bytes)" in err
@@ -95,15 +95,15 @@ def test_a_slab_whose_loader_was_killed_is_reclaimed_by_cache_ls_and_said_so(pai
     pid = _attach_and_kill(painted_store, shm_dir, 96)
     slab = layout.slab_path(shm_dir, painted_store.fingerprint, 96)
     assert slab.exists()                                   # SIGKILL: it never detached
-    assert main(["cache", "ls", "--dir", str(shm_dir), "--shm"]) == 0
+    assert main(["cache", "ls", "--shm-dir", str(shm_dir), "--shm"]) == 0
     out = capsys.readouterr().out
     assert f"{slab.name}: every process that used it (pid {pid}) died without detaching: reclaimed" in out
     assert "reclaimed" in out
     assert not slab.exists() and not users_path(slab).exists()
     assert layout.slab_path(shm_dir, painted_store.fingerprint, 64).exists()
-    assert main(["cache", "ls", "--dir", str(shm_dir), "--shm"]) == 0
+    assert main(["cache", "ls", "--shm-dir", str(shm_dir), "--shm"]) == 0
     assert "reclaimed" not in capsys.readouterr().out
-    assert main(["cache", "clear", "--dir", str(shm_dir), "--shm"]) == 0
+    assert main(["cache", "clear", "--shm-dir", str(shm_dir), "--shm"]) == 0
 
 
 def test_a_cache_open_reclaims_other_slabs_whose_users_died_and_reuses_its_own(painted_store, shm_dir, caplog):

@@ -225,11 +225,11 @@ def test_a_read_only_cache_holding_every_shard_reads_and_one_lacking_a_shard_say
         store.record(s.start)
     store.close()
     ro = read_only(cache)
-    assert main(["cache", "build", url, "--imgsz", "64", "--dir", str(tmp_path), "--quiet",
+    assert main(["cache", "build", url, "--imgsz", "64", "--shm-dir", str(tmp_path), "--quiet",
                  "--shard-cache", str(ro)]) == 0
     assert "built, 24/24 images" in capsys.readouterr().out
-    assert main(["cache", "clear", "--dir", str(tmp_path), "--shm"]) == 0
-    assert main(["cache", "ls", "--shards", "--shard-dir", str(ro)]) == 0
+    assert main(["cache", "clear", "--shm-dir", str(tmp_path), "--shm"]) == 0
+    assert main(["cache", "ls", "--shards", "--shard-cache", str(ro)]) == 0
     assert url in capsys.readouterr().out
     # One shard fewer: a named error, not `OSError: [Errno 30] Read-only file system`.
     partial = tmp_path / "p"
@@ -237,7 +237,7 @@ def test_a_read_only_cache_holding_every_shard_reads_and_one_lacking_a_shard_say
     store.record(store.shards[0].start)
     store.close()
     ro = read_only(partial)
-    assert main(["cache", "build", url, "--imgsz", "64", "--dir", str(tmp_path), "--quiet",
+    assert main(["cache", "build", url, "--imgsz", "64", "--shm-dir", str(tmp_path), "--quiet",
                  "--shard-cache", str(ro)]) == 1
     err = capsys.readouterr().err
     assert f"the shard cache {ro} is read-only" in err and f"lacks shard {url}/{store.shards[1].file}" in err
@@ -256,7 +256,7 @@ def test_clearing_the_shard_cache_under_a_reader_leaves_it_reading(s3, local, tm
     with create_loader("cpu", store, cfg) as loader:
         it = iter(loader)
         seen = len(next(it)[0])
-        assert main(["cache", "clear", "--shards", "--force", "--shard-dir", str(cache)]) == 0
+        assert main(["cache", "clear", "--shards", "--force", "--shard-cache", str(cache)]) == 0
         assert "1 removed" in capsys.readouterr().out and not any(cache.glob("store-*"))
         for images, _ in it:                         # the shards mapped keep reading, the others come again
             seen += len(images)

@@ -380,15 +380,15 @@ def test_cli_pack_inspect_verify_bench_and_the_shard_cache(coco_src, s3, tmp_pat
     out = capsys.readouterr().out
     assert "order windowed (shard-aware): a window of" in out and "shards read ahead: 1," in out
     assert "; link: " in out                                             # what the link did (or nothing yet)
-    assert main(["cache", "ls", "--shards", "--shard-dir", cache]) == 0
+    assert main(["cache", "ls", "--shards", "--shard-cache", cache]) == 0
     out = capsys.readouterr().out
     assert url in out and " 12 " in out
-    assert main(["cache", "clear", "--shards", "--shard-dir", cache]) == 0
+    assert main(["cache", "clear", "--shards", "--shard-cache", cache]) == 0
     assert "1 removed" in capsys.readouterr().out
     assert not any((tmp_path / "shards").glob("store-*/*.mdb"))
-    assert main(["cache", "build", url, "--imgsz", "64", "--dir", str(tmp_path), "--quiet", "--shard-cache", cache]) == 0
+    assert main(["cache", "build", url, "--imgsz", "64", "--shm-dir", str(tmp_path), "--quiet", "--shard-cache", cache]) == 0
     assert "built, 40/40 images" in capsys.readouterr().out
-    assert main(["cache", "clear", "--dir", str(tmp_path), "--shm"]) == 0
+    assert main(["cache", "clear", "--shm-dir", str(tmp_path), "--shm"]) == 0
     assert main(["inspect", "s3://no-such-bucket-x/a.ff", "--shard-cache", cache]) == 1
     assert "does not exist" in capsys.readouterr().err
 

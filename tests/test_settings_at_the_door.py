@@ -38,8 +38,6 @@ def test_the_environment_fills_what_is_not_given():
     assert given.storage_options == {"anon": True, "key": "mine"}            # the options given win
     assert StoreOptions.from_env({"XDG_CACHE_HOME": "/xdg"}).shard_cache == str(Path("/xdg/fastfeed/shards"))
     assert StoreOptions.from_env({}) == StoreOptions()                        # nothing set: the built-in defaults
-    assert StoreOptions.from_env({"FASTFEED_PREFETCH_SHARDS": "4"}).read_ahead == 4   # the old name still read
-    assert StoreOptions.from_env({"FASTFEED_PREFETCH_SHARDS": "4", "FASTFEED_READ_AHEAD_SHARDS": "1"}).read_ahead == 1
 
 
 @pytest.mark.parametrize("env,match", [

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 
+from ..renamed import old_flag
 from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, add_remote_args, default, fail, store_options, store_path
 
 HELP = "list, remove or pre-build the shm loader's decoded-image caches (in /dev/shm) and the shard caches of stores in object storage"
@@ -38,13 +39,15 @@ def add_parser(sub) -> None:
     actions = p.add_subparsers(dest="action", metavar="ACTION")
 
     ls = actions.add_parser("ls", help="list slabs: size, store fingerprint, imgsz, images, users")
-    ls.add_argument("--dir", default=DEFAULT_DIR, help=f"cache directory (default {DEFAULT_DIR})")
+    ls.add_argument("--shm-dir", default=DEFAULT_DIR, help=f"the shm caches' folder (default {DEFAULT_DIR})")
+    old_flag(ls, "--dir", "--shm-dir")
     ls.add_argument("--json", action="store_true", help="print the list as JSON")
     _which(ls)
     ls.set_defaults(func=cmd_ls)
 
     clear = actions.add_parser("clear", help="remove slabs no running process uses (--force: all)")
-    clear.add_argument("--dir", default=DEFAULT_DIR, help=f"cache directory (default {DEFAULT_DIR})")
+    clear.add_argument("--shm-dir", default=DEFAULT_DIR, help=f"the shm caches' folder (default {DEFAULT_DIR})")
+    old_flag(clear, "--dir", "--shm-dir")
     clear.add_argument("--force", action="store_true",
                        help="also remove slabs in use or being built (their users keep what they mapped)")
     _which(clear)
@@ -53,7 +56,8 @@ def add_parser(sub) -> None:
     build = actions.add_parser("build", help="build a store's cache now and keep it for the runs that follow")
     build.add_argument("store", type=store_path, help="a store made by `fastfeed pack`: a folder or its URL")
     build.add_argument("--imgsz", type=int, default=imgsz, help=f"the loaders' imgsz, a multiple of 32 (default {imgsz})")
-    build.add_argument("--dir", default=DEFAULT_DIR, help=f"cache directory (default {DEFAULT_DIR})")
+    build.add_argument("--shm-dir", default=DEFAULT_DIR, help=f"the shm caches' folder (default {DEFAULT_DIR})")
+    old_flag(build, "--dir", "--shm-dir")
     build.add_argument("--partial", action="store_true", help="if it does not fit, cache the first images that do")
     build.add_argument("--workers", type=int, help="decoding processes (default: all cores)")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -67,7 +71,8 @@ def _which(p) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--shards", action="store_true", help="only the shard cache of stores in object storage")
     g.add_argument("--shm", action="store_true", help="only the shm loader's decoded-image caches")
-    p.add_argument("--shard-dir", default=None, help=f"the shard cache (default $FASTFEED_SHARD_CACHE, else {default_dir()})")
+    p.add_argument("--shard-cache", help=f"the shard cache (default $FASTFEED_SHARD_CACHE, else {default_dir()})")
+    old_flag(p, "--shard-dir", "--shard-cache")
 
 
 def _size(n: int) -> str:
@@ -89,16 +94,16 @@ def cmd_ls(args) -> int:
     if args.shards:
         return _ls_shards(args)
     try:
-        infos = list_caches(args.dir)
+        infos = list_caches(args.shm_dir)
     except CacheError as e:
         return fail(str(e))
     if args.json:
         print(json.dumps([i.to_dict() for i in infos], indent=1))
         return EXIT_OK
     if not infos:
-        print(f"{args.dir}: no fastfeed caches")
+        print(f"{args.shm_dir}: no fastfeed caches")
         return EXIT_OK
-    print(f"{args.dir}: {len(infos)} fastfeed cache(s), {_size(sum(i.bytes for i in infos))}")
+    print(f"{args.shm_dir}: {len(infos)} fastfeed cache(s), {_size(sum(i.bytes for i in infos))}")
     rows = [("SLAB", "SIZE", "STORE", "IMGSZ", "IMAGES", "STATE", "USERS")]
     for i in infos:
         images = f"{i.n_cached}/{i.n_records}" if i.state == "complete" else "-"
@@ -113,7 +118,7 @@ def cmd_ls(args) -> int:
 def _shard_dir(args):
     from ..store.remote.sizes import default_dir
 
-    return args.shard_dir or store_options(args).shard_cache or default_dir()
+    return store_options(args).shard_cache or default_dir()
 
 
 def _ls_shards(args, quiet_if_empty: bool = False) -> int:
@@ -164,13 +169,13 @@ def cmd_clear(args) -> int:
     if args.shards:
         return _clear_shards(args)
     try:
-        removed, kept = clear_caches(args.dir, force=args.force)
+        removed, kept = clear_caches(args.shm_dir, force=args.force)
     except CacheError as e:
         return fail(str(e))
     for i in removed:
-        print(f"removed {os.path.join(args.dir, i.path.name)} ({_size(i.bytes)})")
+        print(f"removed {os.path.join(args.shm_dir, i.path.name)} ({_size(i.bytes)})")
     for i in kept:
-        print(f"kept {os.path.join(args.dir, i.path.name)}: {i.note}")
+        print(f"kept {os.path.join(args.shm_dir, i.path.name)}: {i.note}")
     print(f"{len(removed)} removed, {_size(sum(i.bytes for i in removed))} freed; {len(kept)} kept")
     return EXIT_OK if args.shm else _clear_shards(args)
 
@@ -185,7 +190,7 @@ def cmd_build(args) -> int:
         return fail(msg, EXIT_USAGE)
     try:
         store = Store(args.store, options=store_options(args))
-        lease = acquire(store, args.imgsz, args.dir, partial=args.partial, keep=True, workers=args.workers,
+        lease = acquire(store, args.imgsz, args.shm_dir, partial=args.partial, keep=True, workers=args.workers,
                         progress=False if args.quiet else None)
     except (FormatError, CacheError, ValueError, ImportError) as e:
         return fail(e)

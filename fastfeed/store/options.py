@@ -4,7 +4,7 @@ integration) fill the fields not given from the process environment, once (`Stor
 
     shard_cache       $FASTFEED_SHARD_CACHE, else $XDG_CACHE_HOME/fastfeed/shards (default ~/.cache/fastfeed/shards)
     shard_cache_limit $FASTFEED_SHARD_CACHE_LIMIT: 50G, 500M, 40% (default 80% of what the disk can give)
-    read_ahead        $FASTFEED_READ_AHEAD_SHARDS (old name $FASTFEED_PREFETCH_SHARDS): most shards downloaded ahead
+    read_ahead        $FASTFEED_READ_AHEAD_SHARDS (old name $FASTFEED_PREFETCH_SHARDS, warns): most shards downloaded ahead
                       of the ones being read (default sized by the link within the cache)
     storage_options   $FASTFEED_STORAGE_OPTIONS (JSON) under the ones given: fsspec options (credentials, endpoint)
     retries           tries of one object-storage read, the first included (default `objstore.RETRIES`)
@@ -21,12 +21,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from ..renamed import renamed, translate
+from ..renamed import old_variable, renamed, translate
 
 CACHE_ENV = "FASTFEED_SHARD_CACHE"
 LIMIT_ENV = "FASTFEED_SHARD_CACHE_LIMIT"
 READ_AHEAD_ENV = "FASTFEED_READ_AHEAD_SHARDS"
-OLD_READ_AHEAD_ENV = "FASTFEED_PREFETCH_SHARDS"   # its old name, still read
+OLD_READ_AHEAD_ENV = "FASTFEED_PREFETCH_SHARDS"   # its old name, still read (a DeprecationWarning)
 OPTIONS_ENV = "FASTFEED_STORAGE_OPTIONS"
 
 
@@ -60,12 +60,12 @@ class StoreOptions:
             found["shard_cache"] = env.get(CACHE_ENV) or str(Path(env["XDG_CACHE_HOME"]) / "fastfeed" / "shards")
         if opts.shard_cache_limit is None and LIMIT_ENV in env:
             found["shard_cache_limit"] = env[LIMIT_ENV]
-        name = READ_AHEAD_ENV if READ_AHEAD_ENV in env else OLD_READ_AHEAD_ENV
-        if opts.read_ahead is None and name in env:
-            if not env[name].isdigit():
-                raise ValueError(f"{name}={env[name]!r}: give a whole number of shards >= 0 to download ahead (or "
+        name, ahead = old_variable(env, OLD_READ_AHEAD_ENV, READ_AHEAD_ENV) if opts.read_ahead is None else ("", None)
+        if ahead is not None:
+            if not ahead.isdigit():
+                raise ValueError(f"{name}={ahead!r}: give a whole number of shards >= 0 to download ahead (or "
                                  "unset it for the default)")
-            found["read_ahead"] = int(env[name])
+            found["read_ahead"] = int(ahead)
         if OPTIONS_ENV in env:
             found["storage_options"] = _json_options(env[OPTIONS_ENV]) | opts.storage_options
         return replace(opts, **found)
