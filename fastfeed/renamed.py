@@ -2,7 +2,7 @@
 
 `renamed(cls, old="new", ...)` on a class: `cls(old=...)` is `cls(new=...)`, `obj.old` reads `obj.new`, and
 `translate(cls, kwargs)` maps keywords passed on (e.g. `Store(url, prefetch_depth=...)` to `StoreOptions`);
-`old_flag(parser, "--old", "--new")` keeps a command-line flag's old spelling; `old_variable(env, OLD, NEW)` a variable's.
+`old_flag(parser, "--old", "--new")` keeps a command-line flag's old spelling.
 docs/design.md ("Vocabulary") says which name means what.
 """
 
@@ -20,21 +20,11 @@ def warn(old: str, new: str, stacklevel: int = 3) -> None:
 
 def old_flag(parser, old: str, new: str) -> None:
     """`old`, a flag's earlier spelling, still sets `new`'s value (hidden from --help); add it after `new`."""
-    class Old(argparse.Action):
-        def __call__(self, parser, namespace, values, option_string=None):
-            warn(old, new, stacklevel=2)
-            setattr(namespace, self.dest, values)
-    parser.add_argument(old, dest=new[2:].replace("-", "_"), action=Old, default=argparse.SUPPRESS,
+    def value(text):
+        warn(old, new)
+        return text
+    parser.add_argument(old, dest=new[2:].replace("-", "_"), type=value, default=argparse.SUPPRESS,
                         help=argparse.SUPPRESS)
-
-
-def old_variable(env, old: str, new: str) -> tuple[str, str | None]:
-    """(`new`, its value), else (`old`, its value: a variable's earlier name, with a DeprecationWarning), else
-    (`new`, None)."""
-    if new not in env and old in env:
-        warn(f"${old}", f"${new}")
-        return old, env[old]
-    return new, env.get(new)
 
 
 def translate(cls, kwargs: dict, stacklevel: int = 4) -> dict:

@@ -20,11 +20,11 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "cache", help=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="The shm loader keeps one decoded-image cache per store and imgsz in shared memory, one file (a slab:\n"
-                    "/dev/shm/fastfeed-<store fingerprint>-<imgsz>-v<version>.cache), built by the first process\n"
-                    "that asks and shared by every worker and rank on the node. It is removed when its last user\n"
-                    "exits, unless it was built with keep; one that a killed run left with no live user is removed\n"
-                    "by the next cache open and by `ls` (listed as reclaimed).\n\n"
+        description="The shm loader keeps one decoded-image cache per store and imgsz in shared memory, one\n"
+                    "file (a slab: /dev/shm/fastfeed-<store fingerprint>-<imgsz>-v<version>.cache), built by the\n"
+                    "first process that asks and shared by every worker and rank on the node. It is removed when\n"
+                    "its last user exits, unless it was built with keep; one that a killed run left with no live\n"
+                    "user is removed by the next cache open and by `ls` (listed as reclaimed).\n\n"
                     "A store in object storage (s3://...) is read through a node-local shard cache\n"
                     "($FASTFEED_SHARD_CACHE, default ~/.cache/fastfeed/shards): `ls` and `clear` show and remove it\n"
                     "too (--shards: only it; --shm: only the shm caches).",
@@ -37,27 +37,24 @@ def add_parser(sub) -> None:
                "  fastfeed cache clear --shards              # downloaded shards no running process uses")
     p.set_defaults(func=lambda args: (p.print_help(), EXIT_USAGE)[1])
     actions = p.add_subparsers(dest="action", metavar="ACTION")
+    shm = argparse.ArgumentParser(add_help=False)
+    shm.add_argument("--shm-dir", default=DEFAULT_DIR, help=f"the shm caches' folder (default {DEFAULT_DIR})")
+    old_flag(shm, "--dir", "--shm-dir")
 
-    ls = actions.add_parser("ls", help="list slabs: size, store fingerprint, imgsz, images, users")
-    ls.add_argument("--shm-dir", default=DEFAULT_DIR, help=f"the shm caches' folder (default {DEFAULT_DIR})")
-    old_flag(ls, "--dir", "--shm-dir")
+    ls = actions.add_parser("ls", parents=[shm], help="list slabs: size, store fingerprint, imgsz, images, users")
     ls.add_argument("--json", action="store_true", help="print the list as JSON")
     _which(ls)
     ls.set_defaults(func=cmd_ls)
 
-    clear = actions.add_parser("clear", help="remove slabs no running process uses (--force: all)")
-    clear.add_argument("--shm-dir", default=DEFAULT_DIR, help=f"the shm caches' folder (default {DEFAULT_DIR})")
-    old_flag(clear, "--dir", "--shm-dir")
+    clear = actions.add_parser("clear", parents=[shm], help="remove slabs no running process uses (--force: all)")
     clear.add_argument("--force", action="store_true",
                        help="also remove slabs in use or being built (their users keep what they mapped)")
     _which(clear)
     clear.set_defaults(func=cmd_clear)
 
-    build = actions.add_parser("build", help="build a store's cache now and keep it for the runs that follow")
+    build = actions.add_parser("build", parents=[shm], help="build a store's shm cache now, kept for later runs")
     build.add_argument("store", type=store_path, help="a store made by `fastfeed pack`: a folder or its URL")
     build.add_argument("--imgsz", type=int, default=imgsz, help=f"the loaders' imgsz, a multiple of 32 (default {imgsz})")
-    build.add_argument("--shm-dir", default=DEFAULT_DIR, help=f"the shm caches' folder (default {DEFAULT_DIR})")
-    old_flag(build, "--dir", "--shm-dir")
     build.add_argument("--partial", action="store_true", help="if it does not fit, cache the first images that do")
     build.add_argument("--workers", type=int, help="decoding processes (default: all cores)")
     build.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -4,8 +4,8 @@ integration) fill the fields not given from the process environment, once (`Stor
 
     shard_cache       $FASTFEED_SHARD_CACHE, else $XDG_CACHE_HOME/fastfeed/shards (default ~/.cache/fastfeed/shards)
     shard_cache_limit $FASTFEED_SHARD_CACHE_LIMIT: 50G, 500M, 40% (default 80% of what the disk can give)
-    read_ahead        $FASTFEED_READ_AHEAD_SHARDS (old name $FASTFEED_PREFETCH_SHARDS, warns): most shards downloaded ahead
-                      of the ones being read (default sized by the link within the cache)
+    read_ahead        $FASTFEED_READ_AHEAD_SHARDS (its old name $FASTFEED_PREFETCH_SHARDS warns): most shards
+                      downloaded ahead of the ones being read (default sized by the link within the cache)
     storage_options   $FASTFEED_STORAGE_OPTIONS (JSON) under the ones given: fsspec options (credentials, endpoint)
     retries           tries of one object-storage read, the first included (default `objstore.RETRIES`)
 
@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from ..renamed import old_variable, renamed, translate
+from ..renamed import renamed, translate, warn
 
 CACHE_ENV = "FASTFEED_SHARD_CACHE"
 LIMIT_ENV = "FASTFEED_SHARD_CACHE_LIMIT"
@@ -60,12 +60,14 @@ class StoreOptions:
             found["shard_cache"] = env.get(CACHE_ENV) or str(Path(env["XDG_CACHE_HOME"]) / "fastfeed" / "shards")
         if opts.shard_cache_limit is None and LIMIT_ENV in env:
             found["shard_cache_limit"] = env[LIMIT_ENV]
-        name, ahead = old_variable(env, OLD_READ_AHEAD_ENV, READ_AHEAD_ENV) if opts.read_ahead is None else ("", None)
-        if ahead is not None:
-            if not ahead.isdigit():
-                raise ValueError(f"{name}={ahead!r}: give a whole number of shards >= 0 to download ahead (or "
+        name = READ_AHEAD_ENV if READ_AHEAD_ENV in env else OLD_READ_AHEAD_ENV
+        if opts.read_ahead is None and name in env:
+            if name == OLD_READ_AHEAD_ENV:
+                warn(f"${name}", f"${READ_AHEAD_ENV}")
+            if not env[name].isdigit():
+                raise ValueError(f"{name}={env[name]!r}: give a whole number of shards >= 0 to download ahead (or "
                                  "unset it for the default)")
-            found["read_ahead"] = int(ahead)
+            found["read_ahead"] = int(env[name])
         if OPTIONS_ENV in env:
             found["storage_options"] = _json_options(env[OPTIONS_ENV]) | opts.storage_options
         return replace(opts, **found)
