@@ -68,24 +68,24 @@ def reclaim(cache_dir, spare: Path | None = None) -> list[CacheInfo]:
     attached to right now) is left alone, and so is `spare` (the one a cache open is about to reuse). Run at every
     cache open and `fastfeed cache ls`."""
     out = []
-    for seg in _slabs(Path(cache_dir)):
-        if seg == spare:
+    for slab in _slabs(Path(cache_dir)):
+        if slab == spare:
             continue
-        lock = users_path(seg)
+        lock = users_path(slab)
         try:
             recorded = users.parse(lock.read_text("ascii", "replace"))
         except OSError:
             continue
-        if not recorded.entries or recorded.keep or not seg.exists():
+        if not recorded.entries or recorded.keep or not slab.exists():
             continue
         try:
             with users.locked(lock, 0.0) as fd:
                 u = users.read(fd)
                 dead = sorted({p for p, _ in recorded.entries} - set(u.pids))
-                if u.entries or u.keep or probe(seg)[0] is None:   # a live user, kept, or not a complete slab
+                if u.entries or u.keep or probe(slab)[0] is None:   # a live user, kept, or not a complete slab
                     continue
-                info = _describe(seg)
-                seg.unlink(missing_ok=True)
+                info = _describe(slab)
+                slab.unlink(missing_ok=True)
                 lock.unlink(missing_ok=True)
         except (CacheError, OSError):
             continue
@@ -124,9 +124,9 @@ def clear_caches(cache_dir="/dev/shm", force: bool = False) -> tuple[list[CacheI
         if info.state == "reclaimed":
             removed.append(info)
             continue
-        seg = info.path
+        slab = info.path
         try:
-            with users.locked(users_path(seg), 1.0) as fd:
+            with users.locked(users_path(slab), 1.0) as fd:
                 u = users.read(fd)
                 if u.entries and not force:
                     users.write(fd, u)   # dead users pruned
@@ -134,12 +134,12 @@ def clear_caches(cache_dir="/dev/shm", force: bool = False) -> tuple[list[CacheI
                     info.note = f"in use by pid(s) {', '.join(map(str, u.pids))} (--force removes it anyway)"
                     kept.append(info)
                     continue
-                _remove(seg, force)
+                _remove(slab, force)
         except CacheError:   # its lock is held for longer than a moment: it is being built
             if not force:
                 info.note = "being built (--force removes it anyway)"
                 kept.append(info)
                 continue
-            _remove(seg, True)
+            _remove(slab, True)
         removed.append(info)
     return removed, kept

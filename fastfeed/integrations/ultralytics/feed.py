@@ -157,7 +157,7 @@ class FastfeedTrainLoader:
             off = dict.fromkeys(("mosaic", *MIXING), 0.0)   # as Ultralytics closes them
             self.cfg = replace(self.cfg, hyp=replace(self.cfg.hyp, **off))
             old, self.loader = self.loader, create_loader(self.name, self.store, self.cfg, **self.options)
-            old.close()          # after the new one holds its own lease on a shared cache
+            old.close()          # after the new one holds its own lease on an shm cache
             if self._resumed is not None:   # the resumed epoch, not begun yet: the new loader continues it too
                 self.loader.load_state_dict(self._resumed)
             log.info(f"fastfeed: mosaic off from epoch {epoch + 1}")
