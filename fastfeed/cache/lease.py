@@ -36,10 +36,6 @@ class CacheHandle:
         self._pid = None
         self._view: layout.View | None = None
 
-    @property
-    def n_cached(self) -> int:
-        return self.header.n_cached
-
     def __getstate__(self):
         return {"path": self.path, "header": self.header}
 
@@ -137,7 +133,7 @@ def acquire(store: Store, imgsz: int, cache_dir="/dev/shm", *, partial: bool = F
     """Attach to the cache of `store` at `imgsz` in `cache_dir`, building it first if needed."""
     cache_dir = Path(cache_dir)
     if not cache_dir.is_dir():
-        raise CacheError(f"cache directory {cache_dir} does not exist (LoaderConfig.cache_dir; /dev/shm is a tmpfs "
+        raise CacheError(f"cache directory {cache_dir} does not exist (ShmOptions.cache_dir; /dev/shm is a tmpfs "
                          "on Linux)")
     slab = layout.slab_path(cache_dir, store.fingerprint, imgsz)
     for info in reclaim(cache_dir, spare=slab):   # a restarted run reuses its own
@@ -148,7 +144,7 @@ def acquire(store: Store, imgsz: int, cache_dir="/dev/shm", *, partial: bool = F
         if not str(e.filename or "").startswith(str(slab)):
             raise
         raise CacheError(f"cannot use the shm cache {slab} ({e.strerror}: {e.filename}): another user's? "
-                         "Set LoaderConfig.cache_dir to a directory of your own") from None
+                         "Set ShmOptions.cache_dir to a directory of your own") from None
 
 
 def _acquire(store: Store, imgsz: int, slab: Path, partial: bool, wait: float, keep: bool, workers,
@@ -160,7 +156,7 @@ def _acquire(store: Store, imgsz: int, slab: Path, partial: bool, wait: float, k
         builders = [pid for _, pid in temp_files(slab) if users.alive(pid)]
         who = (f"pid {builders[0]} is still building it" if builders else
                f"pid {holder} still holds its lock" if holder else "another process still holds its lock")
-        return (f"gave up after waiting {wait:g} s (LoaderConfig.cache_wait) for the shm cache {slab}: {who}. "
+        return (f"gave up after waiting {wait:g} s (ShmOptions.cache_wait) for the shm cache {slab}: {who}. "
                 "Raise cache_wait for a large dataset, or check that process")
 
     with users.locked(users_path(slab), wait, busy, waiting) as fd:

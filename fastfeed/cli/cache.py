@@ -112,16 +112,11 @@ def cmd_ls(args) -> int:
     return EXIT_OK if args.shm else _ls_shards(args, quiet_if_empty=True)
 
 
-def _shard_dir(args):
-    from ..store.remote.sizes import default_dir
-
-    return store_options(args).shard_cache or default_dir()
-
-
 def _ls_shards(args, quiet_if_empty: bool = False) -> int:
     from ..store.remote.manage import list_shard_caches
+    from ..store.remote.sizes import default_dir
 
-    root = _shard_dir(args)
+    root = store_options(args).shard_cache or default_dir()
     infos = list_shard_caches(root)
     if args.json:
         print(json.dumps([i.to_dict() for i in infos], indent=1))
@@ -147,8 +142,9 @@ def _table(rows) -> None:
 
 def _clear_shards(args) -> int:
     from ..store.remote.manage import clear_shard_caches
+    from ..store.remote.sizes import default_dir
 
-    root = _shard_dir(args)
+    root = store_options(args).shard_cache or default_dir()
     removed, kept = clear_shard_caches(root, force=args.force)
     for i in removed:
         print(f"removed the shard cache of {i.url} ({i.shards} shards, {_size(i.bytes)})")

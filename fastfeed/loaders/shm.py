@@ -63,7 +63,7 @@ class ShmSource:
 
     def __init__(self, handle: CacheHandle, store: Store, imgsz: int, task: str = "detect"):
         self.handle, self.task = handle, task
-        self.n_cached = handle.n_cached
+        self.n_cached = handle.header.n_cached
         self.fallback = StoreSource(store, imgsz, task)
         self.geometry = task_spec(task).field is not None
 
