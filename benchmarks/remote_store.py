@@ -270,7 +270,7 @@ def run(args, work: Path) -> int:
         ms = case.ms
         proxy = server.proxy(latency=ms / 1e3, jitter=ms / 4e3, bandwidth=bw, drop=case.drop, seed=ms + 1000 * rnd)
         server.use(proxy)
-        store = Store(url, cache_dir=work / f"cache-{case.name}-{rnd}", cache_limit=case.limit)   # cold: its own
+        store = Store(url, shard_cache=work / f"cache-{case.name}-{rnd}", shard_cache_limit=case.limit)   # cold: its own
         probe = default_order(store, cfg, 0, 1)
         per_shard = len(store) / len(store.shards)
         window_batches = int(np.ceil(probe.describe().get("window_shards", 1) * per_shard / cfg.batch_size))
@@ -332,7 +332,7 @@ def run(args, work: Path) -> int:
 
     stats = {"global": batch_stats(ShuffledOrder.for_loader(len(local), cfg, 0, 1), local, cfg, args.epochs)}
     for name, lim in (("windowed", limit), ("windowed-3x", small)):
-        order = default_order(Store(url, cache_dir=work / "cache-probe", cache_limit=lim), cfg, 0, 1).base
+        order = default_order(Store(url, shard_cache=work / "cache-probe", shard_cache_limit=lim), cfg, 0, 1).base
         stats[name] = batch_stats(order, local, cfg, args.epochs) | {"window_shards": order.window}
     res["batches"] = stats
     for name, st in stats.items():

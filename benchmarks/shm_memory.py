@@ -7,15 +7,15 @@ with rank=r, world_size=R and iterating batches with training augmentation; each
 worker processes. Measured while every rank is still attached:
 
   /dev/shm growth     statvfs of /dev/shm before the loaders exist and after the batches: the one cache
-                      segment plus the loaders' shared batch slots (torch keeps those in /dev/shm too)
+                      slab plus the loaders' shared batch slots (torch keeps those in /dev/shm too)
   private growth      the sum over every rank and worker of USS growth (pages only that process maps),
                       leaving out its maps of /dev/shm files, which the line above already counts once
                       (a cache page touched by one worker only is "private" to it in USS terms, but it
-                      is a page of the segment, not a copy)
+                      is a page of the slab, not a copy)
   PSS cross-check     the same with PSS: ranks share pages with their forked workers, which a USS sum
                       misses; a PSS sum counts every page once
 
-and compared with one copy of the cache (the segment's size). Goal: <= 1.3x one copy.
+and compared with one copy of the cache (the slab's size). Goal: <= 1.3x one copy.
 Set-up: coco128 replicated to --images real JPEGs (or the bundled sample), imgsz 640, batch 16.
 """
 
@@ -83,8 +83,8 @@ def rank_main(store_path: str, rank: int, world: int, args: dict, conn) -> None:
             n += 1
             if n >= args["batches"]:
                 break
-    conn.send(("done", {"workers": loader.memory_pids(), "segment": str(loader.cache.path),
-                        "segment_bytes": loader.shared_bytes(), "built": loader.cache.built, "setup_s": built,
+    conn.send(("done", {"workers": loader.memory_pids(), "slab": str(loader.lease.path),
+                        "slab_bytes": loader.shared_bytes(), "built": loader.lease.built, "setup_s": built,
                         "images_s": n * args["batch"] / (time.perf_counter() - t0), "batches": n,
                         "slot_bytes": args["workers"] * cfg.batches_ahead * args["batch"] * 3 * args["imgsz"] ** 2}))
     assert conn.recv() == "close"
@@ -137,9 +137,9 @@ def main() -> int:
                 p.join(60)
                 if p.is_alive():
                     p.kill()
-        left = [p for p in os.listdir(SHM) if p.startswith("fastfeed-") and Path(reports[0]["segment"]).name in p]
+        left = [p for p in os.listdir(SHM) if p.startswith("fastfeed-") and Path(reports[0]["slab"]).name in p]
 
-    one = reports[0]["segment_bytes"]
+    one = reports[0]["slab_bytes"]
     shm_growth = after_shm - before_shm
     def growth(k: int) -> int:
         return sum(after[p][k] - before.get(p, (0, 0, 0))[k] for p in pids)
@@ -150,11 +150,11 @@ def main() -> int:
     builds = sum(rep["built"] for rep in reports)
     print(f"\n{args.images} images, imgsz {args.imgsz}, batch {args.batch}: {args.ranks} ranks x {args.workers} workers "
           f"on one node, {args.batches} batches per rank (training augmentation)")
-    print(f"  segments built: {builds} (one per node); every rank attached to {Path(reports[0]['segment']).name}")
+    print(f"  slabs built: {builds} (one per node); every rank attached to {Path(reports[0]['slab']).name}")
     for r, rep in enumerate(reports):
         print(f"  rank {r}: built={rep['built']}, loader ready in {rep['setup_s']:.1f} s, {rep['images_s']:.0f} images/s "
               f"over {rep['batches']} batches (incl. set-up)")
-    print(f"  one copy of the cache (segment size)   {one / MiB:9.1f} MiB")
+    print(f"  one copy of the cache (slab size)   {one / MiB:9.1f} MiB")
     print(f"  /dev/shm growth (statvfs)              {shm_growth / MiB:9.1f} MiB  "
           f"(expected: the cache {one / MiB:.1f} + the loaders' batch slots {slots / MiB:.1f})")
     print(f"  private growth (USS, {len(pids)} processes)   {uss_private / MiB:9.1f} MiB  (/dev/shm maps left out)")
@@ -165,7 +165,7 @@ def main() -> int:
           f"{(shm_growth + pss) / MiB:.1f} MiB = {(shm_growth + pss) / one:.2f}x one copy (a USS sum misses pages the ranks "
           "now share with their forked workers; a PSS sum counts each page once)")
     print(f"  (USS with /dev/shm maps included, as psutil reports it: {uss_total / MiB:.1f} MiB; it counts a cache page "
-          "as private to the one process that touched it, though it is a page of the one segment)")
+          "as private to the one process that touched it, though it is a page of the one slab)")
     print(f"  left in /dev/shm after every rank closed: {left or 'nothing'}")
     return 0 if max(node, shm_growth + pss) <= 1.3 * one and not left else 1
 

@@ -1,12 +1,14 @@
 """Old names kept for users of an earlier release: each still works, with a DeprecationWarning naming the new one.
 
 `renamed(cls, old="new", ...)` on a class: `cls(old=...)` is `cls(new=...)`, `obj.old` reads `obj.new`, and
-`translate(cls, kwargs)` maps keywords passed on (e.g. `Store(url, prefetch_depth=...)` to `StoreOptions`).
+`translate(cls, kwargs)` maps keywords passed on (e.g. `Store(url, prefetch_depth=...)` to `StoreOptions`);
+`old_flag(parser, "--old", "--new")` keeps a command-line flag's old spelling.
 docs/design.md ("Vocabulary") says which name means what.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import warnings
 
@@ -14,6 +16,15 @@ import warnings
 def warn(old: str, new: str, stacklevel: int = 3) -> None:
     warnings.warn(f"{old} is deprecated: use {new} (same meaning, renamed)", DeprecationWarning,
                   stacklevel=stacklevel)
+
+
+def old_flag(parser, old: str, new: str) -> None:
+    """`old`, a flag's earlier spelling, still sets `new`'s value (hidden from --help); add it after `new`."""
+    def value(text):
+        warn(old, new)
+        return text
+    parser.add_argument(old, dest=new[2:].replace("-", "_"), type=value, default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)
 
 
 def translate(cls, kwargs: dict, stacklevel: int = 4) -> dict:

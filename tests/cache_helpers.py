@@ -63,13 +63,13 @@ def painted_store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def own_painted_store(tmp_path_factory):
     """The painted store with a fingerprint of this test run's own: a test that uses the default cache_dir
-    (/dev/shm itself) cannot meet the same segment of another run on the machine (two `make test` at once)."""
+    (/dev/shm itself) cannot meet the same slab of another run on the machine (two `make test` at once)."""
     return make_painted_store(tmp_path_factory.mktemp("painted"), tag=f"-{uuid.uuid4().hex[:8]}")
 
 
 def new_in_dev_shm(store, before: set) -> set:
-    """What is in /dev/shm now and was not in `before` of `store`'s own segments (their users files and build
-    temporaries included): another test run's segments, made meanwhile, are not this test's leftovers."""
+    """What is in /dev/shm now and was not in `before` of `store`'s own slabs (their users files and build
+    temporaries included): another test run's slabs, made meanwhile, are not this test's leftovers."""
     from fastfeed.cache.layout import PREFIX
 
     return {e for e in set(os.listdir("/dev/shm")) - before if e.startswith(f"{PREFIX}{store.fingerprint}-")}

@@ -1,4 +1,4 @@
-"""The shared decoded-image cache: contents, one build for many processes, stale segments, the budget,
+"""The shared decoded-image cache: contents, one build for many processes, stale slabs, the budget,
 reference counting and cleanup, and `fastfeed cache ls|clear|build`."""
 
 from __future__ import annotations
@@ -80,9 +80,9 @@ def test_a_handle_pickles_without_its_map_and_attaches_by_name(painted_store, sh
         assert again.view().mem.base is not handle.view().mem.base      # its own map of the same file
 
 
-def test_segment_layout_and_sizes_agree(painted_store, tmp_path):
+def test_slab_layout_and_sizes_agree(painted_store, tmp_path):
     shapes, counts, _, _ = cache_build.scan(painted_store, 96)
-    need = layout.segment_bytes(shapes, counts)
+    need = layout.slab_bytes(shapes, counts)
     for k in (0, 1, 13, 24):
         lay = layout.plan(shapes[:k], counts[:k], n_records=24, imgsz=96, fingerprint="f" * 32, builder_pid=1, created=0.0)
         assert lay.header.total_bytes == need[k]
@@ -107,15 +107,15 @@ def _attach(store, cache_dir, barrier, results, done):
     lease.release()
 
 
-def test_two_processes_attach_to_one_segment_built_once(painted_store, shm_dir, monkeypatch):
+def test_two_processes_attach_to_one_slab_built_once(painted_store, shm_dir, monkeypatch):
     slow_decodes(monkeypatch, 0.02)   # a build that takes a while, so the second process really waits
     barrier, results, done = CTX.Barrier(2), CTX.Queue(), CTX.Event()
     with processes(_attach, [(painted_store, shm_dir, barrier, results, done)] * 2) as procs:
         got = [results.get(timeout=60) for _ in procs]
-        segment = layout.segment_path(shm_dir, painted_store.fingerprint, 96)
+        slab = layout.slab_path(shm_dir, painted_store.fingerprint, 96)
         assert sorted(built for _, built, _, _ in got) == [False, True]     # exactly one build
         assert len({ino for _, _, ino, _ in got}) == 1 and len({s for *_, s in got}) == 1
-        assert sorted(users.read_path(users_path(segment)).pids) == sorted(pid for pid, *_ in got)
+        assert sorted(users.read_path(users_path(slab)).pids) == sorted(pid for pid, *_ in got)
         assert not list(shm_dir.glob("*.tmp-*"))
         done.set()
         for p in procs:
@@ -157,21 +157,21 @@ def _attach_and_die(store, cache_dir, results):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def test_a_crashed_user_is_pruned_and_its_segment_reused(painted_store, shm_dir):
+def test_a_crashed_user_is_pruned_and_its_slab_reused(painted_store, shm_dir):
     results = CTX.Queue()
     with processes(_attach_and_die, [(painted_store, shm_dir, results)]):
         assert results.get(timeout=30) is True
-    segment = layout.segment_path(shm_dir, painted_store.fingerprint, 96)
-    assert users.read_path(users_path(segment)).pids == []      # its pid is dead: no users
+    slab = layout.slab_path(shm_dir, painted_store.fingerprint, 96)
+    assert users.read_path(users_path(slab)).pids == []      # its pid is dead: no users
     with acquire(painted_store, 96, shm_dir) as lease:          # (`fastfeed cache ls` would have reclaimed it)
         assert not lease.built                                # nothing to rebuild: it was complete
         assert users.read_path(users_path(lease.path)).pids == [os.getpid()]
 
 
-# --- stale segments ------------------------------------------------------------------------------
+# --- stale slabs ------------------------------------------------------------------------------
 
-def _spoil(segment: Path, how: str) -> None:
-    data = bytearray(segment.read_bytes())
+def _spoil(slab: Path, how: str) -> None:
+    data = bytearray(slab.read_bytes())
     if how == "garbage":
         data = bytearray(np.random.default_rng(0).integers(0, 256, 20000, dtype=np.uint8).tobytes())
     elif how == "empty":
@@ -183,16 +183,16 @@ def _spoil(segment: Path, how: str) -> None:
         data = data[:-4096]
     elif how == "other version":
         data[8:12] = (layout.CACHE_VERSION + 1).to_bytes(4, "little")
-    segment.write_bytes(bytes(data))
+    slab.write_bytes(bytes(data))
 
 
 @pytest.mark.parametrize("how", ["garbage", "empty", "half-written", "truncated", "other version"])
-def test_a_stale_segment_is_rebuilt_never_read(painted_store, shm_dir, how, caplog):
-    segment = layout.segment_path(shm_dir, painted_store.fingerprint, 96)
-    cache_build.build(painted_store, 96, segment, progress=False)
-    _spoil(segment, how)
+def test_a_stale_slab_is_rebuilt_never_read(painted_store, shm_dir, how, caplog):
+    slab = layout.slab_path(shm_dir, painted_store.fingerprint, 96)
+    cache_build.build(painted_store, 96, slab, progress=False)
+    _spoil(slab, how)
     with acquire(painted_store, 96, shm_dir) as lease:
-        assert lease.built and lease.path == segment
+        assert lease.built and lease.path == slab
         assert "rebuilding the shm cache" in caplog.text
         view = lease.handle().view()
         for i in (0, 7, 23):
@@ -203,7 +203,7 @@ def test_a_stale_segment_is_rebuilt_never_read(painted_store, shm_dir, how, capl
 
 def _needed(store, imgsz) -> np.ndarray:
     shapes, counts, _, _ = cache_build.scan(store, imgsz)
-    return layout.segment_bytes(shapes, counts)
+    return layout.slab_bytes(shapes, counts)
 
 
 @pytest.mark.parametrize("free, ram", [(1000, 10**12), (10**12, 5000)])
@@ -218,7 +218,7 @@ def test_a_cache_that_does_not_fit_fails_with_both_numbers_and_the_options(paint
     assert f"{shm_dir} has " in msg and f"({free} bytes) free" in msg and f"({ram} bytes) of RAM available" in msg
     for option in ("a smaller imgsz", "cache_partial=True", "the `cpu` loader", "mount -o remount,size="):
         assert option in msg
-    assert not list(shm_dir.iterdir())        # nothing left behind: no segment, temp file or lock
+    assert not list(shm_dir.iterdir())        # nothing left behind: no slab, temp file or lock
 
 
 def test_a_partial_cache_holds_a_prefix_and_the_rest_comes_from_the_store(painted_store, shm_dir, monkeypatch, caplog):

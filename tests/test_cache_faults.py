@@ -1,5 +1,5 @@
 """The shm cache's faults as a user meets them: its filesystem full during the build (a named error with the size
-and what to do, nothing left behind), and a segment whose loader was killed with SIGKILL (reclaimed by the next
+and what to do, nothing left behind), and a slab whose loader was killed with SIGKILL (reclaimed by the next
 `fastfeed cache ls` or cache open, and said so)."""
 
 from __future__ import annotations
@@ -35,20 +35,20 @@ def tiny_tmpfs(tmp_path):
         subprocess.run(["umount", str(disk)], check=True)
 
 
-def _segment_bytes(store, imgsz: int) -> int:
+def _slab_bytes(store, imgsz: int) -> int:
     shapes, counts, _, _ = build.scan(store, imgsz)
-    return int(layout.segment_bytes(shapes, counts)[len(store)])
+    return int(layout.slab_bytes(shapes, counts)[len(store)])
 
 
 def test_a_cache_that_fills_its_filesystem_exactly_is_refused_by_name_and_leaves_nothing(painted_store, tiny_tmpfs,
                                                                                         capsys):
-    """The segment fits the free space to the page; the users file then had no room (`OSError: [Errno 28]` after
-    the build, the segment left behind). Its page is taken first now: the budget check says it does not fit."""
+    """The slab fits the free space to the page; the users file then had no room (`OSError: [Errno 28]` after
+    the build, the slab left behind). Its page is taken first now: the budget check says it does not fit."""
     disk = tiny_tmpfs("size=4m")
-    need = _segment_bytes(painted_store, 64)
+    need = _slab_bytes(painted_store, 64)
     st = os.statvfs(disk)
     (disk / "filler").write_bytes(b"x" * (st.f_bavail * st.f_frsize - (need + 4095) // 4096 * 4096))
-    assert main(["cache", "build", str(painted_store.path), "--imgsz", "64", "--dir", str(disk), "--quiet"]) == 1
+    assert main(["cache", "build", str(painted_store.path), "--imgsz", "64", "--shm-dir", str(disk), "--quiet"]) == 1
     err = capsys.readouterr().err
     assert f"the shm cache needs {need / 2**20:.1f} MiB ({need} bytes) at imgsz 64, but {disk} has" in err
     assert "Traceback" not in err and "Errno" not in err
@@ -56,14 +56,14 @@ def test_a_cache_that_fills_its_filesystem_exactly_is_refused_by_name_and_leaves
 
 
 def test_a_filesystem_that_fills_during_the_build_names_it_the_size_and_what_to_do(painted_store, tiny_tmpfs, capsys):
-    """Out of inodes (tmpfs says ENOSPC) when the segment's file is created."""
+    """Out of inodes (tmpfs says ENOSPC) when the slab's file is created."""
     disk = tiny_tmpfs("size=4m,nr_inodes=2")      # the folder and one file: the users file
-    need = _segment_bytes(painted_store, 64)
-    assert main(["cache", "build", str(painted_store.path), "--imgsz", "64", "--dir", str(disk), "--quiet"]) == 1
+    need = _slab_bytes(painted_store, 64)
+    assert main(["cache", "build", str(painted_store.path), "--imgsz", "64", "--shm-dir", str(disk), "--quiet"]) == 1
     err = capsys.readouterr().err
     assert f"the shm cache's filesystem {disk} filled up while the cache was built (No space left on device" in err
-    assert f"the segment needs {need / 2**20:.1f} MiB ({need} bytes)" in err
-    assert "the partial segment was removed" in err and f"remount,size=1G {disk}" in err and "Traceback" not in err
+    assert f"the slab needs {need / 2**20:.1f} MiB ({need} bytes)" in err
+    assert "the partial slab was removed" in err and f"remount,size=1G {disk}" in err and "Traceback" not in err
     assert list(disk.iterdir()) == []
 
 
@@ -89,30 +89,30 @@ def _attach_and_kill(store, cache_dir, imgsz: int) -> int:
     return proc.pid
 
 
-def test_a_segment_whose_loader_was_killed_is_reclaimed_by_cache_ls_and_said_so(painted_store, shm_dir, capsys):
+def test_a_slab_whose_loader_was_killed_is_reclaimed_by_cache_ls_and_said_so(painted_store, shm_dir, capsys):
     with acquire(painted_store, 64, shm_dir, keep=True):      # kept: never reclaimed
         pass
     pid = _attach_and_kill(painted_store, shm_dir, 96)
-    segment = layout.segment_path(shm_dir, painted_store.fingerprint, 96)
-    assert segment.exists()                                   # SIGKILL: it never detached
-    assert main(["cache", "ls", "--dir", str(shm_dir), "--shm"]) == 0
+    slab = layout.slab_path(shm_dir, painted_store.fingerprint, 96)
+    assert slab.exists()                                   # SIGKILL: it never detached
+    assert main(["cache", "ls", "--shm-dir", str(shm_dir), "--shm"]) == 0
     out = capsys.readouterr().out
-    assert f"{segment.name}: every process that used it (pid {pid}) died without detaching: reclaimed" in out
+    assert f"{slab.name}: every process that used it (pid {pid}) died without detaching: reclaimed" in out
     assert "reclaimed" in out
-    assert not segment.exists() and not users_path(segment).exists()
-    assert layout.segment_path(shm_dir, painted_store.fingerprint, 64).exists()
-    assert main(["cache", "ls", "--dir", str(shm_dir), "--shm"]) == 0
+    assert not slab.exists() and not users_path(slab).exists()
+    assert layout.slab_path(shm_dir, painted_store.fingerprint, 64).exists()
+    assert main(["cache", "ls", "--shm-dir", str(shm_dir), "--shm"]) == 0
     assert "reclaimed" not in capsys.readouterr().out
-    assert main(["cache", "clear", "--dir", str(shm_dir), "--shm"]) == 0
+    assert main(["cache", "clear", "--shm-dir", str(shm_dir), "--shm"]) == 0
 
 
-def test_a_cache_open_reclaims_other_segments_whose_users_died_and_reuses_its_own(painted_store, shm_dir, caplog):
+def test_a_cache_open_reclaims_other_slabs_whose_users_died_and_reuses_its_own(painted_store, shm_dir, caplog):
     _attach_and_kill(painted_store, shm_dir, 96)
     with acquire(painted_store, 96, shm_dir) as lease:
-        assert not lease.built                                # a restarted run gets its segment back
+        assert not lease.built                                # a restarted run gets its slab back
     assert "died without detaching" not in caplog.text
     _attach_and_kill(painted_store, shm_dir, 64)
-    other = layout.segment_path(shm_dir, painted_store.fingerprint, 64)
+    other = layout.slab_path(shm_dir, painted_store.fingerprint, 64)
     assert other.exists()
     with acquire(painted_store, 96, shm_dir):
         assert not other.exists() and not users_path(other).exists()

@@ -24,7 +24,7 @@ from fastfeed.cli import main
 
 # --- reference counting and cleanup --------------------------------------------------------------
 
-def test_the_last_user_out_removes_the_segment_and_dead_users_are_pruned(painted_store, shm_dir):
+def test_the_last_user_out_removes_the_slab_and_dead_users_are_pruned(painted_store, shm_dir):
     a = acquire(painted_store, 96, shm_dir)
     b = acquire(painted_store, 96, shm_dir)
     assert a.built and not b.built and a.path == b.path
@@ -38,7 +38,7 @@ def test_the_last_user_out_removes_the_segment_and_dead_users_are_pruned(painted
     assert not list(shm_dir.iterdir())
 
 
-def test_keep_leaves_the_segment_for_the_next_run(painted_store, shm_dir):
+def test_keep_leaves_the_slab_for_the_next_run(painted_store, shm_dir):
     with acquire(painted_store, 96, shm_dir, keep=True) as lease:
         pass
     assert lease.path.exists()
@@ -80,41 +80,41 @@ def test_the_lock_follows_a_file_removed_while_waiting(tmp_path):
 
 def test_cli_cache_build_ls_clear(painted_store, jpeg_store, shm_dir, capsys):
     d = str(shm_dir)
-    assert main(["cache", "ls", "--dir", d]) == 0
+    assert main(["cache", "ls", "--shm-dir", d]) == 0
     assert "no fastfeed caches" in capsys.readouterr().out
-    assert main(["cache", "build", str(jpeg_store.path), "--imgsz", "128", "--dir", d, "--quiet"]) == 0
+    assert main(["cache", "build", str(jpeg_store.path), "--imgsz", "128", "--shm-dir", d, "--quiet"]) == 0
     assert "built, 16/16 images" in capsys.readouterr().out
     held = acquire(painted_store, 96, shm_dir)                # in use by this process
-    assert main(["cache", "ls", "--dir", d]) == 0
+    assert main(["cache", "ls", "--shm-dir", d]) == 0
     out = capsys.readouterr().out
     assert "2 fastfeed cache(s)" in out
     for fp, imgsz, images, who in ((jpeg_store.fingerprint, "128", "16/16", "0, keep"),
                                    (painted_store.fingerprint, "96", "24/24", f"1 (pid {os.getpid()})")):
         line = next(x for x in out.splitlines() if fp in x and x.strip().startswith("fastfeed-"))
         assert f" {imgsz} " in line and images in line and "complete" in line and who in line and "KiB" in line
-    assert main(["cache", "ls", "--dir", d, "--json"]) == 0
+    assert main(["cache", "ls", "--shm-dir", d, "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert {(e["fingerprint"], e["imgsz"], e["bytes"] > 0) for e in listed} == {
         (jpeg_store.fingerprint, 128, True), (painted_store.fingerprint, 96, True)}
 
-    assert main(["cache", "clear", "--dir", d]) == 0
+    assert main(["cache", "clear", "--shm-dir", d]) == 0
     out = capsys.readouterr().out
     assert f"removed {d}/fastfeed-{jpeg_store.fingerprint}-128" in out
     assert f"in use by pid(s) {os.getpid()}" in out and "1 removed" in out and "1 kept" in out
     assert held.path.exists()
-    assert main(["cache", "clear", "--dir", d, "--force"]) == 0
+    assert main(["cache", "clear", "--shm-dir", d, "--force"]) == 0
     assert "1 removed" in capsys.readouterr().out and not held.path.exists()
     held.release()                                        # nothing left to remove; leaves the folder empty
-    assert main(["cache", "ls", "--dir", str(shm_dir / "missing")]) == 1
+    assert main(["cache", "ls", "--shm-dir", str(shm_dir / "missing")]) == 1
     assert "does not exist" in capsys.readouterr().err
     assert main(["cache"]) == 2
 
 
 def test_cli_clear_removes_leftovers_of_crashed_builds(painted_store, shm_dir, capsys):
-    segment = layout.segment_path(shm_dir, painted_store.fingerprint, 96)
-    cache_build.temp_path(segment, dead_pid()).write_bytes(b"half")
-    users_path(segment).write_text(f"{dead_pid()} 1.0\n")
+    slab = layout.slab_path(shm_dir, painted_store.fingerprint, 96)
+    cache_build.temp_path(slab, dead_pid()).write_bytes(b"half")
+    users_path(slab).write_text(f"{dead_pid()} 1.0\n")
     (info,) = list_caches(shm_dir)
     assert info.state == "stale" and "left half-written by pid" in info.note
-    assert main(["cache", "clear", "--dir", str(shm_dir)]) == 0
+    assert main(["cache", "clear", "--shm-dir", str(shm_dir)]) == 0
     assert "1 removed" in capsys.readouterr().out

@@ -18,8 +18,8 @@ def test_pack_verify_and_cache_build_write_no_carriage_returns_into_a_log(tmp_pa
     store = tmp_path / "sample.ff"
     for i, args in enumerate([["pack", "-o", str(store), "--workers", "1"],
                               ["verify", str(store), "--decode"],
-                              ["cache", "build", str(store), "--imgsz", "64", "--dir", str(tmp_path)],
-                              ["cache", "clear", "--shm", "--dir", str(tmp_path), "--force"]]):
+                              ["cache", "build", str(store), "--imgsz", "64", "--shm-dir", str(tmp_path)],
+                              ["cache", "clear", "--shm", "--shm-dir", str(tmp_path), "--force"]]):
         rc, out = _run(args, tmp_path, tmp_path / f"log{i}")
         assert rc == 0, out.decode()
         assert out and b"\r" not in out, (args, out[:300])

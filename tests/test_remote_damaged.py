@@ -100,7 +100,7 @@ def downloads(store, shard: int) -> int:
 
 def test_a_crc_error_in_a_cached_shard_downloads_it_once_more_and_the_read_succeeds(s3, local, tmp_path, caplog):
     url, _ = upload(s3, local)
-    store = Store(url, cache_dir=tmp_path / "c")
+    store = Store(url, shard_cache=tmp_path / "c")
     i = store.shards[1].start + 1
     assert bytes(store.record(i).payload) == bytes(local.record(i).payload)
     file = flip_record(store, i)
@@ -116,7 +116,7 @@ def test_a_crc_error_in_a_cached_shard_downloads_it_once_more_and_the_read_succe
 
 def test_an_lmdb_error_in_a_cached_shard_downloads_it_once_more(s3, local, tmp_path):
     url, _ = upload(s3, local)
-    store = Store(url, cache_dir=tmp_path / "c")
+    store = Store(url, shard_cache=tmp_path / "c")
     i = store.shards[2].start
     store.record(i)
     zero_pages(store.cache.file(store.shards[2]))
@@ -124,7 +124,7 @@ def test_an_lmdb_error_in_a_cached_shard_downloads_it_once_more(s3, local, tmp_p
     assert downloads(store, 2) == 2
     store.close()
     zero_pages(store.cache.file(store.shards[2]))    # damaged while no process maps it: found when opened
-    store = Store(url, cache_dir=tmp_path / "c")
+    store = Store(url, shard_cache=tmp_path / "c")
     assert bytes(store.record(i).payload) == bytes(local.record(i).payload)
     assert downloads(store, 2) == 3
     store.close()
@@ -132,7 +132,7 @@ def test_an_lmdb_error_in_a_cached_shard_downloads_it_once_more(s3, local, tmp_p
 
 def test_a_damaged_cached_copy_of_a_damaged_bucket_object_names_the_bucket(s3, local, tmp_path):
     url, bucket = upload(s3, local)
-    store = Store(url, cache_dir=tmp_path / "c")
+    store = Store(url, shard_cache=tmp_path / "c")
     i = store.shards[1].start
     store.record(i)
     flip_record(store, i)
@@ -150,7 +150,7 @@ def test_a_shard_damaged_when_packed_is_the_buckets_copy_after_one_fresh_downloa
     from fastfeed.store.checksum import sha256_file
 
     url, bucket = upload(s3, local)
-    store = Store(url, cache_dir=tmp_path / "c")
+    store = Store(url, shard_cache=tmp_path / "c")
     i = store.shards[3].start
     store.record(i)
     damaged = flip_record(store, i)
@@ -159,7 +159,7 @@ def test_a_shard_damaged_when_packed_is_the_buckets_copy_after_one_fresh_downloa
     manifest = json.loads((local.path / "manifest.json").read_text())
     manifest["shards"][3]["sha256"] = sha256_file(damaged)
     s3.client().put_object(Bucket=bucket, Key="s.ff/manifest.json", Body=json.dumps(manifest).encode())
-    store = Store(url, cache_dir=tmp_path / "fresh")
+    store = Store(url, shard_cache=tmp_path / "fresh")
     with pytest.raises(ShardDamaged, match=rf"the bucket's copy of shard {url}/{store.shards[3].file} is damaged: "
                                            rf"record {i} .*CRC.* again in a fresh download"):
         store.record(i)
@@ -220,24 +220,24 @@ def test_a_read_only_cache_holding_every_shard_reads_and_one_lacking_a_shard_say
                                                                                        capsys):
     url, _ = upload(s3, local)
     cache = tmp_path / "c"
-    store = Store(url, cache_dir=cache)
+    store = Store(url, shard_cache=cache)
     for s in store.shards:
         store.record(s.start)
     store.close()
     ro = read_only(cache)
-    assert main(["cache", "build", url, "--imgsz", "64", "--dir", str(tmp_path), "--quiet",
+    assert main(["cache", "build", url, "--imgsz", "64", "--shm-dir", str(tmp_path), "--quiet",
                  "--shard-cache", str(ro)]) == 0
     assert "built, 24/24 images" in capsys.readouterr().out
-    assert main(["cache", "clear", "--dir", str(tmp_path), "--shm"]) == 0
-    assert main(["cache", "ls", "--shards", "--shard-dir", str(ro)]) == 0
+    assert main(["cache", "clear", "--shm-dir", str(tmp_path), "--shm"]) == 0
+    assert main(["cache", "ls", "--shards", "--shard-cache", str(ro)]) == 0
     assert url in capsys.readouterr().out
     # One shard fewer: a named error, not `OSError: [Errno 30] Read-only file system`.
     partial = tmp_path / "p"
-    store = Store(url, cache_dir=partial)
+    store = Store(url, shard_cache=partial)
     store.record(store.shards[0].start)
     store.close()
     ro = read_only(partial)
-    assert main(["cache", "build", url, "--imgsz", "64", "--dir", str(tmp_path), "--quiet",
+    assert main(["cache", "build", url, "--imgsz", "64", "--shm-dir", str(tmp_path), "--quiet",
                  "--shard-cache", str(ro)]) == 1
     err = capsys.readouterr().err
     assert f"the shard cache {ro} is read-only" in err and f"lacks shard {url}/{store.shards[1].file}" in err
@@ -251,12 +251,12 @@ def test_clearing_the_shard_cache_under_a_reader_leaves_it_reading(s3, local, tm
     cache = tmp_path / "c"
     # Nothing downloaded ahead (read_ahead=0): a shard the read-ahead thread wrote just after the clear would
     # make the cache folder non-empty depending on timing; here each shard comes when the reader needs it.
-    store = Store(url, cache_dir=cache, read_ahead=0)
+    store = Store(url, shard_cache=cache, read_ahead=0)
     cfg = LoaderConfig(imgsz=64, batch_size=4, workers=0, shuffle=False)
     with create_loader("cpu", store, cfg) as loader:
         it = iter(loader)
         seen = len(next(it)[0])
-        assert main(["cache", "clear", "--shards", "--force", "--shard-dir", str(cache)]) == 0
+        assert main(["cache", "clear", "--shards", "--force", "--shard-cache", str(cache)]) == 0
         assert "1 removed" in capsys.readouterr().out and not any(cache.glob("store-*"))
         for images, _ in it:                         # the shards mapped keep reading, the others come again
             seen += len(images)

@@ -86,7 +86,7 @@ def test_two_nodes_with_small_caches(remote, tmp_path, monkeypatch):
     epochs, seen, nodes = 2, {}, []
     for rank in (0, 1):
         cache = tmp_path / f"node{rank}"
-        store = Store(url, cache_dir=cache, cache_limit=limit, read_ahead=1)
+        store = Store(url, shard_cache=cache, shard_cache_limit=limit, read_ahead=1)
         cfg = LoaderConfig(imgsz=64, batch_size=4, workers=1, batches_ahead=1, rank=rank, world_size=2, seed=5,
                            local_world_size=1)   # two nodes of one rank each
         with Watch(cache) as watch, create_loader("cpu", store, cfg) as loader:
@@ -117,12 +117,12 @@ def test_mid_epoch_resume_with_the_windowed_order(remote, tmp_path):
     url, local = remote
     limit = int(store_bytes(local) * 0.6)
     cfg = LoaderConfig(imgsz=64, batch_size=4, workers=1, batches_ahead=1, seed=2)
-    with create_loader("cpu", Store(url, cache_dir=tmp_path / "a", cache_limit=limit, read_ahead=1), cfg) as loader:
+    with create_loader("cpu", Store(url, shard_cache=tmp_path / "a", shard_cache_limit=limit, read_ahead=1), cfg) as loader:
         assert loader.order.describe()["order"] == "windowed"
         loader.set_epoch(1)
         full = [(b.indices.numpy().copy(), b.images.clone(), b.targets.clone()) for b in loader]
     k = len(full) // 2
-    with create_loader("cpu", Store(url, cache_dir=tmp_path / "b", cache_limit=limit, read_ahead=1), cfg) as again:
+    with create_loader("cpu", Store(url, shard_cache=tmp_path / "b", shard_cache_limit=limit, read_ahead=1), cfg) as again:
         again.set_epoch(1, k)
         rest = [(b.indices.numpy().copy(), b.images.clone(), b.targets.clone()) for b in again]
     assert len(rest) == len(full) - k
@@ -135,7 +135,7 @@ def test_dropped_connections_are_survived_and_every_record_delivered(remote, s3,
     with FaultProxy(s3.port, drop=0.15, latency=0.002, seed=1) as proxy:
         s3.use(proxy.url)
         try:
-            store = Store(url, cache_dir=tmp_path / "c", cache_limit=int(store_bytes(local) * 0.6), read_ahead=1)
+            store = Store(url, shard_cache=tmp_path / "c", shard_cache_limit=int(store_bytes(local) * 0.6), read_ahead=1)
             with create_loader("cpu", store, LoaderConfig(imgsz=64, batch_size=4, workers=2, batches_ahead=1, seed=3)) as loader:
                 got = np.concatenate([b.indices.numpy().copy() for b in loader])
             assert np.array_equal(got, np.concatenate(loader.order.batches(0)))
@@ -153,10 +153,10 @@ def test_a_store_3x_the_cache_through_resets_and_latency_delivers_every_record_o
     with FaultProxy(s3.port, latency=0.01, jitter=0.0025, drop=0.05, seed=4, cut_within=1024) as proxy:
         s3.use(proxy.url)
         try:
-            probe = Store(small_shards, cache_dir=tmp_path / "probe")
+            probe = Store(small_shards, shard_cache=tmp_path / "probe")
             limit = sum(s.bytes for s in probe.shards) // 3
             probe.close()
-            store = Store(small_shards, cache_dir=tmp_path / "c", cache_limit=limit)   # the read-ahead sized, not asked
+            store = Store(small_shards, shard_cache=tmp_path / "c", shard_cache_limit=limit)   # the read-ahead sized, not asked
             cfg = LoaderConfig(imgsz=64, batch_size=2, workers=1, batches_ahead=1, seed=7)
             with create_loader("cpu", store, cfg) as loader:
                 d = loader.order.describe()
@@ -180,7 +180,7 @@ def test_retries_end_with_an_error_naming_the_url(remote, s3, tmp_path, monkeypa
     from fastfeed.store import objstore
 
     url, _ = remote
-    store = Store(url, cache_dir=tmp_path / "c")
+    store = Store(url, shard_cache=tmp_path / "c")
     monkeypatch.setattr(objstore, "BACKOFF_S", (0.01, 0.05))
     import socket
 
@@ -259,7 +259,7 @@ def test_torchrun_two_nodes_each_with_its_own_cache(remote, tmp_path):
     assert all(len(f) == len(set(f)) for f in fetched)                           # once per node
     from fastfeed.loaders.windowed import WindowedOrder
 
-    names = [sh.file for sh in Store(url, cache_dir=tmp_path / "names").shards]
+    names = [sh.file for sh in Store(url, shard_cache=tmp_path / "names").shards]
     parts = [{names[k] for k in set((WindowedOrder([(sh.start, sh.count) for sh in local.shards], 4, window=1, seed=0,
                                                    rank=n, world_size=2).node_part(0)[0] // 8).tolist())} for n in (0, 1)]
     assert all(p <= set(f) for p, f in zip(parts, fetched)), (parts, fetched)   # each node fetched its part...

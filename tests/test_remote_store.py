@@ -69,7 +69,7 @@ def records_equal(a, b):
 
 
 def test_pack_to_a_bucket_reads_as_the_local_pack(url_store, local_store, s3, tmp_path):
-    store = Store(url_store, cache_dir=tmp_path / "cache")
+    store = Store(url_store, shard_cache=tmp_path / "cache")
     assert type(store) is Store and store.remote and not local_store.remote   # one Store, its provider differs
     records_equal(store, local_store)
     names = {o["Key"] for o in s3.client().list_objects_v2(Bucket=url_store.split("/")[2])["Contents"]}
@@ -107,7 +107,7 @@ def test_pack_from_a_bucket_as_from_the_folder(layout, coco_src, s3, tmp_path):
 
 
 def test_every_loader_reads_a_url_store(url_store, local_store, tmp_path):
-    store = Store(url_store, cache_dir=tmp_path / "c")
+    store = Store(url_store, shard_cache=tmp_path / "c")
     cfg = LoaderConfig(imgsz=64, batch_size=4, workers=1, seed=1)
     for name, opts in (("cpu", {}), ("shm", {"cache_dir": str(tmp_path)}), ("device", {})):
         with create_loader(name, store, cfg, **opts) as loader, \
@@ -123,7 +123,7 @@ def test_the_dali_loader_reads_a_url_store(url_store, local_store, tmp_path, wor
     """DALI's external source (in this thread, or in DALI's worker processes) reads a URL store through the shard
     cache: the same samples as from the local pack."""
     pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed (pip install -e '.[dali]')")
-    store = Store(url_store, cache_dir=tmp_path / "c")
+    store = Store(url_store, shard_cache=tmp_path / "c")
     cfg = LoaderConfig(imgsz=64, batch_size=4, workers=workers, seed=1, device="cpu")
     with create_loader("dali", store, cfg) as loader, create_loader("dali", local_store, cfg, order=loader.order) as here:
         for epoch in (0, 1):
@@ -138,10 +138,10 @@ def test_the_dali_loader_reads_a_url_store(url_store, local_store, tmp_path, wor
 def test_force_while_a_reader_holds_the_old_manifest(coco_src, s3, tmp_path):
     url = f"s3://{s3.bucket()}/s.ff"
     run_pack(coco_src, url, shards=4)
-    old = Store(url, cache_dir=tmp_path / "c")
+    old = Store(url, shard_cache=tmp_path / "c")
     before = old.record(0)                                    # shard 0 is cached now
     run_pack(coco_src, url, shards=5, overwrite=True, store="jpeg", quality=50)
-    new = Store(url, cache_dir=tmp_path / "c")
+    new = Store(url, shard_cache=tmp_path / "c")
     assert new.fingerprint != old.fingerprint and not {s.file for s in new.shards} & {s.file for s in old.shards}
     assert bytes(old.record(1).payload) == bytes(before.payload) or old.record(1).index == 1   # cached: its own pack
     with pytest.raises(StoreChanged, match="re-packed .* open it again"):
@@ -174,20 +174,20 @@ def test_an_interrupted_pack_leaves_the_old_store_and_no_new_shards(coco_src, s3
         run_pack(coco_src, url, shards=4, overwrite=True)
     after = {o["Key"] for o in s3.client().list_objects_v2(Bucket=url.split("/")[2])["Contents"]}
     assert after == before                                    # the new pack's first shard removed again
-    records_equal(Store(url, cache_dir=tmp_path / "c"), Store(url, cache_dir=tmp_path / "d"))
+    records_equal(Store(url, shard_cache=tmp_path / "c"), Store(url, shard_cache=tmp_path / "d"))
     fresh = f"s3://{url.split('/')[2]}/fresh.ff"
     calls.clear()
     with pytest.raises(RemoteError):
         run_pack(coco_src, fresh, shards=4)
     with pytest.raises(FormatError, match="not a fastfeed store: it has no manifest.json"):
-        Store(fresh, cache_dir=tmp_path / "c")
+        Store(fresh, shard_cache=tmp_path / "c")
 
 
 def test_a_damaged_shard_object_is_named(coco_src, s3, tmp_path, caplog):
     bucket = s3.bucket()
     url = f"s3://{bucket}/s.ff"
     run_pack(coco_src, url, shards=3)
-    store = Store(url, cache_dir=tmp_path / "c")
+    store = Store(url, shard_cache=tmp_path / "c")
     key = f"s.ff/{store.shards[1].file}"
     body = bytearray(s3.client().get_object(Bucket=bucket, Key=key)["Body"].read())
     body[len(body) // 2] ^= 0xFF                               # same size, other bytes
@@ -203,9 +203,9 @@ def test_a_damaged_shard_object_is_named(coco_src, s3, tmp_path, caplog):
 
 def test_missing_bucket_missing_store_and_missing_credentials_say_what_to_do(s3, url_store, tmp_path, monkeypatch):
     with pytest.raises(FormatError, match="bucket s3://no-such-bucket-here does not exist"):
-        Store("s3://no-such-bucket-here/x.ff", cache_dir=tmp_path)
+        Store("s3://no-such-bucket-here/x.ff", shard_cache=tmp_path)
     with pytest.raises(FormatError, match="not a fastfeed store"):
-        Store(f"s3://{url_store.split('/')[2]}/nothing.ff", cache_dir=tmp_path)
+        Store(f"s3://{url_store.split('/')[2]}/nothing.ff", shard_cache=tmp_path)
     for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(k)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
@@ -215,18 +215,18 @@ def test_missing_bucket_missing_store_and_missing_credentials_say_what_to_do(s3,
 
     _forget_filesystems()
     with pytest.raises(RemoteError, match="no credentials found .* AWS_ACCESS_KEY_ID"):
-        Store(url_store, cache_dir=tmp_path)
+        Store(url_store, shard_cache=tmp_path)
     monkeypatch.undo()
     _forget_filesystems()
     with pytest.raises(ValueError, match="folder"):
-        Store(tmp_path, cache_limit="1G")                     # a cache option for a local store
+        Store(tmp_path, shard_cache_limit="1G")                     # a cache option for a local store
 
 
 def test_a_cache_too_small_or_a_full_disk_is_one_line(url_store, tmp_path):
-    store = Store(url_store, cache_dir=tmp_path / "c", cache_limit=1000)
+    store = Store(url_store, shard_cache=tmp_path / "c", shard_cache_limit=1000)
     with pytest.raises(CacheFull, match="more than the whole shard cache limit"):
         store.record(0)
-    store = Store(url_store, cache_dir=tmp_path / "c", cache_limit=3 * store.shards[0].bytes)
+    store = Store(url_store, shard_cache=tmp_path / "c", shard_cache_limit=3 * store.shards[0].bytes)
     with pytest.raises(ValueError, match="holds fewer shards .* than the windowed order needs"):
         create_loader("cpu", store, LoaderConfig(imgsz=64, batch_size=4, workers=0))
     disk = tmp_path / "tiny"
@@ -235,7 +235,7 @@ def test_a_cache_too_small_or_a_full_disk_is_one_line(url_store, tmp_path):
         pytest.skip("cannot mount a small tmpfs here (not root?)")
     full = None
     try:
-        full = Store(url_store, cache_dir=disk, cache_limit="1G")
+        full = Store(url_store, shard_cache=disk, shard_cache_limit="1G")
         assert sum(s.bytes for s in full.shards) > 64 << 10
         with pytest.raises(CacheFull, match="disk is full .* free space there"):
             for s in full.shards:
@@ -251,28 +251,28 @@ def test_the_read_ahead_is_at_least_16_mb_by_default_and_a_quarter_of_the_cache_
 
     from fastfeed.store.remote.shards import DEFAULT_READ_AHEAD, READ_AHEAD_BYTES
 
-    probe = Store(url_store, cache_dir=tmp_path / "c")
+    probe = Store(url_store, shard_cache=tmp_path / "c")
     largest = max(s.bytes for s in probe.shards)
     assert READ_AHEAD_BYTES // largest > len(probe.shards)          # tiny shards: the read-ahead wants more
     # Capped by a quarter of the shards the cache holds (the rest is the window), never below 2 ...
-    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest).read_ahead == 3
-    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=3 * largest).read_ahead == DEFAULT_READ_AHEAD
+    assert Store(url_store, shard_cache=tmp_path / "c", shard_cache_limit=12 * largest).read_ahead == 3
+    assert Store(url_store, shard_cache=tmp_path / "c", shard_cache_limit=3 * largest).read_ahead == DEFAULT_READ_AHEAD
     # ... and by the store's shards.
-    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=400 * largest).read_ahead == len(probe.shards)
+    assert Store(url_store, shard_cache=tmp_path / "c", shard_cache_limit=400 * largest).read_ahead == len(probe.shards)
     # Shards of the URL default (128 MB): two ahead are already seconds of training.
-    big = Store(url_store, cache_dir=tmp_path / "c", cache_limit=64 << 30).provider
+    big = Store(url_store, shard_cache=tmp_path / "c", shard_cache_limit=64 << 30).provider
     big.shards = [replace(s, bytes=128 << 20) for s in big.shards]
     assert big.default_read_ahead() == DEFAULT_READ_AHEAD
     big.shards = [replace(s, bytes=4 << 20) for s in big.shards]   # 4 MB ones: four make the read-ahead
     assert big.default_read_ahead() == 4
     # What is asked for is what is used, from Python (keywords or StoreOptions) and from the environment as the
     # entry points resolve it (StoreOptions.from_env); the store itself reads no environment.
-    assert Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest, read_ahead=1).read_ahead == 1
-    opts = StoreOptions(cache_dir=tmp_path / "c", cache_limit=12 * largest, read_ahead=3)
+    assert Store(url_store, shard_cache=tmp_path / "c", shard_cache_limit=12 * largest, read_ahead=1).read_ahead == 1
+    opts = StoreOptions(shard_cache=tmp_path / "c", shard_cache_limit=12 * largest, read_ahead=3)
     assert Store(url_store, options=opts).read_ahead == 3 and Store(url_store, options=opts).read_ahead_given
     monkeypatch.setenv("FASTFEED_READ_AHEAD_SHARDS", "5")
-    assert not Store(url_store, cache_dir=tmp_path / "c", cache_limit=12 * largest).read_ahead_given
-    store = Store(url_store, options=StoreOptions.from_env(os.environ, cache_dir=tmp_path / "c", cache_limit=12 * largest))
+    assert not Store(url_store, shard_cache=tmp_path / "c", shard_cache_limit=12 * largest).read_ahead_given
+    store = Store(url_store, options=StoreOptions.from_env(os.environ, shard_cache=tmp_path / "c", shard_cache_limit=12 * largest))
     assert store.read_ahead == 5 and store.reopen().read_ahead == 5
     assert pickle.loads(pickle.dumps(store)).read_ahead == 5
     assert StoreOptions.from_env(os.environ, opts).read_ahead == 3                 # given beats the environment
@@ -281,12 +281,12 @@ def test_the_read_ahead_is_at_least_16_mb_by_default_and_a_quarter_of_the_cache_
 def test_the_old_name_of_the_read_ahead_still_works_and_warns_with_the_new_one(url_store, tmp_path):
     with pytest.warns(DeprecationWarning, match=r"StoreOptions\(prefetch_depth=...\) is deprecated: use "
                                                 r"StoreOptions\(read_ahead=...\)"):
-        opts = StoreOptions(cache_dir=tmp_path / "c", prefetch_depth=3)
+        opts = StoreOptions(shard_cache=tmp_path / "c", prefetch_depth=3)
     assert opts.read_ahead == 3
     with pytest.warns(DeprecationWarning, match="use StoreOptions.read_ahead"):
         assert opts.prefetch_depth == 3
     with pytest.warns(DeprecationWarning, match=r"use StoreOptions\(read_ahead=...\)"):
-        store = Store(url_store, cache_dir=tmp_path / "c", prefetch_depth=2)
+        store = Store(url_store, shard_cache=tmp_path / "c", prefetch_depth=2)
     assert store.read_ahead == 2 and store.read_ahead_given
     with pytest.warns(DeprecationWarning, match="use Store.read_ahead"):
         assert store.prefetch_depth == 2
@@ -298,14 +298,14 @@ def test_the_old_name_of_the_read_ahead_still_works_and_warns_with_the_new_one(u
 def test_a_tight_cache_shortens_the_default_read_ahead_before_it_refuses(coco_src, s3, tmp_path):
     url = f"s3://{s3.bucket()}/one-per-shard.ff"
     run_pack(coco_src, url, shards=40)
-    probe = Store(url, cache_dir=tmp_path / "c")
+    probe = Store(url, shard_cache=tmp_path / "c")
     largest = max(s.bytes for s in probe.shards)
     cfg = LoaderConfig(imgsz=64, batch_size=1, workers=2, batches_ahead=7)   # 15 batches in flight: 16 shards leaving
-    store = Store(url, cache_dir=tmp_path / "c", cache_limit=20 * largest)
+    store = Store(url, shard_cache=tmp_path / "c", shard_cache_limit=20 * largest)
     assert store.read_ahead == 5
     order = default_order(store, cfg, 0, 1)                             # the loaders choose it, from the facts
     assert order.describe()["read_ahead_shards"] == 2 and order.describe()["window_shards"] == 1
-    asked = Store(url, cache_dir=tmp_path / "c", cache_limit=20 * largest, read_ahead=5)
+    asked = Store(url, shard_cache=tmp_path / "c", shard_cache_limit=20 * largest, read_ahead=5)
     with pytest.raises(ValueError, match="5 read ahead .* lower read_ahead"):
         default_order(asked, cfg, 0, 1)                                  # asked for: used, or refused
     for s in (probe, store, asked):
@@ -316,8 +316,8 @@ def test_a_read_ahead_asked_for_is_kept_when_the_cache_holds_the_whole_store(url
     """A cache that holds the whole store reads every shard ahead, unless a read-ahead was asked for: then that one
     (read_ahead=0: each shard only when a batch needs it), never silently more."""
     cfg = LoaderConfig(imgsz=64, batch_size=4, workers=0)
-    sized = Store(url_store, cache_dir=tmp_path / "c")
-    asked = Store(url_store, cache_dir=tmp_path / "c", read_ahead=0)
+    sized = Store(url_store, shard_cache=tmp_path / "c")
+    asked = Store(url_store, shard_cache=tmp_path / "c", read_ahead=0)
     try:
         assert default_order(sized, cfg, 0, 1).read_ahead is None              # every shard
         assert default_order(asked, cfg, 0, 1).read_ahead == 0
@@ -332,7 +332,7 @@ def test_the_shards_a_read_waits_for_download_alone_then_the_next_ones(url_store
 
     from fastfeed.store.remote.read_ahead import ReadAhead
 
-    store = Store(url_store, cache_dir=tmp_path / "c", cache_limit="1G", read_ahead=3)   # asked: all 3 ahead
+    store = Store(url_store, shard_cache=tmp_path / "c", shard_cache_limit="1G", read_ahead=3)   # asked: all 3 ahead
     events, lock = [], threading.Lock()
     real = store.provider.fetch
 
@@ -371,7 +371,7 @@ def test_cli_pack_inspect_verify_bench_and_the_shard_cache(coco_src, s3, tmp_pat
     assert json.loads(capsys.readouterr().out)["path"] == url
     assert main(["verify", url, "--quiet", "--shard-cache", cache]) == 0
     assert "OK, 40 records" in capsys.readouterr().out
-    limit = str(int(sum(s.bytes for s in Store(url, cache_dir=cache).shards) * 0.9))
+    limit = str(int(sum(s.bytes for s in Store(url, shard_cache=cache).shards) * 0.9))
     assert main(["bench", "--data", url, "--loader", "cpu", "--batches", "3", "--warmup", "1", "--workers", "1",
                  "--imgsz", "64", "--batch", "4", "--quiet", "--shard-cache", str(tmp_path / "b"),
                  "--shard-cache-limit", limit, "--read-ahead-shards", "1"]) == 0
@@ -380,15 +380,15 @@ def test_cli_pack_inspect_verify_bench_and_the_shard_cache(coco_src, s3, tmp_pat
     out = capsys.readouterr().out
     assert "order windowed (shard-aware): a window of" in out and "shards read ahead: 1," in out
     assert "; link: " in out                                             # what the link did (or nothing yet)
-    assert main(["cache", "ls", "--shards", "--shard-dir", cache]) == 0
+    assert main(["cache", "ls", "--shards", "--shard-cache", cache]) == 0
     out = capsys.readouterr().out
     assert url in out and " 12 " in out
-    assert main(["cache", "clear", "--shards", "--shard-dir", cache]) == 0
+    assert main(["cache", "clear", "--shards", "--shard-cache", cache]) == 0
     assert "1 removed" in capsys.readouterr().out
     assert not any((tmp_path / "shards").glob("store-*/*.mdb"))
-    assert main(["cache", "build", url, "--imgsz", "64", "--dir", str(tmp_path), "--quiet", "--shard-cache", cache]) == 0
+    assert main(["cache", "build", url, "--imgsz", "64", "--shm-dir", str(tmp_path), "--quiet", "--shard-cache", cache]) == 0
     assert "built, 40/40 images" in capsys.readouterr().out
-    assert main(["cache", "clear", "--dir", str(tmp_path), "--shm"]) == 0
+    assert main(["cache", "clear", "--shm-dir", str(tmp_path), "--shm"]) == 0
     assert main(["inspect", "s3://no-such-bucket-x/a.ff", "--shard-cache", cache]) == 1
     assert "does not exist" in capsys.readouterr().err
 
@@ -397,7 +397,7 @@ def test_large_shards_download_in_parallel_ranged_parts(url_store, local_store, 
     from fastfeed.store import objstore
 
     monkeypatch.setattr(objstore, "PART_BYTES", 4096)        # every shard in many ranged reads
-    store = Store(url_store, cache_dir=tmp_path / "c")
+    store = Store(url_store, shard_cache=tmp_path / "c")
     assert store.shards[0].bytes > 4 * 4096
     records_equal(store, local_store)                        # sha256-checked, then read
     store.close()
@@ -422,7 +422,7 @@ def test_storage_options_from_the_cli_and_python_are_never_written(coco_src, s3,
     assert main(["verify", url, "--quiet", "--workers", "2", "--shard-cache", str(tmp_path / "v"), *opts]) == 0
     assert "OK, 40 records" in capsys.readouterr().out
     _forget_filesystems()
-    store = Store(url, cache_dir=tmp_path / "c", storage_options={"endpoint_url": s3.endpoint, "key": "fastfeed-test",
+    store = Store(url, shard_cache=tmp_path / "c", storage_options={"endpoint_url": s3.endpoint, "key": "fastfeed-test",
                                                                   "secret": secret})
     assert len(store) == 40 and store.record(39).index == 39
     assert secret not in json.dumps(store.manifest.to_json()) and secret not in repr(store)

@@ -31,15 +31,13 @@ def test_the_environment_fills_what_is_not_given():
     env = {"FASTFEED_SHARD_CACHE": "/fast/shards", "FASTFEED_SHARD_CACHE_LIMIT": "50G",
            "FASTFEED_READ_AHEAD_SHARDS": "5", "FASTFEED_STORAGE_OPTIONS": '{"anon": true, "key": "env"}'}
     o = StoreOptions.from_env(env)
-    assert (o.cache_dir, o.cache_limit, o.read_ahead, o.storage_options) == ("/fast/shards", "50G", 5,
+    assert (o.shard_cache, o.shard_cache_limit, o.read_ahead, o.storage_options) == ("/fast/shards", "50G", 5,
                                                                            {"anon": True, "key": "env"})
-    given = StoreOptions.from_env(env, cache_dir="/mine", read_ahead=2, storage_options={"key": "mine"})
-    assert (given.cache_dir, given.cache_limit, given.read_ahead) == ("/mine", "50G", 2)
+    given = StoreOptions.from_env(env, shard_cache="/mine", read_ahead=2, storage_options={"key": "mine"})
+    assert (given.shard_cache, given.shard_cache_limit, given.read_ahead) == ("/mine", "50G", 2)
     assert given.storage_options == {"anon": True, "key": "mine"}            # the options given win
-    assert StoreOptions.from_env({"XDG_CACHE_HOME": "/xdg"}).cache_dir == str(Path("/xdg/fastfeed/shards"))
+    assert StoreOptions.from_env({"XDG_CACHE_HOME": "/xdg"}).shard_cache == str(Path("/xdg/fastfeed/shards"))
     assert StoreOptions.from_env({}) == StoreOptions()                        # nothing set: the built-in defaults
-    assert StoreOptions.from_env({"FASTFEED_PREFETCH_SHARDS": "4"}).read_ahead == 4   # the old name still read
-    assert StoreOptions.from_env({"FASTFEED_PREFETCH_SHARDS": "4", "FASTFEED_READ_AHEAD_SHARDS": "1"}).read_ahead == 1
 
 
 @pytest.mark.parametrize("env,match", [
@@ -81,7 +79,7 @@ def test_the_cli_resolves_flags_over_the_environment(monkeypatch):
     monkeypatch.setenv("FASTFEED_SHARD_CACHE_LIMIT", "7G")
     monkeypatch.setenv("FASTFEED_READ_AHEAD_SHARDS", "3")
     o = store_options(p.parse_args(["--store-retries", "2", "--read-ahead-shards", "1"]))
-    assert (o.retries, o.read_ahead, o.cache_limit) == (2, 1, "7G")
+    assert (o.retries, o.read_ahead, o.shard_cache_limit) == (2, 1, "7G")
     assert "FASTFEED_STORE_RETRIES" not in os.environ   # nothing written into the environment
     with pytest.raises(ValueError, match="retries must be"):
         store_options(p.parse_args(["--store-retries", "0"]))

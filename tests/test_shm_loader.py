@@ -1,5 +1,5 @@
 """The `shm` loader: the cpu loader's Batch contract and augmentation over the shared cache, ranks that
-share one segment, the partial-cache fallback, and cleanup when loaders close."""
+share one slab, the partial-cache fallback, and cleanup when loaders close."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def test_batch_contract(painted_store, shm_dir, workers):
     cfg = LoaderConfig(imgsz=96, batch_size=5, workers=workers, drop_last=False)
     with create_loader("shm", painted_store, cfg, cache_dir=str(shm_dir)) as loader:
         batches = collect_batches(loader)
-        assert loader.shared_bytes() == loader.cache.size == loader.cache.path.stat().st_size
+        assert loader.shared_bytes() == loader.lease.size == loader.lease.path.stat().st_size
         ms = loader.stage_times().per_sample_ms()
     assert len(batches) == len(loader) == 5
     assert_batch_contract(batches, 96, nc=3, total=24)
@@ -93,13 +93,13 @@ def test_same_batches_as_the_cpu_loader_when_no_resize_is_needed(painted_store, 
 
 def test_a_partial_cache_falls_back_to_the_store(painted_store, shm_dir, monkeypatch):
     shapes, counts, _, _ = cache_build.scan(painted_store, 160)
-    need = layout.segment_bytes(shapes, counts)
+    need = layout.slab_bytes(shapes, counts)
     monkeypatch.setattr("fastfeed.cache.budget.free_bytes", lambda d: int(need[9]) + 10)
     kw = dict(imgsz=160, batch_size=4, workers=2, hyp=NO_COLOUR, seed=5)
     with pytest.raises(CacheBudgetError, match="cache_partial=True"):
         create_loader("shm", painted_store, LoaderConfig(**kw), cache_dir=str(shm_dir))
     with create_loader("shm", painted_store, LoaderConfig(**kw), cache_dir=str(shm_dir), cache_partial=True) as loader:
-        assert (loader.cache.n_cached, loader.cache.n_records) == (9, 24)
+        assert (loader.lease.n_cached, loader.lease.n_records) == (9, 24)
         shm = collect_batches(loader) + collect_batches(loader, 1)
     cpu = _batches("cpu", painted_store, **kw)
     for (a, ta), (b, tb) in zip(shm, cpu):       # 9 images from the cache, 15 from the store: same batches
@@ -111,11 +111,11 @@ def _rank(store, cache_dir, rank, barrier, results):
     cfg = LoaderConfig(imgsz=160, batch_size=4, workers=2, augment=False, rank=rank, world_size=2, drop_last=False)
     with create_loader("shm", store, cfg, cache_dir=cache_dir) as loader:
         boxes = {tuple(np.round(t[1:].numpy(), 4)) for _, targets in collect_batches(loader) for t in targets}
-        results.put((rank, loader.cache.built, os.stat(loader.cache.path).st_ino, boxes))
+        results.put((rank, loader.lease.built, os.stat(loader.lease.path).st_ino, boxes))
         barrier.wait()    # both attached at once before either closes
 
 
-def test_two_ranks_share_one_segment_and_read_disjoint_samples(painted_store, shm_dir):
+def test_two_ranks_share_one_slab_and_read_disjoint_samples(painted_store, shm_dir):
     """Ranks as torchrun starts them: fresh interpreters (spawn), one loader each, 2 workers each."""
     ctx = mp.get_context("spawn")
     barrier, results = ctx.Barrier(2), ctx.Queue()
@@ -125,16 +125,16 @@ def test_two_ranks_share_one_segment_and_read_disjoint_samples(painted_store, sh
             p.join(60)
             assert p.exitcode == 0
     (_, built0, ino0, r0), (_, built1, ino1, r1) = got
-    assert [built0, built1].count(True) == 1 and ino0 == ino1       # one build, one segment
+    assert [built0, built1].count(True) == 1 and ino0 == ino1       # one build, one slab
     assert not r0 & r1 and len(r0 | r1) == 24
     assert not list(shm_dir.iterdir())                                # removed with the last rank
 
 
-def test_closing_or_dropping_the_loader_removes_the_segment_from_dev_shm(own_painted_store):
+def test_closing_or_dropping_the_loader_removes_the_slab_from_dev_shm(own_painted_store):
     before = set(os.listdir("/dev/shm"))
     loader = create_loader("shm", own_painted_store, LoaderConfig(imgsz=96, batch_size=4, workers=2))   # /dev/shm itself
     next(iter(loader))
-    path = loader.cache.path
+    path = loader.lease.path
     assert path.parent == Path("/dev/shm") and path.exists()
     loader.close()
     loader.close()

@@ -61,7 +61,7 @@ REMOTE = """
 import sys
 from fastfeed import Store
 from fastfeed.store.format import record_key
-store = Store(sys.argv[1], cache_dir=sys.argv[2])
+store = Store(sys.argv[1], shard_cache=sys.argv[2])
 store.record(0)
 h = store.provider.handle(0)
 view = h.txn.get(record_key(0))                  # a read in progress: a view of the cached shard's map

@@ -47,7 +47,7 @@ def test_every_thread_of_a_loader_prefetcher_and_url_store_run_has_a_distinct_de
         return real_start(thread)
 
     monkeypatch.setattr(threading.Thread, "start", start)
-    store = Store(url, cache_dir=tmp_path / "shards", cache_limit="1G", read_ahead=4)
+    store = Store(url, shard_cache=tmp_path / "shards", shard_cache_limit="1G", read_ahead=4)
     cfg = LoaderConfig(imgsz=64, batch_size=4, workers=1, seed=1)
     with create_loader("cpu", store, cfg) as loader, DevicePrefetcher(loader, "cpu", thread=True) as batches:
         assert sum(1 for _ in batches) == len(loader) > 0

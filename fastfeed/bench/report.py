@@ -51,7 +51,7 @@ def describe_order(d: dict) -> str:
     else:
         text = f"{d.get('order')} ({d.get('scope', '-')})"
     if "read_ahead_shards" in d:
-        text += f"; shards read ahead: {d['read_ahead_shards']}, cache limit {human_bytes(d.get('cache_limit'))}"
+        text += f"; shards read ahead: {d['read_ahead_shards']}, shard cache limit {human_bytes(d.get('cache_limit'))}"
     if d.get("link"):
         text += f"; link: {link_words(d['link'])}"
     return text

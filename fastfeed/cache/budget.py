@@ -76,7 +76,7 @@ def _used(cache_dir) -> int | None:
 
 
 def disk_full(cache_dir, needed: int | None, e: OSError) -> CacheBudgetError:
-    """The error for a cache directory that filled up while a segment was built (the partial segment removed)."""
+    """The error for a cache directory that filled up while a slab was built (the partial slab removed)."""
     try:
         free = f"{gib(free_bytes(cache_dir))} free now"
     except OSError:
@@ -84,7 +84,7 @@ def disk_full(cache_dir, needed: int | None, e: OSError) -> CacheBudgetError:
     size_g = math.ceil(((needed or 0) + (_used(cache_dir) or 0)) / 2**30 * 1.1) or 1
     return CacheBudgetError(
         f"the shm cache's filesystem {cache_dir} filled up while the cache was built ({e.strerror}; "
-        + (f"the segment needs {gib(needed)} ({needed} bytes), " if needed else "")
-        + f"{free}); the partial segment was removed. Free space there, use a smaller cache (a smaller imgsz, or "
+        + (f"the slab needs {gib(needed)} ({needed} bytes), " if needed else "")
+        + f"{free}); the partial slab was removed. Free space there, use a smaller cache (a smaller imgsz, or "
           "cache_partial=True), point the shm loader's cache_dir (`fastfeed cache build --dir`) at a larger tmpfs, "
           f"or enlarge it: `sudo mount -o remount,size={size_g}G {cache_dir}` (RAM permitting)")

@@ -1,4 +1,4 @@
-"""Building a segment: read every record's size and labels, check the budget, then decode the images
+"""Building a slab: read every record's size and labels, check the budget, then decode the images
 on every core straight into a temporary file and rename it into place once it is complete.
 
 Images are the loaders' tiles (`Record.decode_tile`: JPEG DCT scaling to the smallest scale that covers the
@@ -29,8 +29,8 @@ from . import budget, layout
 log = logging.getLogger(__name__)
 
 
-def temp_path(segment: Path, pid: int) -> Path:
-    return segment.with_name(f"{segment.name}.tmp-{pid}")
+def temp_path(slab: Path, pid: int) -> Path:
+    return slab.with_name(f"{slab.name}.tmp-{pid}")
 
 
 def scan(store: Store, imgsz: int):
@@ -65,7 +65,7 @@ def shapes_at(shapes: np.ndarray, new: int) -> np.ndarray:
     return np.maximum(1, np.round(shapes * r[:, None])).astype(np.uint32)
 
 
-_W: dict = {}   # in a fill worker (process): its store and its map of the segment being built
+_W: dict = {}   # in a fill worker (process): its store and its map of the slab being built
 
 
 def _init(store: Store, tmp: str) -> None:
@@ -88,12 +88,12 @@ def _fill(job) -> int:
     return len(indices)
 
 
-def build(store: Store, imgsz: int, segment: Path, *, partial: bool = False, workers: int | None = None,
+def build(store: Store, imgsz: int, slab: Path, *, partial: bool = False, workers: int | None = None,
           progress: bool | None = None) -> layout.Header:
-    """Build `segment` (the caller holds its lock); returns its header.
+    """Build `slab` (the caller holds its lock); returns its header.
 
     Raises CacheBudgetError when it does not fit (unless `partial`: then the first records that fit
-    are cached). A temporary file `<segment>.tmp-<pid>` is removed on any failure.
+    are cached). A temporary file `<slab>.tmp-<pid>` is removed on any failure.
     """
     # A Store of our own, closed afterwards: reading every record maps the whole store into this
     # process, and those maps would stay with the rank that happened to build.
@@ -102,23 +102,23 @@ def build(store: Store, imgsz: int, segment: Path, *, partial: bool = False, wor
         raise FormatError(f"the store at {store.path} changed on disk since it was opened (fingerprint "
                               f"{own.fingerprint}, was {store.fingerprint}); open it again")
     try:
-        return _build(own, imgsz, segment, partial, workers, progress)
+        return _build(own, imgsz, slab, partial, workers, progress)
     finally:
         own.close()
 
 
-def _build(store: Store, imgsz: int, segment: Path, partial: bool, workers: int | None,
+def _build(store: Store, imgsz: int, slab: Path, partial: bool, workers: int | None,
            progress: bool | None) -> layout.Header:
     t0 = time.perf_counter()
     shapes, counts, boxes, classes = scan(store, imgsz)
     n = len(store)
-    need = layout.segment_bytes(shapes, counts)
-    b = budget.measure(segment.parent)
+    need = layout.slab_bytes(shapes, counts)
+    b = budget.measure(slab.parent)
     k = n
     if not b.fits(int(need[n])):
-        smaller = {s: int(layout.segment_bytes(shapes_at(shapes, s), counts)[n])
+        smaller = {s: int(layout.slab_bytes(shapes_at(shapes, s), counts)[n])
                    for s in (imgsz // 2 // 32 * 32, imgsz * 3 // 4 // 32 * 32) if 32 <= s < imgsz}
-        err = budget.too_big(int(need[n]), b, segment.parent, imgsz, smaller)
+        err = budget.too_big(int(need[n]), b, slab.parent, imgsz, smaller)
         if not partial:
             raise err
         k = max(int(np.searchsorted(need, b.limit, side="right")) - 1, 0)
@@ -126,12 +126,12 @@ def _build(store: Store, imgsz: int, segment: Path, partial: bool, workers: int 
     lay = layout.plan(shapes[:k], counts[:k], n_records=n, imgsz=imgsz, fingerprint=store.fingerprint,
                       builder_pid=os.getpid(), created=time.time())
     h = lay.header
-    tmp = temp_path(segment, os.getpid())
+    tmp = temp_path(slab, os.getpid())
     try:
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     except OSError as e:   # a tmpfs out of inodes says ENOSPC too
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise budget.disk_full(segment.parent, h.total_bytes, e) from None
+            raise budget.disk_full(slab.parent, h.total_bytes, e) from None
         raise
     try:
         try:  # reserve every page now: a full tmpfs fails here, not with SIGBUS half-way through
@@ -140,9 +140,9 @@ def _build(store: Store, imgsz: int, segment: Path, partial: bool, workers: int 
             else:  # pragma: no cover - macOS
                 os.ftruncate(fd, h.total_bytes)
         except OSError as e:
-            now = budget.measure(segment.parent)
-            raise budget.CacheBudgetError(f"reserving the cache in {segment.parent} failed ({e.strerror}): "
-                                          + str(budget.too_big(h.total_bytes, now, segment.parent, imgsz, {}))) from None
+            now = budget.measure(slab.parent)
+            raise budget.CacheBudgetError(f"reserving the cache in {slab.parent} failed ({e.strerror}): "
+                                          + str(budget.too_big(h.total_bytes, now, slab.parent, imgsz, {}))) from None
         mm = mmap.mmap(fd, h.total_bytes)
         try:
             mm[:layout.HEADER_BYTES] = h.pack()
@@ -156,15 +156,15 @@ def _build(store: Store, imgsz: int, segment: Path, partial: bool, workers: int 
         finally:
             with contextlib.suppress(BufferError):   # a view still held by a traceback: unmapped when collected
                 mm.close()
-        os.rename(tmp, segment)
+        os.rename(tmp, slab)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
         if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise budget.disk_full(segment.parent, h.total_bytes, e) from None
+            raise budget.disk_full(slab.parent, h.total_bytes, e) from None
         raise
     finally:
         os.close(fd)
-    log.info("built shm cache %s: %d of %d images, %s, %.1f s", segment, k, n, budget.gib(h.total_bytes),
+    log.info("built shm cache %s: %d of %d images, %s, %.1f s", slab, k, n, budget.gib(h.total_bytes),
              time.perf_counter() - t0)
     return replace(h, state=layout.STATE_COMPLETE)
 

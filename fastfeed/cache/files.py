@@ -1,5 +1,5 @@
-"""A segment's files on disk, read without attaching: its users lock (`users_path`), the temporary files of its
-builders (`temp_files`), and whether the segment itself is usable (`probe`). What attaching (`lease.py`) and
+"""A slab's files on disk, read without attaching: its users lock (`users_path`), the temporary files of its
+builders (`temp_files`), and whether the slab itself is usable (`probe`). What attaching (`lease.py`) and
 listing/reclaiming/clearing (`manage.py`) both read."""
 
 from __future__ import annotations
@@ -10,23 +10,23 @@ from pathlib import Path
 from . import layout, users
 
 
-def users_path(segment: Path) -> Path:
-    return segment.with_name(segment.name + ".users")
+def users_path(slab: Path) -> Path:
+    return slab.with_name(slab.name + ".users")
 
 
-def temp_files(segment: Path) -> list[tuple[Path, int]]:
-    """(path, builder pid) of every temporary build file of `segment`."""
+def temp_files(slab: Path) -> list[tuple[Path, int]]:
+    """(path, builder pid) of every temporary build file of `slab`."""
     out = []
-    for p in segment.parent.glob(segment.name + ".tmp-*"):
+    for p in slab.parent.glob(slab.name + ".tmp-*"):
         pid = p.name.rsplit("-", 1)[-1]
         out.append((p, int(pid) if pid.isdigit() else -1))
     return out
 
 
-def probe(segment: Path, fingerprint: str | None = None, imgsz: int | None = None) -> tuple[layout.Header | None, str]:
-    """(header, "") of a usable segment; (None, why not) otherwise; (None, "") when there is none."""
+def probe(slab: Path, fingerprint: str | None = None, imgsz: int | None = None) -> tuple[layout.Header | None, str]:
+    """(header, "") of a usable slab; (None, why not) otherwise; (None, "") when there is none."""
     try:
-        with open(segment, "rb") as f:
+        with open(slab, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             head = f.read(layout.HEADER.size)
     except FileNotFoundError:

@@ -1,6 +1,6 @@
-"""The layout of a shared decoded-image cache segment: the one place that knows it, and its version.
+"""The layout of a shared decoded-image cache slab: the one place that knows it, and its version.
 
-A segment is one file (in /dev/shm by default) holding the first `n_cached` records of a store,
+A slab is one file (in /dev/shm by default) holding the first `n_cached` records of a store,
 decoded and resized so the long side is at most imgsz, with their labels. No pickle: a fixed
 little-endian header, then numpy arrays at the byte offsets the header gives::
 
@@ -12,7 +12,7 @@ little-endian header, then numpy arrays at the byte offsets the header gives::
     classes  int64   [B]       contiguous class ids
     pixels   uint8             RGB HWC images, each starting on a 64-byte boundary; page-aligned start
 
-Every table starts on a 64-byte boundary. The state field is written last: a segment whose state
+Every table starts on a 64-byte boundary. The state field is written last: a slab whose state
 is not COMPLETE, whose size is not `total_bytes`, or whose magic/version differ is never read.
 """
 
@@ -40,16 +40,16 @@ _ALIGN = 64
 
 
 class CacheFormatError(ValueError):
-    """Bytes that are not a complete cache segment of this version."""
+    """Bytes that are not a complete cache slab of this version."""
 
 
-def segment_name(fingerprint: str, imgsz: int) -> str:
-    """The segment of a store (by content fingerprint) at one imgsz, for this format version."""
+def slab_name(fingerprint: str, imgsz: int) -> str:
+    """The slab of a store (by content fingerprint) at one imgsz, for this format version."""
     return f"{PREFIX}{fingerprint}-{imgsz}-v{CACHE_VERSION}{SUFFIX}"
 
 
-def segment_path(cache_dir, fingerprint: str, imgsz: int) -> Path:
-    return Path(cache_dir) / segment_name(fingerprint, imgsz)
+def slab_path(cache_dir, fingerprint: str, imgsz: int) -> Path:
+    return Path(cache_dir) / slab_name(fingerprint, imgsz)
 
 
 def _align(n, a: int = _ALIGN):
@@ -92,15 +92,15 @@ def read_header(buf) -> Header:
         raise CacheFormatError(f"{len(buf)} bytes: shorter than a cache header")
     magic, *values = HEADER.unpack_from(buf, 0)
     if magic != MAGIC:
-        raise CacheFormatError("not a fastfeed cache segment (bad magic)")
+        raise CacheFormatError("not a fastfeed cache slab (bad magic)")
     if values[0] != CACHE_VERSION:
         raise CacheFormatError(f"cache format version {values[0]}, this fastfeed reads version {CACHE_VERSION}")
     values[-1] = values[-1].rstrip(b"\0").decode("ascii", "replace")
     return Header(*values)
 
 
-def segment_bytes(shapes: np.ndarray, box_counts: np.ndarray) -> np.ndarray:
-    """Bytes of a segment caching the first k records, for every k in 0..len(shapes)."""
+def slab_bytes(shapes: np.ndarray, box_counts: np.ndarray) -> np.ndarray:
+    """Bytes of a slab caching the first k records, for every k in 0..len(shapes)."""
     k = np.arange(len(shapes) + 1, dtype=np.int64)
     b = np.concatenate([[0], np.cumsum(box_counts, dtype=np.int64)])
     tables = (_align(k * 8) + _align(k * 8) + _align((k + 1) * 8) + _align(b * 16) + _align(b * 8))
@@ -136,7 +136,7 @@ def plan(shapes: np.ndarray, box_counts: np.ndarray, *, n_records: int, imgsz: i
 
 
 class View:
-    """Zero-copy numpy views of a mapped segment; `record(i)` is what a loader reads."""
+    """Zero-copy numpy views of a mapped slab; `record(i)` is what a loader reads."""
 
     def __init__(self, buf):
         self.header = h = read_header(buf)

@@ -1,12 +1,12 @@
-"""Attaching to a segment: the first comer builds it under the lock, the others wait and attach.
+"""Attaching to a slab: the first comer builds it under the lock, the others wait and attach.
 
     lease = acquire(store, imgsz=640)          # builds /dev/shm/fastfeed-<fingerprint>-640-v1.cache once
     view = lease.handle().view()               # in any process: zero-copy numpy views
     img, boxes, classes = view.record(i)
-    lease.release()                            # the last user out removes the segment (unless keep)
+    lease.release()                            # the last user out removes the slab (unless keep)
 
-Every decision is taken under the segment's lock (users.py), so a segment is never read half-built,
-removed while someone attaches, or built twice. A segment that is not usable (half-written, wrong
+Every decision is taken under the slab's lock (users.py), so a slab is never read half-built,
+removed while someone attaches, or built twice. A slab that is not usable (half-written, wrong
 size or version, a builder that died) is removed and rebuilt; so are temporary files of dead builders.
 """
 
@@ -25,20 +25,16 @@ from .manage import reclaim
 from .users import CacheError
 
 log = logging.getLogger(__name__)
-RELEASE_WAIT = 60.0   # seconds; only a build holds the lock for long, and none runs on an attached segment
+RELEASE_WAIT = 60.0   # seconds; only a build holds the lock for long, and none runs on an attached slab
 
 
 class CacheHandle:
-    """A picklable, fork-safe reference to a segment: each process maps it (read-only) on first use."""
+    """A picklable, fork-safe reference to a slab: each process maps it (read-only) on first use."""
 
     def __init__(self, path, header: layout.Header):
         self.path, self.header = str(path), header
         self._pid = None
         self._view: layout.View | None = None
-
-    @property
-    def n_cached(self) -> int:
-        return self.header.n_cached
 
     def __getstate__(self):
         return {"path": self.path, "header": self.header}
@@ -79,7 +75,7 @@ class CacheHandle:
 
 
 class CacheLease:
-    """This process's attachment to a segment; `release()` (idempotent) detaches it."""
+    """This process's attachment to a slab; `release()` (idempotent) detaches it."""
 
     def __init__(self, path: Path, header: layout.Header, built: bool, keep: bool):
         self.path, self.header, self.built, self.keep = path, header, built, keep
@@ -137,73 +133,73 @@ def acquire(store: Store, imgsz: int, cache_dir="/dev/shm", *, partial: bool = F
     """Attach to the cache of `store` at `imgsz` in `cache_dir`, building it first if needed."""
     cache_dir = Path(cache_dir)
     if not cache_dir.is_dir():
-        raise CacheError(f"cache directory {cache_dir} does not exist (LoaderConfig.cache_dir; /dev/shm is a tmpfs "
+        raise CacheError(f"cache directory {cache_dir} does not exist (ShmOptions.cache_dir; /dev/shm is a tmpfs "
                          "on Linux)")
-    segment = layout.segment_path(cache_dir, store.fingerprint, imgsz)
-    for info in reclaim(cache_dir, spare=segment):   # a restarted run reuses its own
+    slab = layout.slab_path(cache_dir, store.fingerprint, imgsz)
+    for info in reclaim(cache_dir, spare=slab):   # a restarted run reuses its own
         log.warning("the shm cache %s: %s", info.path, info.note)
     try:
-        return _acquire(store, imgsz, segment, partial, wait, keep, workers, progress)
+        return _acquire(store, imgsz, slab, partial, wait, keep, workers, progress)
     except PermissionError as e:
-        if not str(e.filename or "").startswith(str(segment)):
+        if not str(e.filename or "").startswith(str(slab)):
             raise
-        raise CacheError(f"cannot use the shm cache {segment} ({e.strerror}: {e.filename}): another user's? "
-                         "Set LoaderConfig.cache_dir to a directory of your own") from None
+        raise CacheError(f"cannot use the shm cache {slab} ({e.strerror}: {e.filename}): another user's? "
+                         "Set ShmOptions.cache_dir to a directory of your own") from None
 
 
-def _acquire(store: Store, imgsz: int, segment: Path, partial: bool, wait: float, keep: bool, workers,
+def _acquire(store: Store, imgsz: int, slab: Path, partial: bool, wait: float, keep: bool, workers,
              progress) -> CacheLease:
     def waiting(holder):
-        log.info("waiting for pid %s to finish the shm cache %s", holder, segment)
+        log.info("waiting for pid %s to finish the shm cache %s", holder, slab)
 
     def busy(holder: int | None) -> str:
-        builders = [pid for _, pid in temp_files(segment) if users.alive(pid)]
+        builders = [pid for _, pid in temp_files(slab) if users.alive(pid)]
         who = (f"pid {builders[0]} is still building it" if builders else
                f"pid {holder} still holds its lock" if holder else "another process still holds its lock")
-        return (f"gave up after waiting {wait:g} s (LoaderConfig.cache_wait) for the shm cache {segment}: {who}. "
+        return (f"gave up after waiting {wait:g} s (ShmOptions.cache_wait) for the shm cache {slab}: {who}. "
                 "Raise cache_wait for a large dataset, or check that process")
 
-    with users.locked(users_path(segment), wait, busy, waiting) as fd:
+    with users.locked(users_path(slab), wait, busy, waiting) as fd:
         u = users.read(fd)
         alone = not u.entries and not u.keep
         header = built = None
         try:
-            users.write(fd, u)   # its page first: a segment that fills the disk must leave room for our line
-            header, built = _usable_or_built(store, imgsz, segment, u, partial, workers, progress)
+            users.write(fd, u)   # its page first: a slab that fills the disk must leave room for our line
+            header, built = _usable_or_built(store, imgsz, slab, u, partial, workers, progress)
             u.add(os.getpid())
             u.keep = u.keep or keep
             users.write(fd, u)
         except BaseException as e:
             if built and alone:
-                segment.unlink(missing_ok=True)   # built by us, used by nobody: not left filling the disk
-            if alone and not segment.exists():
-                users_path(segment).unlink(missing_ok=True)   # leave nothing behind (still locked)
+                slab.unlink(missing_ok=True)   # built by us, used by nobody: not left filling the disk
+            if alone and not slab.exists():
+                users_path(slab).unlink(missing_ok=True)   # leave nothing behind (still locked)
             if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise budget.disk_full(segment.parent, header.total_bytes if header else None, e) from None
+                raise budget.disk_full(slab.parent, header.total_bytes if header else None, e) from None
             raise
-    return CacheLease(segment, header, built, keep)
+    return CacheLease(slab, header, built, keep)
 
 
-def _usable_or_built(store: Store, imgsz: int, segment: Path, u: users.Users, partial: bool, workers,
+def _usable_or_built(store: Store, imgsz: int, slab: Path, u: users.Users, partial: bool, workers,
                      progress) -> tuple[layout.Header, bool]:
-    """Under the lock: the segment's header if it can be used as it is, else build it."""
-    for tmp, pid in temp_files(segment):   # we hold the lock: no live builder is writing these
+    """Under the lock: the slab's header if it can be used as it is, else build it."""
+    for tmp, pid in temp_files(slab):   # we hold the lock: no live builder is writing these
         if pid == os.getpid() or not users.alive(pid):
             log.warning("removing %s, left half-written by pid %d", tmp, pid)
             tmp.unlink(missing_ok=True)
-    header, why = probe(segment, store.fingerprint, imgsz)
+    header, why = probe(slab, store.fingerprint, imgsz)
     if header is None and why:
-        log.warning("rebuilding the shm cache %s: %s", segment, why)
-        segment.unlink(missing_ok=True)
+        log.warning("rebuilding the shm cache %s: %s", slab, why)
+        slab.unlink(missing_ok=True)
     if header is not None and header.partial and not partial:
         if u.entries:
-            raise CacheError(f"the shm cache {segment} holds only {header.n_cached} of {header.n_records} images "
+            raise CacheError(f"the shm cache {slab} holds only {header.n_cached} of {header.n_records} images "
                              f"(built with cache_partial=True) and is in use by pid(s) "
                              f"{', '.join(map(str, u.pids))}: pass cache_partial=True to share it, or build a "
                              "full one once they have finished")
-        log.info("rebuilding the partial shm cache %s in full", segment)
-        segment.unlink()
+        log.info("rebuilding the partial shm cache %s in full", slab)
+        slab.unlink()
         header = None
     if header is not None:
         return header, False
-    return build.build(store, imgsz, segment, partial=partial, workers=workers, progress=progress), True
+    return build.build(store, imgsz, slab, partial=partial, workers=workers, progress=progress), True

@@ -1,4 +1,4 @@
-"""What `fastfeed cache ls` and `fastfeed cache clear` do: list segments, remove the unused ones."""
+"""What `fastfeed cache ls` and `fastfeed cache clear` do: list slabs, remove the unused ones."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ _NAME = re.compile(rf"^{layout.PREFIX}(?P<fp>[0-9A-Za-z]+)-(?P<imgsz>\d+)-v(?P<v
 
 @dataclass
 class CacheInfo:
-    path: Path                      # the segment (which may not exist: a build in progress, a lone lock file)
+    path: Path                      # the slab (which may not exist: a build in progress, a lone lock file)
     state: str                      # complete | building | stale | lock only | reclaimed (its users all died)
-    bytes: int = 0                  # on disk: the segment, or what temporary files hold
+    bytes: int = 0                  # on disk: the slab, or what temporary files hold
     fingerprint: str = ""
     imgsz: int = 0
     version: int = 0
@@ -31,7 +31,7 @@ class CacheInfo:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
 
 
-def _segments(cache_dir: Path) -> list[Path]:
+def _slabs(cache_dir: Path) -> list[Path]:
     names = set()
     for p in cache_dir.glob(f"{layout.PREFIX}*{layout.SUFFIX}*"):
         base = p.name.split(layout.SUFFIX, 1)[0] + layout.SUFFIX
@@ -40,19 +40,19 @@ def _segments(cache_dir: Path) -> list[Path]:
     return [cache_dir / n for n in sorted(names)]
 
 
-def _describe(segment: Path) -> CacheInfo:
-    m = _NAME.match(segment.name)
-    info = CacheInfo(segment, "lock only", fingerprint=m["fp"], imgsz=int(m["imgsz"]), version=int(m["v"]))
-    u = users.read_path(users_path(segment))
+def _describe(slab: Path) -> CacheInfo:
+    m = _NAME.match(slab.name)
+    info = CacheInfo(slab, "lock only", fingerprint=m["fp"], imgsz=int(m["imgsz"]), version=int(m["v"]))
+    u = users.read_path(users_path(slab))
     info.users, info.keep = u.pids, u.keep
-    if segment.exists():
-        header, why = probe(segment)
-        info.bytes = segment.stat().st_size
+    if slab.exists():
+        header, why = probe(slab)
+        info.bytes = slab.stat().st_size
         if header is not None:
             info.state, info.n_cached, info.n_records = "complete", header.n_cached, header.n_records
         else:
             info.state, info.note = "stale", why
-    for tmp, pid in temp_files(segment):
+    for tmp, pid in temp_files(slab):
         live = users.alive(pid)
         if info.state == "lock only":
             info.state = "building" if live else "stale"
@@ -63,29 +63,29 @@ def _describe(segment: Path) -> CacheInfo:
 
 
 def reclaim(cache_dir, spare: Path | None = None) -> list[CacheInfo]:
-    """Remove the complete segments whose users have all died (a loader killed with SIGKILL never detaches) and
-    that nobody asked to keep; returns them (state "reclaimed"). A segment whose lock is held (being built or
+    """Remove the complete slabs whose users have all died (a loader killed with SIGKILL never detaches) and
+    that nobody asked to keep; returns them (state "reclaimed"). A slab whose lock is held (being built or
     attached to right now) is left alone, and so is `spare` (the one a cache open is about to reuse). Run at every
     cache open and `fastfeed cache ls`."""
     out = []
-    for seg in _segments(Path(cache_dir)):
-        if seg == spare:
+    for slab in _slabs(Path(cache_dir)):
+        if slab == spare:
             continue
-        lock = users_path(seg)
+        lock = users_path(slab)
         try:
             recorded = users.parse(lock.read_text("ascii", "replace"))
         except OSError:
             continue
-        if not recorded.entries or recorded.keep or not seg.exists():
+        if not recorded.entries or recorded.keep or not slab.exists():
             continue
         try:
             with users.locked(lock, 0.0) as fd:
                 u = users.read(fd)
                 dead = sorted({p for p, _ in recorded.entries} - set(u.pids))
-                if u.entries or u.keep or probe(seg)[0] is None:   # a live user, kept, or not a complete segment
+                if u.entries or u.keep or probe(slab)[0] is None:   # a live user, kept, or not a complete slab
                     continue
-                info = _describe(seg)
-                seg.unlink(missing_ok=True)
+                info = _describe(slab)
+                slab.unlink(missing_ok=True)
                 lock.unlink(missing_ok=True)
         except (CacheError, OSError):
             continue
@@ -97,36 +97,36 @@ def reclaim(cache_dir, spare: Path | None = None) -> list[CacheInfo]:
 
 
 def list_caches(cache_dir="/dev/shm") -> list[CacheInfo]:
-    """Every fastfeed cache segment in `cache_dir` (with builds in progress and leftovers), after removing those
+    """Every fastfeed cache slab in `cache_dir` (with builds in progress and leftovers), after removing those
     whose users all died (listed first, state "reclaimed")."""
     cache_dir = Path(cache_dir)
     if not cache_dir.is_dir():
         raise CacheError(f"cache directory {cache_dir} does not exist")
     gone = reclaim(cache_dir)
-    return gone + [_describe(s) for s in _segments(cache_dir)]
+    return gone + [_describe(s) for s in _slabs(cache_dir)]
 
 
-def _remove(segment: Path, all_temps: bool) -> None:
-    """The segment, its temporary files (those of dead builders only, unless `all_temps`) and its users file."""
-    segment.unlink(missing_ok=True)
-    for tmp, pid in temp_files(segment):
+def _remove(slab: Path, all_temps: bool) -> None:
+    """The slab, its temporary files (those of dead builders only, unless `all_temps`) and its users file."""
+    slab.unlink(missing_ok=True)
+    for tmp, pid in temp_files(slab):
         if all_temps or not users.alive(pid):
             tmp.unlink(missing_ok=True)
-    users_path(segment).unlink(missing_ok=True)
+    users_path(slab).unlink(missing_ok=True)
 
 
 def clear_caches(cache_dir="/dev/shm", force: bool = False) -> tuple[list[CacheInfo], list[CacheInfo]]:
-    """Remove every segment without live users (all of them with `force`); returns (removed, kept),
-    the kept ones with the reason in `note`. Processes still using a force-removed segment keep
+    """Remove every slab without live users (all of them with `force`); returns (removed, kept),
+    the kept ones with the reason in `note`. Processes still using a force-removed slab keep
     their map (memory is freed when they exit); new ones cannot attach to it."""
     removed, kept = [], []
     for info in list_caches(cache_dir):
         if info.state == "reclaimed":
             removed.append(info)
             continue
-        seg = info.path
+        slab = info.path
         try:
-            with users.locked(users_path(seg), 1.0) as fd:
+            with users.locked(users_path(slab), 1.0) as fd:
                 u = users.read(fd)
                 if u.entries and not force:
                     users.write(fd, u)   # dead users pruned
@@ -134,12 +134,12 @@ def clear_caches(cache_dir="/dev/shm", force: bool = False) -> tuple[list[CacheI
                     info.note = f"in use by pid(s) {', '.join(map(str, u.pids))} (--force removes it anyway)"
                     kept.append(info)
                     continue
-                _remove(seg, force)
+                _remove(slab, force)
         except CacheError:   # its lock is held for longer than a moment: it is being built
             if not force:
                 info.note = "being built (--force removes it anyway)"
                 kept.append(info)
                 continue
-            _remove(seg, True)
+            _remove(slab, True)
         removed.append(info)
     return removed, kept

@@ -1,11 +1,11 @@
-"""Who may touch a segment: an flock on a small file next to it, which also lists its users.
+"""Who may touch a slab: an flock on a small file next to it, which also lists its users.
 
-`<segment>.users` is both the lock (`fcntl.flock`, released by the kernel when its holder dies, so a
+`<slab>.users` is both the lock (`fcntl.flock`, released by the kernel when its holder dies, so a
 crash never leaves it held) and the reference count: one line per attach, `pid start_time`, plus
-`keep` when some user asked to leave the segment for the next run. Pids are checked together with
+`keep` when some user asked to leave the slab for the next run. Pids are checked together with
 their start time, so a dead user is pruned even when its pid was reused.
 
-The file is deleted (under the lock) together with the segment. A waiter may then hold a lock on the
+The file is deleted (under the lock) together with the slab. A waiter may then hold a lock on the
 deleted file; `locked()` therefore checks, after locking, that the path still names the file it
 locked, and starts again otherwise.
 """
@@ -151,7 +151,7 @@ def locked(path: Path, timeout: float, busy: Callable[[int | None], str] | None 
             same = False
         if same:
             break
-        os.close(fd)   # the file was removed (with its segment) while we waited: lock the new one
+        os.close(fd)   # the file was removed (with its slab) while we waited: lock the new one
     try:
         with parent_only(fd):   # workers started meanwhile (the build's) never keep the lock
             yield fd

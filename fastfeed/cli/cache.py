@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 
+from ..renamed import old_flag
 from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, add_remote_args, default, fail, store_options, store_path
 
 HELP = "list, remove or pre-build the shm loader's decoded-image caches (in /dev/shm) and the shard caches of stores in object storage"
@@ -19,41 +20,41 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "cache", help=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="The shm loader keeps one decoded-image cache per store and imgsz in shared memory\n"
-                    "(/dev/shm/fastfeed-<store fingerprint>-<imgsz>-v<version>.cache), built by the first process\n"
-                    "that asks and shared by every worker and rank on the node. It is removed when its last user\n"
-                    "exits, unless it was built with keep; one that a killed run left with no live user is removed\n"
-                    "by the next cache open and by `ls` (listed as reclaimed).\n\n"
+        description="The shm loader keeps one decoded-image cache per store and imgsz in shared memory, one\n"
+                    "file (a slab: /dev/shm/fastfeed-<store fingerprint>-<imgsz>-v<version>.cache), built by the\n"
+                    "first process that asks and shared by every worker and rank on the node. It is removed when\n"
+                    "its last user exits, unless it was built with keep; one that a killed run left with no live\n"
+                    "user is removed by the next cache open and by `ls` (listed as reclaimed).\n\n"
                     "A store in object storage (s3://...) is read through a node-local shard cache\n"
                     "($FASTFEED_SHARD_CACHE, default ~/.cache/fastfeed/shards): `ls` and `clear` show and remove it\n"
                     "too (--shards: only it; --shm: only the shm caches).",
         epilog="examples:\n"
                "  fastfeed cache ls\n"
-               "  fastfeed cache clear                 # segments no running process uses\n"
+               "  fastfeed cache clear                 # slabs no running process uses\n"
                "  fastfeed cache clear --force         # all of them\n"
                "  fastfeed cache build coco.ff --imgsz 640   # once, before `torchrun ... --loader shm`; kept\n"
                "  fastfeed cache build s3://bucket/coco.ff    # the same from object storage (shards streamed)\n"
                "  fastfeed cache clear --shards              # downloaded shards no running process uses")
     p.set_defaults(func=lambda args: (p.print_help(), EXIT_USAGE)[1])
     actions = p.add_subparsers(dest="action", metavar="ACTION")
+    shm = argparse.ArgumentParser(add_help=False)
+    shm.add_argument("--shm-dir", default=DEFAULT_DIR, help=f"the shm caches' folder (default {DEFAULT_DIR})")
+    old_flag(shm, "--dir", "--shm-dir")
 
-    ls = actions.add_parser("ls", help="list segments: size, store fingerprint, imgsz, images, users")
-    ls.add_argument("--dir", default=DEFAULT_DIR, help=f"cache directory (default {DEFAULT_DIR})")
+    ls = actions.add_parser("ls", parents=[shm], help="list slabs: size, store fingerprint, imgsz, images, users")
     ls.add_argument("--json", action="store_true", help="print the list as JSON")
     _which(ls)
     ls.set_defaults(func=cmd_ls)
 
-    clear = actions.add_parser("clear", help="remove segments no running process uses (--force: all)")
-    clear.add_argument("--dir", default=DEFAULT_DIR, help=f"cache directory (default {DEFAULT_DIR})")
+    clear = actions.add_parser("clear", parents=[shm], help="remove slabs no running process uses (--force: all)")
     clear.add_argument("--force", action="store_true",
-                       help="also remove segments in use or being built (their users keep what they mapped)")
+                       help="also remove slabs in use or being built (their users keep what they mapped)")
     _which(clear)
     clear.set_defaults(func=cmd_clear)
 
-    build = actions.add_parser("build", help="build a store's cache now and keep it for the runs that follow")
+    build = actions.add_parser("build", parents=[shm], help="build a store's shm cache now, kept for later runs")
     build.add_argument("store", type=store_path, help="a store made by `fastfeed pack`: a folder or its URL")
     build.add_argument("--imgsz", type=int, default=imgsz, help=f"the loaders' imgsz, a multiple of 32 (default {imgsz})")
-    build.add_argument("--dir", default=DEFAULT_DIR, help=f"cache directory (default {DEFAULT_DIR})")
     build.add_argument("--partial", action="store_true", help="if it does not fit, cache the first images that do")
     build.add_argument("--workers", type=int, help="decoding processes (default: all cores)")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -67,7 +68,8 @@ def _which(p) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--shards", action="store_true", help="only the shard cache of stores in object storage")
     g.add_argument("--shm", action="store_true", help="only the shm loader's decoded-image caches")
-    p.add_argument("--shard-dir", default=None, help=f"the shard cache (default $FASTFEED_SHARD_CACHE, else {default_dir()})")
+    p.add_argument("--shard-cache", help=f"the shard cache (default $FASTFEED_SHARD_CACHE, else {default_dir()})")
+    old_flag(p, "--shard-dir", "--shard-cache")
 
 
 def _size(n: int) -> str:
@@ -89,17 +91,17 @@ def cmd_ls(args) -> int:
     if args.shards:
         return _ls_shards(args)
     try:
-        infos = list_caches(args.dir)
+        infos = list_caches(args.shm_dir)
     except CacheError as e:
         return fail(str(e))
     if args.json:
         print(json.dumps([i.to_dict() for i in infos], indent=1))
         return EXIT_OK
     if not infos:
-        print(f"{args.dir}: no fastfeed caches")
+        print(f"{args.shm_dir}: no fastfeed caches")
         return EXIT_OK
-    print(f"{args.dir}: {len(infos)} fastfeed cache(s), {_size(sum(i.bytes for i in infos))}")
-    rows = [("SEGMENT", "SIZE", "STORE", "IMGSZ", "IMAGES", "STATE", "USERS")]
+    print(f"{args.shm_dir}: {len(infos)} fastfeed cache(s), {_size(sum(i.bytes for i in infos))}")
+    rows = [("SLAB", "SIZE", "STORE", "IMGSZ", "IMAGES", "STATE", "USERS")]
     for i in infos:
         images = f"{i.n_cached}/{i.n_records}" if i.state == "complete" else "-"
         rows.append((i.path.name, _size(i.bytes), i.fingerprint, str(i.imgsz), images, i.state, _users(i)))
@@ -110,16 +112,11 @@ def cmd_ls(args) -> int:
     return EXIT_OK if args.shm else _ls_shards(args, quiet_if_empty=True)
 
 
-def _shard_dir(args):
-    from ..store.remote.sizes import default_dir
-
-    return args.shard_dir or store_options(args).cache_dir or default_dir()
-
-
 def _ls_shards(args, quiet_if_empty: bool = False) -> int:
     from ..store.remote.manage import list_shard_caches
+    from ..store.remote.sizes import default_dir
 
-    root = _shard_dir(args)
+    root = store_options(args).shard_cache or default_dir()
     infos = list_shard_caches(root)
     if args.json:
         print(json.dumps([i.to_dict() for i in infos], indent=1))
@@ -145,8 +142,9 @@ def _table(rows) -> None:
 
 def _clear_shards(args) -> int:
     from ..store.remote.manage import clear_shard_caches
+    from ..store.remote.sizes import default_dir
 
-    root = _shard_dir(args)
+    root = store_options(args).shard_cache or default_dir()
     removed, kept = clear_shard_caches(root, force=args.force)
     for i in removed:
         print(f"removed the shard cache of {i.url} ({i.shards} shards, {_size(i.bytes)})")
@@ -164,13 +162,13 @@ def cmd_clear(args) -> int:
     if args.shards:
         return _clear_shards(args)
     try:
-        removed, kept = clear_caches(args.dir, force=args.force)
+        removed, kept = clear_caches(args.shm_dir, force=args.force)
     except CacheError as e:
         return fail(str(e))
     for i in removed:
-        print(f"removed {os.path.join(args.dir, i.path.name)} ({_size(i.bytes)})")
+        print(f"removed {os.path.join(args.shm_dir, i.path.name)} ({_size(i.bytes)})")
     for i in kept:
-        print(f"kept {os.path.join(args.dir, i.path.name)}: {i.note}")
+        print(f"kept {os.path.join(args.shm_dir, i.path.name)}: {i.note}")
     print(f"{len(removed)} removed, {_size(sum(i.bytes for i in removed))} freed; {len(kept)} kept")
     return EXIT_OK if args.shm else _clear_shards(args)
 
@@ -185,7 +183,7 @@ def cmd_build(args) -> int:
         return fail(msg, EXIT_USAGE)
     try:
         store = Store(args.store, options=store_options(args))
-        lease = acquire(store, args.imgsz, args.dir, partial=args.partial, keep=True, workers=args.workers,
+        lease = acquire(store, args.imgsz, args.shm_dir, partial=args.partial, keep=True, workers=args.workers,
                         progress=False if args.quiet else None)
     except (FormatError, CacheError, ValueError, ImportError) as e:
         return fail(e)

@@ -59,9 +59,9 @@ def shard_order(store, cfg, rank: int, world_size: int) -> EpochOrder:
             raise ValueError(f"the shard cache limit ({store.cache_limit} bytes) holds fewer shards of {store.path} "
                              f"than the windowed order needs: {ahead} read ahead (read_ahead), those the "
                              f"{lookback} batches in flight read, one read now and a spare: at least {need} bytes at "
-                             f"{largest} a shard. Raise the cache limit (--shard-cache-limit, FASTFEED_SHARD_CACHE_LIMIT "
-                             "or Store(url, cache_limit=...)), lower read_ahead (--read-ahead-shards), or re-pack "
-                             "with a smaller --shard-mb")
+                             f"{largest} a shard. Raise it (--shard-cache-limit, FASTFEED_SHARD_CACHE_LIMIT "
+                             "or Store(url, shard_cache_limit=...)), lower read_ahead (--read-ahead-shards), or "
+                             "re-pack with a smaller --shard-mb")
         base = WindowedOrder([(s.start, s.count) for s in store.shards], cfg.batch_size, window=window,
                              seed=cfg.seed, rank=rank, world_size=world_size, local_world=local,
                              drop_last=cfg.drop_last, shard_bytes=[s.bytes for s in store.shards])

@@ -1,9 +1,9 @@
 """The `shm` loader: the `cpu` loader's workers and augmentation, reading decoded images from a cache
 in shared memory instead of decoding JPEGs.
 
-The cache (fastfeed.cache) is one segment per store and imgsz in the `cache_dir` option (/dev/shm), built
+The cache (fastfeed.cache) is one slab per store and imgsz in the `cache_dir` option (/dev/shm), built
 once by the first process that asks and mapped by every worker of every rank on the node, so the
-node holds one copy however many processes read it. A sample is a zero-copy view into the segment:
+node holds one copy however many processes read it. A sample is a zero-copy view into the slab:
 the "read" stage is all there is, "decode" stays 0. With `cache_partial`, records past the cached
 prefix are decoded from the store as the `cpu` loader does.
 
@@ -56,14 +56,14 @@ class ShmOptions(CpuOptions):
 
 
 class ShmSource:
-    """`StoreSource.load()` from the shared cache: views into the segment, mapped on first use in
+    """`StoreSource.load()` from the shared cache: views into the slab, mapped on first use in
     each process; records past the cached prefix (a partial cache) fall back to the store. The cache holds
     pixels and boxes: a task's geometry (polygons, points) is read from the store's record, without its CRC
     check or a decode."""
 
     def __init__(self, handle: CacheHandle, store: Store, imgsz: int, task: str = "detect"):
         self.handle, self.task = handle, task
-        self.n_cached = handle.n_cached
+        self.n_cached = handle.header.n_cached
         self.fallback = StoreSource(store, imgsz, task)
         self.geometry = task_spec(task).field is not None
 
@@ -90,13 +90,13 @@ class ShmLoader(PoolLoader):
     """A `PoolLoader` over the shared cache; holds this process's lease on it until `close()`."""
 
     def __init__(self, store: Store, cfg: LoaderConfig, opts: ShmOptions, lease: CacheLease, rank: int, order=None):
-        self.cache = lease
+        self.lease = lease
         self._handle = lease.handle()
         super().__init__(store, cfg, opts, partial(_shm_builder, self._handle, store, cfg, rank, opts), order=order)
         self._detach = weakref.finalize(self, lease.release)
 
     def shared_bytes(self) -> int:
-        return self.cache.size
+        return self.lease.size
 
     def close(self) -> None:
         super().close()

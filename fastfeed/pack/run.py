@@ -17,7 +17,7 @@ from ..progress import bar as progress_bar
 from ..store import format as fmt
 from ..store import urls
 from ..store.publish import publish, temp_dir_for
-from . import remote, segment
+from . import part, remote
 from .config import PackConfig
 from .layout import open_source
 from .manifest import build_manifest
@@ -57,21 +57,21 @@ def _check_out(cfg: PackConfig) -> bool:
     return True
 
 
-def _run_segments(jobs: list[segment.SegmentJob], workers: int, progress: bool, total: int):
-    """Run every job; yield results in segment order. Stops early on a --on-error fail result."""
+def _run_parts(jobs: list[part.PartJob], workers: int, progress: bool, total: int):
+    """Run every job; yield results in part order. Stops early on a --on-error fail result."""
     with progress_bar(progress=progress, total=total, unit="img", desc="pack") as bar:
         with worker_context() as ctx:
             counter, abort = ctx.Value("q", 0), ctx.Event()
-            pool = ctx.Pool(workers, segment.init, (counter, abort)) if workers > 1 else None
+            pool = ctx.Pool(workers, part.init, (counter, abort)) if workers > 1 else None
         if pool is None:
-            segment.init(counter, abort)
+            part.init(counter, abort)
             for job in jobs:
-                res = segment.run(job)
+                res = part.run(job)
                 bar.update(counter.value - bar.n)
                 yield res
             return
         with pool:
-            pending = pool.imap(segment.run, jobs)
+            pending = pool.imap(part.run, jobs)
             for _ in jobs:
                 while True:
                     try:
@@ -138,7 +138,7 @@ def _pack_local(cfg: PackConfig, src, files) -> PackResult:
             fmt.write_manifest(tmp / fmt.MANIFEST, manifest)  # last: a store without it is not a store
             publish(tmp, cfg.out, replace)
         except BaseException as e:
-            full = space.full_error(e, tmp, cfg.out, replace, segment.estimated_bytes(source.items, cfg))
+            full = space.full_error(e, tmp, cfg.out, replace, part.estimated_bytes(source.items, cfg))
             shutil.rmtree(tmp, ignore_errors=True)
             if full is not None:
                 raise PackError(full, report) from e
@@ -154,10 +154,10 @@ def _pack_into(tmp: Path, cfg: PackConfig, source, report: PackReport, files=Non
     payload = PayloadConfig(cfg.store, cfg.max_side, cfg.quality, cfg.check, cfg.max_pixels, cfg.exif, cfg.coco_boxes,
                             source.task.name, source.task.kpt_shape)
     nc = len(source.class_names) or None
-    jobs = [segment.SegmentJob(k, items, payload, nc, tmp, cfg.on_error == "fail", files)
-            for k, items in enumerate(segment.plan(source.items, cfg, workers, urls.is_url(cfg.out)))]
-    stats, shards, start = segment.SegmentStats(), [], 0
-    for res in _run_segments(jobs, workers, cfg.progress, len(source.items)):
+    jobs = [part.PartJob(k, items, payload, nc, tmp, cfg.on_error == "fail", files)
+            for k, items in enumerate(part.plan(source.items, cfg, workers, urls.is_url(cfg.out)))]
+    stats, shards, start = part.PartStats(), [], 0
+    for res in _run_parts(jobs, workers, cfg.progress, len(source.items)):
         report.extend(res.problems)
         if res.failed is not None:
             raise PackError(f"--on-error fail: {res.failed.describe()}", report)

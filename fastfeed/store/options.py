@@ -2,16 +2,16 @@
 given takes its built-in default (the store reads no environment). The entry points (the CLI, the Ultralytics
 integration) fill the fields not given from the process environment, once (`StoreOptions.from_env`):
 
-    cache_dir         $FASTFEED_SHARD_CACHE, else $XDG_CACHE_HOME/fastfeed/shards (default ~/.cache/fastfeed/shards)
-    cache_limit       $FASTFEED_SHARD_CACHE_LIMIT: 50G, 500M, 40% (default 80% of what the disk can give)
-    read_ahead        $FASTFEED_READ_AHEAD_SHARDS (old name $FASTFEED_PREFETCH_SHARDS): most shards downloaded ahead
-                      of the ones being read (default sized by the link within the cache)
+    shard_cache       $FASTFEED_SHARD_CACHE, else $XDG_CACHE_HOME/fastfeed/shards (default ~/.cache/fastfeed/shards)
+    shard_cache_limit $FASTFEED_SHARD_CACHE_LIMIT: 50G, 500M, 40% (default 80% of what the disk can give)
+    read_ahead        $FASTFEED_READ_AHEAD_SHARDS (its old name $FASTFEED_PREFETCH_SHARDS warns): most shards
+                      downloaded ahead of the ones being read (default sized by the link within the cache)
     storage_options   $FASTFEED_STORAGE_OPTIONS (JSON) under the ones given: fsspec options (credentials, endpoint)
     retries           tries of one object-storage read, the first included (default `objstore.RETRIES`)
 
 The options travel with the Store into worker processes; nothing is written into the environment, and storage
-options never into a manifest, a checkpoint or a log line (`__repr__` hides them). `prefetch_depth`, the old name of
-`read_ahead`, still works (a DeprecationWarning).
+options never into a manifest, a checkpoint or a log line (`__repr__` hides them). The old names `prefetch_depth`
+(`read_ahead`), `cache_dir` (`shard_cache`) and `cache_limit` (`shard_cache_limit`) still work (a DeprecationWarning).
 """
 
 from __future__ import annotations
@@ -21,20 +21,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from ..renamed import renamed, translate
+from ..renamed import renamed, translate, warn
 
 CACHE_ENV = "FASTFEED_SHARD_CACHE"
 LIMIT_ENV = "FASTFEED_SHARD_CACHE_LIMIT"
 READ_AHEAD_ENV = "FASTFEED_READ_AHEAD_SHARDS"
-OLD_READ_AHEAD_ENV = "FASTFEED_PREFETCH_SHARDS"   # its old name, still read
+OLD_READ_AHEAD_ENV = "FASTFEED_PREFETCH_SHARDS"   # its old name, still read (a DeprecationWarning)
 OPTIONS_ENV = "FASTFEED_STORAGE_OPTIONS"
 
 
-@renamed(prefetch_depth="read_ahead")
+@renamed(prefetch_depth="read_ahead", cache_dir="shard_cache", cache_limit="shard_cache_limit")
 @dataclass(frozen=True)
 class StoreOptions:
-    cache_dir: Path | str | None = None
-    cache_limit: int | str | None = None
+    shard_cache: Path | str | None = None
+    shard_cache_limit: int | str | None = None
     read_ahead: int | None = None
     storage_options: dict = field(default_factory=dict, repr=False)
     retries: int | None = None
@@ -56,12 +56,14 @@ class StoreOptions:
         opts = cls.of(options, **given)
         env = {k: v.strip() for k, v in environ.items() if k.startswith(("FASTFEED_", "XDG_")) and v.strip()}
         found = {}
-        if opts.cache_dir is None and (CACHE_ENV in env or "XDG_CACHE_HOME" in env):
-            found["cache_dir"] = env.get(CACHE_ENV) or str(Path(env["XDG_CACHE_HOME"]) / "fastfeed" / "shards")
-        if opts.cache_limit is None and LIMIT_ENV in env:
-            found["cache_limit"] = env[LIMIT_ENV]
+        if opts.shard_cache is None and (CACHE_ENV in env or "XDG_CACHE_HOME" in env):
+            found["shard_cache"] = env.get(CACHE_ENV) or str(Path(env["XDG_CACHE_HOME"]) / "fastfeed" / "shards")
+        if opts.shard_cache_limit is None and LIMIT_ENV in env:
+            found["shard_cache_limit"] = env[LIMIT_ENV]
         name = READ_AHEAD_ENV if READ_AHEAD_ENV in env else OLD_READ_AHEAD_ENV
         if opts.read_ahead is None and name in env:
+            if name == OLD_READ_AHEAD_ENV:
+                warn(f"${name}", f"${READ_AHEAD_ENV}")
             if not env[name].isdigit():
                 raise ValueError(f"{name}={env[name]!r}: give a whole number of shards >= 0 to download ahead (or "
                                  "unset it for the default)")

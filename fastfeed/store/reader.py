@@ -40,7 +40,7 @@ class Store:
     `source.RecordSource` protocol every loader reads through.
 
     `path`: a folder, or a URL (s3://, gs://, any fsspec URL) whose shards are downloaded into the node's shard
-    cache as reads need them. `options` (`StoreOptions`, or its fields as keywords: cache_dir, cache_limit,
+    cache as reads need them. `options` (`StoreOptions`, or its fields as keywords: shard_cache, shard_cache_limit,
     read_ahead, storage_options, retries; `prefetch_depth` is read_ahead's old name): how a store at a URL is read;
     each one not given takes its built-in default (see `options.py`). A folder takes no keyword options.
 

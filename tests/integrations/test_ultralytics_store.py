@@ -211,11 +211,11 @@ def test_store_options_given_on_the_trainer_read_the_bucket_store_and_the_enviro
     def shards_in(folder):
         return sorted(p.name for p in folder.rglob("*.mdb"))
 
-    trainer_cls = FastfeedTrainer.with_store_options(cache_dir=given_cache, read_ahead=1)
+    trainer_cls = FastfeedTrainer.with_store_options(shard_cache=given_cache, read_ahead=1)
     assert issubclass(trainer_cls, FastfeedTrainer) and FastfeedTrainer.store_options is None
-    assert trainer_cls.store_options == StoreOptions(cache_dir=given_cache, read_ahead=1)
+    assert trainer_cls.store_options == StoreOptions(shard_cache=given_cache, read_ahead=1)
     trainer, loader = train_loader_of(trainer_cls, sample_yolo, tmp_path / "given")
-    assert trainer.train_store(None).options.cache_dir == given_cache
+    assert trainer.train_store(None).options.shard_cache == given_cache
     first_batches(loader, 1)
     loader.close()
     assert shards_in(given_cache) and not shards_in(env_cache)
@@ -225,5 +225,5 @@ def test_store_options_given_on_the_trainer_read_the_bucket_store_and_the_enviro
     loader.close()
     assert shards_in(env_cache)
 
-    with pytest.raises(TypeError, match="unknown store option.*cache_limt.*give cache_dir, cache_limit"):
+    with pytest.raises(TypeError, match="unknown store option.*cache_limt.*give read_ahead, retries, shard_cache,"):
         FastfeedTrainer.with_store_options(cache_limt="1G")

@@ -21,7 +21,7 @@ from ...loaders import LoaderConfig, create_loader
 from ...loaders.base import MIXING
 from .args import log
 from .batches import ClassFilter, collate, labels, read_records
-from .report import FeedClock, cache_line
+from .report import FeedClock, shm_cache_line
 
 
 class StoreDataset:
@@ -85,7 +85,7 @@ class FastfeedTrainLoader:
         self._copy_event = None
         t0 = perf_counter()
         self.loader = create_loader(name, store, cfg, **self.options)   # the fastfeed Loader (stage_times(), ...)
-        self.cache_line = cache_line(self.loader, perf_counter() - t0)   # the shm cache's size and build time
+        self.shm_cache_line = shm_cache_line(self.loader, perf_counter() - t0)   # the shm cache's size and build time
         self.clock = FeedClock.started()                # the current (or last) epoch's feed figures
         self.dataset = StoreDataset(self)
         self.sampler = EpochSampler(self)
@@ -157,7 +157,7 @@ class FastfeedTrainLoader:
             off = dict.fromkeys(("mosaic", *MIXING), 0.0)   # as Ultralytics closes them
             self.cfg = replace(self.cfg, hyp=replace(self.cfg.hyp, **off))
             old, self.loader = self.loader, create_loader(self.name, self.store, self.cfg, **self.options)
-            old.close()          # after the new one holds its own lease on a shared cache
+            old.close()          # after the new one holds its own lease on an shm cache
             if self._resumed is not None:   # the resumed epoch, not begun yet: the new loader continues it too
                 self.loader.load_state_dict(self._resumed)
             log.info(f"fastfeed: mosaic off from epoch {epoch + 1}")

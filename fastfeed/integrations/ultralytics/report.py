@@ -73,14 +73,14 @@ def append_row(path: Path, row: dict) -> None:
         w.writerow(row)
 
 
-def cache_line(loader, seconds: float) -> str | None:
+def shm_cache_line(loader, seconds: float) -> str | None:
     """The shm cache a loader reads (None for a loader without one): its size, and the time it took to build
     it here, or that it was already built (by an earlier run, another rank or a `fastfeed cache build`)."""
-    lease = getattr(loader, "cache", None)
-    if lease is None or not hasattr(lease, "size"):
+    lease = getattr(loader, "lease", None)
+    if lease is None:
         return None
     h = lease.header
     how = f"built in {seconds:.1f} s" if lease.built else "already built, mapped"
-    part = f" (a partial cache: {h.n_cached} of {h.n_records} images)" if h.n_cached < h.n_records else ""
+    part = f" (a partial shm cache: {h.n_cached} of {h.n_records} images)" if h.n_cached < h.n_records else ""
     return (f"fastfeed: shm cache {lease.path}: {gib(lease.size)}, {h.n_records} images at imgsz "
             f"{h.imgsz}, {how}{part}")

@@ -5,7 +5,7 @@ What "unchanged" means: `fastfeed.pack.signature.source_signature` (names, sizes
 times of the files a pack would read). The store is named after it, `<split>-<signature>.ff`, beside
 the dataset (e.g. coco128/train2017-3fa9c1d2e4.ff; a segment, pose or OBB trainer's store has the task in its name,
 coco128/train2017-segment-<signature>.ff, so runs of two tasks on one dataset keep a store each) when its folder is writable, else in
-`$FASTFEED_STORE_DIR` or `~/.cache/fastfeed/ultralytics/`; the versions it replaces are removed. A new
+the store folder, `$FASTFEED_STORE_DIR` or `~/.cache/fastfeed/ultralytics/`; the versions it replaces are removed. A new
 name per version also means a process that still has the previous version open never reads it in
 place of the new one. A file lock makes concurrent trainers (DDP ranks on other nodes, a second
 job) wait for one pack instead of packing twice.
@@ -74,7 +74,7 @@ def _writable(folder: Path) -> bool:
 
 def store_stem(root: Path, name: str) -> Path:
     """Where the stores of this split go, without the version: `<folder>/<stem>-<signature>.ff`. Beside the
-    dataset when writable, else in the cache folder (there named after the dataset's path too)."""
+    dataset when writable, else in the store folder (there named after the dataset's path too)."""
     if os.environ.get(STORE_DIR_ENV):
         folder = Path(os.environ[STORE_DIR_ENV])
     elif _writable(root):

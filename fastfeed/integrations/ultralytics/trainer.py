@@ -69,7 +69,7 @@ class FastfeedMixin(StoppableMixin):
     A stop signal ends training after the optimizer step in flight with a mid-epoch last.pt that
     `resume=True` continues from the next batch; FASTFEED_SAVE_EVERY_MIN=N writes one every N minutes
     (resume.py).
-    `store_options` (a `StoreOptions`: cache dir, cache limit, read-ahead, storage options) says how a store at
+    `store_options` (a `StoreOptions`: shard cache, its limit, read-ahead, storage options) says how a store at
     a URL (FASTFEED_STORE=s3://...) is read; None, or a field left None, takes the environment's (resolved here, at
     the door: `StoreOptions.from_env`), else the built-in default.
     Ultralytics builds the trainer from its class, so give them on one: `FastfeedTrainer.with_store_options(...)`."""
@@ -81,7 +81,7 @@ class FastfeedMixin(StoppableMixin):
     @classmethod
     def with_store_options(cls, options: StoreOptions | None = None, **fields) -> type[FastfeedMixin]:
         """This trainer class with `store_options` set: `options` (or the class's) with the fields given over it,
-        e.g. `trainer=FastfeedTrainer.with_store_options(cache_limit="50G", read_ahead=4)`. An unknown field is
+        e.g. `trainer=FastfeedTrainer.with_store_options(shard_cache_limit="50G", read_ahead=4)`. An unknown field is
         a TypeError naming the known ones. The class (with its options) is pickled into Ultralytics' DDP state file
         for the ranks: give credentials the standard ways (environment, profile) rather than as storage options."""
         given = StoreOptions.of(options if options is not None else cls.store_options, **fields)
@@ -143,8 +143,8 @@ class FastfeedMixin(StoppableMixin):
             log.info(f"fastfeed: {name} loader over {store.path}: {count} images{'' if count == len(store) else f' of {len(store)} (fraction)'}, batch {cfg.batch_size} "
                      f"x {feed.world_size} rank(s), {cfg.workers} worker(s) per rank, imgsz {cfg.imgsz}, "
                      f"close_mosaic {cfg.close_mosaic}{where}; {describe(cfg.hyp)}")
-            if feed.cache_line:
-                log.info(feed.cache_line)
+            if feed.shm_cache_line:
+                log.info(feed.shm_cache_line)
         return feed
 
     def preprocess_batch(self, batch: dict) -> dict:

@@ -25,7 +25,7 @@ def reserve(cache, info: fmt.ShardInfo, part: Path, urgent: bool) -> int | None:
     if info.bytes > cache.limit:
         raise CacheFull(f"shard {info.file} is {gib(info.bytes)}, more than the whole shard cache limit "
                         f"({gib(cache.limit)}, {cache.root}): raise the limit ({LIMIT_ENV} or "
-                        "Store(url, cache_limit=...)) or re-pack with a smaller --shard-mb")
+                        "Store(url, shard_cache_limit=...)) or re-pack with a smaller --shard-mb")
     deadline = time.monotonic() + cache.wait_s
     while True:
         with flocked(cache.root / ".space.lock", fcntl.LOCK_EX):
@@ -40,7 +40,7 @@ def reserve(cache, info: fmt.ShardInfo, part: Path, urgent: bool) -> int | None:
                     free = shutil.disk_usage(cache.root).free
                     raise CacheFull(f"the shard cache's disk is full ({cache.root}: {gib(free)} free, shard "
                                     f"{info.file} needs {gib(info.bytes)}; {e.strerror}): free space there, "
-                                    f"point {CACHE_ENV} at a larger local disk, or lower the cache limit "
+                                    f"point {CACHE_ENV} at a larger local disk, or lower the shard cache limit "
                                     f"({LIMIT_ENV}) below what the disk holds") from None
                 return fd
         if not urgent:
@@ -95,5 +95,5 @@ def _full_message(cache, info: fmt.ShardInfo) -> str:
     return (f"the shard cache {cache.root} has no room for shard {info.file} ({gib(info.bytes)}): {gib(used)} of "
             f"its {gib(cache.limit)} limit is held by shards in use or needed now or next"
             + (f" (pinned by pid {', '.join(pids)})" if pids else "")
-            + f". Raise the limit ({LIMIT_ENV} or Store(url, cache_limit=...)), run fewer ranks or workers "
+            + f". Raise the limit ({LIMIT_ENV} or Store(url, shard_cache_limit=...)), run fewer ranks or workers "
               "per node, or re-pack with a smaller --shard-mb")

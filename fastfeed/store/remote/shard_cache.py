@@ -58,7 +58,7 @@ class ShardCache:
                 os.replace(tmp, meta)
         except OSError as e:
             raise CacheFull(f"cannot use the shard cache {self.root} ({e.strerror}): point {CACHE_ENV} (or "
-                            "Store(url, cache_dir=...)) at a writable local disk") from None
+                            "Store(url, shard_cache=...)) at a writable local disk") from None
 
     def file(self, info: fmt.ShardInfo) -> Path:
         return self.dir / info.file
@@ -127,7 +127,7 @@ class ShardCache:
             if lock >= 0:
                 os.close(lock)
             raise CacheReadOnly(f"the shard cache {self.root} is read-only (it cannot be written here) and lacks shard "
-                                f"{where}: point {CACHE_ENV} (or --shard-cache, Store(url, cache_dir=...)) at a "
+                                f"{where}: point {CACHE_ENV} (or --shard-cache, Store(url, shard_cache=...)) at a "
                                 "writable local disk, or fill this cache where it is writable first")
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))

@@ -42,7 +42,7 @@ os.register_at_fork(after_in_child=_forget_inherited)
 class RemoteShards:
     """A store at a URL (any fsspec protocol), its shards in the node's cache. See the module docstring.
 
-    options.cache_dir: the node-local shard cache; options.cache_limit: bytes or a size such as "50G" / "40%";
+    options.shard_cache: the node-local shard cache; options.shard_cache_limit: bytes or a size such as "50G" / "40%";
     options.storage_options: fsspec options (credentials, endpoint; never written anywhere); options.read_ahead:
     most shards downloaded ahead (default `default_read_ahead`); options.retries: the tries of one read (default
     `objstore.RETRIES`). Each not given takes its built-in default (`options.py`).
@@ -67,8 +67,9 @@ class RemoteShards:
                                   f"packed, or was never packed: `fastfeed pack SRC -o {self.path}`)") from None
         self.manifest = fmt.parse_manifest(data, where)
         self.shards = self.manifest.shards
-        root_dir = default_dir() if options.cache_dir is None else options.cache_dir
-        limit = default_limit(root_dir) if options.cache_limit is None else parse_size(options.cache_limit, root_dir)
+        root_dir = default_dir() if options.shard_cache is None else options.shard_cache
+        limit = options.shard_cache_limit
+        limit = default_limit(root_dir) if limit is None else parse_size(limit, root_dir)
         self.cache = ShardCache(root_dir, limit, self.url)
         self.cache.prepare()
         ahead = options.read_ahead

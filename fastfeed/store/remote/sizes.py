@@ -30,17 +30,17 @@ def parse_size(text, root: Path | None = None) -> int:
             try:
                 share = float(s[:-1]) / 100
             except ValueError:
-                raise ValueError(f"cache limit {text!r} is not a size (e.g. 50G, 500M, 40%)") from None
+                raise ValueError(f"shard cache limit {text!r} is not a size (e.g. 50G, 500M, 40%)") from None
             total = shutil.disk_usage(_existing(root or default_dir())).total
             value = int(total * share)
         else:
             num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
             unit = s[len(num):]
             if unit not in _UNITS or not num:
-                raise ValueError(f"cache limit {text!r} is not a size (e.g. 50G, 500M, 40%)")
+                raise ValueError(f"shard cache limit {text!r} is not a size (e.g. 50G, 500M, 40%)")
             value = int(float(num) * _UNITS[unit])
     if value <= 0:
-        raise ValueError(f"cache limit must be > 0, got {text!r}")
+        raise ValueError(f"shard cache limit must be > 0, got {text!r}")
     return value
 
 

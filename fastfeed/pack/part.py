@@ -1,5 +1,5 @@
-"""A pack worker's unit of work: a contiguous run of images written to a shard of its own
-(`plan` cuts the dataset into those runs).
+"""A pack part, a pack worker's unit of work: a contiguous run of images written to a shard of its own
+(`plan` cuts the dataset into those parts).
 
 Workers write their shards themselves, in parallel. Nothing but small summaries crosses process
 boundaries, so the main process stays idle whatever the core count (a single writer receiving
@@ -27,11 +27,11 @@ DEFAULT_SHARD_MB = 1024
 # cache of tens of GB hundreds of shards to mix samples from (see docs/format.md).
 URL_SHARD_MB = 128
 _REMOTE_BATCH = 32   # images a pack worker reads from a bucket at once
-_MIN_SEGMENT = 64  # images; smaller runs are not worth a shard of their own
+_MIN_PART = 64  # images; smaller runs are not worth a shard of their own
 
 
 @dataclass
-class SegmentStats:
+class PartStats:
     class_boxes: Counter = field(default_factory=Counter)
     sizes: Counter = field(default_factory=Counter)
     num_boxes: int = 0
@@ -44,7 +44,7 @@ class SegmentStats:
     sources: list = field(default_factory=list)                  # (name, source CRC) per image
     geometry: Counter = field(default_factory=Counter)           # the task's `counts`, summed
 
-    def merge(self, other: SegmentStats) -> None:
+    def merge(self, other: PartStats) -> None:
         self.class_boxes.update(other.class_boxes)
         self.sizes.update(other.sizes)
         self.num_boxes += other.num_boxes
@@ -59,17 +59,17 @@ class SegmentStats:
 
 
 @dataclass
-class SegmentResult:
-    segment: int
+class PartResult:
+    part: int
     shard: dict | None = None            # {file, count, bytes}; None when every image was rejected
     problems: list[Problem] = field(default_factory=list)
-    stats: SegmentStats = field(default_factory=SegmentStats)
-    failed: Problem | None = None        # --on-error fail: the first error, the segment stopped there
+    stats: PartStats = field(default_factory=PartStats)
+    failed: Problem | None = None        # --on-error fail: the first error, the part stopped there
 
 
 @dataclass(frozen=True)
-class SegmentJob:
-    segment: int
+class PartJob:
+    part: int
     items: list[Item]
     payload: PayloadConfig
     nc: int | None
@@ -109,7 +109,7 @@ def plan(items: list, cfg, workers: int, url: bool = False) -> list[list]:
     else:
         limit = (URL_SHARD_MB if url else DEFAULT_SHARD_MB) * 2**20
         total = estimated_bytes(items, cfg)
-        count = max(math.ceil(total / limit), min(4 * max(workers, 1), math.ceil(n / _MIN_SEGMENT)), 1)
+        count = max(math.ceil(total / limit), min(4 * max(workers, 1), math.ceil(n / _MIN_PART)), 1)
     bounds = [round(k * n / count) for k in range(count + 1)]
     return [items[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
 
@@ -124,9 +124,9 @@ def init(progress, abort) -> None:
     _PROGRESS, _ABORT = progress, abort
 
 
-def run(job: SegmentJob) -> SegmentResult:
-    res = SegmentResult(job.segment)
-    writer = ShardWriter(job.out_dir / fmt.shard_file(job.segment))
+def run(job: PartJob) -> PartResult:
+    res = PartResult(job.part)
+    writer = ShardWriter(job.out_dir / fmt.shard_file(job.part))
     st = res.stats
     try:
         fetched: dict = {}
