@@ -12,6 +12,7 @@ import torch
 from ..augment.hyp import AugmentHyp
 from ..augment.masks import MASK_RULES
 from ..batch import Batch, BatchFeed, counted
+from ..checks import field_need
 from ..devices import has_cuda, parse_device, resolve_device
 from ..imgsz import check_imgsz
 from ..procs import usable_cores
@@ -81,10 +82,7 @@ class LoaderConfig:
                                      # store of any task (`batch_task`)
 
     def __post_init__(self):
-        def need(ok: bool, name: str, rule: str):
-            if not ok:
-                raise ValueError(f"LoaderConfig.{name} {rule}, got {getattr(self, name)!r}")
-
+        need = field_need(self, "LoaderConfig.")
         check_imgsz(self.imgsz, "LoaderConfig.imgsz")
         need(isinstance(self.batch_size, int) and self.batch_size >= 1, "batch_size", "must be >= 1")
         need(isinstance(self.workers, int) and self.workers >= 0, "workers", "must be >= 0 (0: in the main process)")
