@@ -15,13 +15,14 @@ from .common import (
     EXIT_PREEMPTED,
     EXIT_USAGE,
     add_remote_args,
+    defaults,
     fail,
     progress_lines,
     store_options,
     store_path,
 )
 
-D = {f.name: f.default for f in fields(TrainConfig)}   # the library's defaults are the command's
+D = defaults(TrainConfig)   # the library's defaults are the command's
 
 _EXAMPLES = """\
 examples:
