@@ -217,7 +217,7 @@ def run(args) -> int:
 
     from ..devices import DeviceError
     from ..store.format import FormatError
-    from ..train import CheckpointError, TrainError, TrainingDiverged, train
+    from ..train import CheckpointError, TrainError, train  # TrainError: TrainingDiverged too
 
     try:
         # Every flag is a TrainConfig field of the same name; one not given (None) keeps the field's default.
@@ -228,8 +228,6 @@ def run(args) -> int:
                 return fail(f"{flag} {path} does not exist (make a store with `fastfeed pack SRC -o OUT`)")
         with progress_lines(getattr(args, "verbose", False)):   # the log lines, mAP lines and warnings; pycocotools' tables only with -v
             res = train(cfg)
-    except TrainingDiverged as e:
-        return fail(str(e))
     except (FormatError, CheckpointError) as e:   # ValueErrors too, but not usage errors
         return fail(e)
     except ValueError as e:

@@ -13,6 +13,7 @@ job) wait for one pack instead of packing twice.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -152,11 +153,9 @@ def prepare_store(train, progress: bool = True, names=None, options: StoreOption
 def _task_yaml(images: Path, data_yaml) -> Path | None:
     """The data.yaml to pack a task's split from (a pose set's kpt_shape and flip_idx): `data_yaml` when its train: entry is
     `images`; None (the data.yaml beside the dataset, if any) otherwise."""
-    try:
+    with contextlib.suppress(PackError, OSError):
         if data_yaml and read_data_yaml(Path(data_yaml)).folder("train").resolve() == images.resolve():
             return Path(data_yaml)
-    except (PackError, OSError):
-        pass
     return None
 
 
