@@ -96,7 +96,6 @@ def run(args) -> int:
     from ..bench import BenchConfig, format_table, run_bench, write_plot
     from ..devices import DeviceError
     from ..store.format import FormatError
-    from .store import describe_task
 
     try:
         cfg = BenchConfig(data=args.data, store_options=store_options(args), loaders=tuple(args.loaders or ("cpu",)), imgsz=args.imgsz,
@@ -117,10 +116,11 @@ def run(args) -> int:
     except (DeviceError, ImportError) as e:
         return fail(str(e))
     print(format_table(res), end="")
-    if tasks.get(res.store["batches"]).field is None and tasks.get(res.store["task"]["name"]).field:
-        print(f"task {res.store['task']['name']} store read as detection: boxes alone"
+    summary = res.store["task"]
+    if tasks.get(res.store["batches"]).field is None and tasks.get(summary["name"]).field:
+        print(f"task {summary['name']} store read as detection: boxes alone"
               f"{' (--model: the bundled models detect)' if args.model else ''}")
-    elif (line := describe_task(res.store["task"])) is not None:   # what the loaders carried besides boxes
+    elif (line := tasks.get(summary["name"]).describe(summary)) is not None:   # what the batches carried besides boxes
         print(line)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .. import sample_path
+from .. import sample_path, tasks
 from .common import EXIT_OK, EXIT_USAGE, add_remote_args, defaults, fail, store_options, store_path
 
 HELP = "pack a COCO or YOLO dataset into a checked LMDB store"
@@ -119,7 +119,6 @@ def run(args) -> int:
     from ..pack import PackConfig, PackError, pack
     from ..store.objstore import RemoteError
     from ..store.verify import task_summary
-    from .store import describe_task
 
     src, ann = args.src, args.ann
     if src is None and ann is None:
@@ -150,7 +149,7 @@ def run(args) -> int:
     print(f"  -> {res.out}: {m.num_images} images, {m.num_boxes} boxes ({m.num_crowd} crowd), "
           f"{len(m.shards)} shard(s), {m.stats['record_bytes'] / 2**20:.1f} MB, "
           f"{res.seconds:.1f} s ({m.num_images / max(res.seconds, 1e-9):.0f} images/s)")
-    if (line := describe_task(task_summary(m))) is not None:
+    if (line := tasks.get(m.task).describe(task_summary(m))) is not None:
         print(f"  {line}")
     rejected = res.report.images_rejected
     if rejected:

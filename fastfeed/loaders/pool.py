@@ -211,7 +211,7 @@ class PoolLoader(Loader):
             else:
                 nxt = nxt or self._plan(cur.epoch + 1)
                 ep = nxt
-            if ep.queued or not pool.can_submit():
+            if ep.queued or not pool.free:
                 return nxt
             self.order.reached(ep.epoch, ep.submitted)   # a shard cache following the order pins and reads ahead
             pool.submit(ep.epoch, ep.submitted, ep.batches[ep.submitted], ep.mosaic)

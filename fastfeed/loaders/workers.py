@@ -91,10 +91,6 @@ class WorkerPool:
         self.outstanding = 0
         self.gen = 0
 
-    def can_submit(self) -> bool:
-        """Whether a slot is free for the next batch."""
-        return bool(self.free)
-
     def submit(self, epoch: int, k: int, indices: np.ndarray, mosaic_on: bool) -> bool:
         """Queue batch k of `epoch` (to worker k % n) if a slot is free; False when all are busy."""
         if not self.free:
