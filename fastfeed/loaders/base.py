@@ -206,6 +206,7 @@ class Loader(BatchFeed):
         self.store, self.cfg = store, cfg
         self.rank, self.world_size = cfg.resolved_rank()
         self.epoch = self.start = self.handed = 0
+        self._times = StageTimes()   # what its builders report (a loader with other stages sets its own)
         check_epoch(store, cfg)
         self.order = order if order is not None else default_order(store, cfg, self.rank, self.world_size)
         if (self.order.rank, self.order.world_size) != (self.rank, self.world_size):
@@ -268,8 +269,8 @@ class Loader(BatchFeed):
         """Stop workers and free shared buffers; idempotent."""
 
     def stage_times(self) -> StageTimes:
-        """Per-stage seconds summed over workers since creation (what `fastfeed bench` reports)."""
-        return StageTimes()
+        """A snapshot: per-stage seconds summed over workers since creation (what `fastfeed bench` reports)."""
+        return StageTimes(dict(self._times.seconds), self._times.samples)
 
     def memory_pids(self) -> list[int]:
         """Processes whose memory belongs to this loader (its workers), for the bench's RSS figure."""
