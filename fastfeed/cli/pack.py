@@ -128,12 +128,10 @@ def run(args) -> int:
         options = store_options(args).storage_options
         cfg = PackConfig(src=src, out=args.out, format=args.format, split=args.split, ann=ann,
                          images=args.images, store=args.store, max_side=args.max_side, quality=args.quality,
-                         shards=args.shards, shard_mb=args.shard_mb, workers=args.workers,
-                         on_error=args.on_error, check=args.check, task=args.task, exif=args.exif,
-                         coco_boxes=args.coco_boxes,
-                         overwrite=args.force, progress=not args.quiet,
-                         allow_background_only=args.allow_background_only, storage_options=options,
-                         max_dropped=args.max_dropped,
+                         shards=args.shards, shard_mb=args.shard_mb, workers=args.workers, on_error=args.on_error,
+                         check=args.check, task=args.task, exif=args.exif, coco_boxes=args.coco_boxes,
+                         overwrite=args.force, progress=not args.quiet, storage_options=options,
+                         allow_background_only=args.allow_background_only, max_dropped=args.max_dropped,
                          **({} if args.max_pixels is None else {"max_pixels": args.max_pixels}))
         res = pack(cfg)
     except (RemoteError, ImportError) as e:
