@@ -9,17 +9,17 @@ Standard library only: the CLI checks it without importing torch.
 
 from __future__ import annotations
 
-import numbers
+from .checks import is_int, is_num
 
 STRIDE = 32
 
 
 def imgsz_error(value, name: str = "--imgsz") -> str | None:
     """None when `value` is a valid image side; else the message that says why and what to use."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= STRIDE and value % STRIDE == 0:
+    if is_int(value) and value >= STRIDE and value % STRIDE == 0:
         return None
     msg = f"{name} must be a positive multiple of {STRIDE} (the largest stride of the YOLO models), got {value!r}"
-    if isinstance(value, numbers.Real) and not isinstance(value, bool) and value > 0:
+    if is_num(value) and value > 0:
         lo, hi = int(value) // STRIDE * STRIDE, (int(value) // STRIDE + 1) * STRIDE
         msg += f": use {lo} or {hi}" if lo >= STRIDE else f": use {hi}"
     return msg

@@ -10,16 +10,9 @@ INFO log lines (plain lines in a log file), notes to logging.
 """
 
 from .config import BenchConfig
+from .plot import write_plot  # matplotlib only once called (the `plot` extra)
 from .report import format_table
 from .result import BenchResult, LoaderResult
 from .run import run_bench
-
-
-def write_plot(result: BenchResult, path) -> None:
-    """A PNG with throughput bars and stacked per-sample stage times (needs the `plot` extra)."""
-    from .plot import write_plot as _write
-
-    _write(result, path)
-
 
 __all__ = ["BenchConfig", "BenchResult", "LoaderResult", "format_table", "run_bench", "write_plot"]

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import tasks
+from ..checks import is_int, is_num, need
 from ..devices import DEVICES
 from ..imgsz import check_imgsz
 from ..store.urls import location
@@ -48,22 +49,18 @@ class BenchConfig:
         self.data = location(self.data)   # a folder, or a store's URL
         self.loaders = tuple(self.loaders) if not isinstance(self.loaders, str) else (self.loaders,)
 
-        def need(ok: bool, flag: str, rule: str, value):
-            if not ok:
-                raise ValueError(f"{flag} {rule}, got {value!r}")
-
         need(len(self.loaders) > 0, "--loader", "needs at least one loader name (or 'all')", self.loaders)
         check_imgsz(self.imgsz)
-        need(_is_int(self.batch_size) and self.batch_size >= 1, "--batch", "must be >= 1", self.batch_size)
-        need(self.workers is None or self.workers == "auto" or (_is_int(self.workers) and self.workers >= 0),
+        need(is_int(self.batch_size) and self.batch_size >= 1, "--batch", "must be >= 1", self.batch_size)
+        need(self.workers is None or self.workers == "auto" or (is_int(self.workers) and self.workers >= 0),
              "--workers", "must be an integer >= 0 (0: in the main process) or 'auto'", self.workers)
-        need(_is_num(self.seconds) and self.seconds > 0, "--seconds", "must be > 0", self.seconds)
-        need(self.batches is None or (_is_int(self.batches) and self.batches >= 1), "--batches", "must be >= 1",
+        need(is_num(self.seconds) and self.seconds > 0, "--seconds", "must be > 0", self.seconds)
+        need(self.batches is None or (is_int(self.batches) and self.batches >= 1), "--batches", "must be >= 1",
              self.batches)
-        need(_is_int(self.warmup) and self.warmup >= 0, "--warmup", "must be >= 0 batches", self.warmup)
+        need(is_int(self.warmup) and self.warmup >= 0, "--warmup", "must be >= 0 batches", self.warmup)
         need(isinstance(self.device, str) and re.fullmatch(r"(cpu|cuda|npu)(:\d+)?", self.device) is not None,
              "--device", f"must be one of {', '.join(DEVICES)} (optionally with :index)", self.device)
-        need(self.step_ms is None or (_is_num(self.step_ms) and self.step_ms >= 0), "--step-ms", "must be >= 0",
+        need(self.step_ms is None or (is_num(self.step_ms) and self.step_ms >= 0), "--step-ms", "must be >= 0",
              self.step_ms)
         need(self.model is None or self.model in MODELS, "--model", f"must be one of {', '.join(MODELS)}",
              self.model)
@@ -72,9 +69,9 @@ class BenchConfig:
         need(self.task is None or self.task in TASKS, "--task", f"must be one of {', '.join(TASKS)}", self.task)
         need(self.model is None or self.task is None or tasks.get(self.task).field is None, "--task",
              "must be detect with --model (the bundled models detect)", self.task)
-        need(self.sweep_seconds is None or (_is_num(self.sweep_seconds) and self.sweep_seconds > 0),
+        need(self.sweep_seconds is None or (is_num(self.sweep_seconds) and self.sweep_seconds > 0),
              "sweep_seconds", "must be > 0", self.sweep_seconds)
-        need(_is_num(self.monitor_interval) and self.monitor_interval > 0, "monitor_interval", "must be > 0",
+        need(is_num(self.monitor_interval) and self.monitor_interval > 0, "monitor_interval", "must be > 0",
              self.monitor_interval)
 
     @property
@@ -108,11 +105,3 @@ class BenchConfig:
         d["data"] = str(self.data)
         d["loaders"] = list(self.loaders)
         return d
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)

@@ -14,14 +14,13 @@ def human_bytes(n: int | None) -> str:
         if abs(n) < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}" if v < 10 else f"{v:.1f}"
 
 
-def _row(r: LoaderResult, cfg: dict, stall_mode: bool) -> list[str] | str:
+def _row(r: LoaderResult, stall_mode: bool) -> list[str] | str:
     name = r.name + (" *" if r.fastest else "")
     workers = str(r.workers) if r.workers is not None else "-"
     if not r.ok:
@@ -57,7 +56,6 @@ def describe_order(d: dict) -> str:
     return text
 
 
-
 def format_table(result: BenchResult) -> str:
     cfg, m = result.config, result.machine
     stall_mode = bool(cfg.get("stall_mode"))
@@ -66,7 +64,7 @@ def format_table(result: BenchResult) -> str:
              "read", "decode", "augment", "collate", "copy", "CPU", f"peak {mem_metric}", "shared"]
     if stall_mode:
         heads += ["stall", "steps/s"]
-    rows = [_row(r, cfg, stall_mode) for r in result.results]
+    rows = [_row(r, stall_mode) for r in result.results]
     full = [r for r in rows if len(r) == len(heads)]
     widths = [max(len(h), *(len(r[i]) for r in full)) if full else len(h) for i, h in enumerate(heads)]
     left = {0}

@@ -13,7 +13,7 @@ from .common import (
     EXIT_OK,
     EXIT_USAGE,
     add_remote_args,
-    default,
+    defaults,
     fail,
     progress_lines,
     store_options,
@@ -37,9 +37,7 @@ def _workers_arg(value: str):
 def add_parser(sub) -> None:
     from ..bench.config import MODELS, TASKS, BenchConfig
 
-    def d(name):
-        return default(BenchConfig, name)
-
+    d = defaults(BenchConfig)
     p = sub.add_parser(
         "bench", help=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -58,19 +56,19 @@ def add_parser(sub) -> None:
                    help="a store made by `fastfeed pack`: a folder, or its URL (s3://bucket/coco.ff)")
     p.add_argument("--loader", action="append", dest="loaders", metavar="NAME",
                    help="loader to measure; repeat for several, 'all' for every registered one (default: cpu)")
-    p.add_argument("--imgsz", type=int, default=d("imgsz"), help=f"output side, a multiple of 32 (default {d('imgsz')})")
-    p.add_argument("--batch", type=int, default=d("batch_size"), help=f"batch size (default {d('batch_size')})")
+    p.add_argument("--imgsz", type=int, default=d["imgsz"], help=f"output side, a multiple of 32 (default {d['imgsz']})")
+    p.add_argument("--batch", type=int, default=d["batch_size"], help=f"batch size (default {d['batch_size']})")
     p.add_argument("--workers", type=_workers_arg, metavar="N|auto",
                    help="worker processes (0: in this process; default: LoaderConfig's, one per core up to 8); "
                         "'auto' sweeps 1, 2, cores/2, cores, cores+1 briefly and keeps the fastest")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--seconds", type=float, default=d("seconds"), help=f"timed seconds per loader (default {d('seconds'):g})")
+    g.add_argument("--seconds", type=float, default=d["seconds"], help=f"timed seconds per loader (default {d['seconds']:g})")
     g.add_argument("--batches", type=int, help="timed batches per loader instead of --seconds")
-    p.add_argument("--warmup", type=int, default=d("warmup"),
-                   help=f"untimed batches first, the first batch included (default {d('warmup')})")
+    p.add_argument("--warmup", type=int, default=d["warmup"],
+                   help=f"untimed batches first, the first batch included (default {d['warmup']})")
     p.add_argument("--no-augment", dest="augment", action="store_false",
                    help="letterboxed evaluation batches instead of mosaic/affine/HSV training batches")
-    p.add_argument("--device", default=d("device"),
+    p.add_argument("--device", default=d["device"],
                    help="cpu (no copy stage), cuda[:N] or npu[:N]: the batches are for that device (pinned for CUDA; "
                         "dali and device loaders run there) and the host->device copy is timed")
     g = p.add_mutually_exclusive_group()
@@ -83,7 +81,7 @@ def add_parser(sub) -> None:
                         "keypoints, an OBB store's rotated boxes), or detect: boxes alone, from a store of any task "
                         "(what a detection model trains on; the dali loader reads a task store so). --model "
                         "implies detect")
-    p.add_argument("--seed", type=int, default=d("seed"), help=f"loader seed (default {d('seed')})")
+    p.add_argument("--seed", type=int, default=d["seed"], help=f"loader seed (default {d['seed']})")
     p.add_argument("--json", type=Path, metavar="FILE", help="write every figure, the machine and the configuration")
     p.add_argument("--plot", type=Path, metavar="FILE.png",
                    help="write a PNG: throughput bars and per-sample stage times (needs matplotlib: pip install -e '.[plot]')")
@@ -98,7 +96,6 @@ def run(args) -> int:
     from ..bench import BenchConfig, format_table, run_bench, write_plot
     from ..devices import DeviceError
     from ..store.format import FormatError
-    from .store import describe_task
 
     try:
         cfg = BenchConfig(data=args.data, store_options=store_options(args), loaders=tuple(args.loaders or ("cpu",)), imgsz=args.imgsz,
@@ -119,10 +116,11 @@ def run(args) -> int:
     except (DeviceError, ImportError) as e:
         return fail(str(e))
     print(format_table(res), end="")
-    if tasks.get(res.store["batches"]).field is None and tasks.get(res.store["task"]["name"]).field:
-        print(f"task {res.store['task']['name']} store read as detection: boxes alone"
+    summary = res.store["task"]
+    if tasks.get(res.store["batches"]).field is None and tasks.get(summary["name"]).field:
+        print(f"task {summary['name']} store read as detection: boxes alone"
               f"{' (--model: the bundled models detect)' if args.model else ''}")
-    elif (line := describe_task(res.store["task"])) is not None:   # what the loaders carried besides boxes
+    elif (line := tasks.get(summary["name"]).describe(summary)) is not None:   # what the batches carried besides boxes
         print(line)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@ import json
 import os
 
 from ..renamed import old_flag
-from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, add_remote_args, default, fail, store_options, store_path
+from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, add_remote_args, defaults, fail, store_options, store_path
 
 HELP = "list, remove or pre-build the shm loader's decoded-image caches (in /dev/shm) and the shard caches of stores in object storage"
 
@@ -15,8 +15,8 @@ def add_parser(sub) -> None:
     from ..loaders import LoaderConfig
     from ..loaders.shm import ShmOptions
 
-    DEFAULT_DIR = default(ShmOptions, "cache_dir")
-    imgsz = default(LoaderConfig, "imgsz")
+    DEFAULT_DIR = defaults(ShmOptions)["cache_dir"]
+    imgsz = defaults(LoaderConfig)["imgsz"]
     p = sub.add_parser(
         "cache", help=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -37,16 +37,10 @@ def _dataset_instead(path) -> str | None:
     return f"{path} is {what}, then pass the .ff folder"
 
 
-def default(cls, name: str):
-    """The default of dataclass field `name`, so a flag's default is written once, in the config."""
-    for f in fields(cls):
-        if f.name == name:
-            if f.default is not MISSING:
-                return f.default
-            if f.default_factory is not MISSING:
-                return f.default_factory()
-            raise ValueError(f"{cls.__name__}.{name} has no default")
-    raise ValueError(f"{cls.__name__} has no field {name!r}")
+def defaults(cls) -> dict:
+    """The defaults of dataclass `cls`'s fields by name, so a flag's default is written once, in the config."""
+    return {f.name: f.default if f.default is not MISSING else f.default_factory() for f in fields(cls)
+            if f.default is not MISSING or f.default_factory is not MISSING}
 
 
 class _LineFormat(logging.Formatter):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .. import sample_path
-from .common import EXIT_OK, EXIT_USAGE, add_remote_args, default, fail, store_options, store_path
+from .. import sample_path, tasks
+from .common import EXIT_OK, EXIT_USAGE, add_remote_args, defaults, fail, store_options, store_path
 
 HELP = "pack a COCO or YOLO dataset into a checked LMDB store"
 
@@ -14,9 +14,7 @@ def add_parser(sub) -> None:
     from ..pack import EXIF_MODES, STORE_MODES, PackConfig
     from ..pack.usable import COCO_BOX_UNITS
 
-    def d(name):
-        return default(PackConfig, name)
-
+    d = defaults(PackConfig)
     p = sub.add_parser(
         "pack", help=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -66,16 +64,16 @@ def add_parser(sub) -> None:
                                    "the only one, else train2017/train")
     p.add_argument("--ann", type=Path, help="COCO JSON file (with --images, instead of SRC)")
     p.add_argument("--images", type=Path, help="images folder for --ann")
-    p.add_argument("--store", choices=STORE_MODES, default=d("store"),
+    p.add_argument("--store", choices=STORE_MODES, default=d["store"],
                    help=f"payload: source bytes (original), re-encoded JPEG, or decoded pixels (raw: no decode at "
-                        f"read time); default {d('store')}")
+                        f"read time); default {d['store']}")
     p.add_argument("--max-side", type=int, help="jpeg/raw: shrink so the long side is at most this (boxes follow)")
-    p.add_argument("--quality", type=int, default=d("quality"), help=f"jpeg: JPEG quality 1-100 (default {d('quality')})")
-    p.add_argument("--exif", choices=EXIF_MODES, default=d("exif"),
+    p.add_argument("--quality", type=int, default=d["quality"], help=f"jpeg: JPEG quality 1-100 (default {d['quality']})")
+    p.add_argument("--exif", choices=EXIF_MODES, default=d["exif"],
                    help="apply: take every image upright by its EXIF orientation, as labelling tools and Ultralytics "
                         "show it, and its boxes in that frame (the default); ignore: boxes drawn on the raw stored "
                         "pixels (some COCO exports). Counted in the report either way")
-    p.add_argument("--coco-boxes", choices=COCO_BOX_UNITS, default=d("coco_boxes"),
+    p.add_argument("--coco-boxes", choices=COCO_BOX_UNITS, default=d["coco_boxes"],
                    help="units of COCO bboxes: pixels, as the format says (default), or normalized: fractions of "
                         "the image's width and height, as some exports write them (a set whose every bbox fits in "
                         "0..1 stops and names this option)")
@@ -85,22 +83,22 @@ def add_parser(sub) -> None:
                    help="cut shards of about this many MB of records, however few that makes (default: 1024 for a "
                         "folder, 128 for a URL, and at least 4 shards per pack worker so that every core has work)")
     p.add_argument("--workers", type=int, help="worker processes (default: all cores; 0 or 1 packs in-process)")
-    p.add_argument("--on-error", choices=("skip", "fail"), default=d("on_error"),
+    p.add_argument("--on-error", choices=("skip", "fail"), default=d["on_error"],
                    help="skip bad images/labels and report them (default), or stop at the first")
-    p.add_argument("--check", choices=("entropy", "full"), default=d("check"),
+    p.add_argument("--check", choices=("entropy", "full"), default=d["check"],
                    help="how --store original proves JPEGs intact: a strict decode at 1/8 scale, which fails "
                         "on the same truncated/corrupt files as a full decode at about half the cost "
                         "(default), or a full-size decode")
     p.add_argument("--max-pixels", type=int, metavar="N",
                    help="refuse images of more than N pixels, read from the header before anything is decoded "
-                        f"(image_too_large; default {d('max_pixels'):,}, Pillow's decompression-bomb limit); raise it for "
+                        f"(image_too_large; default {d['max_pixels']:,}, Pillow's decompression-bomb limit); raise it for "
                         "genuinely huge images")
     p.add_argument("--allow-background-only", action="store_true",
                    help="pack even when no image (or under 1%%) has a label or keeps a box: a set that really is all "
                         "background")
-    p.add_argument("--max-dropped", type=float, default=d("max_dropped"), metavar="SHARE",
+    p.add_argument("--max-dropped", type=float, default=d["max_dropped"], metavar="SHARE",
                    help="stop when one reason drops over this share of the split's images, or of its boxes (a class "
-                        f"beyond data.yaml's names, boxes in pixels...); default {d('max_dropped'):g}: 10%%")
+                        f"beyond data.yaml's names, boxes in pixels...); default {d['max_dropped']:g}: 10%%")
     p.add_argument("--force", action="store_true", help="replace OUT if it is an existing store")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_remote_args(p)
@@ -121,7 +119,6 @@ def run(args) -> int:
     from ..pack import PackConfig, PackError, pack
     from ..store.objstore import RemoteError
     from ..store.verify import task_summary
-    from .store import describe_task
 
     src, ann = args.src, args.ann
     if src is None and ann is None:
@@ -131,12 +128,10 @@ def run(args) -> int:
         options = store_options(args).storage_options
         cfg = PackConfig(src=src, out=args.out, format=args.format, split=args.split, ann=ann,
                          images=args.images, store=args.store, max_side=args.max_side, quality=args.quality,
-                         shards=args.shards, shard_mb=args.shard_mb, workers=args.workers,
-                         on_error=args.on_error, check=args.check, task=args.task, exif=args.exif,
-                         coco_boxes=args.coco_boxes,
-                         overwrite=args.force, progress=not args.quiet,
-                         allow_background_only=args.allow_background_only, storage_options=options,
-                         max_dropped=args.max_dropped,
+                         shards=args.shards, shard_mb=args.shard_mb, workers=args.workers, on_error=args.on_error,
+                         check=args.check, task=args.task, exif=args.exif, coco_boxes=args.coco_boxes,
+                         overwrite=args.force, progress=not args.quiet, storage_options=options,
+                         allow_background_only=args.allow_background_only, max_dropped=args.max_dropped,
                          **({} if args.max_pixels is None else {"max_pixels": args.max_pixels}))
         res = pack(cfg)
     except (RemoteError, ImportError) as e:
@@ -152,7 +147,7 @@ def run(args) -> int:
     print(f"  -> {res.out}: {m.num_images} images, {m.num_boxes} boxes ({m.num_crowd} crowd), "
           f"{len(m.shards)} shard(s), {m.stats['record_bytes'] / 2**20:.1f} MB, "
           f"{res.seconds:.1f} s ({m.num_images / max(res.seconds, 1e-9):.0f} images/s)")
-    if (line := describe_task(task_summary(m))) is not None:
+    if (line := tasks.get(m.task).describe(task_summary(m))) is not None:
         print(f"  {line}")
     rejected = res.report.images_rejected
     if rejected:

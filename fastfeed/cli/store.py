@@ -35,7 +35,8 @@ def cmd_inspect(args) -> int:
     print(f"  payload {p['store']}" + (f", max side {p['max_side']}" if p["max_side"] else "")
           + (f", quality {p['quality']}" if p["quality"] else "")
           + f"   shards {s['shards']}   on disk {s['bytes'] / 2**20:.1f} MB   records {s['record_bytes'] / 2**20:.1f} MB")
-    print(f"  task {s['task']['name']}" if (line := describe_task(s["task"])) is None else f"  {line}")
+    line = tasks.get(s["task"]["name"]).describe(s["task"])   # None for detect: boxes only
+    print(f"  task {s['task']['name']}" if line is None else f"  {line}")
     print(f"  source {s['source']['format']} {s['source']['root']}" + (f" [{s['source']['split']}]" if s['source']['split'] else ""))
     print("  image long side: " + "  ".join(f"{k}: {v}" for k, v in s["long_side_histogram"].items() if v))
     print("  common sizes (w x h): " + "  ".join(f"{k}: {v}" for k, v in s["common_sizes"].items()))
@@ -51,11 +52,6 @@ def cmd_inspect(args) -> int:
         if s["report"][kind]:
             print(f"  pack {kind}: " + ", ".join(f"{k} {v}" for k, v in s["report"][kind].items()))
     return EXIT_OK
-
-
-def describe_task(t: dict) -> str | None:
-    """One line for a store's task (`verify.task_summary`); None for detect (boxes only)."""
-    return tasks.get(t["name"]).describe(t)
 
 
 def add_verify(sub) -> None:

@@ -15,13 +15,14 @@ from .common import (
     EXIT_PREEMPTED,
     EXIT_USAGE,
     add_remote_args,
+    defaults,
     fail,
     progress_lines,
     store_options,
     store_path,
 )
 
-D = {f.name: f.default for f in fields(TrainConfig)}   # the library's defaults are the command's
+D = defaults(TrainConfig)   # the library's defaults are the command's
 
 _EXAMPLES = """\
 examples:
@@ -216,7 +217,7 @@ def run(args) -> int:
 
     from ..devices import DeviceError
     from ..store.format import FormatError
-    from ..train import CheckpointError, TrainError, TrainingDiverged, train
+    from ..train import CheckpointError, TrainError, train  # TrainError: TrainingDiverged too
 
     try:
         # Every flag is a TrainConfig field of the same name; one not given (None) keeps the field's default.
@@ -227,8 +228,6 @@ def run(args) -> int:
                 return fail(f"{flag} {path} does not exist (make a store with `fastfeed pack SRC -o OUT`)")
         with progress_lines(getattr(args, "verbose", False)):   # the log lines, mAP lines and warnings; pycocotools' tables only with -v
             res = train(cfg)
-    except TrainingDiverged as e:
-        return fail(str(e))
     except (FormatError, CheckpointError) as e:   # ValueErrors too, but not usage errors
         return fail(e)
     except ValueError as e:

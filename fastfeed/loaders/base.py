@@ -12,6 +12,7 @@ import torch
 from ..augment.hyp import AugmentHyp
 from ..augment.masks import MASK_RULES
 from ..batch import Batch, BatchFeed, counted
+from ..checks import field_need
 from ..devices import has_cuda, parse_device, resolve_device
 from ..imgsz import check_imgsz
 from ..procs import usable_cores
@@ -81,10 +82,7 @@ class LoaderConfig:
                                      # store of any task (`batch_task`)
 
     def __post_init__(self):
-        def need(ok: bool, name: str, rule: str):
-            if not ok:
-                raise ValueError(f"LoaderConfig.{name} {rule}, got {getattr(self, name)!r}")
-
+        need = field_need(self, "LoaderConfig.")
         check_imgsz(self.imgsz, "LoaderConfig.imgsz")
         need(isinstance(self.batch_size, int) and self.batch_size >= 1, "batch_size", "must be >= 1")
         need(isinstance(self.workers, int) and self.workers >= 0, "workers", "must be >= 0 (0: in the main process)")
@@ -208,6 +206,7 @@ class Loader(BatchFeed):
         self.store, self.cfg = store, cfg
         self.rank, self.world_size = cfg.resolved_rank()
         self.epoch = self.start = self.handed = 0
+        self._times = StageTimes()   # what its builders report (a loader with other stages sets its own)
         check_epoch(store, cfg)
         self.order = order if order is not None else default_order(store, cfg, self.rank, self.world_size)
         if (self.order.rank, self.order.world_size) != (self.rank, self.world_size):
@@ -270,8 +269,8 @@ class Loader(BatchFeed):
         """Stop workers and free shared buffers; idempotent."""
 
     def stage_times(self) -> StageTimes:
-        """Per-stage seconds summed over workers since creation (what `fastfeed bench` reports)."""
-        return StageTimes()
+        """A snapshot: per-stage seconds summed over workers since creation (what `fastfeed bench` reports)."""
+        return StageTimes(dict(self._times.seconds), self._times.samples)
 
     def memory_pids(self) -> list[int]:
         """Processes whose memory belongs to this loader (its workers), for the bench's RSS figure."""

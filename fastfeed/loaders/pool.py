@@ -27,7 +27,7 @@ import torch
 
 from ..augment.masks import mask_side
 from ..tasks import get as task_spec
-from .base import Batch, Loader, LoaderConfig, StageTimes
+from .base import Batch, Loader, LoaderConfig
 from .partners import history
 from .renders import CPU
 from .sampler import EpochOrder
@@ -109,7 +109,6 @@ class PoolLoader(Loader):
         self.mask_shape = mask_slot_shape(self.task, cfg)   # overlap masks: a shared int16 slot beside each image slot
         self._pool: WorkerPool | None = None
         self._local = None          # workers == 0: (builder, slot)
-        self._times = StageTimes()
         self._finalizer = None
         self._active = False
         self._ahead: _Epoch | None = None   # the next epoch, already queued when this one ended
@@ -119,10 +118,6 @@ class PoolLoader(Loader):
     def pool(self) -> WorkerPool | None:
         """The running worker pool (None before the first iteration, with workers=0, after close)."""
         return self._pool
-
-    def stage_times(self) -> StageTimes:
-        """A snapshot: per-stage seconds summed over workers since the loader was created."""
-        return StageTimes(dict(self._times.seconds), self._times.samples)
 
     def memory_pids(self) -> list[int]:
         """Worker pids; empty until the first iteration starts the pool."""
@@ -211,7 +206,7 @@ class PoolLoader(Loader):
             else:
                 nxt = nxt or self._plan(cur.epoch + 1)
                 ep = nxt
-            if ep.queued or not pool.can_submit():
+            if ep.queued or not pool.free:
                 return nxt
             self.order.reached(ep.epoch, ep.submitted)   # a shard cache following the order pins and reads ahead
             pool.submit(ep.epoch, ep.submitted, ep.batches[ep.submitted], ep.mosaic)

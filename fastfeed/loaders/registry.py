@@ -112,7 +112,5 @@ def create_loader(name: str, store, cfg: LoaderConfig | None = None, *, order: E
     """The loader `name` over `store`: `cfg` for what every loader shares, `options` for its own, `order`
     the batch order (default: `shard_order.default_order`, the store's own or the global shuffle)."""
     opts = loader_options(name, **options)
-    factory = _LOADERS[name].factory
-    if order is None:
-        return factory(store, cfg or LoaderConfig(), opts)
-    return factory(store, cfg or LoaderConfig(), opts, order=order)
+    given = {} if order is None else {"order": order}   # a factory without the keyword refuses orders
+    return _LOADERS[name].factory(store, cfg or LoaderConfig(), opts, **given)

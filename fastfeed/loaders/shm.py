@@ -22,6 +22,7 @@ import numpy as np
 
 from ..augment import Labels
 from ..cache import CacheHandle, CacheLease, acquire
+from ..checks import field_need
 from ..store.reader import Store
 from ..tasks import get as task_spec
 from .base import LoaderConfig, check_epoch
@@ -42,10 +43,7 @@ class ShmOptions(CpuOptions):
     def __post_init__(self):
         super().__post_init__()
 
-        def need(ok: bool, name: str, rule: str):
-            if not ok:
-                raise ValueError(f"shm option {name} {rule}, got {getattr(self, name)!r}")
-
+        need = field_need(self, "shm option ")
         need(isinstance(self.cache_dir, (str, os.PathLike)) and os.fspath(self.cache_dir) != "", "cache_dir",
              "must be a directory path")
         object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))

@@ -10,6 +10,7 @@ deterministic for a given seed and worker count.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import signal
@@ -90,10 +91,6 @@ class WorkerPool:
         self.outstanding = 0
         self.gen = 0
 
-    def can_submit(self) -> bool:
-        """Whether a slot is free for the next batch."""
-        return bool(self.free)
-
     def submit(self, epoch: int, k: int, indices: np.ndarray, mosaic_on: bool) -> bool:
         """Queue batch k of `epoch` (to worker k % n) if a slot is free; False when all are busy."""
         if not self.free:
@@ -167,10 +164,8 @@ class WorkerPool:
         ends a worker stopped with SIGSTOP, on which a SIGTERM stays pending)."""
         for q, p in zip(self.tasks, self.procs):
             if p.is_alive():
-                try:
+                with contextlib.suppress(OSError, ValueError):
                     q.put(None)
-                except (OSError, ValueError):
-                    pass
         # Read what the workers still send: a worker blocked writing a large result into a full pipe cannot
         # exit, and would only be killed after the join's wait.
         deadline = monotonic() + _CLOSE_S

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..checks import field_need
 from ..store import urls
 from ..tasks import TASKS
 from .check import DEFAULT_MAX_PIXELS
@@ -47,34 +48,22 @@ class PackConfig:
         for name in ("ann", "images"):
             if urls.is_url(getattr(self, name)):
                 raise ValueError(f"--{name} must be local; for a dataset in a bucket give its folder as SRC")
-        if self.format not in (None, "coco", "yolo"):
-            raise ValueError(f"format must be 'coco' or 'yolo' (or None to detect), got {self.format!r}")
-        if self.store not in STORE_MODES:
-            raise ValueError(f"store must be one of {', '.join(STORE_MODES)}, got {self.store!r}")
+        need = field_need(self, "")
+        need(self.format in (None, "coco", "yolo"), "format", "must be 'coco' or 'yolo' (or None to detect)")
+        need(self.store in STORE_MODES, "store", f"must be one of {', '.join(STORE_MODES)}")
         if self.max_side is not None and (self.store == "original" or self.max_side < 8):
             raise ValueError("max_side applies to store 'jpeg' or 'raw' and must be >= 8 "
                              f"(got store={self.store!r}, max_side={self.max_side})")
-        if not 1 <= self.quality <= 100:
-            raise ValueError(f"quality must be 1..100, got {self.quality}")
+        need(1 <= self.quality <= 100, "quality", "must be 1..100")
         if self.shards is not None and self.shard_mb is not None:
             raise ValueError("give shards or shard_mb, not both")
-        if self.shards is not None and self.shards < 1:
-            raise ValueError(f"shards must be >= 1, got {self.shards}")
-        if self.shard_mb is not None and not self.shard_mb > 0:
-            raise ValueError(f"shard_mb must be > 0, got {self.shard_mb}")
-        if self.workers is not None and self.workers < 0:
-            raise ValueError(f"workers must be >= 0 (0 or 1: pack in this process), got {self.workers}")
-        if self.check not in ("entropy", "full"):
-            raise ValueError(f"check must be 'entropy' or 'full', got {self.check!r}")
-        if self.max_pixels < 1:
-            raise ValueError(f"max_pixels must be >= 1, got {self.max_pixels}")
-        if self.exif not in EXIF_MODES:
-            raise ValueError(f"exif must be one of {', '.join(EXIF_MODES)}, got {self.exif!r}")
-        if self.coco_boxes not in COCO_BOX_UNITS:
-            raise ValueError(f"coco_boxes must be one of {', '.join(COCO_BOX_UNITS)}, got {self.coco_boxes!r}")
-        if self.task not in (None, *TASKS):
-            raise ValueError(f"task must be one of {', '.join(TASKS)}, got {self.task!r}")
-        if not 0 <= self.max_dropped <= 1:
-            raise ValueError(f"max_dropped is a share of the images or boxes, 0..1 (0.10: 10%), got {self.max_dropped}")
-        if self.on_error not in ("skip", "fail"):
-            raise ValueError(f"on_error must be 'skip' or 'fail', got {self.on_error!r}")
+        need(self.shards is None or self.shards >= 1, "shards", "must be >= 1")
+        need(self.shard_mb is None or self.shard_mb > 0, "shard_mb", "must be > 0")
+        need(self.workers is None or self.workers >= 0, "workers", "must be >= 0 (0 or 1: pack in this process)")
+        need(self.check in ("entropy", "full"), "check", "must be 'entropy' or 'full'")
+        need(self.max_pixels >= 1, "max_pixels", "must be >= 1")
+        need(self.exif in EXIF_MODES, "exif", f"must be one of {', '.join(EXIF_MODES)}")
+        need(self.coco_boxes in COCO_BOX_UNITS, "coco_boxes", f"must be one of {', '.join(COCO_BOX_UNITS)}")
+        need(self.task in (None, *TASKS), "task", f"must be one of {', '.join(TASKS)}")
+        need(0 <= self.max_dropped <= 1, "max_dropped", "is a share of the images or boxes, 0..1 (0.10: 10%)")
+        need(self.on_error in ("skip", "fail"), "on_error", "must be 'skip' or 'fail'")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -157,10 +158,8 @@ def process_item(item: Item, cfg: PayloadConfig, nc: int | None, data=None) -> R
         return res
     res.source_crc = crc32(data)
     if item.label_path is not None:  # a YOLO label file is part of the source too
-        try:
+        with contextlib.suppress(OSError):   # parse_label reports an unreadable label file
             res.source_crc = crc32(item.label_path.read_bytes(), res.source_crc)
-        except OSError:
-            pass  # parse_label reports an unreadable label file
     checked, rejected = check_image(data, item.name, cfg)
     if rejected is not None:
         res.problems.append(rejected)

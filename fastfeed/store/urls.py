@@ -17,10 +17,7 @@ def protocol(url: str) -> str | None:
 
 def is_url(x) -> bool:
     """Whether `x` names something in object storage (a `proto://` URL other than `file://`)."""
-    if not isinstance(x, str):
-        return False
-    m = _URL.match(x)
-    return m is not None and m["proto"].lower() not in ("file", "local")
+    return isinstance(x, str) and (protocol(x) or "file").lower() not in ("file", "local")
 
 
 def location(x):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,20 +103,14 @@ def verify(path, decode: bool = False, workers: int = 1, progress: bool = True, 
     reader = store   # pickled into the workers with its options (a store at a URL: its shard cache)
     reader.check_crc = False
     jobs = [(reader, a, min(a + _CHUNK, n), decode) for a in range(0, n, _CHUNK)]
-    with progress_bar(progress=progress, total=n, unit="rec", desc="verify") as bar:
-        if workers > 1 and len(jobs) > 1:
-            with worker_context() as ctx:
-                pool = ctx.Pool(workers)
-            with pool:
-                outs = pool.imap(_check_range, jobs)
-                for count, damaged in outs:
-                    result.damaged += damaged
-                    bar.update(count)
-        else:
-            for job in jobs:
-                count, damaged = _check_range(job)
-                result.damaged += damaged
-                bar.update(count)
+    pool = None
+    if workers > 1 and len(jobs) > 1:
+        with worker_context() as ctx:
+            pool = ctx.Pool(workers)
+    with progress_bar(progress=progress, total=n, unit="rec", desc="verify") as bar, pool or contextlib.nullcontext():
+        for count, damaged in (pool.imap if pool else map)(_check_range, jobs):
+            result.damaged += damaged
+            bar.update(count)
     named = {d["shard"] for d in result.damaged}
     result.damaged += [c for c in changed if c["shard"] not in named]   # changed, but no record says where
     result.checked = n

@@ -10,6 +10,7 @@ loader's state, `Loader.state_dict()`, which says what made its batches), whethe
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -64,10 +65,9 @@ def _no_space(e: BaseException, folder: Path, size: int | None) -> bool:
 
 
 def _free(folder: Path) -> int:
-    try:
+    with contextlib.suppress(OSError):
         return shutil.disk_usage(folder).free
-    except OSError:
-        return 0
+    return 0
 
 
 def _mib(n: int) -> str:
@@ -103,16 +103,12 @@ def write_atomically(path: Path, write: Callable[[BinaryIO], object], size: int 
 
 
 def _fsync_dir(folder: Path) -> None:
-    try:
+    with contextlib.suppress(OSError):   # some filesystems cannot sync a directory; the rename is done either way
         fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:   # some filesystems cannot sync a directory; the rename is done either way
-        pass
-    finally:
-        os.close(fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def remove_stale_temporaries(folder: Path) -> list[Path]:

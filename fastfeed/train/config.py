@@ -6,10 +6,10 @@ GPU machine builds one); augmentation gains given as `hyp` import fastfeed.augme
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from ..checks import is_int, is_num, need
 from ..imgsz import check_imgsz
 from ..store.urls import location
 
@@ -103,16 +103,6 @@ class TrainConfig:
     store_options: object = None         # StoreOptions for --data/--val at a URL (never in to_dict: credentials)
 
     def __post_init__(self):
-        def need(ok, flag, rule, value):
-            if not ok:
-                raise ValueError(f"--{flag} {rule}, got {value!r}")
-
-        def is_int(v):
-            return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-        def is_num(v):
-            return isinstance(v, numbers.Real) and not isinstance(v, bool)
-
         for name in ("data", "val"):   # a store folder, or a store's URL (s3://...), which stays a string
             setattr(self, name, location(getattr(self, name)))
         for name in ("out", "weights"):
@@ -120,53 +110,53 @@ class TrainConfig:
             setattr(self, name, Path(v) if v is not None else None)
         if isinstance(self.resume, str) and self.resume != "auto":
             self.resume = Path(self.resume)
-        need(self.eval_only or self.data is not None, "data", "is required (a store made by `fastfeed pack`)",
+        need(self.eval_only or self.data is not None, "--data", "is required (a store made by `fastfeed pack`)",
              self.data)
         if self.eval_only and (missing := [f for f, v in (("--weights CKPT", self.weights), ("--val STORE", self.val))
                                            if v is None]):
             raise ValueError(f"--eval-only evaluates --weights CKPT on --val STORE: give {' and '.join(missing)}")
-        need(self.model in MODELS, "model", f"must be one of {', '.join(MODELS)}", self.model)
+        need(self.model in MODELS, "--model", f"must be one of {', '.join(MODELS)}", self.model)
         if self.imgsz is None and not (self.eval_only or self.resume):   # else resume.resolve_imgsz decides
             self.imgsz = DEFAULT_IMGSZ
         if self.imgsz is not None:
             check_imgsz(self.imgsz)
-        need(self.batch == "auto" or (is_int(self.batch) and self.batch >= 1), "batch", "must be >= 1 or 'auto'",
+        need(self.batch == "auto" or (is_int(self.batch) and self.batch >= 1), "--batch", "must be >= 1 or 'auto'",
              self.batch)
-        need(self.micro_batch is None or (is_int(self.micro_batch) and self.micro_batch >= 1), "micro-batch",
+        need(self.micro_batch is None or (is_int(self.micro_batch) and self.micro_batch >= 1), "--micro-batch",
              "must be >= 1", self.micro_batch)
-        need(self.micro_batch is None or self.batch == "auto" or self.micro_batch <= self.batch, "micro-batch",
+        need(self.micro_batch is None or self.batch == "auto" or self.micro_batch <= self.batch, "--micro-batch",
              f"must be <= --batch {self.batch} (a micro-batch is a slice of a loader batch)", self.micro_batch)
-        need(is_int(self.epochs) and self.epochs >= 1, "epochs", "must be >= 1", self.epochs)
-        need(self.workers is None or (is_int(self.workers) and self.workers >= 0), "workers",
+        need(is_int(self.epochs) and self.epochs >= 1, "--epochs", "must be >= 1", self.epochs)
+        need(self.workers is None or (is_int(self.workers) and self.workers >= 0), "--workers",
              "must be >= 0 (0: in the training process)", self.workers)
         if self.hyp is not None:
             self.hyp = load_hyp(self.hyp)
-        need(isinstance(self.device, str) and self.device.split(":")[0] in ("cpu", "cuda", "npu"), "device",
+        need(isinstance(self.device, str) and self.device.split(":")[0] in ("cpu", "cuda", "npu"), "--device",
              "must be cpu, cuda[:N] or npu[:N]", self.device)
-        need(self.amp is None or self.amp in AMPS, "amp", f"must be one of {', '.join(AMPS)}", self.amp)
-        need(not (self.sync_bn and self.freeze_bn), "sync-bn", "and --freeze-bn exclude each other (frozen "
+        need(self.amp is None or self.amp in AMPS, "--amp", f"must be one of {', '.join(AMPS)}", self.amp)
+        need(not (self.sync_bn and self.freeze_bn), "--sync-bn", "and --freeze-bn exclude each other (frozen "
              "BatchNorm uses its running statistics: there is nothing to synchronise)", (self.sync_bn, self.freeze_bn))
-        need(self.accum is None or (is_int(self.accum) and self.accum >= 1), "accum", "must be >= 1", self.accum)
-        need(self.optimizer in OPTIMIZERS, "optimizer", f"must be one of {', '.join(OPTIMIZERS)}", self.optimizer)
+        need(self.accum is None or (is_int(self.accum) and self.accum >= 1), "--accum", "must be >= 1", self.accum)
+        need(self.optimizer in OPTIMIZERS, "--optimizer", f"must be one of {', '.join(OPTIMIZERS)}", self.optimizer)
         if self.lr is None:
             self.lr = DEFAULT_LR[self.optimizer]
-        need(is_num(self.lr) and self.lr > 0, "lr", "must be > 0", self.lr)
-        need(is_num(self.lrf) and 0 < self.lrf <= 1, "lrf", "must be in (0, 1]", self.lrf)
-        need(self.schedule in SCHEDULES, "schedule", f"must be one of {', '.join(SCHEDULES)}", self.schedule)
-        need(is_num(self.momentum) and 0 <= self.momentum < 1, "momentum", "must be in [0, 1)", self.momentum)
-        need(is_num(self.weight_decay) and self.weight_decay >= 0, "weight-decay", "must be >= 0", self.weight_decay)
-        need(is_num(self.warmup_epochs) and self.warmup_epochs >= 0, "warmup-epochs", "must be >= 0",
+        need(is_num(self.lr) and self.lr > 0, "--lr", "must be > 0", self.lr)
+        need(is_num(self.lrf) and 0 < self.lrf <= 1, "--lrf", "must be in (0, 1]", self.lrf)
+        need(self.schedule in SCHEDULES, "--schedule", f"must be one of {', '.join(SCHEDULES)}", self.schedule)
+        need(is_num(self.momentum) and 0 <= self.momentum < 1, "--momentum", "must be in [0, 1)", self.momentum)
+        need(is_num(self.weight_decay) and self.weight_decay >= 0, "--weight-decay", "must be >= 0", self.weight_decay)
+        need(is_num(self.warmup_epochs) and self.warmup_epochs >= 0, "--warmup-epochs", "must be >= 0",
              self.warmup_epochs)
-        need(is_int(self.log_every) and self.log_every >= 1, "log-every", "must be >= 1", self.log_every)
-        need(self.max_steps is None or (is_int(self.max_steps) and self.max_steps >= 1), "max-steps", "must be >= 1",
+        need(is_int(self.log_every) and self.log_every >= 1, "--log-every", "must be >= 1", self.log_every)
+        need(self.max_steps is None or (is_int(self.max_steps) and self.max_steps >= 1), "--max-steps", "must be >= 1",
              self.max_steps)
-        need(is_int(self.eval_every) and self.eval_every >= 1, "eval-every", "must be >= 1", self.eval_every)
+        need(is_int(self.eval_every) and self.eval_every >= 1, "--eval-every", "must be >= 1", self.eval_every)
         need(self.save_every_min is None or (is_num(self.save_every_min) and self.save_every_min > 0),
-             "save-every-min", "must be a number of minutes > 0", self.save_every_min)
-        need(is_int(self.close_mosaic) and self.close_mosaic >= 0, "close-mosaic", "must be >= 0", self.close_mosaic)
-        need(is_num(self.conf_thres) and 0 <= self.conf_thres < 1, "conf", "must be in [0, 1)", self.conf_thres)
-        need(is_num(self.iou_thres) and 0 < self.iou_thres <= 1, "iou", "must be in (0, 1]", self.iou_thres)
-        need(not (self.resume and self.weights is not None and not self.eval_only), "resume",
+             "--save-every-min", "must be a number of minutes > 0", self.save_every_min)
+        need(is_int(self.close_mosaic) and self.close_mosaic >= 0, "--close-mosaic", "must be >= 0", self.close_mosaic)
+        need(is_num(self.conf_thres) and 0 <= self.conf_thres < 1, "--conf", "must be in [0, 1)", self.conf_thres)
+        need(is_num(self.iou_thres) and 0 < self.iou_thres <= 1, "--iou", "must be in (0, 1]", self.iou_thres)
+        need(not (self.resume and self.weights is not None and not self.eval_only), "--resume",
              "and --weights exclude each other (--resume restores everything from the run's checkpoint)",
              (self.resume, self.weights))
 

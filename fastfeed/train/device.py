@@ -24,8 +24,7 @@ def autocast(device: torch.device, amp: str | None):
 
 def grad_scaler(device: torch.device, amp: str | None):
     """fp16 gradients underflow without loss scaling; bf16 has fp32's range and needs none."""
-    enabled = amp == "fp16"
-    return torch.amp.GradScaler(device.type, enabled=enabled)
+    return torch.amp.GradScaler(device.type, enabled=amp == "fp16")
 
 
 def device_batches(loader, device: torch.device, dtype: torch.dtype = torch.float32, *, channels_last: bool = False):

@@ -23,18 +23,9 @@ class Meter:
         self.util: list[float] = []
         self.t = time.perf_counter()
 
-    def add_loss(self, items: torch.Tensor) -> None:
-        """One micro-batch's [box, obj, cls] (averaged over ranks)."""
-        self.items += items
-        self.n += 1
-
     def add_time(self, **seconds: float) -> None:
         for k, v in seconds.items():
             self.seconds[k] += max(v, 0.0)
-
-    def add_util(self, pct: float | None) -> None:
-        if pct is not None:
-            self.util.append(pct)
 
     @property
     def busy(self) -> float:

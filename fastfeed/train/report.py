@@ -66,11 +66,12 @@ class Reporter:
         """A finished optimizer step: its micro-batches' loss terms, its loader batches, the images it trained
         on (all ranks), the accelerator's utilisation after it (None: not known)."""
         for m in (self.window, self.total):
-            for items in losses:
-                m.add_loss(items)
+            for items in losses:   # each micro-batch's [box, obj, cls], averaged over ranks
+                m.items += items
+            m.n += len(losses)
             m.batches += batches
             m.images += images
-            m.add_util(util)
+            m.util += [] if util is None else [util]
         self.bar.update(1)
 
     def step_done(self, lr: float, end_of_epoch: bool) -> None:

@@ -5,11 +5,6 @@
 
     YOLO("yolov8n.yaml").train(data="data.yaml", trainer=FastfeedTrainer, epochs=100, imgsz=640, batch=16)
     YOLO("yolov8n-seg.yaml").train(data="data.yaml", trainer=FastfeedSegmentationTrainer)   # and Pose, OBB
-
-Modules: `trainer` (FastfeedTrainer, FastfeedMixin), `tasks` (the segment, pose and OBB trainers), `extras`
-(their batch fields), `stopping` (stopping, saving and resuming mid-epoch), `feed` (the train loader the trainer sees), `batches` (batch and
-label formats), `store` (packing data.yaml's train split), `args` (argument mapping and warnings),
-`resume` (mid-epoch checkpoints, stop signals, FASTFEED_SAVE_EVERY_MIN).
 """
 
 try:

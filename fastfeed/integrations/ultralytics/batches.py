@@ -36,10 +36,9 @@ def read_records(store, image_dir: Path | None) -> RecordInfo:
     files, shapes, boxes, classes, extras = [], np.zeros((len(store), 2), np.int64), [], [], []
     for i in range(len(store)):
         r = store.record(i, check_crc=False)   # labels and sizes only: no payload is read or decoded
-        cxcywh = xyxy_to_cxcywh(r.boxes)       # the training boxes (iscrowd regions are kept apart), normalised
         files.append(str(image_dir / r.file_name) if image_dir is not None else r.file_name)
         shapes[i] = r.orig_size
-        boxes.append(cxcywh)
+        boxes.append(xyxy_to_cxcywh(r.boxes))   # the training boxes (iscrowd regions are kept apart), normalised
         classes.append(r.classes)
         extras.append(label_extras(task, r))
     return RecordInfo(files, shapes, boxes, classes, extras if tasks.get(task).field else None)

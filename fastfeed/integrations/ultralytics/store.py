@@ -13,6 +13,7 @@ job) wait for one pack instead of packing twice.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -152,11 +153,9 @@ def prepare_store(train, progress: bool = True, names=None, options: StoreOption
 def _task_yaml(images: Path, data_yaml) -> Path | None:
     """The data.yaml to pack a task's split from (a pose set's kpt_shape and flip_idx): `data_yaml` when its train: entry is
     `images`; None (the data.yaml beside the dataset, if any) otherwise."""
-    try:
+    with contextlib.suppress(PackError, OSError):
         if data_yaml and read_data_yaml(Path(data_yaml)).folder("train").resolve() == images.resolve():
             return Path(data_yaml)
-    except (PackError, OSError):
-        pass
     return None
 
 
@@ -169,9 +168,8 @@ def _reusable(out: Path, signature: str, task: str, yaml: Path | None) -> Store 
     m = store.manifest
     if getattr(m, "task", "detect") != task:
         return None
-    if yaml is not None:
-        if list(pose_of(load_yaml(yaml), yaml)) != [m.kpt_shape, m.flip_idx]:
-            return None
+    if yaml is not None and list(pose_of(load_yaml(yaml), yaml)) != [m.kpt_shape, m.flip_idx]:
+        return None
     return store
 
 
@@ -246,10 +244,8 @@ def check_task(store: Store, task: str, data: dict, trainer: str) -> None:
                          f"(`fastfeed pack data.yaml -o train-{task}.ff --task {task}`) or unset {STORE_ENV} to let the "
                          "trainer pack it")
     for key in spec.data_yaml_keys:
-        ours = getattr(m, key)
-        theirs = data.get(key)
-        theirs = list(theirs) if theirs is not None else None
-        if (list(ours) if ours is not None else None) != theirs:
+        ours, theirs = (None if v is None else list(v) for v in (getattr(m, key), data.get(key)))
+        if ours != theirs:
             raise ValueError(f"{store.path} holds keypoints with {key} {ours}, data.yaml gives {theirs}: the store was "
                              f"packed from another keypoint layout; fix data.yaml's {key}, or re-pack the store (unset "
                              f"{STORE_ENV} to let the trainer pack it)")

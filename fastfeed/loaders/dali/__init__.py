@@ -6,9 +6,6 @@
 Same `Batch` contract as the cpu loader: uint8 [B,3,S,S] images (on the GPU when DALI runs there:
 no host copy at all) and float32 [M,6] targets (on the host). Importing this package does not import
 DALI; creating a loader does, and raises ImportError naming the extra when it is missing.
-
-Layout: device.py (the device: `LoaderConfig.device`; the import check), source.py (external source: reads,
-CRC, sampling, mosaic partner pool), plan.py (per-sample geometry and boxes), graph.py (the DALI ops), loader.py.
 """
 
 from __future__ import annotations

@@ -52,13 +52,10 @@ class DaliLoader(Loader):
         self._pipe = self._it = self._source = None
         self._epoch0 = self._epochs_done = 0
         self._active = False
+        # read: record reads + CRC checks in the external source; plan: drawing the geometry and moving the boxes
+        # there; collate: DALI's padded boxes into targets here. Decode, resize, paste, HSV and flip run inside
+        # DALI's graph, which reports no per-operator times: not measured.
         self._times = StageTimes({"read": 0.0, "plan": 0.0, "collate": 0.0}, 0)
-
-    def stage_times(self) -> StageTimes:
-        """read: record reads + CRC checks in the external source; plan: drawing the geometry and moving
-        the boxes there; collate: turning DALI's padded boxes into targets here. Decode, resize, paste,
-        HSV and flip run inside DALI's graph, which reports no per-operator times: not measured."""
-        return StageTimes(dict(self._times.seconds), self._times.samples)
 
     def memory_pids(self) -> list[int]:
         pool = getattr(self._pipe, "_py_pool", None)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ...checks import field_need
 from ...store.reader import Store
 from ..base import LoaderConfig
 from ..pool import CpuOptions
@@ -48,10 +49,7 @@ class DeviceOptions(CpuOptions):
         if self.dtype in _NAMES:
             object.__setattr__(self, "dtype", _NAMES[self.dtype])
 
-        def need(ok: bool, name: str, rule: str):
-            if not ok:
-                raise ValueError(f"device option {name} {rule}, got {getattr(self, name)!r}")
-
+        need = field_need(self, "device option ")
         need(self.cache in (None, "device"), "cache", "must be None or 'device' (the decoded store in device memory)")
         need(self.dtype in DTYPES, "dtype", f"must be one of {', '.join(DTYPES)}")
         need(self.decoder in DECODERS, "decoder", f"must be one of {', '.join(DECODERS)}")
