@@ -253,3 +253,71 @@ def test_copy_paste_masks_lie_on_their_paint_and_add_objects(stores, tmp_path, m
     plain = batches(stores["segment"], "cpu", tmp_path, hyp=replace(hyp, copy_paste=0.0), mask_ratio=4)
     assert check_masks_on_paint(got, 4, on_paint=0.6) > 20   # a pasted object may hide 30% of one's box
     assert sum(len(b.targets) for b in got) > 1.2 * sum(len(b.targets) for b in plain)
+
+
+# --- Albumentations ---------------------------------------------------------------------------------------------
+
+A = pytest.importorskip("albumentations")
+from fastfeed.augment.albu import Albu, apply, encode  # noqa: E402
+
+DEFAULTS = (A.Blur(p=0.01), A.MedianBlur(p=0.01), A.ToGray(p=0.01), A.CLAHE(p=0.01), A.RandomGamma(p=0.0))
+
+
+def test_albumentations_are_drawn_before_hsv_at_their_rate_and_only_when_asked():
+    hyp = AugmentHyp(mixup=0.5)
+    off, on = batch_rng(1, 0, 0, 0), batch_rng(1, 0, 0, 0)
+    plain = draw_sample(off, hyp, S, mosaic_on=True, mixup_on=True, candidates=8)
+    albu = draw_sample(on, replace(hyp, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0, albumentations=(A.Blur(p=1.0),)), S,
+                       mosaic_on=True, mixup_on=True, candidates=8)
+    assert plain.albu is None and albu.albu.which == (0,)
+    assert albu.geometry == plain.geometry and albu.mix == plain.mix   # off: nothing drawn, old seeds unchanged
+    rng = batch_rng(2, 0, 0, 0)
+    defaults = AugmentHyp(albumentations=DEFAULTS)
+    assert len(defaults.albumentations) == 4                           # p=0 transforms never fire: not held
+    plans = [draw_sample(rng, defaults, S, mosaic_on=False, mixup_on=False, candidates=1).albu for _ in range(20000)]
+    fired = np.array([[p is not None and i in p.which for i in range(4)] for p in plans])
+    assert np.allclose(fired.mean(0), 0.01, atol=0.003)                # each at its own p, independently
+    assert abs(np.mean([p is not None for p in plans]) - (1 - 0.99 ** 4)) < 0.006
+
+
+def test_albumentations_take_pixel_transforms_only_and_compare_by_value():
+    with pytest.raises(ValueError, match="HorizontalFlip moves the image's geometry; fastfeed applies pixel-level"):
+        AugmentHyp(albumentations=(A.Blur(p=0.1), A.HorizontalFlip(p=0.5)))
+    with pytest.raises(ValueError, match="OneOf moves"):   # a composition holding one
+        AugmentHyp(albumentations=(A.OneOf([A.Blur(), A.Affine()], p=0.1),))
+    with pytest.raises(ValueError, match="albumentations: 'blur' is not an Albumentations transform"):
+        AugmentHyp(albumentations=("blur",))
+    hyp = AugmentHyp(albumentations=DEFAULTS)
+    assert hyp == AugmentHyp(albumentations=DEFAULTS) == AugmentHyp(albumentations=hyp.albumentations)
+
+
+def test_apply_runs_exactly_the_drawn_transforms_seeded_on_bgr_pixels():
+    img = np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    img[:, :, 0] = 200                                                  # red plane flat: ToGray weighs BGR as RGB
+    encoded = encode(DEFAULTS)
+    gray = img.copy()
+    apply(gray, Albu((2,), 7), encoded)
+    assert (gray == gray[..., :1]).all()
+    expect = A.ToGray(p=1.0)(image=np.ascontiguousarray(img[..., ::-1]))["image"][..., ::-1]
+    assert np.array_equal(gray, expect)
+    twice = [img.copy(), img.copy()]
+    for out in twice:
+        apply(out, Albu((0, 3), 11), encoded)
+    assert np.array_equal(*twice) and not np.array_equal(twice[0], img)   # the seed fixes the parameters
+
+
+@pytest.mark.parametrize("name", ["cpu", "shm"])
+def test_albumentations_change_pixels_of_the_samples_drawn_and_no_label(segment, name, tmp_path):
+    plain = _batches(name, segment, STILL, tmp_path)
+    hyp = replace(STILL, albumentations=(A.ToGray(p=0.5),))
+    got = _batches(name, segment, hyp, tmp_path)
+    kinds = []
+    for a, b in zip(plain, got):
+        assert np.array_equal(a.targets.numpy(), b.targets.numpy()) and np.array_equal(a.masks.numpy(), b.masks.numpy())
+        for x, y in zip(a.images.numpy(), b.images.numpy()):
+            same, gray = np.array_equal(x, y), bool((y == y[:1]).all()) and not (x == x[:1]).all()
+            assert same != gray                                        # as drawn: untouched, or the transform's
+            kinds.append(gray)
+    assert 0 < sum(kinds) < len(kinds)
+    with pytest.raises(UnsupportedAugmentation, match=r"the device loader does not render albumentations=\[ToGray"):
+        create_loader("device", segment, LoaderConfig(imgsz=S, batch_size=4, device="cpu", hyp=hyp))

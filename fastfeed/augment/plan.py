@@ -15,6 +15,7 @@ A training sample is drawn as (in this order, from one generator per batch, `bat
     cutmix?  (only in mixup epochs, when hyp.cutmix is set: rng.random() < hyp.cutmix)
       other      the candidate whose own geometry (drawn as above) a rectangle is cut from
       rects      3 candidate rectangles, then `pick` (uniform) among those the renderer finds free (`cutmix.py`)
+    albu?    (only when hyp.albumentations lists transforms) which of them fire, and their seed (`albu.draw`)
     hsv        hue turn, saturation and value factors (`draw_hsv`; nothing drawn when every gain is 0)
     bgr?     (rng.random() < hyp.bgr; nothing drawn when hyp.bgr is 0) the channels in BGR order
 
@@ -31,6 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .affine import AffineDraw, affine_matrix, draw_affine
+from .albu import Albu
+from .albu import draw as draw_albu
 from .cutmix import draw_cut_rects
 from .hsv import draw_hsv
 from .hyp import AugmentHyp
@@ -95,6 +98,7 @@ class SamplePlan:
     bgr: bool = False                        # the channels in BGR order instead of RGB
     cut: Cut | None = None
     paste: Paste | None = None
+    albu: Albu | None = None                 # the Albumentations transforms that fire (`albu.py`)
 
     def records(self, own: int, candidates) -> list[int]:
         """The items every tile of this sample shows: `own` first, then the picked `candidates` entries
@@ -137,8 +141,9 @@ def draw_sample(rng: np.random.Generator, hyp: AugmentHyp, size: int, *, mosaic_
         other = int(rng.integers(candidates))
         second = draw_geometry(rng, hyp, size, mosaic_on, candidates)
         cut = Cut(other, second, draw_cut_rects(rng, size), float(rng.random()))
+    albu = draw_albu(rng, hyp.albumentations) if hyp.albumentations else None
     hsv = draw_hsv(rng, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v)
-    return SamplePlan(geometry, mix, hsv, bool(hyp.bgr and rng.random() < hyp.bgr), cut, paste)
+    return SamplePlan(geometry, mix, hsv, bool(hyp.bgr and rng.random() < hyp.bgr), cut, paste, albu)
 
 
 def draw_batch(rng: np.random.Generator, n: int, hyp: AugmentHyp, size: int, *, mosaic_on: bool, mixup_on: bool,

@@ -4,7 +4,8 @@
 the plan's layout (`plan.sample_layout`) and affine composed into one map per tile, each tile drawn
 straight into its part of the output (`paste.paste_tile`), the labels moved and filtered by the same
 realised maps (`paste.paste_boxes` for boxes, `points.paste_labels` for polygons, keypoints and oriented
-corners); `finish_pixels` writes a rendered sample into its output slot (HSV, channel order), after `mix_in` (copy-paste, mixup, cutmix).
+corners); `finish_pixels` writes a rendered sample into its output slot (HSV, channel order), after `mix_in` (copy-paste, mixup,
+cutmix, Albumentations).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .albu import apply as apply_albu
 from .copypaste import paste_in
 from .cutmix import cut_in
 from .hsv import hsv_to_planes
@@ -52,8 +54,9 @@ def render_labels(tiles: Sequence[tuple[np.ndarray, Labels]], geometry: Geometry
 
 
 def mix_in(res: np.ndarray, labels: Labels, plan: SamplePlan, second, hyp: AugmentHyp) -> tuple[np.ndarray, Labels]:
-    """The plan's mixing steps on rendered sample (res, labels), in Ultralytics' order: copy-paste (a segment
-    sample's, `copypaste.paste_in`), mixup (a blend, both samples' objects), then cutmix (`cutmix.cut_in`).
+    """The plan's steps after the geometry on rendered sample (res, labels), in Ultralytics' order: copy-paste (a
+    segment sample's, `copypaste.paste_in`), mixup (a blend, both samples' objects), cutmix (`cutmix.cut_in`), then
+    the Albumentations that fire (`albu.apply`: pixels only).
     `second(other, geometry)` renders a second sample, (img, Labels), into a scratch of its own (one at a time:
     each is used before the next is rendered)."""
     if plan.paste is not None:
@@ -66,6 +69,8 @@ def mix_in(res: np.ndarray, labels: Labels, plan: SamplePlan, second, hyp: Augme
     if plan.cut is not None:
         res2, labels2 = second(plan.cut.other, plan.cut.geometry)
         res, labels = cut_in(res, labels, res2, labels2, plan.cut.rects, plan.cut.pick, hyp)
+    if plan.albu is not None:
+        apply_albu(res, plan.albu, hyp.albumentations)
     return res, labels
 
 

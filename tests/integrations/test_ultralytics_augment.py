@@ -192,3 +192,39 @@ def test_copy_paste_objects_and_pasted_pixels_inside_ultralytics_spread(tmp_path
     assert ours > plain + 0.1
     if mode == "mixup":   # (in mode flip Ultralytics pastes into its 2S mosaic canvas: another frame)
         _inside(shares + [0.0] * (SAMPLES - len(shares)), their_shares, "mixup: pasted-pixel share")
+
+
+def test_albumentations_share_inside_ultralytics_spread(painted_yolo, tmp_path, monkeypatch):  # noqa: F811
+    """A user's augmentations=[...] (Ultralytics' hyp key) through each trainer: how often each transform runs per
+    sample, counted where Albumentations runs it (the same classes on both sides)."""
+    A = pytest.importorskip("albumentations")
+    fired = []
+    for cls in (A.Blur, A.ToGray):
+        _spy(monkeypatch, cls, "apply", lambda out, self, *_: fired.append(type(self).__name__))
+    over = {**NO_COLOUR, "augmentations": [A.Blur(p=0.2), A.ToGray(p=0.1)]}
+
+    def share(seen, samples, name):
+        return seen.count(name) / len(samples)
+
+    for name, p in (("Blur", 0.2), ("ToGray", 0.1)):
+        theirs = _their_spread(painted_yolo, tmp_path, fired, lambda seen, samples, n=name: share(seen, samples, n), **over)
+        fired.clear()
+        samples = _fastfeed_samples(painted_yolo, tmp_path, 0, **over)
+        ours = _inside([1.0] * fired.count(name) + [0.0] * (len(samples) - fired.count(name)), theirs,
+                       f"Albumentations {name} share")
+        assert abs(ours - p) < 0.07
+
+
+def test_default_albumentations_are_ultralytics_list_on_the_cpu_loader_and_named_on_the_device_one(painted_yolo,  # noqa: F811
+                                                                                                   tmp_path):
+    pytest.importorskip("albumentations")
+    from ultralytics.cfg import DEFAULT_CFG, get_cfg
+
+    from fastfeed.augment.albu import names
+    from fastfeed.integrations.ultralytics.args import augment_hyp, unsupported
+
+    args = get_cfg(DEFAULT_CFG, {})
+    assert names(augment_hyp(args).albumentations) == "Blur(p=0.01), MedianBlur(p=0.01), ToGray(p=0.01), CLAHE(p=0.01)"
+    assert augment_hyp(args, "device").albumentations == () and not unsupported(args)
+    assert ("Albumentations (Blur, MedianBlur, ToGray, CLAHE): the device loader does not apply them (the cpu and shm "
+            "loaders do); training without them") in unsupported(args, loader="device")
