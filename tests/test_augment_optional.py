@@ -58,19 +58,19 @@ def test_each_renderer_declares_what_it_draws_and_nothing_else_refuses():
 
 def test_loaders_refuse_what_their_renderer_does_not_draw_by_name(segment):
     cfg = LoaderConfig(imgsz=S, batch_size=4, workers=0, device="cpu", task="detect")
-    with pytest.raises(UnsupportedAugmentation, match=r"^the device loader does not render mixup=0.2, bgr=0.5: set "
+    with pytest.raises(UnsupportedAugmentation, match=r"^the device loader does not render mixup=0.2, cutmix=0.5: set "
                                                       r"them to 0, or use the cpu or shm loader$"):
-        create_loader("device", segment, replace(cfg, hyp=AugmentHyp(mixup=0.2, bgr=0.5)))
+        create_loader("device", segment, replace(cfg, hyp=AugmentHyp(mixup=0.2, cutmix=0.5)))
     with pytest.raises(UnsupportedAugmentation, match=r"^the dali loader does not render bgr=0.1: set it to 0, or "
-                                                      r"use the cpu or shm loader$"):
+                                                      r"use the cpu, shm or device loader$"):
         create_loader("dali", segment, replace(cfg, hyp=AugmentHyp(bgr=0.1)))   # before DALI is asked for
     with pytest.raises(UnsupportedTask, match="the device loader makes a segment store's masks only with "
                                               "overlap_mask=True .* use the cpu or shm loader for"):
         create_loader("device", segment, LoaderConfig(imgsz=S, batch_size=4, device="cpu", overlap_mask=False))
     # evaluation batches draw nothing: nothing to refuse
-    create_loader("device", segment, replace(cfg, augment=False, hyp=AugmentHyp(bgr=0.5))).close()
-    with pytest.raises(UnsupportedAugmentation, match="the device loader does not render perspective=0.001"):
-        create_loader("device", segment, replace(cfg, hyp=AugmentHyp(perspective=0.001)))
+    create_loader("device", segment, replace(cfg, augment=False, hyp=AugmentHyp(cutmix=0.5))).close()
+    with pytest.raises(UnsupportedAugmentation, match="the device loader does not render copy_paste=0.1"):
+        create_loader("device", segment, replace(cfg, hyp=AugmentHyp(copy_paste=0.1)))
 
 
 # --- bgr ---------------------------------------------------------------------------------------------------
@@ -89,12 +89,15 @@ def test_bgr_is_the_last_draw_of_a_sample_and_none_when_off():
     assert abs(share - 0.3) < 0.03
 
 
-@pytest.mark.parametrize("name", ["cpu", "shm"])
+@pytest.mark.parametrize("name", ["cpu", "shm", "device"])
 def test_bgr_reverses_the_channels_and_nothing_else(segment, name, tmp_path):
     """With every other gain 0 the draws move nothing, so bgr=1 gives bgr=0's batches with the channels reversed,
     the same targets and masks; the masks stay on their paint."""
-    rgb = _batches(name, segment, STILL, tmp_path)
-    bgr = _batches(name, segment, replace(STILL, bgr=1.0), tmp_path)
+    rgb = _batches(name, segment, STILL, tmp_path, device="cpu")
+    bgr = _batches(name, segment, replace(STILL, bgr=1.0), tmp_path, device="cpu")
+    half = _batches(name, segment, replace(STILL, bgr=0.5), tmp_path, device="cpu")   # per sample, as drawn
+    swapped = [not np.array_equal(x, y) for a, b in zip(rgb, half) for x, y in zip(a.images.numpy(), b.images.numpy())]
+    assert 0 < sum(swapped) < len(swapped)
     for a, b in zip(rgb, bgr):
         assert np.array_equal(a.images.numpy()[:, ::-1], b.images.numpy())
         assert np.array_equal(a.targets.numpy(), b.targets.numpy()) and np.array_equal(a.masks.numpy(), b.masks.numpy())
@@ -131,7 +134,7 @@ def test_perspective_is_drawn_last_in_the_affine_and_only_when_asked():
         AugmentHyp(perspective=0.01)
 
 
-@pytest.mark.parametrize("name", ["cpu", "shm"])
+@pytest.mark.parametrize("name", ["cpu", "shm", "device"])
 def test_perspective_carries_masks_keypoints_and_corners_with_their_paint(stores, tmp_path, name):  # noqa: F811
     hyp = replace(HYP, perspective=0.001)   # at 128 px: up to a quarter of the scale, corner to corner
     assert check_masks_on_paint(batches(stores["segment"], name, tmp_path, hyp=hyp, mask_ratio=4), 4) > 20

@@ -4,6 +4,7 @@ layout or an augmentation comes from it (`Renders.refuse`, called by `Loader.__i
 
 Every renderer draws the base plan (mosaic, the affine, flips, HSV); `OPTIONAL` are the `AugmentHyp` fields
 a renderer may not: a nonzero (non-empty) value asked of a renderer that does not declare it is refused by name.
+(`fraction` is no renderer's: a subset of the records, the loader's order, which every loader takes.)
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def asked(hyp) -> list[str]:
 
 
 CPU = Renders(("cpu", "shm"), TASKS, frozenset(OPTIONAL), True)        # augment.render_labels, mix_in, finish_pixels
-DEVICE = Renders(("device",), TASKS, frozenset(), False)               # loaders/device/render.py
+DEVICE = Renders(("device",), TASKS, frozenset({"perspective", "bgr"}), False)   # loaders/device/render.py
 DALI = Renders(("dali",), TASKS[:1], frozenset({"mixup"}), False)      # loaders/dali/graph.py: boxes only (detect)
 RENDERERS = (CPU, DEVICE, DALI)
 

@@ -96,13 +96,17 @@ def test_bgr_share_inside_ultralytics_spread(painted_yolo, tmp_path):  # noqa: F
     assert not any(_bgr_flips(_fastfeed_samples(painted_yolo, tmp_path, 0, n=48, **NO_COLOUR)))
 
 
-@pytest.mark.parametrize("fraction", [0.5, 7])
-def test_fraction_trains_on_the_images_ultralytics_would(painted_yolo, tmp_path, fraction):  # noqa: F811
+@pytest.mark.parametrize(("fraction", "loader"), [(0.5, "cpu"), (7, "cpu"), (0.5, "device")])
+def test_fraction_trains_on_the_images_ultralytics_would(painted_yolo, tmp_path, fraction, loader,  # noqa: F811
+                                                         monkeypatch):
+    """Every loader: `fraction` picks records, it renders nothing."""
+    monkeypatch.setenv("FASTFEED_LOADER", loader)
     _, theirs = train_loader_of(DetectionTrainer, painted_yolo, tmp_path, fraction=fraction)
     trainer, ours = train_loader_of(FastfeedTrainer, painted_yolo, tmp_path, fraction=fraction, batch=2)
     try:
         files = {Path(f).name for f in theirs.dataset.im_files}
-        assert len(files) == (12 if fraction == 0.5 else 7)
+        assert len(files) == (12 if fraction == 0.5 else 7) == len(ours.dataset) == len(theirs.dataset)
+        assert {Path(x["im_file"]).name for x in ours.dataset.labels} == files
         seen = set()
         for epoch in range(3):
             trainer.epoch = epoch
