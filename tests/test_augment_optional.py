@@ -20,7 +20,7 @@ from task_stores import (
     make_task_stores,
 )
 
-from fastfeed.augment import AffineDraw, AugmentHyp, Paste, affine_matrix, batch_rng, draw_affine, draw_sample
+from fastfeed.augment import AffineDraw, AugmentHyp, affine_matrix, batch_rng, draw_affine, draw_sample
 from fastfeed.loaders import LoaderConfig, UnsupportedAugmentation, UnsupportedTask, create_loader
 from fastfeed.loaders.renders import CPU, DALI, DEVICE, OPTIONAL, asked, renderer
 
@@ -206,18 +206,29 @@ def test_clip_corners_keeps_the_boxs_angle_and_only_the_part_inside():
 # --- copy_paste --------------------------------------------------------------------------------------------
 
 def test_copy_paste_flip_draws_nothing_and_mixup_draws_before_the_mixup():
-    hyp = AugmentHyp(mixup=0.5)
+    hyp = AugmentHyp(mixup=1.0, cutmix=1.0)
     plain = draw_sample(batch_rng(9, 0, 0, 0), hyp, S, mosaic_on=True, mixup_on=True, candidates=8)
     flip = draw_sample(batch_rng(9, 0, 0, 0), replace(hyp, copy_paste=0.3), S, mosaic_on=True, mixup_on=True,
                        candidates=8)
-    assert flip.paste == Paste(None, None) and replace(flip, paste=None) == plain
+    assert flip.paste is None and flip.geometry == replace(plain.geometry, paste_flip=True)
+    # Ultralytics' mixup and cutmix second samples go through its pre_transform, copy-paste included
+    assert flip.mix.geometry == replace(plain.mix.geometry, paste_flip=True) and flip.cut.geometry.paste_flip
+    assert flip.hsv == plain.hsv and not plain.geometry.paste_flip
     mixed = draw_sample(batch_rng(9, 0, 0, 0), replace(hyp, copy_paste=1.0, copy_paste_mode="mixup"), S,
                         mosaic_on=True, mixup_on=True, candidates=8)
     assert mixed.paste.other is not None and mixed.geometry == plain.geometry
+    assert not mixed.paste.geometry.paste_flip                  # its paste source: mosaic and affine alone
+    seconds = [draw_sample(batch_rng(9, 0, 0, k), replace(hyp, copy_paste=0.5, copy_paste_mode="mixup"), S,
+                           mosaic_on=True, mixup_on=True, candidates=8) for k in range(400)]
+    nested = [q.mix.paste is not None for q in seconds] + [q.cut.paste is not None for q in seconds]
+    assert abs(np.mean(nested) - 0.5) < 0.06                    # mixup's and cutmix's own copy-paste, as drawn
+    with_both = next(q for q in seconds if q.mix.paste and q.cut.paste and q.paste)
+    tiles = with_both.records(0, list(range(10, 18)))
+    assert len(tiles) == 4 * 6 and tiles[4 * 3] == 10 + with_both.mix.paste.other   # own, paste, mix, its paste, cut, its
     assert mixed.records(0, list(range(10, 18)))[1 + 3] == 10 + mixed.paste.other   # after the own mosaic's tiles
     closed = draw_sample(batch_rng(9, 0, 0, 0), replace(hyp, copy_paste=0.3), S, mosaic_on=False, mixup_on=False,
                          candidates=8)
-    assert closed.paste is None
+    assert closed.paste is None and not closed.geometry.paste_flip
     with pytest.raises(ValueError, match="AugmentHyp.copy_paste_mode='both': valid: 'flip', 'mixup'"):
         AugmentHyp(copy_paste_mode="both")
 
@@ -232,21 +243,30 @@ def test_pick_takes_the_least_covering_share_of_the_objects_that_cover_under_30_
     assert pick(_labels([]), candidates, 0.5).tolist() == [0, 1]
 
 
-def test_paste_in_flip_mirrors_the_objects_that_fit_through_the_affine():
-    from fastfeed.augment import Labels
-    from fastfeed.augment.copypaste import mirror, paste_in
+def test_flip_pastes_the_mirrored_frame_as_ultralytics_canvas_before_the_affine():
+    """Mode "flip" chooses among the objects of the whole mid frame and mirrors the frame about its centre, then
+    the affine: here a shift of +60 px shows A (x 20-40 of the frame) and not B (x 100-120); B mirrored (x 8-28)
+    lands in view and is pasted with B's pixels, A mirrored (x 88-108) lands outside and is dropped."""
+    from fastfeed.augment import Geometry, Labels, render_labels
 
-    d = AffineDraw(0.0, 1.0, 0.0, 0.0, 70.0, 64.0, False, False)   # the source centre goes to x = 70
-    assert np.allclose(mirror(d, S), [[-1, 0, 140], [0, 1, 0], [0, 0, 1]])
-    res = np.full((S, S, 3), 100, np.uint8)
-    res[20:40, 20:40] = 250
-    square = np.array([[20, 20], [40, 20], [40, 40], [20, 40]], np.float32)
-    labels = Labels(np.array([[20, 20, 40, 40]], np.float32), np.array([1]), [square])
-    out, got = paste_in(res, labels, None, None, d, AugmentHyp(copy_paste=1.0))
-    assert got.classes.tolist() == [1, 1] and np.allclose(got.boxes[1], [100, 20, 120, 40])
-    assert (out[20:40, 100:120] == 250).all() and (out[:, 41:99] == 100).all()
+    img = np.full((S, S, 3), 100, np.uint8)
+    img[20:40, 20:40], img[60:80, 100:120] = 250, 200
+
+    def square(x, y):
+        return np.array([[x, y], [x + 20, y], [x + 20, y + 20], [x, y + 20]], np.float32)
+
+    labels = Labels(np.array([[20, 20, 40, 40], [100, 60, 120, 80]], np.float32), np.array([1, 2]),
+                    [square(20, 20), square(100, 60)])
+    shift = AffineDraw(0.0, 1.0, 0.0, 0.0, 64.0 + 60.0, 64.0, False, False)
+    hyp = AugmentHyp(copy_paste=1.0)
+    out, got = render_labels([(img, labels)], Geometry(None, None, shift, True), S, hyp, np.empty_like(img))
+    assert got.classes.tolist() == [1, 2]
+    assert np.allclose(got.boxes, [[80, 20, 100, 40], [68, 60, 88, 80]])
+    assert (out[60:80, 68:88] == 200).all() and (out[20:40, 80:100] == 250).all()
+    plain_out, plain = render_labels([(img, labels)], Geometry(None, None, shift), S, hyp, np.empty_like(img))
+    assert plain.classes.tolist() == [1] and (plain_out[60:80, 68:88] == 100).all()
     detect = Labels(labels.boxes, labels.classes)    # no polygon: nothing pasted
-    assert paste_in(res.copy(), detect, None, None, d, AugmentHyp(copy_paste=1.0))[1] is detect
+    assert len(render_labels([(img, detect)], Geometry(None, None, shift, True), S, hyp, np.empty_like(img))[1]) == 1
 
 
 @pytest.mark.parametrize("mode", ["flip", "mixup"])
@@ -324,3 +344,31 @@ def test_albumentations_change_pixels_of_the_samples_drawn_and_no_label(segment,
     assert 0 < sum(kinds) < len(kinds)
     with pytest.raises(UnsupportedAugmentation, match=r"the device loader does not render albumentations=\[ToGray"):
         create_loader("device", segment, LoaderConfig(imgsz=S, batch_size=4, device="cpu", hyp=hyp))
+
+
+def test_a_mixups_second_sample_gets_its_own_copy_paste_before_the_blend():
+    """Ultralytics makes mixup's second sample with its pre_transform, copy-paste (mode "mixup") included: here
+    the second sample (B) gets C's object before it is blended in. `second` renders into one shared scratch, as
+    the loaders' does: B must survive C's rendering."""
+    from fastfeed.augment import Geometry, Labels, mix_in
+    from fastfeed.augment.plan import Mix, Paste, SamplePlan
+
+    def sample(x, value):
+        img = np.full((S, S, 3), 0, np.uint8)
+        img[20:40, x:x + 20] = value
+        poly = np.array([[x, 20], [x + 20, 20], [x + 20, 40], [x, 40]], np.float32)
+        return img, Labels(np.array([[x, 20, x + 20, 40]], np.float32), np.array([x]), [poly])
+
+    scratch = np.empty((S, S, 3), np.uint8)
+
+    def second(other, geometry):
+        img, labels = sample(*{1: (60, 200), 2: (100, 100)}[other])
+        scratch[:] = img
+        return scratch, labels
+
+    g = Geometry(None, None, AffineDraw(0.0, 1.0, 0.0, 0.0, 64.0, 64.0, False, False))
+    res, labels = sample(10, 50)
+    plan = SamplePlan(g, Mix(1, g, 0.5, Paste(2, g)), None)
+    out, got = mix_in(res, labels, plan, second, AugmentHyp(copy_paste=1.0, copy_paste_mode="mixup"))
+    assert got.classes.tolist() == [10, 60, 100]
+    assert (out[30, 15] == 25).all() and (out[30, 65] == 100).all() and (out[30, 105] == 50).all()

@@ -170,10 +170,11 @@ def test_cutmix_mixed_area_share_inside_ultralytics_spread(painted_yolo, tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["flip", "mixup"])
-def test_copy_paste_objects_and_pasted_pixels_inside_ultralytics_spread(tmp_path, monkeypatch, mode):
+@pytest.mark.parametrize(("mode", "mixup"), [("flip", 0.0), ("mixup", 0.0), ("flip", 1.0), ("mixup", 1.0)])
+def test_copy_paste_objects_and_pasted_pixels_inside_ultralytics_spread(tmp_path, monkeypatch, mode, mixup):
     """A painted segment set (segment trainers on both sides), copy_paste=0.5: objects per image, and (mode "mixup",
-    where both paste into the finished sample) the share of its pixels pasted."""
+    where both paste into the finished sample) the share of its pixels pasted. With mixup=1 the second sample gets
+    its own copy-paste on both sides (Ultralytics' MixUp makes it with the pre_transform that holds CopyPaste)."""
     from ultra_task_data import make_set
     from ultralytics.data import augment
     from ultralytics.models.yolo.segment import SegmentationTrainer
@@ -184,17 +185,19 @@ def test_copy_paste_objects_and_pasted_pixels_inside_ultralytics_spread(tmp_path
     data, size, shares = make_set(tmp_path / "seg", "segment", n=16), 128, []
     _spy(monkeypatch, augment.CopyPaste, "apply_image", lambda out, self, labels, params: shares.append(
         float(params["im_new"].mean())))   # the pasted objects' mask, drawn by apply_image
-    over = {**NO_COLOUR, "copy_paste": 0.5, "copy_paste_mode": mode, "imgsz": size, "trainer": SegmentationTrainer}
+    over = {**NO_COLOUR, "copy_paste": 0.5, "copy_paste_mode": mode, "imgsz": size, "trainer": SegmentationTrainer,
+            "mixup": mixup}
     both = _their_spread(data, tmp_path, shares, lambda seen, samples: (np.mean([k for _, k in samples]),
                                                                          np.sum(seen) / SAMPLES), **over)
     theirs, their_shares = [float(b[0]) for b in both], [float(b[1]) for b in both]
     _spy(monkeypatch, copypaste, "rasterise", lambda mask, *_: shares.append(float((mask > 0).mean())))
     shares.clear()
     over["trainer"] = FastfeedSegmentationTrainer
-    ours = _inside([k for _, k in _fastfeed_samples(data, tmp_path, 0, **over)], theirs, f"{mode}: objects per image")
+    ours = _inside([k for _, k in _fastfeed_samples(data, tmp_path, 0, **over)], theirs,
+                   f"{mode}, mixup={mixup}: objects per image")
     plain = np.mean([k for _, k in _fastfeed_samples(data, tmp_path, 0, **{**over, "copy_paste": 0.0})])
     assert ours > plain + 0.1
-    if mode == "mixup":   # (in mode flip Ultralytics pastes into its 2S mosaic canvas: another frame)
+    if mode == "mixup" and not mixup:   # (in mode flip Ultralytics pastes into its 2S mosaic canvas: another frame)
         _inside(shares + [0.0] * (SAMPLES - len(shares)), their_shares, "mixup: pasted-pixel share")
 
 
