@@ -10,6 +10,7 @@ read the channels in that order). Spatial transforms (an Albumentations DualTran
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from dataclasses import dataclass
@@ -28,9 +29,7 @@ class Albu:
 
 def _albumentations():
     os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")   # no network check for a newer version
-    import albumentations
-
-    return albumentations
+    return importlib.import_module("albumentations")
 
 
 def encode(transforms) -> tuple[str, ...]:
@@ -38,9 +37,8 @@ def encode(transforms) -> tuple[str, ...]:
     is above 0; ValueError naming a spatial one or one Albumentations cannot serialise."""
     A, out = _albumentations(), []
     for given in transforms:
-        t = given
         try:
-            t = json.loads(t) if isinstance(t, str) else t
+            t = json.loads(given) if isinstance(given, str) else given
             t = A.from_dict({"transform": t.get("transform", t)}) if isinstance(t, dict) else t
         except (ValueError, KeyError, TypeError):
             t = given
@@ -63,13 +61,7 @@ def spatial(t) -> bool:
 @lru_cache(maxsize=8)
 def built(encoded: tuple[str, ...]) -> tuple:
     """The transforms of `encoded`, made once per process."""
-    A = _albumentations()
-    return tuple(A.from_dict({"transform": json.loads(s)}) for s in encoded)
-
-
-@lru_cache(maxsize=8)
-def probabilities(encoded: tuple[str, ...]) -> tuple[float, ...]:
-    return tuple(float(json.loads(s)["p"]) for s in encoded)
+    return tuple(_albumentations().from_dict({"transform": json.loads(s)}) for s in encoded)
 
 
 def names(encoded: tuple[str, ...]) -> str:
@@ -79,16 +71,14 @@ def names(encoded: tuple[str, ...]) -> str:
 
 def draw(rng: np.random.Generator, encoded: tuple[str, ...]) -> Albu | None:
     """Which of the transforms fire on one sample (each with its p), and their seed; None when none does."""
-    which = tuple(i for i, p in enumerate(probabilities(encoded)) if rng.random() < p)
+    which = tuple(i for i, t in enumerate(built(encoded)) if rng.random() < t.p)
     return Albu(which, int(rng.integers(2**31))) if which else None
 
 
 def apply(res: np.ndarray, albu: Albu, encoded: tuple[str, ...]) -> None:
     """Run the transforms `albu` names, in order, on `res` (HWC RGB uint8, changed in place) as BGR pixels."""
     img = np.ascontiguousarray(res[..., ::-1])
-    transforms = built(encoded)
     for k, i in enumerate(albu.which):
-        t = transforms[i]
-        t.set_random_seed(albu.seed + k)
-        img = t(image=img, force_apply=True)["image"]
+        built(encoded)[i].set_random_seed(albu.seed + k)
+        img = built(encoded)[i](image=img, force_apply=True)["image"]
     res[...] = img[..., ::-1]

@@ -10,6 +10,8 @@ import math
 import numbers
 from dataclasses import dataclass, fields
 
+from .albu import encode
+
 # field -> (low, high, low inclusive, high inclusive); the valid ranges quoted in errors.
 _RANGES = {
     "mosaic": (0.0, 1.0, True, True),
@@ -97,10 +99,8 @@ class AugmentHyp:
                 if self.copy_paste_mode not in ("flip", "mixup"):
                     raise ValueError(f"AugmentHyp.copy_paste_mode={self.copy_paste_mode!r}: valid: 'flip', 'mixup'")
                 continue
-            if f.name == "albumentations":
-                if self.albumentations:
-                    from .albu import encode  # imports albumentations: only when transforms are given
-                    object.__setattr__(self, "albumentations", encode(self.albumentations))
+            if f.name == "albumentations":   # encode imports albumentations: only when transforms are given
+                object.__setattr__(self, f.name, encode(self.albumentations) if self.albumentations else ())
                 continue
             check_field(f.name, getattr(self, f.name))
 

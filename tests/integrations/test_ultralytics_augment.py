@@ -235,3 +235,28 @@ def test_default_albumentations_are_ultralytics_list_on_the_cpu_loader_and_named
     assert augment_hyp(args, "device").albumentations == () and not unsupported(args)
     assert ("Albumentations (Blur, MedianBlur, ToGray, CLAHE): the device loader does not apply them (the cpu and shm "
             "loaders do); training without them") in unsupported(args, loader="device")
+
+
+def test_without_albumentations_it_says_so_once_and_trains_on(monkeypatch):
+    import logging
+    import sys
+
+    from ultralytics.cfg import DEFAULT_CFG, get_cfg
+
+    import fastfeed.integrations.ultralytics.args as args_module
+
+    monkeypatch.setitem(sys.modules, "albumentations", None)   # `import albumentations` raises ImportError
+    monkeypatch.setattr(args_module, "_built", {})
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    args_module.log.addHandler(handler)
+    try:
+        args = get_cfg(DEFAULT_CFG, {})
+        assert args_module.augment_hyp(args).albumentations == () == args_module.augment_hyp(args).albumentations
+        assert not args_module.unsupported(args) and not args_module.unsupported(args, loader="device")
+    finally:
+        args_module.log.removeHandler(handler)
+    assert [m for m in seen if "albumentations is not installed" in m] == [
+        "fastfeed: albumentations is not installed: training without Ultralytics' default Albumentations "
+        "(`pip install albumentations` applies them)"]

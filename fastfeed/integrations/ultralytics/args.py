@@ -94,27 +94,20 @@ def albumentations(args) -> tuple[list, list]:
     except ImportError:   # no Ultralytics: no default list to take
         return [], []
     given = getattr(args, "augmentations", None)
-    key = repr(given)
-    if key not in _built:   # built (and logged by Ultralytics) once per list
-        _built[key] = Albumentations(p=1.0, transforms=given)
-    step = _built[key]
+    step = _built.get(repr(given))
+    if step is None:   # built (and logged by Ultralytics) once per list; so is the line below
+        step = _built[repr(given)] = Albumentations(p=1.0, transforms=given)
+        if step.transform is None:
+            log.info("fastfeed: albumentations is not installed: training without Ultralytics' default "
+                     "Albumentations (`pip install albumentations` applies them)")
     if step.transform is None:
-        _say_once("albumentations is not installed: training without Ultralytics' default Albumentations (Blur, "
-                  "MedianBlur, ToGray, CLAHE at p=0.01; `pip install albumentations` applies them)")
         return [], []
     from ...augment.albu import spatial
     transforms = [t for t in step.transform.transforms if t.p > 0]
     return [t for t in transforms if not spatial(t)], [t for t in transforms if spatial(t)]
 
 
-_said: set = set()
 _built: dict = {}
-
-
-def _say_once(message: str) -> None:
-    if message not in _said:
-        _said.add(message)
-        log.info(f"fastfeed: {message}")
 
 
 def task_fields(args, task: str) -> dict:
