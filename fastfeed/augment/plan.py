@@ -109,14 +109,10 @@ class SamplePlan:
         """The items every tile of this sample shows: `own` first, then the picked `candidates` entries
         (mosaic partners; then the copy-paste, mixup and cutmix samples' own images and partners)."""
         out = [own] + [candidates[k] for k in self.geometry.partners or ()]
-        for second in (self.paste, self.mix, self.paste_of(self.mix), self.cut, self.paste_of(self.cut)):
+        for second in (self.paste, self.mix, self.mix and self.mix.paste, self.cut, self.cut and self.cut.paste):
             if second is not None:
                 out += [candidates[second.other]] + [candidates[k] for k in second.geometry.partners or ()]
         return out
-
-    @staticmethod
-    def paste_of(second) -> Paste | None:
-        return None if second is None else second.paste
 
 
 def draw_geometry(rng: np.random.Generator, hyp: AugmentHyp, size: int, mosaic_on: bool, candidates: int,
@@ -144,19 +140,18 @@ def draw_sample(rng: np.random.Generator, hyp: AugmentHyp, size: int, *, mosaic_
     def draw_paste() -> Paste | None:   # mode "mixup"
         if mixup_on and hyp.copy_paste and not flip and rng.random() < hyp.copy_paste:
             return Paste(int(rng.integers(candidates)), draw_geometry(rng, hyp, size, mosaic_on, candidates))
-        return None
 
     paste = draw_paste()
     if mixup_on and hyp.mixup and rng.random() < hyp.mixup:
         other = int(rng.integers(candidates))
         second = draw_geometry(rng, hyp, size, mosaic_on, candidates, flip)
-        nested = draw_paste()
-        mix = Mix(other, second, draw_mixup_weight(rng), nested)
+        paste2 = draw_paste()
+        mix = Mix(other, second, draw_mixup_weight(rng), paste2)
     if mixup_on and hyp.cutmix and rng.random() < hyp.cutmix:
         other = int(rng.integers(candidates))
         second = draw_geometry(rng, hyp, size, mosaic_on, candidates, flip)
-        nested = draw_paste()
-        cut = Cut(other, second, draw_cut_rects(rng, size), float(rng.random()), nested)
+        paste2 = draw_paste()
+        cut = Cut(other, second, draw_cut_rects(rng, size), float(rng.random()), paste2)
     albu = draw_albu(rng, hyp.albumentations) if hyp.albumentations else None
     hsv = draw_hsv(rng, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v)
     return SamplePlan(geometry, mix, hsv, bool(hyp.bgr and rng.random() < hyp.bgr), cut, paste, albu)

@@ -59,20 +59,17 @@ def render_labels(tiles: Sequence[tuple[np.ndarray, Labels]], geometry: Geometry
 
 
 def mix_in(res: np.ndarray, labels: Labels, plan: SamplePlan, second, hyp: AugmentHyp) -> tuple[np.ndarray, Labels]:
-    """The plan's steps after the geometry on rendered sample (res, labels), in Ultralytics' order: copy-paste in
-    mode "mixup" (a segment sample's, `copypaste.paste_in`; mode "flip" is the geometry's, `render_labels`), mixup (a blend, both samples' objects), cutmix (`cutmix.cut_in`), then
-    the Albumentations that fire (`albu.apply`: pixels only).
-    `second(other, geometry)` renders a second sample, (img, Labels), into a scratch of its own (one at a time:
-    each is used before the next is rendered; a second sample's own paste source after a copy of it)."""
-    def pasted(res, labels, paste):   # mode "mixup": a second sample's objects
-        if paste is None:
-            return res, labels
-        res2, labels2 = second(paste.other, paste.geometry)
-        return paste_in(res, labels, res2, labels2, hyp)
+    """The plan's steps after the geometry on rendered sample (res, labels), in Ultralytics' order: copy-paste mode
+    "mixup" (`copypaste.paste_in`; mode "flip" is the geometry's: `render_labels`), mixup (a blend, both samples'
+    objects), cutmix (`cutmix.cut_in`), the Albumentations that fire (`albu.apply`: pixels only). `second(other,
+    geometry)` renders a second sample, (img, Labels), into a scratch of its own (one at a time: each is used before
+    the next is rendered; mixup's and cutmix's copied before their own paste source is)."""
+    def pasted(res, labels, paste):
+        return (res, labels) if paste is None else paste_in(res, labels, *second(paste.other, paste.geometry), hyp)
 
-    def second_of(mixing):   # mixup's or cutmix's second sample, with its own copy-paste as Ultralytics makes it
+    def second_of(mixing):   # with its own copy-paste, as Ultralytics makes it
         res2, labels2 = second(mixing.other, mixing.geometry)
-        return pasted(res2.copy(), labels2, mixing.paste) if mixing.paste is not None else (res2, labels2)
+        return (res2, labels2) if mixing.paste is None else pasted(res2.copy(), labels2, mixing.paste)
 
     res, labels = pasted(res, labels, plan.paste)
     if plan.mix is not None:
