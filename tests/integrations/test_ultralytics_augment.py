@@ -259,4 +259,4 @@ def test_without_albumentations_it_says_so_once_and_trains_on(monkeypatch):
         args_module.log.removeHandler(handler)
     assert [m for m in seen if "albumentations is not installed" in m] == [
         "fastfeed: albumentations is not installed: training without Ultralytics' default Albumentations "
-        "(`pip install albumentations` applies them)"]
+        "(`pip install -e '.[albumentations]'` applies them)"]

@@ -99,7 +99,7 @@ def albumentations(args) -> tuple[list, list]:
         step = _built[repr(given)] = Albumentations(p=1.0, transforms=given)
         if step.transform is None:
             log.info("fastfeed: albumentations is not installed: training without Ultralytics' default "
-                     "Albumentations (`pip install albumentations` applies them)")
+                     "Albumentations (`pip install -e '.[albumentations]'` applies them)")
     if step.transform is None:
         return [], []
     from ...augment.albu import spatial
