@@ -9,7 +9,9 @@ integration tests and benchmarks/ultralytics_ab.py use too).
 Contenders alternate for --rounds rounds and each reports images/s after a warm-up; the median is
 compared. The decode-only rate of the same files on every core is printed as the floor. `--aug KEY=VALUE`
 (repeatable) turns an augmentation on for both sides (Ultralytics' training argument, fastfeed's `AugmentHyp`
-field of the same name): a new augmentation's ratio is read against the ratio without it.
+field of the same name): a new augmentation's ratio is read against the ratio without it. Ultralytics applies its
+default Albumentations (Blur, MedianBlur, ToGray, CLAHE at p=0.01) whenever `albumentations` is installed, and so
+does FastfeedTrainer: both sides apply them unless `--albumentations none` (then neither does).
 """
 
 from __future__ import annotations
@@ -36,11 +38,11 @@ ULTRA_RUNNER = textwrap.dedent("""
     from ultralytics.cfg import get_cfg
     from ultralytics.data.build import build_dataloader, build_yolo_dataset
     from ultralytics.utils import DEFAULT_CFG
-    img_path, imgsz, batch, workers, seconds, warmup, aug, cache = sys.argv[1:9]
+    img_path, imgsz, batch, workers, seconds, warmup, aug, albu, cache = sys.argv[1:10]
     imgsz, batch, workers, seconds, warmup = int(imgsz), int(batch), int(workers), float(seconds), int(warmup)
     cache = False if cache == "none" else cache
     cfg = get_cfg(DEFAULT_CFG, overrides={"imgsz": imgsz, "batch": batch, "workers": workers, "cache": cache,
-                                          **json.loads(aug)})
+                                          **json.loads(aug), **({"augmentations": []} if albu == "none" else {})})
     data = {"names": {i: str(i) for i in range(80)}, "nc": 80, "channels": 3}
     ds = build_yolo_dataset(cfg, img_path, batch, data, mode="train")
     dl = build_dataloader(ds, batch=batch, workers=workers, shuffle=True, rank=-1, pin_memory=False, device="cpu")
@@ -63,10 +65,13 @@ FF_RUNNER = textwrap.dedent("""
     from fastfeed import Store
     from fastfeed.augment import AugmentHyp
     from fastfeed.loaders import LoaderConfig, create_loader
-    path, name, imgsz, batch, workers, seconds, warmup, aug = sys.argv[1:9]
+    path, name, imgsz, batch, workers, seconds, warmup, aug, albu = sys.argv[1:10]
     imgsz, batch, workers, seconds, warmup = int(imgsz), int(batch), int(workers), float(seconds), int(warmup)
-    loader = create_loader(name, Store(path), LoaderConfig(imgsz=imgsz, batch_size=batch, workers=workers,
-                                                           hyp=AugmentHyp(**json.loads(aug))))
+    if albu == "default":   # Ultralytics 8.4's default list (what FastfeedTrainer takes from its Albumentations)
+        import albumentations as A
+        albu = (A.Blur(p=0.01), A.MedianBlur(p=0.01), A.ToGray(p=0.01), A.CLAHE(p=0.01))
+    hyp = AugmentHyp(**json.loads(aug), albumentations=albu if albu != "none" else ())
+    loader = create_loader(name, Store(path), LoaderConfig(imgsz=imgsz, batch_size=batch, workers=workers, hyp=hyp))
     t0 = time.perf_counter(); n = 0; marks = []; epoch = 0; first = None
     while not marks or marks[-1][0] - t0 < seconds:
         loader.set_epoch(epoch); epoch += 1
@@ -113,6 +118,9 @@ def main() -> int:
                     help="Ultralytics' image cache for its side (the shm comparison uses ram)")
     ap.add_argument("--aug", action="append", metavar="KEY=VALUE", help="an augmentation on for both sides, e.g. "
                     "cutmix=0.5 (repeatable; Ultralytics' argument and fastfeed's AugmentHyp field)")
+    ap.add_argument("--albumentations", choices=("default", "none"), default="default",
+                    help="Ultralytics' default Albumentations on both sides (default; needs albumentations in both "
+                         "venvs), or on neither")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     aug = json.dumps({k: float(v) for k, _, v in (a.partition("=") for a in args.aug or [])})
@@ -130,7 +138,8 @@ def main() -> int:
         res["decode_only_img_s"] = len(files) / decode_floor(files, len(os.sched_getaffinity(0)))
         (tmp / "ultra.py").write_text(ULTRA_RUNNER)
         (tmp / "ff.py").write_text(FF_RUNNER)
-        common = [str(args.imgsz), str(args.batch), str(args.workers), str(args.seconds), str(args.warmup), aug]
+        common = [str(args.imgsz), str(args.batch), str(args.workers), str(args.seconds), str(args.warmup), aug,
+                  args.albumentations]
         for r in range(args.rounds):
             rnd = {"ultralytics": run([str(ultra_py), str(tmp / "ultra.py"), str(data / "images" / "train2017"),
                                        *common, args.ultra_cache], tmp)}
@@ -143,7 +152,7 @@ def main() -> int:
     base = med["ultralytics"]
     cache = "" if args.ultra_cache == "none" else f' cache="{args.ultra_cache}"'
     print(f"\n{args.images} images, imgsz {args.imgsz}, batch {args.batch}, {args.workers} workers, mosaic on"
-          f"{''.join(f', {a}' for a in args.aug or [])}; "
+          f"{''.join(f', {a}' for a in args.aug or [])}, Albumentations {args.albumentations}; "
           f"median of {args.rounds} rounds of {args.seconds:.0f} s")
     print(f"  {'decode only, all cores (floor)':34} {res['decode_only_img_s']:7.0f} images/s")
     print(f"  {'ultralytics' + cache:34} {base:7.0f} images/s  1.00x")

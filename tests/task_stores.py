@@ -7,6 +7,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 from conftest import YoloBuilder
+from device_helpers import u8
 from store_helpers import run_pack
 
 from fastfeed import Store
@@ -184,8 +185,10 @@ def make_task_stores(root) -> dict:
 
 
 def copy(b):
-    """A Batch's copy (a batch lives until the next is asked for)."""
-    return type(b)(b.images.clone(), b.targets.clone(), b.indices,
+    """A Batch's copy (a batch lives until the next is asked for), images as uint8 (the device loader's are floats
+    in [0,1])."""
+    images = u8(b.images) if b.images.is_floating_point() else b.images.clone()
+    return type(b)(images, b.targets.clone(), b.indices,
                    **{k: v.clone() for k, v in b.extras().items()})
 
 

@@ -37,7 +37,7 @@ def test_fit_resizes_only_what_differs_and_groups_sizes():
 
 
 def _params(minv, tiles, size=None):
-    """Params for B one-tile samples: minv [B,2,3]; tiles: [(h, w)] each at base row sum of the previous."""
+    """Params for B one-tile samples: minv [B,2,3] (affine) or [B,3,3]; tiles: [(h, w)] each at base row sum of the previous."""
     b = len(tiles)
     rows = np.cumsum([0] + [h * w for h, w in tiles])[:-1]
     region = torch.zeros(b, 4, 4)
@@ -48,8 +48,9 @@ def _params(minv, tiles, size=None):
     shape[:, 0] = torch.tensor(tiles)
     base = torch.zeros(b, 4, dtype=torch.int64)
     base[:, 0] = torch.from_numpy(rows)
+    minv = np.concatenate([minv, np.tile([[[0.0, 0.0, 1.0]]], (b, 1, 1))], 1) if np.shape(minv)[1] == 2 else minv
     return Params(torch.as_tensor(minv, dtype=torch.float32), torch.full((b, 2), float("inf")), region, place,
-                  torch.tensor([[0.0, 1.0, 1.0]] * b), base, shape)
+                  torch.tensor([[0.0, 1.0, 1.0]] * b), base, shape, torch.zeros(b))
 
 
 def test_render_copies_at_scale_one_and_fills_outside():

@@ -12,6 +12,7 @@ import pytest
 import torch
 from device_helpers import u8
 from task_stores import CLASS_RGB, check_keypoints_on_dots, check_rboxes_on_paint, is_colour, make_task_store, row_masks
+from task_stores import HYP as PAINT_HYP
 
 from fastfeed.augment import AugmentHyp
 from fastfeed.batch import Batch
@@ -74,6 +75,35 @@ def test_segment_boxes_and_masks_are_the_cpu_loaders_and_lie_on_the_paint(stores
     same = sum((a.masks == b.masks).sum().item() for a, b in zip(dev, cpu)) / sum(a.masks.numel() for a in dev)
     assert same > 0.99
     assert on_paint(dev, 4) > 0.8
+
+
+@pytest.mark.parametrize("task", ["segment", "pose", "obb"])
+def test_perspective_and_bgr_are_the_cpu_loaders(stores, task):
+    """perspective (the sampling map divided by its last row) and bgr (the channels of the samples drawn, after
+    HSV) rendered on the device: the cpu loader's targets, masks, keypoints and corners for the same seed, its
+    pixels within a few levels (the two bilinear samplers differ by rounding), and the objects on their paint."""
+    cfg = LoaderConfig(imgsz=96, batch_size=4, workers=0, seed=6, hyp=replace(PAINT_HYP, perspective=0.001),
+                       mask_ratio=4)
+    dev, cpu = batches("device", stores[task], cfg), batches("cpu", stores[task], cfg)
+    both = sum(matched(a.targets, b.targets, 1.5 / 96) for a, b in zip(dev, cpu))
+    n = sum(len(b.targets) for b in cpu)
+    assert n > 20 and both >= 0.9 * n, (n, both)
+    if task == "segment":
+        assert on_paint(dev, 4) > 0.8
+    elif task == "pose":
+        assert min(check_keypoints_on_dots(dev)) > 1
+    else:
+        assert check_rboxes_on_paint(dev) > 10
+    cfg = replace(cfg, hyp=replace(cfg.hyp, bgr=0.5))
+    dev, cpu = batches("device", stores[task], cfg), batches("cpu", stores[task], cfg)
+    assert all(torch.equal(a.targets, b.targets) for a, b in zip(dev, cpu))   # bgr moves no label
+
+    def off(x, y):
+        return (x.int() - y.int()).abs().float().mean((1, 2, 3))
+
+    for a, b in zip(dev, cpu):   # each sample in the cpu loader's channel order, not the other
+        tell = off(b.images, b.images.flip(1)) > 2
+        assert (off(a.images, b.images)[tell] < 2).all() and (off(a.images, b.images.flip(1))[tell] > 2).all()
 
 
 def test_pose_keypoints_land_on_their_dots_and_flip_by_flip_idx(stores):

@@ -1,31 +1,27 @@
 """Copy-paste (Ultralytics' `copy_paste`, segment stores): objects of a second picture pasted by their polygons,
 those that would cover under 30% of every object already there, least covering first, `copy_paste` of them.
 
-`copy_paste_mode` "flip": the second picture is the sample itself mirrored (no draw: every sample; Ultralytics
-mirrors its mosaic canvas before the affine, here the rendered sample is mirrored through the affine's image of
-that mirror, `mirror`: the same map for a default, axis-aligned affine). "mixup": with probability `copy_paste`
-a second sample made as the own one is (`plan.Paste`), its objects pasted. Both in output pixels, on the own
-sample before mixup and cutmix (their second samples get none).
+`copy_paste_mode` "flip" (no draw: every sample, `Geometry.paste_flip`): as Ultralytics does it on its mosaic
+canvas before the affine, the second picture is the mid frame (the 2S canvas, or the scaled image) mirrored about
+its centre: the objects are chosen among the frame's (`flip_in`: all of them, shown or not), and the pixels inside
+the pasted polygons come from the sample drawn a second time through the affine of the mirrored frame. Ultralytics'
+mixup and cutmix second samples go through the same steps (its `pre_transform` holds the copy-paste), so theirs
+are pasted too. "mixup": with probability `copy_paste` a second sample made as the own one is (`plan.Paste`, with
+no copy-paste of its own, as Ultralytics makes it), its objects pasted into the finished sample (`paste_in`),
+before mixup and cutmix.
 """
 
 from __future__ import annotations
 
-import cv2
 import numpy as np
 
-from .affine import AffineDraw, affine_matrix
 from .boxes import box_ioa
 from .labels import Labels
 from .masks import rasterise
+from .paste import _place_matrix, paste_tile, region_crop
 from .points import paste_labels
 
 MODES = ("flip", "mixup")
-
-
-def mirror(d: AffineDraw, size: int) -> np.ndarray:
-    """The output map that a left-right mirror of the affine's source frame about its centre becomes: M F M^-1."""
-    m = affine_matrix(d, (0.0, 0.0), size, False)   # the centre at 0: the mirror is x -> -x there
-    return m @ np.diag([-1.0, 1.0, 1.0]) @ np.linalg.inv(m)
 
 
 def pick(labels: Labels, labels2: Labels, share: float) -> np.ndarray:
@@ -38,21 +34,45 @@ def pick(labels: Labels, labels2: Labels, share: float) -> np.ndarray:
     return free[:round(share * len(free))]
 
 
-def paste_in(res: np.ndarray, labels: Labels, res2: np.ndarray | None, labels2: Labels | None, d: AffineDraw,
-             hyp) -> tuple[np.ndarray, Labels]:
-    """Copy-paste on rendered sample (res, labels): from (res2, labels2) (mode "mixup"), or from the sample
-    mirrored (`mirror`, when res2 is None). Objects without a polygon are never pasted; `res` is changed in place."""
+def flip_in(out: np.ndarray, labels: Labels, tiles, layout, matrix: np.ndarray, frame: tuple[float, float],
+            hyp) -> tuple[np.ndarray, Labels]:
+    """Mode "flip" on a rendered sample (out, labels: what `render.render_labels` drew of `tiles` by `layout` and the
+    mid frame -> output `matrix`): the objects of the mid frame (`frame`: its width and height) mirrored about its
+    centre, chosen (`pick`) against the frame's own objects, pasted with the mirrored frame's pixels. `out` is
+    changed in place; tiles without polygons paste nothing."""
+    n = len(layout)
+    if any(t[1].polygons is None for t in tiles[:n]):
+        return out, labels
+    w, h = frame
+    side = int(np.ceil(max(w, h)))
+    crops = [region_crop(place, region, img.shape[:2]) for (img, _), (place, region) in zip(tiles, layout)]
+    mid = paste_labels([t[1] for t in tiles[:n]], [_place_matrix(place) for place, _ in layout], crops, side, hyp)
+    if not len(mid):
+        return out, labels
+    mirror = np.array([[-1.0, 0.0, w], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    whole = [(0.0, 0.0, float(w), float(h))]
+    mirrored = paste_labels([mid], [mirror], whole, side, hyp)
+    chosen = pick(mid, mirrored, hyp.copy_paste)
+    if not len(chosen):
+        return out, labels
+    size = out.shape[0]
+    shown = paste_labels([mirrored.take(chosen)], [matrix], whole, size, hyp)
+    if not len(shown):
+        return out, labels
+    second = np.full_like(out, hyp.fill)
+    for (img, _), (place, region) in zip(tiles, layout):
+        paste_tile(second, img, place, region, matrix @ mirror)
+    mask = rasterise(shown.polygons, size, 1, True) > 0
+    out[mask] = second[mask]
+    return out, Labels.concat([labels, shown])
+
+
+def paste_in(res: np.ndarray, labels: Labels, res2: np.ndarray, labels2: Labels, hyp) -> tuple[np.ndarray, Labels]:
+    """Mode "mixup" on rendered sample (res, labels): objects of second sample (res2, labels2), both in output
+    pixels. Objects without a polygon are never pasted; `res` is changed in place."""
     if labels.polygons is None or not len(labels):
         return res, labels
     size = res.shape[0]
-    if res2 is None:
-        m = mirror(d, size)
-        px = np.array([[1.0, 0.0, -0.5], [0.0, 1.0, -0.5], [0.0, 0.0, 1.0]]) @ m   # OpenCV's pixel centres
-        px[:, 2] += px[:, :2].sum(1) * 0.5
-        warp = cv2.warpPerspective if (m[2, :2] != 0).any() else cv2.warpAffine
-        res2 = warp(res, px if warp is cv2.warpPerspective else px[:2], (size, size), flags=cv2.INTER_LINEAR,
-                    borderValue=(hyp.fill,) * 3)
-        labels2 = paste_labels([labels], [m], [(0.0, 0.0, float(size), float(size))], size, hyp)
     chosen = pick(labels, labels2, hyp.copy_paste)
     if not len(chosen):
         return res, labels

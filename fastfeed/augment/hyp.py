@@ -10,6 +10,8 @@ import math
 import numbers
 from dataclasses import dataclass, fields
 
+from .albu import encode
+
 # field -> (low, high, low inclusive, high inclusive); the valid ranges quoted in errors.
 _RANGES = {
     "mosaic": (0.0, 1.0, True, True),
@@ -60,7 +62,8 @@ class AugmentHyp:
     copy_paste is the share of a segment sample's eligible objects pasted (and, in copy_paste_mode "mixup", the
     probability of a paste: `copypaste.py`); translate is a +- fraction of the output side; scale draws the zoom from [1-scale, 1+scale];
     hsv_* are +- gains (hue as a fraction of the colour circle); bgr is the probability that a sample's
-    channels come in BGR order instead of RGB (Ultralytics' `bgr`). The box filter drops a box after
+    channels come in BGR order instead of RGB (Ultralytics' `bgr`); albumentations are pixel-only Albumentations
+    transforms, each applied with its own p (`albu.py`: given as transforms or their dicts, held as JSON text). The box filter drops a box after
     a transform when a side is <= min_box_side px, less than min_box_area_ratio of its area is
     left, or its aspect ratio reaches max_box_aspect: such boxes mostly label invisible slivers. An
     object with a polygon (a segment store) is judged by its polygon's box, against
@@ -83,6 +86,7 @@ class AugmentHyp:
     hsv_s: float = 0.7
     hsv_v: float = 0.4
     bgr: float = 0.0
+    albumentations: tuple = ()
     fill: int = 114
     min_box_side: float = 2.0
     min_box_area_ratio: float = 0.1
@@ -94,6 +98,9 @@ class AugmentHyp:
             if f.name == "copy_paste_mode":
                 if self.copy_paste_mode not in ("flip", "mixup"):
                     raise ValueError(f"AugmentHyp.copy_paste_mode={self.copy_paste_mode!r}: valid: 'flip', 'mixup'")
+                continue
+            if f.name == "albumentations":   # encode imports albumentations: only when transforms are given
+                object.__setattr__(self, f.name, encode(self.albumentations) if self.albumentations else ())
                 continue
             check_field(f.name, getattr(self, f.name))
 

@@ -6,15 +6,19 @@ A training sample is drawn as (in this order, from one generator per batch, `bat
       partners   3 picks among the candidates (the loader's partner buffer)
       centre     the mosaic centre in the virtual 2S x 2S canvas
     affine     rotation, zoom, shear, shift, flips (`draw_affine`)
-    paste?   (only in mixup epochs when hyp.copy_paste is set: mode "flip" draws nothing, the sample pastes its
-             own objects mirrored; mode "mixup": rng.random() < hyp.copy_paste, then
+    paste?   (only in mixup epochs when hyp.copy_paste is set: mode "flip" draws nothing, every geometry of the
+             sample (its own, mixup's and cutmix's) pastes its frame's objects mirrored, `Geometry.paste_flip`;
+             mode "mixup": rng.random() < hyp.copy_paste, then
       other      the candidate whose own geometry (drawn as above) gives the pasted objects (`copypaste.py`))
     mixup?   (only in mixup epochs: rng.random() < hyp.mixup)
       other      the candidate whose own geometry (drawn as above) is blended in
+      paste?     its own copy-paste in mode "mixup" (drawn as above: Ultralytics' second samples get one)
       weight     of the first sample, Beta(32, 32)
     cutmix?  (only in mixup epochs, when hyp.cutmix is set: rng.random() < hyp.cutmix)
       other      the candidate whose own geometry (drawn as above) a rectangle is cut from
+      paste?     as mixup's
       rects      3 candidate rectangles, then `pick` (uniform) among those the renderer finds free (`cutmix.py`)
+    albu?    (only when hyp.albumentations lists transforms) which of them fire, and their seed (`albu.draw`)
     hsv        hue turn, saturation and value factors (`draw_hsv`; nothing drawn when every gain is 0)
     bgr?     (rng.random() < hyp.bgr; nothing drawn when hyp.bgr is 0) the channels in BGR order
 
@@ -31,6 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .affine import AffineDraw, affine_matrix, draw_affine
+from .albu import Albu
+from .albu import draw as draw_albu
 from .cutmix import draw_cut_rects
 from .hsv import draw_hsv
 from .hyp import AugmentHyp
@@ -51,10 +57,19 @@ class Geometry:
     partners: tuple[int, int, int] | None   # mosaic partners: indices into the candidates; None: no mosaic
     centre: tuple[float, float] | None      # the mosaic centre in the 2S x 2S canvas (None: no mosaic)
     affine: AffineDraw
+    paste_flip: bool = False                # copy-paste mode "flip" on its mid frame (`copypaste.flip_in`)
 
     @property
     def mosaic(self) -> bool:
         return self.partners is not None
+
+
+@dataclass(frozen=True)
+class Paste:
+    """Copy-paste mode "mixup": objects of a second geometric sample whose own image is candidate `other`."""
+
+    other: int
+    geometry: Geometry
 
 
 @dataclass(frozen=True)
@@ -64,15 +79,7 @@ class Mix:
     other: int
     geometry: Geometry
     weight: float                           # of the first sample's pixels
-
-
-@dataclass(frozen=True)
-class Paste:
-    """Copy-paste: objects of a second geometric sample whose own image is candidate `other` (mode "mixup"), or
-    of the sample itself mirrored (mode "flip": other and geometry None)."""
-
-    other: int | None
-    geometry: Geometry | None
+    paste: Paste | None = None              # the second sample's own copy-paste (mode "mixup")
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,7 @@ class Cut:
     geometry: Geometry
     rects: tuple                            # candidate (x1, y1, x2, y2), output pixels
     pick: float                             # which of the free candidates, as a share of them
+    paste: Paste | None = None              # the second sample's own copy-paste (mode "mixup")
 
 
 @dataclass(frozen=True)
@@ -95,25 +103,27 @@ class SamplePlan:
     bgr: bool = False                        # the channels in BGR order instead of RGB
     cut: Cut | None = None
     paste: Paste | None = None
+    albu: Albu | None = None                 # the Albumentations transforms that fire (`albu.py`)
 
     def records(self, own: int, candidates) -> list[int]:
         """The items every tile of this sample shows: `own` first, then the picked `candidates` entries
         (mosaic partners; then the copy-paste, mixup and cutmix samples' own images and partners)."""
         out = [own] + [candidates[k] for k in self.geometry.partners or ()]
-        for second in (self.paste, self.mix, self.cut):
-            if second is not None and second.other is not None:
+        for second in (self.paste, self.mix, self.mix and self.mix.paste, self.cut, self.cut and self.cut.paste):
+            if second is not None:
                 out += [candidates[second.other]] + [candidates[k] for k in second.geometry.partners or ()]
         return out
 
 
-def draw_geometry(rng: np.random.Generator, hyp: AugmentHyp, size: int, mosaic_on: bool, candidates: int) -> Geometry:
+def draw_geometry(rng: np.random.Generator, hyp: AugmentHyp, size: int, mosaic_on: bool, candidates: int,
+                  paste_flip: bool = False) -> Geometry:
     """Mosaic or not (with probability hyp.mosaic when `mosaic_on`), its partners among `candidates` items and
     its centre, then the affine."""
     if mosaic_on and rng.random() < hyp.mosaic:
         picks = rng.integers(candidates, size=3)
         centre = draw_mosaic_centre(rng, size)
-        return Geometry((int(picks[0]), int(picks[1]), int(picks[2])), centre, draw_affine(rng, hyp, size))
-    return Geometry(None, None, draw_affine(rng, hyp, size))
+        return Geometry((int(picks[0]), int(picks[1]), int(picks[2])), centre, draw_affine(rng, hyp, size), paste_flip)
+    return Geometry(None, None, draw_affine(rng, hyp, size), paste_flip)
 
 
 def draw_sample(rng: np.random.Generator, hyp: AugmentHyp, size: int, *, mosaic_on: bool, mixup_on: bool,
@@ -123,22 +133,28 @@ def draw_sample(rng: np.random.Generator, hyp: AugmentHyp, size: int, *, mosaic_
     mixing ones, copy-paste, mixup and cutmix)."""
     if candidates < 1 and (mosaic_on or mixup_on):
         raise ValueError("a mosaic or mixup plan needs at least one candidate to pick partners from")
-    geometry = draw_geometry(rng, hyp, size, mosaic_on, candidates)
-    mix = cut = paste = None
-    if mixup_on and hyp.copy_paste and hyp.copy_paste_mode == "flip":
-        paste = Paste(None, None)
-    elif mixup_on and hyp.copy_paste and rng.random() < hyp.copy_paste:
-        paste = Paste(int(rng.integers(candidates)), draw_geometry(rng, hyp, size, mosaic_on, candidates))
+    flip = bool(mixup_on and hyp.copy_paste and hyp.copy_paste_mode == "flip")
+    geometry = draw_geometry(rng, hyp, size, mosaic_on, candidates, flip)
+    mix = cut = None
+
+    def draw_paste() -> Paste | None:   # mode "mixup"
+        if mixup_on and hyp.copy_paste and not flip and rng.random() < hyp.copy_paste:
+            return Paste(int(rng.integers(candidates)), draw_geometry(rng, hyp, size, mosaic_on, candidates))
+
+    paste = draw_paste()
     if mixup_on and hyp.mixup and rng.random() < hyp.mixup:
         other = int(rng.integers(candidates))
-        second = draw_geometry(rng, hyp, size, mosaic_on, candidates)
-        mix = Mix(other, second, draw_mixup_weight(rng))
+        second = draw_geometry(rng, hyp, size, mosaic_on, candidates, flip)
+        paste2 = draw_paste()
+        mix = Mix(other, second, draw_mixup_weight(rng), paste2)
     if mixup_on and hyp.cutmix and rng.random() < hyp.cutmix:
         other = int(rng.integers(candidates))
-        second = draw_geometry(rng, hyp, size, mosaic_on, candidates)
-        cut = Cut(other, second, draw_cut_rects(rng, size), float(rng.random()))
+        second = draw_geometry(rng, hyp, size, mosaic_on, candidates, flip)
+        paste2 = draw_paste()
+        cut = Cut(other, second, draw_cut_rects(rng, size), float(rng.random()), paste2)
+    albu = draw_albu(rng, hyp.albumentations) if hyp.albumentations else None
     hsv = draw_hsv(rng, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v)
-    return SamplePlan(geometry, mix, hsv, bool(hyp.bgr and rng.random() < hyp.bgr), cut, paste)
+    return SamplePlan(geometry, mix, hsv, bool(hyp.bgr and rng.random() < hyp.bgr), cut, paste, albu)
 
 
 def draw_batch(rng: np.random.Generator, n: int, hyp: AugmentHyp, size: int, *, mosaic_on: bool, mixup_on: bool,

@@ -4,7 +4,8 @@
 the plan's layout (`plan.sample_layout`) and affine composed into one map per tile, each tile drawn
 straight into its part of the output (`paste.paste_tile`), the labels moved and filtered by the same
 realised maps (`paste.paste_boxes` for boxes, `points.paste_labels` for polygons, keypoints and oriented
-corners); `finish_pixels` writes a rendered sample into its output slot (HSV, channel order), after `mix_in` (copy-paste, mixup, cutmix).
+corners); `finish_pixels` writes a rendered sample into its output slot (HSV, channel order), after `mix_in` (copy-paste, mixup,
+cutmix, Albumentations).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .copypaste import paste_in
+from .albu import apply as apply_albu
+from .copypaste import flip_in, paste_in
 from .cutmix import cut_in
 from .hsv import hsv_to_planes
 from .hyp import AugmentHyp
@@ -31,7 +33,8 @@ def render_labels(tiles: Sequence[tuple[np.ndarray, Labels]], geometry: Geometry
     Every object follows its pixels through its tile's realised map, clipped to the part of its tile that is
     shown and to the output, and is kept or dropped in every field alike (`points.paste_labels`: boxes as
     `paste.paste_boxes`, boxes of segmented objects rebuilt from their clipped polygons, keypoints outside
-    made 0 and renamed by `flip_idx` under a left-right flip). Returns (out, Labels in output pixels)."""
+    made 0 and renamed by `flip_idx` under a left-right flip); copy-paste mode "flip" when the geometry has it
+    (`copypaste.flip_in`). Returns (out, Labels in output pixels)."""
     n = 4 if geometry.mosaic else 1
     shapes = [t[0].shape[:2] for t in tiles[:n]]
     layout, _, matrix = sample_layout(geometry, shapes, size, hyp)
@@ -47,25 +50,37 @@ def render_labels(tiles: Sequence[tuple[np.ndarray, Labels]], geometry: Geometry
         boxes, classes = paste_boxes([x.boxes for x in labels], [x.classes for x in labels], realised, crops,
                                      size, hyp, regions)
         return out, Labels(boxes, classes)
-    return out, paste_labels(labels, realised, crops, size, hyp, regions, flip_lr=geometry.affine.flip_lr,
-                             flip_idx=flip_idx)
+    shown = paste_labels(labels, realised, crops, size, hyp, regions, flip_lr=geometry.affine.flip_lr,
+                         flip_idx=flip_idx)
+    if not geometry.paste_flip:
+        return out, shown
+    frame = (2.0 * size, 2.0 * size) if geometry.mosaic else layout[0][1][2:]   # the canvas, or the scaled image
+    return flip_in(out, shown, tiles[:n], layout, matrix, frame, hyp)
 
 
 def mix_in(res: np.ndarray, labels: Labels, plan: SamplePlan, second, hyp: AugmentHyp) -> tuple[np.ndarray, Labels]:
-    """The plan's mixing steps on rendered sample (res, labels), in Ultralytics' order: copy-paste (a segment
-    sample's, `copypaste.paste_in`), mixup (a blend, both samples' objects), then cutmix (`cutmix.cut_in`).
-    `second(other, geometry)` renders a second sample, (img, Labels), into a scratch of its own (one at a time:
-    each is used before the next is rendered)."""
-    if plan.paste is not None:
-        res2, labels2 = (None, None) if plan.paste.other is None else second(plan.paste.other, plan.paste.geometry)
-        res, labels = paste_in(res, labels, res2, labels2, plan.geometry.affine, hyp)
+    """The plan's steps after the geometry on rendered sample (res, labels), in Ultralytics' order: copy-paste mode
+    "mixup" (`copypaste.paste_in`; mode "flip" is the geometry's: `render_labels`), mixup (a blend, both samples'
+    objects), cutmix (`cutmix.cut_in`), the Albumentations that fire (`albu.apply`: pixels only). `second(other,
+    geometry)` renders a second sample, (img, Labels), into a scratch of its own (one at a time: each is used before
+    the next is rendered; mixup's and cutmix's copied before their own paste source is)."""
+    def pasted(res, labels, paste):
+        return (res, labels) if paste is None else paste_in(res, labels, *second(paste.other, paste.geometry), hyp)
+
+    def second_of(mixing):   # with its own copy-paste, as Ultralytics makes it
+        res2, labels2 = second(mixing.other, mixing.geometry)
+        return (res2, labels2) if mixing.paste is None else pasted(res2.copy(), labels2, mixing.paste)
+
+    res, labels = pasted(res, labels, plan.paste)
     if plan.mix is not None:
-        res2, labels2 = second(plan.mix.other, plan.mix.geometry)
+        res2, labels2 = second_of(plan.mix)
         blend(res, res2, plan.mix.weight, res)
         labels = Labels.concat([labels, labels2])
     if plan.cut is not None:
-        res2, labels2 = second(plan.cut.other, plan.cut.geometry)
+        res2, labels2 = second_of(plan.cut)
         res, labels = cut_in(res, labels, res2, labels2, plan.cut.rects, plan.cut.pick, hyp)
+    if plan.albu is not None:
+        apply_albu(res, plan.albu, hyp.albumentations)
     return res, labels
 
 

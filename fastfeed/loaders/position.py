@@ -146,7 +146,8 @@ def state_of(loader, epoch: int, batches: int) -> dict:
             "records": len(loader.store), "order": identity_at(loader.order.identity(), epoch),
             "world_size": loader.world_size, "batch_size": c.batch_size, "seed": c.seed, "workers": c.workers,
             "partner_buffer": getattr(opts, "partner_buffer", None), "imgsz": c.imgsz, "augment": c.augment,
-            "hyp": asdict(c.hyp), "close_mosaic": c.close_mosaic, "epochs": c.epochs, "task": loader.task}
+            "hyp": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(c.hyp).items()},   # as JSON reads it
+            "close_mosaic": c.close_mosaic, "epochs": c.epochs, "task": loader.task}
 
 
 def legacy_state(loader, epoch: int, batches: int, *, batch_size: int | None = None,

@@ -3,7 +3,8 @@ beyond the base set it renders, per-object segment masks), and every refusal a l
 layout or an augmentation comes from it (`Renders.refuse`, called by `Loader.__init__` before any set-up).
 
 Every renderer draws the base plan (mosaic, the affine, flips, HSV); `OPTIONAL` are the `AugmentHyp` fields
-a renderer may not: a nonzero value asked of a renderer that does not declare it is refused by name.
+a renderer may not: a nonzero (non-empty) value asked of a renderer that does not declare it is refused by name.
+(`fraction` is no renderer's: a subset of the records, the loader's order, which every loader takes.)
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from ..tasks import get as task_spec
 from .tasks import UnsupportedTask, batch_task
 
 # The AugmentHyp fields (a probability or gain; 0: off) that not every renderer draws.
-OPTIONAL = ("mixup", "cutmix", "copy_paste", "perspective", "bgr")
+OPTIONAL = ("mixup", "cutmix", "copy_paste", "perspective", "bgr", "albumentations")
 
 
 class UnsupportedAugmentation(ValueError):
@@ -47,7 +48,7 @@ class Renders:
                                   f"{_loaders(lambda r: r.object_masks)} loader for {where}")
         missing = [k for k in asked(cfg.hyp) if k not in self.augmentations]
         if cfg.augment and missing:
-            said = ", ".join(f"{k}={getattr(cfg.hyp, k)}" for k in missing)
+            said = ", ".join(f"{k}={_value(cfg.hyp, k)}" for k in missing)
             raise UnsupportedAugmentation(f"the {name} loader does not render {said}: set "
                                           f"{'them' if len(missing) > 1 else 'it'} to 0, or use the "
                                           f"{_loaders(lambda r: set(missing) <= r.augmentations)} loader")
@@ -59,9 +60,16 @@ def asked(hyp) -> list[str]:
 
 
 CPU = Renders(("cpu", "shm"), TASKS, frozenset(OPTIONAL), True)        # augment.render_labels, mix_in, finish_pixels
-DEVICE = Renders(("device",), TASKS, frozenset(), False)               # loaders/device/render.py
+DEVICE = Renders(("device",), TASKS, frozenset({"perspective", "bgr"}), False)   # loaders/device/render.py
 DALI = Renders(("dali",), TASKS[:1], frozenset({"mixup"}), False)      # loaders/dali/graph.py: boxes only (detect)
 RENDERERS = (CPU, DEVICE, DALI)
+
+
+def _value(hyp, k: str) -> str:
+    if k == "albumentations":
+        from ..augment.albu import names
+        return f"[{names(hyp.albumentations)}]"
+    return str(getattr(hyp, k))
 
 
 def renderer(loader: str) -> Renders:

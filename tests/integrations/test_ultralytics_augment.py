@@ -96,13 +96,17 @@ def test_bgr_share_inside_ultralytics_spread(painted_yolo, tmp_path):  # noqa: F
     assert not any(_bgr_flips(_fastfeed_samples(painted_yolo, tmp_path, 0, n=48, **NO_COLOUR)))
 
 
-@pytest.mark.parametrize("fraction", [0.5, 7])
-def test_fraction_trains_on_the_images_ultralytics_would(painted_yolo, tmp_path, fraction):  # noqa: F811
+@pytest.mark.parametrize(("fraction", "loader"), [(0.5, "cpu"), (7, "cpu"), (0.5, "device")])
+def test_fraction_trains_on_the_images_ultralytics_would(painted_yolo, tmp_path, fraction, loader,  # noqa: F811
+                                                         monkeypatch):
+    """Every loader: `fraction` picks records, it renders nothing."""
+    monkeypatch.setenv("FASTFEED_LOADER", loader)
     _, theirs = train_loader_of(DetectionTrainer, painted_yolo, tmp_path, fraction=fraction)
     trainer, ours = train_loader_of(FastfeedTrainer, painted_yolo, tmp_path, fraction=fraction, batch=2)
     try:
         files = {Path(f).name for f in theirs.dataset.im_files}
-        assert len(files) == (12 if fraction == 0.5 else 7)
+        assert len(files) == (12 if fraction == 0.5 else 7) == len(ours.dataset) == len(theirs.dataset)
+        assert {Path(x["im_file"]).name for x in ours.dataset.labels} == files
         seen = set()
         for epoch in range(3):
             trainer.epoch = epoch
@@ -166,10 +170,11 @@ def test_cutmix_mixed_area_share_inside_ultralytics_spread(painted_yolo, tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["flip", "mixup"])
-def test_copy_paste_objects_and_pasted_pixels_inside_ultralytics_spread(tmp_path, monkeypatch, mode):
+@pytest.mark.parametrize(("mode", "mixup"), [("flip", 0.0), ("mixup", 0.0), ("flip", 1.0), ("mixup", 1.0)])
+def test_copy_paste_objects_and_pasted_pixels_inside_ultralytics_spread(tmp_path, monkeypatch, mode, mixup):
     """A painted segment set (segment trainers on both sides), copy_paste=0.5: objects per image, and (mode "mixup",
-    where both paste into the finished sample) the share of its pixels pasted."""
+    where both paste into the finished sample) the share of its pixels pasted. With mixup=1 the second sample gets
+    its own copy-paste on both sides (Ultralytics' MixUp makes it with the pre_transform that holds CopyPaste)."""
     from ultra_task_data import make_set
     from ultralytics.data import augment
     from ultralytics.models.yolo.segment import SegmentationTrainer
@@ -180,15 +185,78 @@ def test_copy_paste_objects_and_pasted_pixels_inside_ultralytics_spread(tmp_path
     data, size, shares = make_set(tmp_path / "seg", "segment", n=16), 128, []
     _spy(monkeypatch, augment.CopyPaste, "apply_image", lambda out, self, labels, params: shares.append(
         float(params["im_new"].mean())))   # the pasted objects' mask, drawn by apply_image
-    over = {**NO_COLOUR, "copy_paste": 0.5, "copy_paste_mode": mode, "imgsz": size, "trainer": SegmentationTrainer}
+    over = {**NO_COLOUR, "copy_paste": 0.5, "copy_paste_mode": mode, "imgsz": size, "trainer": SegmentationTrainer,
+            "mixup": mixup}
     both = _their_spread(data, tmp_path, shares, lambda seen, samples: (np.mean([k for _, k in samples]),
                                                                          np.sum(seen) / SAMPLES), **over)
     theirs, their_shares = [float(b[0]) for b in both], [float(b[1]) for b in both]
     _spy(monkeypatch, copypaste, "rasterise", lambda mask, *_: shares.append(float((mask > 0).mean())))
     shares.clear()
     over["trainer"] = FastfeedSegmentationTrainer
-    ours = _inside([k for _, k in _fastfeed_samples(data, tmp_path, 0, **over)], theirs, f"{mode}: objects per image")
+    ours = _inside([k for _, k in _fastfeed_samples(data, tmp_path, 0, **over)], theirs,
+                   f"{mode}, mixup={mixup}: objects per image")
     plain = np.mean([k for _, k in _fastfeed_samples(data, tmp_path, 0, **{**over, "copy_paste": 0.0})])
     assert ours > plain + 0.1
-    if mode == "mixup":   # (in mode flip Ultralytics pastes into its 2S mosaic canvas: another frame)
+    if mode == "mixup" and not mixup:   # (in mode flip Ultralytics pastes into its 2S mosaic canvas: another frame)
         _inside(shares + [0.0] * (SAMPLES - len(shares)), their_shares, "mixup: pasted-pixel share")
+
+
+def test_albumentations_share_inside_ultralytics_spread(painted_yolo, tmp_path, monkeypatch):  # noqa: F811
+    """A user's augmentations=[...] (Ultralytics' hyp key) through each trainer: how often each transform runs per
+    sample, counted where Albumentations runs it (the same classes on both sides)."""
+    A = pytest.importorskip("albumentations")
+    fired = []
+    for cls in (A.Blur, A.ToGray):
+        _spy(monkeypatch, cls, "apply", lambda out, self, *_: fired.append(type(self).__name__))
+    over = {**NO_COLOUR, "augmentations": [A.Blur(p=0.2), A.ToGray(p=0.1)]}
+
+    def share(seen, samples, name):
+        return seen.count(name) / len(samples)
+
+    for name, p in (("Blur", 0.2), ("ToGray", 0.1)):
+        theirs = _their_spread(painted_yolo, tmp_path, fired, lambda seen, samples, n=name: share(seen, samples, n), **over)
+        fired.clear()
+        samples = _fastfeed_samples(painted_yolo, tmp_path, 0, **over)
+        ours = _inside([1.0] * fired.count(name) + [0.0] * (len(samples) - fired.count(name)), theirs,
+                       f"Albumentations {name} share")
+        assert abs(ours - p) < 0.07
+
+
+def test_default_albumentations_are_ultralytics_list_on_the_cpu_loader_and_named_on_the_device_one(painted_yolo,  # noqa: F811
+                                                                                                   tmp_path):
+    pytest.importorskip("albumentations")
+    from ultralytics.cfg import DEFAULT_CFG, get_cfg
+
+    from fastfeed.augment.albu import names
+    from fastfeed.integrations.ultralytics.args import augment_hyp, unsupported
+
+    args = get_cfg(DEFAULT_CFG, {})
+    assert names(augment_hyp(args).albumentations) == "Blur(p=0.01), MedianBlur(p=0.01), ToGray(p=0.01), CLAHE(p=0.01)"
+    assert augment_hyp(args, "device").albumentations == () and not unsupported(args)
+    assert ("Albumentations (Blur, MedianBlur, ToGray, CLAHE): the device loader does not apply them (the cpu and shm "
+            "loaders do); training without them") in unsupported(args, loader="device")
+
+
+def test_without_albumentations_it_says_so_once_and_trains_on(monkeypatch):
+    import logging
+    import sys
+
+    from ultralytics.cfg import DEFAULT_CFG, get_cfg
+
+    import fastfeed.integrations.ultralytics.args as args_module
+
+    monkeypatch.setitem(sys.modules, "albumentations", None)   # `import albumentations` raises ImportError
+    monkeypatch.setattr(args_module, "_built", {})
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    args_module.log.addHandler(handler)
+    try:
+        args = get_cfg(DEFAULT_CFG, {})
+        assert args_module.augment_hyp(args).albumentations == () == args_module.augment_hyp(args).albumentations
+        assert not args_module.unsupported(args) and not args_module.unsupported(args, loader="device")
+    finally:
+        args_module.log.removeHandler(handler)
+    assert [m for m in seen if "albumentations is not installed" in m] == [
+        "fastfeed: albumentations is not installed: training without Ultralytics' default Albumentations "
+        "(`pip install -e '.[albumentations]'` applies them)"]

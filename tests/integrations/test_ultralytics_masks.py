@@ -74,7 +74,8 @@ def test_with_augmentation_off_the_segment_feed_is_ultralytics_own_dataset(tmp_p
     root = make_set(tmp_path / "seg", "segment")
     pack(PackConfig(src=root / "data.yaml", split="train", out=tmp_path / "seg.ff", progress=False, task="segment"))
     args = get_cfg(DEFAULT_CFG, overrides={"task": "segment", "imgsz": imgsz, "mosaic": 0.0, "scale": 0.0,
-                                           "translate": 0.0, "fliplr": fliplr, "hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0})
+                                           "translate": 0.0, "fliplr": fliplr, "hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0,
+                                           "augmentations": []})   # no Albumentations either side
     theirs = build_yolo_dataset(args, str(root / "images" / "train"), 4, {"names": ["a", "b"], "nc": 2, "channels": 3},
                                 mode="train")
     by_name = {p.rsplit("/", 1)[-1]: k for k, p in enumerate(theirs.im_files)}

@@ -161,10 +161,10 @@ def test_arguments_we_cannot_honour_are_named(monkeypatch):
     for name in ("bgr=", "fraction=", "mixup=", "perspective=", "cutmix=", "copy_paste="):   # the cpu and shm loaders do
         assert name not in found
     said = " | ".join(unsupported(args, loader="device"))   # what the device loader's renderer does not draw
-    assert "bgr=0.1: the device loader does not render it (the cpu and shm loaders do); training without it" in said
-    assert "mixup=0.2: the device loader does not render it" in said
+    assert "cutmix=0.1: the device loader does not render it (the cpu and shm loaders do); training without it" in said
+    assert "mixup=0.2: the device loader does not render it" in said and "bgr=" not in said   # the device does bgr
     hyp = augment_hyp(args, "device")
-    assert (hyp.bgr, hyp.mixup) == (0.0, 0.0) and (augment_hyp(args).bgr, augment_hyp(args).mixup) == (0.1, 0.2)
+    assert (hyp.cutmix, hyp.mixup, hyp.bgr) == (0.0, 0.0, 0.1) and (augment_hyp(args).cutmix, augment_hyp(args).mixup) == (0.1, 0.2)
     assert augment_hyp(args, "dali").mixup == 0.2
     plain = get_cfg(DEFAULT_CFG, {})
     assert not [m for m in unsupported(plain) if "albumentations" not in m]

@@ -130,7 +130,7 @@ def test_the_trainers_batches_put_masks_keypoints_and_rotated_boxes_on_the_paint
     monkeypatch.setenv("FASTFEED_LOADER", loader)   # device: images float in [0, 1] on the trainer's device (CPU)
     data = make_set(tmp_path / task, task)
     trainer = trainer_for(task, data / "data.yaml", tmp_path / "runs", imgsz=96, classes=[0], close_mosaic=0,
-                          epochs=3, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0)
+                          epochs=3, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0, augmentations=[])
     trainer.model = trainer.get_model(cfg=MODELS[task], verbose=False)
     feed = trainer.get_dataloader(trainer.data["train"], batch_size=4, rank=-1, mode="train")
     shares = []
@@ -138,7 +138,7 @@ def test_the_trainers_batches_put_masks_keypoints_and_rotated_boxes_on_the_paint
         for b in feed:
             assert set(b["cls"].view(-1).tolist()) <= {0.0}
             img = b["img"].numpy() if loader == "cpu" else (b["img"].float() * 255).round().numpy()
-            red = (img[:, 0] > 200) & (img[:, 1] < 60)   # RGB: the paint, kept exactly (no HSV jitter)
+            red = (img[:, 0] > 200) & (img[:, 1] < 60)   # RGB: the paint, kept exactly (no HSV, no Albumentations)
             for r in range(len(b["cls"])):
                 shares += on_paint(task, b, r, red, 96)
     finally:

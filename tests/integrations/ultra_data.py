@@ -24,7 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 from sample_export import export, yolo_line  # noqa: E402  (tools/: the sample written as a downloaded dataset)
 
 RED = (230, 20, 20)
-NO_COLOUR = {"hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0}   # Ultralytics' arguments that keep the paint exactly red
+# Ultralytics' arguments that keep the paint exactly red: no HSV, no Albumentations (ToGray, CLAHE, ...: on by default
+# wherever albumentations is installed, on both sides)
+NO_COLOUR = {"hsv_h": 0.0, "hsv_s": 0.0, "hsv_v": 0.0, "augmentations": []}
 
 
 def write_data_yaml(root: Path, names: list[str], split: str = "train2017") -> Path:

@@ -24,8 +24,9 @@ _NO_CACHE = {"false", "disk", "none", ""}
 # Ultralytics' augmentation arguments that fastfeed's AugmentHyp has under the same name and meaning.
 # (hsv_h: theirs scales hue in OpenCV's 0..180 space, ours rotates it; same range, statistically close.)
 # The OPTIONAL ones (`loaders.renders`) are honoured by the loaders that render them, else warned about and set to 0.
+# Albumentations come from Ultralytics' `augmentations` (or its default list): `albumentations` below.
 HYP_ARGS = ("mosaic", "mixup", "degrees", "translate", "scale", "shear", "fliplr", "flipud", "hsv_h", "hsv_s", "hsv_v",
-            *OPTIONAL)
+            *(k for k in OPTIONAL if k != "albumentations"))
 
 
 # The loaders FastfeedTrainer takes: uint8 host batches that Ultralytics' preprocess_batch moves and converts
@@ -75,12 +76,38 @@ def augment_hyp(args, loader: str = "cpu") -> AugmentHyp:
     Ultralytics argument."""
     drawn = renderer(loader).augmentations
     values = {name: getattr(args, name) if name in drawn or name not in OPTIONAL else 0.0 for name in HYP_ARGS}
+    values["albumentations"] = albumentations(args)[0] if "albumentations" in drawn else ()
     values["copy_paste_mode"] = getattr(args, "copy_paste_mode", "flip")
     values["scale"] = _scale(values["scale"])
     try:
         return AugmentHyp(**values)
     except ValueError as e:
         raise ValueError(f"Ultralytics argument out of the range fastfeed supports: {e}") from None
+
+
+def albumentations(args) -> tuple[list, list]:
+    """(the pixel-level transforms, the spatial ones) of the Albumentations step Ultralytics' loader would build for
+    `args` (its `Albumentations`: the user's `augmentations=[...]`, else its default list; nothing when albumentations
+    is not installed, said once)."""
+    try:
+        from ultralytics.data.augment import Albumentations
+    except ImportError:   # no Ultralytics: no default list to take
+        return [], []
+    given = getattr(args, "augmentations", None)
+    step = _built.get(repr(given))
+    if step is None:   # built (and logged by Ultralytics) once per list; so is the line below
+        step = _built[repr(given)] = Albumentations(p=1.0, transforms=given)
+        if step.transform is None:
+            log.info("fastfeed: albumentations is not installed: training without Ultralytics' default "
+                     "Albumentations (`pip install -e '.[albumentations]'` applies them)")
+    if step.transform is None:
+        return [], []
+    from ...augment.albu import spatial
+    transforms = [t for t in step.transform.transforms if t.p > 0]
+    return [t for t in transforms if not spatial(t)], [t for t in transforms if spatial(t)]
+
+
+_built: dict = {}
 
 
 def task_fields(args, task: str) -> dict:
@@ -106,11 +133,14 @@ def unsupported(args, task: str = "detect", loader: str = "cpu") -> list[str]:
         out.append("classes=[...] with overlap_mask=True: fastfeed drops the other classes' objects after the masks are "
                    "drawn, so where one of them lay over a kept object that object's mask reads as background "
                    "(Ultralytics drops them before drawing); overlap_mask=False keeps every kept mask whole")
-    if getattr(args, "augmentations", None):
-        out.append("augmentations=[...]: custom Albumentations transforms are not applied by fastfeed's loaders")
-    elif importlib.util.find_spec("albumentations") is not None:
-        out.append("albumentations is installed, so Ultralytics' loader would apply its default Albumentations "
-                   "(Blur, MedianBlur, ToGray, CLAHE at p=0.01); fastfeed's loaders do not")
+    pixel, spatial = albumentations(args) if "albumentations" in drawn or importlib.util.find_spec("albumentations") \
+        else ([], [])
+    if spatial:
+        out.append(f"augmentations=[...]: {', '.join(type(t).__name__ for t in spatial)} move the image's geometry; "
+                   f"fastfeed applies pixel-level Albumentations only: training without them")
+    if pixel and "albumentations" not in drawn:
+        out.append(f"Albumentations ({', '.join(type(t).__name__ for t in pixel)}): the {loader} loader does not apply "
+                   f"them (the cpu and shm loaders do); training without them")
     if getattr(args, "rect", False):
         out.append("rect=True: fastfeed trains on square batches (as Ultralytics' own shuffled loader does)")
     return out
@@ -136,4 +166,7 @@ def warn_unsupported(args, task: str = "detect", loader: str = "cpu") -> None:
 
 
 def describe(hyp: AugmentHyp) -> str:
-    return ", ".join(f"{f.name}={getattr(hyp, f.name)}" for f in fields(hyp) if f.name in HYP_ARGS)
+    from ...augment.albu import names
+
+    return ", ".join([f"{f.name}={getattr(hyp, f.name)}" for f in fields(hyp) if f.name in HYP_ARGS] +
+                     [f"albumentations={names(hyp.albumentations)}"] * bool(hyp.albumentations))

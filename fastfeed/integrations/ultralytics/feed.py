@@ -25,17 +25,18 @@ from .report import FeedClock, shm_cache_line
 
 
 class StoreDataset:
-    """`train_loader.dataset`: the store's size and labels, and the switch that closes mosaic."""
+    """`train_loader.dataset`: the size and labels of the records trained on (`fraction`'s first ones), and the
+    switch that closes mosaic."""
 
     def __init__(self, feed: FastfeedTrainLoader):
         self._feed = feed
 
     def __len__(self) -> int:
-        return len(self._feed.store)
+        return self._feed.records
 
     @cached_property
     def labels(self) -> list[dict]:
-        return labels(self._feed.info, self._feed.class_filter)
+        return labels(self._feed.info, self._feed.class_filter)[:self._feed.records]
 
     @property
     def mosaic(self) -> bool:
@@ -73,8 +74,10 @@ class FastfeedTrainLoader:
     """
 
     def __init__(self, name: str, store, cfg: LoaderConfig, *, epoch_of: Callable[[], int] | None = None,
-                 image_dir: Path | None = None, class_filter: ClassFilter | None = None, options: dict | None = None):
+                 image_dir: Path | None = None, class_filter: ClassFilter | None = None, options: dict | None = None,
+                 records: int | None = None):
         self.name, self.store, self.cfg, self.options = name, store, cfg, dict(options or {})
+        self.records = len(store) if records is None else int(records)   # the first ones: `fraction`
         self.rank, self.world_size = cfg.resolved_rank()
         self.info = read_records(store, image_dir)
         self.class_filter = class_filter or ClassFilter()

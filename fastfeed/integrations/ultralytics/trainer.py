@@ -134,7 +134,7 @@ class FastfeedMixin(StoppableMixin):
         ref = weakref.ref(self)
         image_dir = Path(dataset_path) if isinstance(dataset_path, (str, os.PathLike)) else None
         feed = FastfeedTrainLoader(name, store, cfg, epoch_of=lambda: getattr(ref(), "epoch", 0), options=options,
-                                   image_dir=image_dir, class_filter=ClassFilter(self.args.classes, self.args.single_cls))
+                                   image_dir=image_dir, records=count, class_filter=ClassFilter(self.args.classes, self.args.single_cls))
         if RANK in (-1, 0):
             where = f", {options['dtype']} images made on {self.device}" if feed.on_device else ""
             if tasks.get(cfg.task).extra == "masks":

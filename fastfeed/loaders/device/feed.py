@@ -60,6 +60,7 @@ class DeviceFeed(DevicePrefetcher):
         self.size, self.fill = cfg.imgsz, cfg.hyp.fill
         h = cfg.hyp
         self.jitter = (cfg.augment and bool(h.hsv_h or h.hsv_s or h.hsv_v), bool(h.hsv_h))
+        self.drawn = {"projective": cfg.augment and bool(h.perspective), "bgr": cfg.augment and bool(h.bgr)}
         self.images: dict[int, torch.Tensor] = {}   # decoded records a partner buffer still lists
         self.live: dict[int, set] = {}               # planning worker -> records in its partner buffer
         self.seconds = {"decode": 0.0, "augment": 0.0}
@@ -143,14 +144,14 @@ class DeviceFeed(DevicePrefetcher):
 
     def _render(self, plan: Plan, pixels: torch.Tensor, base: np.ndarray) -> torch.Tensor:
         b = len(plan.tiles)
-        floats = np.concatenate([plan.minv.reshape(b, 6), plan.centre, plan.region.reshape(b, 16),
-                                 plan.place.reshape(b, 12), plan.hsv], axis=1).astype(np.float32)
+        floats = np.concatenate([plan.minv.reshape(b, 9), plan.centre, plan.region.reshape(b, 16),
+                                 plan.place.reshape(b, 12), plan.hsv, plan.bgr[:, None]], axis=1).astype(np.float32)
         ints = np.concatenate([base, plan.shapes.reshape(b, 8)], axis=1).astype(np.int64)
         f = self._upload(torch.from_numpy(floats)) if self.accelerated else torch.from_numpy(floats)
         i = self._upload(torch.from_numpy(ints)) if self.accelerated else torch.from_numpy(ints)
-        p = Params(f[:, 0:6].reshape(b, 2, 3), f[:, 6:8], f[:, 8:24].reshape(b, 4, 4), f[:, 24:36].reshape(b, 4, 3),
-                   f[:, 36:39], i[:, 0:4], i[:, 4:12].reshape(b, 4, 2))
-        return render(pixels, p, self.size, self.fill, self.jitter, self.dtype)
+        p = Params(f[:, 0:9].reshape(b, 3, 3), f[:, 9:11], f[:, 11:27].reshape(b, 4, 4), f[:, 27:39].reshape(b, 4, 3),
+                   f[:, 39:42], i[:, 0:4], i[:, 4:12].reshape(b, 4, 2), f[:, 42])
+        return render(pixels, p, self.size, self.fill, self.jitter, self.dtype, **self.drawn)
 
     def device_seconds(self) -> dict[str, float]:
         if self._events:

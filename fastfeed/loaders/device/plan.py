@@ -66,11 +66,12 @@ class Plan:
     token: int                # which worker planned it (its partner buffer)
     tiles: np.ndarray         # int64 [B,4] record index per tile, -1: unused
     shapes: np.ndarray        # int64 [B,4,2] (h, w) of each tile's pixels
-    minv: np.ndarray          # float64 [B,2,3] output pixel -> mid frame (canvas / letterbox frame)
+    minv: np.ndarray          # float64 [B,3,3] output pixel -> mid frame (canvas / letterbox frame)
     centre: np.ndarray        # float64 [B,2] the mosaic centre in the mid frame (inf: one tile)
     region: np.ndarray        # float64 [B,4,4] x1,y1,x2,y2: where each tile shows, in the mid frame
     place: np.ndarray         # float64 [B,4,3] r, ox, oy: tile pixel u -> mid frame r*u + o
     hsv: np.ndarray           # float64 [B,3] hue turn, saturation and value factors
+    bgr: np.ndarray           # float64 [B] 1: the channels in BGR order
     targets: np.ndarray       # float32 [M,6]
     live: np.ndarray          # int64: the records in the partner buffer after this batch
     items: list = field(default_factory=list)
@@ -166,9 +167,10 @@ class Planner:
             regions.append([rg for _, rg in layout] + [(0.0, 0.0, 0.0, 0.0)] * pad)
             per_tile += [(j, t, tl) for t, tl in enumerate(shown)]
             hsv.append((0.0, 1.0, 1.0) if plan is None or plan.hsv is None else plan.hsv)
-        p = Plan(self.token, np.array(tiles, np.int64), np.array(shapes, np.int64), np.linalg.inv(matrices)[:, :2],
+        p = Plan(self.token, np.array(tiles, np.int64), np.array(shapes, np.int64), np.linalg.inv(matrices),
                  np.array(centres, np.float64), np.array(regions, np.float64), np.array(places, np.float64),
-                 np.array(hsv, np.float64), np.zeros((0, 6), np.float32),
+                 np.array(hsv, np.float64), np.array([bool(q and q.bgr) for q in plans or [None] * b], np.float64),
+                 np.zeros((0, 6), np.float32),
                  np.array([t.record for t in self.partners.items], np.int64), items)
         p.targets, p.extras = self.labels.targets(matrices, p, per_tile, plans, self.hyp, masks)
         times["plan"] += perf_counter() - t0

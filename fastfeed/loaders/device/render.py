@@ -1,11 +1,13 @@
-"""The pixels of a batch, on the device: mosaic, affine, flip and letterbox as one sampling map per
-output pixel, then HSV, batched over samples with per-sample parameters (torch only).
+"""The pixels of a batch, on the device: mosaic, affine (perspective included), flip and letterbox as one sampling
+map per output pixel, then HSV and the channel order (`bgr`), batched over samples with per-sample parameters
+(torch only).
 
 What `augment/paste.py` does on the CPU tile by tile, here for every output pixel at once. For the
 pixel centre (x+0.5, y+0.5) of sample b:
 
     p = Minv_b (x+0.5, y+0.5)                    back into the mid frame (the mosaic canvas, or the
                                                  image itself): Minv undoes the affine, flips included
+                                                 (with perspective, a 3x3: divided by its last row)
     t = [p.x >= xc] + 2 [p.y >= yc]              the tile: mosaic_layout's quadrants around the centre
                                                  (one-tile samples: centre at infinity, so t = 0)
     inside = region_t contains p                 else the fill (114)
@@ -40,25 +42,29 @@ def chunk_pixels(device: torch.device) -> int:
 class Params:
     """One batch's sampling parameters on the device (plan.Plan's arrays, float32 / int64)."""
 
-    minv: torch.Tensor     # [B,2,3]
+    minv: torch.Tensor     # [B,3,3]
     centre: torch.Tensor   # [B,2]
     region: torch.Tensor   # [B,4,4]
     place: torch.Tensor    # [B,4,3]
     hsv: torch.Tensor      # [B,3]
     base: torch.Tensor     # int64 [B,4] first pixel row of each tile in the flat buffer
     shape: torch.Tensor    # int64 [B,4,2] (h, w) of each tile
+    bgr: torch.Tensor      # [B] 1: the sample's channels in BGR order
 
     def __getitem__(self, sl: slice) -> Params:
         return Params(*(getattr(self, f)[sl] for f in self.__dataclass_fields__))
 
 
-def _chunk(pixels: torch.Tensor, p: Params, size: int, fill: float) -> torch.Tensor:
+def _chunk(pixels: torch.Tensor, p: Params, size: int, fill: float, projective: bool) -> torch.Tensor:
     b, dev = p.minv.shape[0], pixels.device
     c = torch.arange(size, device=dev, dtype=torch.float32) + 0.5
     cx, cy = c.view(1, 1, size), c.view(1, size, 1)
-    m = p.minv.reshape(b, 6, 1, 1)
+    m = p.minv.reshape(b, 9, 1, 1)
     px = m[:, 0] * cx + m[:, 1] * cy + m[:, 2]                                     # [b,S,S] mid frame
     py = m[:, 3] * cx + m[:, 4] * cy + m[:, 5]
+    if projective:
+        w = m[:, 6] * cx + m[:, 7] * cy + m[:, 8]
+        px, py = px / w, py / w
     t = (px >= p.centre[:, 0, None, None]).long() + 2 * (py >= p.centre[:, 1, None, None]).long()
     key = t + 4 * torch.arange(b, device=dev).view(b, 1, 1)                        # index into [b*4] tables
     reg = p.region.reshape(-1, 4)[key]
@@ -91,15 +97,19 @@ def _chunk(pixels: torch.Tensor, p: Params, size: int, fill: float) -> torch.Ten
 
 
 def render(pixels: torch.Tensor, p: Params, size: int, fill: int, jitter: tuple[bool, bool],
-           dtype: torch.dtype = torch.float32) -> torch.Tensor:
+           dtype: torch.dtype = torch.float32, *, projective: bool = False, bgr: bool = False) -> torch.Tensor:
     """The batch's images, `dtype` [B,3,S,S] in [0,1]. pixels: uint8 [P,3] on the device; jitter: (any HSV
-    gain, a hue gain): apply `device_augment.hsv_jitter` with p.hsv (the hue turn only with a hue gain)."""
+    gain, a hue gain): apply `device_augment.hsv_jitter` with p.hsv (the hue turn only with a hue gain);
+    projective: p.minv has a perspective row (else it is taken as affine); bgr: reverse the channels of the samples
+    p.bgr marks (known from the hyp on the host: no sync here)."""
     b = p.minv.shape[0]
     out = torch.empty((b, 3, size, size), dtype=torch.float32, device=pixels.device)
     step = max(1, chunk_pixels(pixels.device) // (size * size))
     for s in range(0, b, step):
-        out[s:s + step] = _chunk(pixels, p[s:s + step], size, float(fill))
+        out[s:s + step] = _chunk(pixels, p[s:s + step], size, float(fill), projective)
     out.div_(255.0)
     if jitter[0]:
         out = hsv_jitter(out, p.hsv[:, 0] if jitter[1] else None, p.hsv[:, 1], p.hsv[:, 2])
+    if bgr:
+        out = torch.where(p.bgr.view(b, 1, 1, 1) > 0.5, out.flip(1), out)
     return out if dtype == torch.float32 else out.to(dtype)
