@@ -73,7 +73,7 @@ class CpuDdpTrainer(RecordingTrainer):
 
     def _report(self):
         feed = self.train_loader
-        lease = getattr(feed.loader, "cache", None)
+        lease = getattr(feed.loader, "lease", None)
         report = {"rank": RANK, "loader": feed.name, "loader_rank": feed.rank, "loader_world": feed.world_size,
                   "batch_size": feed.batch_size, "batches": len(feed), "seen": self._seen,
                   "ddp_model": type(self.model).__name__, "cache": str(lease.path) if lease else None,
