@@ -119,8 +119,15 @@ def device_name(device) -> str | None:
 
 
 def rng_state(device: torch.device) -> dict:
-    """The torch generators' states: the CPU's, and the accelerator's when `device` is one (checkpoints)."""
-    state = {"torch": torch.get_rng_state()}
+    """The process's random generators: Python's, numpy's (its key as a tensor, so a checkpoint loads with
+    weights_only), torch's CPU one and the accelerator's when `device` is one (checkpoints)."""
+    import random
+
+    import numpy as np
+
+    kind, key, pos, has_gauss, gauss = np.random.get_state()
+    state = {"python": random.getstate(), "numpy": (kind, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, gauss),
+             "torch": torch.get_rng_state()}
     mod = accelerator_module(device)
     if mod is not None:
         state[device.type] = mod.get_rng_state(device)
@@ -128,6 +135,16 @@ def rng_state(device: torch.device) -> dict:
 
 
 def set_rng_state(state: dict, device: torch.device) -> None:
+    """`rng_state`'s generators back (one saved before Python's and numpy's were kept has torch's alone)."""
+    import random
+
+    import numpy as np
+
+    if "python" in state:
+        random.setstate(state["python"])
+    if "numpy" in state:
+        kind, key, *rest = state["numpy"]
+        np.random.set_state((kind, np.asarray(key, dtype=np.uint32), *rest))
     torch.set_rng_state(state["torch"])
     if device.type in state:
         accelerator_module(device).set_rng_state(state[device.type], device)

@@ -79,6 +79,15 @@ def all_min(value: int, d: Dist, device: torch.device) -> int:
     return int(t.item())
 
 
+def gather(obj, d: Dist) -> list:
+    """`obj` of every rank, in rank order, on every rank (one all_gather_object; none with one process)."""
+    if d.world_size == 1:
+        return [obj]
+    out = [None] * d.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def backend(d: Dist, device: torch.device) -> str:
     """The process group's backend (or the one this device would get)."""
     if d.world_size > 1 and dist.is_initialized():

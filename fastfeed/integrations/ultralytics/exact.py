@@ -16,7 +16,6 @@ resume moved, the learning rates and momentum) that the uninterrupted run has at
 
 from __future__ import annotations
 
-import random
 import sys
 
 import numpy as np
@@ -39,24 +38,13 @@ def _cpu(value):
     return value
 
 
-def _rng_states(device) -> dict:
-    """Python's, numpy's and torch's generators (the accelerator's through fastfeed.devices, the one device rule)."""
-    return {"python": random.getstate(), "numpy": np.random.get_state(), **rng_state(torch.device(device))}
-
-
-def _set_rng_states(states: dict, device) -> None:
-    random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
-    set_rng_state(states, torch.device(device))
-
-
 def training_state(trainer) -> dict:
     """The state a mid-epoch last.pt of FastfeedTrainer `trainer` keeps for an exact resume."""
     rhythm, feed = trainer.ff_rhythm, trainer.train_loader
     epoch_loss = rhythm.epoch_mean(trainer.epoch, trainer.tloss, feed.position) if rhythm else trainer.tloss
     return {"model": _cpu(unwrap_model(trainer.model).state_dict()), "ema": _cpu(trainer.ema.ema.state_dict()),
             "updates": int(trainer.ema.updates), "optimizer": _cpu(trainer.optimizer.state_dict()),
-            "scaler": trainer.scaler.state_dict(), "rng": _rng_states(trainer.device), "last_step": int(trainer.ff_last_step),
+            "scaler": trainer.scaler.state_dict(), "rng": rng_state(torch.device(trainer.device)), "last_step": int(trainer.ff_last_step),
             "epoch_loss": _cpu(epoch_loss),   # and the gradients of batches after the last step (at an epoch's end)
             "grads": [_cpu(p.grad) for p in unwrap_model(trainer.model).parameters()]}
 
@@ -76,7 +64,7 @@ def restore_training_state(trainer, state: dict, one_process: bool) -> None:
     if state.get("scaler"):
         trainer.scaler.load_state_dict(state["scaler"])
     if one_process:
-        _set_rng_states(state["rng"], trainer.device)
+        set_rng_state(state["rng"], torch.device(trainer.device))
 
 
 class Rhythm:
