@@ -10,6 +10,7 @@ accelerator's torch module (`torch.cuda`, `torch.npu`). Torch only, so a bare GP
 from __future__ import annotations
 
 import os
+import random
 import re
 
 import torch
@@ -121,12 +122,10 @@ def device_name(device) -> str | None:
 def rng_state(device: torch.device) -> dict:
     """The process's random generators: Python's, numpy's (its key as a tensor, so a checkpoint loads with
     weights_only), torch's CPU one and the accelerator's when `device` is one (checkpoints)."""
-    import random
-
     import numpy as np
 
-    kind, key, pos, has_gauss, gauss = np.random.get_state()
-    state = {"python": random.getstate(), "numpy": (kind, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, gauss),
+    kind, key, *rest = np.random.get_state()
+    state = {"python": random.getstate(), "numpy": (kind, torch.from_numpy(key.astype(np.int64)), *rest),
              "torch": torch.get_rng_state()}
     mod = accelerator_module(device)
     if mod is not None:
@@ -135,14 +134,10 @@ def rng_state(device: torch.device) -> dict:
 
 
 def set_rng_state(state: dict, device: torch.device) -> None:
-    """`rng_state`'s generators back (one saved before Python's and numpy's were kept has torch's alone)."""
-    import random
-
     import numpy as np
 
-    if "python" in state:
+    if "python" in state:   # (a state saved before Python's and numpy's were kept has torch's alone)
         random.setstate(state["python"])
-    if "numpy" in state:
         kind, key, *rest = state["numpy"]
         np.random.set_state((kind, np.asarray(key, dtype=np.uint32), *rest))
     torch.set_rng_state(state["torch"])

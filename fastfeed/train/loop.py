@@ -129,21 +129,19 @@ def train_epoch(run) -> int:
 
 def lost_source(run, e: Exception, done: int, began: dict) -> None:
     """The training store failed for good mid-epoch (object storage still out after its retries, in this process
-    or in a loader worker; under DDP on any rank, which every rank learnt at the same micro-batch: RankSourceFailed):
+    or in a loader worker; under DDP on some rank, which every rank learnt at the same micro-batch: RankSourceFailed):
     on rank 0 last.pt at the last finished step (`done` batches; the step in flight is undone, as an out-of-memory
-    replay undoes it, and the random generators are put back as they `began` it), as a stop signal would; then DataSourceFailed on every rank, naming the rank(s) whose source
-    failed. Anything else: nothing (the caller re-raises)."""
-    if run.dd.world_size > 1 and not isinstance(e, RankSourceFailed):
-        return
-    message = source_failure(e) if run.dd.world_size == 1 else run.failed and source_failure(run.failed)
-    if message is None and run.dd.world_size == 1:
+    replay undoes it, the random generators as they `began` it), as a stop signal would; then DataSourceFailed (on
+    every rank, naming the rank whose source failed). Anything else: nothing (the caller re-raises)."""
+    agreed, message = isinstance(e, RankSourceFailed), source_failure(run.failed or e)   # (run.failed: this rank's)
+    if not agreed and (message is None or run.dd.world_size > 1):
         return
     run.optimizer.zero_grad(set_to_none=True)
     run.snapshot.restore()   # the BatchNorm statistics the unfinished step's forwards had moved
     set_rng_state(began, run.device)
-    if run.dd.world_size > 1:   # every rank is here: which failed, and each rank's generators for last.pt
-        failed = [f"rank {r}: {m}" for r, m in enumerate(distributed.gather(message, run.dd)) if m is not None]
-        message = "; ".join(failed) + " (the other ranks stopped at the same step)"
+    if agreed:   # every rank is here: which failed, and each rank's generators for last.pt
+        message = "; ".join(f"rank {r}: {m}" for r, m in enumerate(distributed.gather(message, run.dd)) if m)
+        message += " (the other ranks stopped at the same step)"
         gather_rngs(run)
     if run.dd.main:
         write_last(run, "data source failed", batches=done)   # the step in flight is undone

@@ -77,8 +77,8 @@ def next_batch(run, batches, keep: bool):
 
 
 def fetch(run, batches, keep: bool):
-    """`next_batch`; under DDP a data source that failed for good on this rank gives a blank batch instead (and no
-    more reads): its collectives still meet the other ranks', and its flag in the loss all-reduce stops them all."""
+    """`next_batch`; under DDP, once this rank's data source failed for good, a blank batch (and no more reads): its
+    collectives still meet the other ranks', and its flag in the loss all-reduce stops them all."""
     if run.failed is None:
         try:
             return next_batch(run, batches, keep)
@@ -86,8 +86,8 @@ def fetch(run, batches, keep: bool):
             if run.dd.world_size == 1 or source_failure(e) is None:
                 raise
             run.failed = e
-    blank = torch.zeros((run.micro.batch, 3, run.cfg.imgsz, run.cfg.imgsz), device=run.device)
-    return [blank, torch.zeros((0, 6), device=run.device), (None, None)]
+    s, on = run.cfg.imgsz, run.device
+    return [torch.zeros((run.micro.batch, 3, s, s), device=on), torch.zeros((0, 6), device=on), (None, None)]
 
 
 def _forward_backward(run, images, targets, sync: bool):

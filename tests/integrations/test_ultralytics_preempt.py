@@ -19,6 +19,7 @@ from ultralytics import YOLO  # noqa: E402
 from ultralytics.nn.tasks import load_checkpoint  # noqa: E402
 
 from fastfeed.integrations.ultralytics import FastfeedTrainer, Preempted  # noqa: E402
+from fastfeed.integrations.ultralytics.exact import STATE_KEY  # noqa: E402
 from fastfeed.integrations.ultralytics.resume import KEY, STOP_FILE  # noqa: E402
 
 # 16 images / batch 2 = 8 batches per epoch; nbs=2: an optimizer step after every batch.
@@ -155,30 +156,38 @@ def test_a_bad_save_interval_is_named(sample_yolo, tmp_path, monkeypatch):  # no
 
 
 def test_ddp_a_sigterm_to_one_rank_then_resume_continues_both_halves(sample_yolo, tmp_path, monkeypatch):  # noqa: F811
-    """2 ranks x batch 1 (batch=2 over 2 ranks): 8 batches per rank and epoch; rank 1 gets the SIGTERM."""
+    """2 ranks x batch 1 (batch=2 over 2 ranks): 8 batches per rank and epoch; rank 1 gets the SIGTERM. With
+    Ultralytics' multi_scale each rank draws its sizes from its own Python generator (seeded seed + 1 + rank), so
+    the resumed ranks draw the uninterrupted run's sizes only with each rank's generators restored."""
     out = tmp_path / "ranks"
     out.mkdir()
     monkeypatch.setenv("FF_DDP_OUT", str(out))
     monkeypatch.delenv("FASTFEED_LOADER", raising=False)
-    ddp = dict(RUN, epochs=1)
+    ddp = dict(RUN, epochs=1, multi_scale=0.5)
 
     def ranks():
         return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
 
     _train(sample_yolo, tmp_path, "u", cls=CpuDdpTrainer, **ddp)
     whole = [_files(r["seen"]) for r in ranks()]
+    whole_sizes = [r["img_sizes"] for r in ranks()]
+    assert whole_sizes[0] != whole_sizes[1]   # the ranks' generators differ
     monkeypatch.setenv("FF_SIGNAL", "1:0:2")    # rank 1 only, while it trains its batch 2
     with pytest.raises(Preempted) as stop:      # the launching process: the ranks stopped for a signal
         _train(sample_yolo, tmp_path, "d", cls=CpuDdpTrainer, **ddp)
     assert stop.value.code == 75
     before = [_files(r["seen"]) for r in ranks()]
+    sizes = [r["img_sizes"] for r in ranks()]
     n = len(before[0])
     assert len(before[1]) == n and 3 <= n <= 4   # both ranks after the same optimizer step: the one in flight, or
     #                                              the next if the signal came after its all-reduce
     last = tmp_path / "d" / "weights" / "last.pt"
     assert torch.load(last, weights_only=False)[KEY]["batches"] == n
+    rngs = torch.load(last, weights_only=False)[STATE_KEY]["rng"]
+    assert len(rngs) == 2 and rngs[0]["python"] != rngs[1]["python"]   # each rank's, not rank 0's alone
     monkeypatch.delenv("FF_SIGNAL", raising=False)
     YOLO(str(last)).train(resume=True, trainer=CpuDdpTrainer)
     after = [_files(r["seen"]) for r in ranks()]
     for r in (0, 1):
         assert before[r] + after[r] == whole[r] and not set(before[r]) & set(after[r])
+        assert sizes[r] + ranks()[r]["img_sizes"] == whole_sizes[r], f"rank {r}: other multi_scale sizes"

@@ -15,10 +15,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import torch
 from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.utils import DEFAULT_CFG, RANK
 from ultralytics.utils.torch_utils import unwrap_model
 
+from ...devices import rng_state
 from ...loaders.position import same_order
 from ...preempt import SaveTimer, StopSignals
 from ...train import distributed
@@ -114,16 +116,26 @@ class StoppableMixin:
         if signals is None:   # _do_train called without train(): no handlers, nothing to do
             return
         world = self.world_size if RANK != -1 else 1
-        stop = signals.requested is not None
-        if world > 1:   # one all-reduce of one number per optimizer step: every rank stops after the same one
-            stop = distributed.any_true(stop, distributed.Dist(RANK, world), self.device)
+        stop, save = signals.requested is not None, not epoch_end and RANK in (-1, 0) and self._ff_timer.due()
+        if world > 1:   # one all-reduce of two numbers per optimizer step: every rank stops (or saves) after one step
+            agreed = distributed.all_mean(torch.tensor([stop, save], dtype=torch.float32, device=self.device),
+                                          distributed.Dist(RANK, world)).tolist()
+            stop, save = agreed[0] > 0, agreed[1] > 0
         if stop:
             signals.note(1.0)
             if epoch_end and self.epoch + 1 >= self.epochs:
                 return   # the last epoch is done: let the run finish (resume would have nothing to do)
             self._ff_stop(epoch_end)
-        elif not epoch_end and RANK in (-1, 0) and self._ff_timer.due():
-            self._ff_save("timer")
+        elif save:
+            rngs = self._ff_rngs()
+            if RANK in (-1, 0):
+                self._ff_save("timer", rngs)
+
+    def _ff_rngs(self) -> list:
+        """Every rank's random generators, for the checkpoint (every rank calls it where they meet: one
+        all_gather_object under DDP)."""
+        world = self.world_size if RANK != -1 else 1
+        return distributed.gather(rng_state(torch.device(self.device)), distributed.Dist(max(RANK, 0), world))
 
     def _ff_position(self, why: str, epoch_end: bool) -> dict:
         feed = self.train_loader
@@ -133,13 +145,13 @@ class StoppableMixin:
                 "stopped_by": self._ff_signals.reason() if why == "signal" else None, "why": why,
                 "saved_at": time.time()}
 
-    def _ff_save(self, why: str) -> dict:
-        """Rank 0: a mid-epoch last.pt at the loader's position."""
+    def _ff_save(self, why: str, rngs: list | None = None) -> dict:
+        """Rank 0: a mid-epoch last.pt at the loader's position (`rngs`: every rank's generators)."""
         pos = self._ff_position(why, epoch_end=False)
         if not self.args.save:
             log.warning("fastfeed: save=False: no mid-epoch last.pt written")
             return pos
-        seconds = mid_epoch_checkpoint(self, super().save_model, pos, training_state(self))
+        seconds = mid_epoch_checkpoint(self, super().save_model, pos, training_state(self, rngs))
         self._ff_timer.saved()
         log.info(f"fastfeed: {self.last} at epoch {pos['epoch'] + 1}, batch {pos['batches']} of {len(self.train_loader)} "
                  f"({why}; written in {seconds:.2f} s)")
@@ -149,11 +161,12 @@ class StoppableMixin:
         """Every rank: rank 0 writes (mid-epoch: last.pt; at an epoch's end Ultralytics' last.pt again, with what
         an exact resume needs) and leaves STOP_FILE; then all raise Preempted together."""
         pos = self._ff_position("signal", epoch_end)
+        rngs = self._ff_rngs()
         if RANK in (-1, 0):
             if not epoch_end:
-                self._ff_save("signal")
+                self._ff_save("signal", rngs)
             elif self.args.save:
-                mid_epoch_checkpoint(self, super().save_model, pos, training_state(self))
+                mid_epoch_checkpoint(self, super().save_model, pos, training_state(self, rngs))
             write_stop_file(self.save_dir, pos)
         if self.world_size > 1 and RANK != -1:
             distributed.barrier(distributed.Dist(RANK, self.world_size))   # nobody leaves before last.pt is on disk
@@ -190,7 +203,7 @@ class StoppableMixin:
         self.start_epoch = epoch
         state = ckpt.get(STATE_KEY)
         if state is not None:   # the weights, EMA and optimizer as they were, not Ultralytics' fp16 copies
-            restore_training_state(self, state, one_process=RANK == -1)
+            restore_training_state(self, state, RANK)
         exact = same_order(self.train_loader.loader, saved_state(pos, self.train_loader.loader))
         if batches:   # the loader's contract says what changed and continues the epoch
             line = self.train_loader.resume_from(saved_state(pos, self.train_loader.loader))
