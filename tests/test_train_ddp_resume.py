@@ -22,6 +22,26 @@ from fastfeed.train.guards import DataSourceFailed
 RUN = TINY | dict(epochs=2, close_mosaic=0, warmup_epochs=0)
 
 
+def _draws() -> list:
+    return [torch.rand(2).tolist(), np.random.rand(2).tolist(), [random.random(), random.random()]]
+
+
+def test_the_generators_state_goes_through_a_weights_only_checkpoint_and_an_older_one_still_restores(tmp_path):
+    from fastfeed.devices import rng_state, set_rng_state
+    from fastfeed.train.checkpoint import save_checkpoint
+
+    cpu = torch.device("cpu")
+    save_checkpoint(tmp_path / "last.pt", {"rng": [rng_state(cpu)]})
+    expected = _draws()
+    _draws()
+    set_rng_state(load_checkpoint(tmp_path / "last.pt")["rng"][0], cpu)   # torch.load(weights_only=True) took it
+    assert _draws() == expected                                            # Python's, numpy's and torch's
+    old = {"torch": torch.get_rng_state()}   # a checkpoint from before Python's and numpy's were kept
+    expected = torch.rand(2)
+    set_rng_state(old, cpu)
+    assert torch.equal(torch.rand(2), expected)
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     return packed_sample(tmp_path_factory)
