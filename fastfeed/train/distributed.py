@@ -27,8 +27,8 @@ class Dist:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
-    owned: bool = False
-    local_world_size: int = 1   # ranks on this node   # this code initialised the process group, so it tears it down
+    owned: bool = False         # this code initialised the process group, so it tears it down
+    local_world_size: int = 1   # ranks on this node
 
     @property
     def main(self) -> bool:
