@@ -1,18 +1,11 @@
-"""What a resumed FastfeedTrainer run needs to train exactly as the uninterrupted one did.
-
-Ultralytics' checkpoint is made to resume at an epoch's end, and approximately: the model is rebuilt from
-the EMA saved in fp16, the optimizer's buffers are partly saved in fp16, and its loop counts the resumed
-epoch's batches from 0 (the index of `enumerate(train_loader)`), so after a mid-epoch resume the warmup
-ramp and the gradient-accumulation rhythm would restart from where the epoch began.
-
-FastfeedTrainer adds to a mid-epoch last.pt, under `STATE_KEY`: the model's and the EMA's weights in their
-training dtype, the EMA's update count, the optimizer's and the scaler's state, the random generators' states
-(every rank's: Ultralytics keeps none and seeds rank r with seed + 1 + r again, and its multi_scale draws each
-rank's sizes from Python's), the batch count at the last optimizer step, the epoch's mean loss so far and the
-gradients of the batches trained since the last step (at an epoch's end, where a stop can fall between two steps).
-On resume they replace what Ultralytics restored, and `Rhythm` continues the loop's bookkeeping from the
-checkpoint's position: before each batch's optimizer-step check it sets the accumulation (and, in a ramp the
-resume moved, the learning rates and momentum) that the uninterrupted run has at that batch.
+"""What a resumed FastfeedTrainer run needs to train exactly as the uninterrupted one did (docs/training.md says
+why: Ultralytics' checkpoint resumes at an epoch's end from fp16 copies, and its loop counts the resumed epoch's
+batches from 0). A mid-epoch last.pt adds, under `STATE_KEY`, the weights, EMA and optimizer state in their
+training dtype, every rank's random generators (Ultralytics keeps none and reseeds rank r with seed + 1 + r; its
+multi_scale draws each rank's sizes from Python's), the batch count at the last optimizer step, the epoch's mean
+loss so far and the gradients trained since the last step. On resume they replace what Ultralytics restored, and
+`Rhythm` sets, before each batch's optimizer-step check, the accumulation (and in a moved warmup ramp the learning
+rates and momentum) that the uninterrupted run has at that batch.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""`StoppableMixin`: an Ultralytics trainer (any task's) that stops between optimizer steps and resumes mid-epoch;
-`StoppableTrainer` is it on DetectionTrainer.
-
-A stop signal (SIGTERM, SIGUSR1, a first Ctrl-C) ends training after the optimizer step in flight, every DDP rank
-after the same one, with a mid-epoch last.pt that `resume=True` continues from the next batch, the uninterrupted
-run's optimizer steps continued (exact.py); FASTFEED_SAVE_EVERY_MIN=N also writes one every N minutes; a data
-source lost for good saves the same way before the error. The checkpoint's content, the stop file and the DDP
-launcher are resume.py's. `FastfeedTrainer` (trainer.py) and the task trainers (tasks.py) are this mixin with their
-batches from a fastfeed loader:
-`train_loader` must be a `FastfeedTrainLoader` (its `position` and its loader's state are what is saved).
+"""`StoppableMixin`: an Ultralytics trainer (any task's) that stops between optimizer steps and resumes mid-epoch
+(`StoppableTrainer`: on DetectionTrainer). A stop signal ends training after the optimizer step in flight, every DDP
+rank after the same one, with a mid-epoch last.pt that `resume=True` continues exactly (exact.py);
+FASTFEED_SAVE_EVERY_MIN=N writes one every N minutes; a data source lost for good saves before the error. What a
+checkpoint holds, the stop file and the DDP launcher are resume.py's. `train_loader` must be a
+`FastfeedTrainLoader` (its `position` and its loader's state are what is saved).
 """
 
 from __future__ import annotations
