@@ -118,7 +118,13 @@ def same_run(reference, out, parts: list[tuple[str, int]]) -> None:
 def test_two_ranks_stopped_mid_epoch_resume_with_each_ranks_generators_and_the_same_weights(store, reference,
                                                                                              tmp_path):
     out = tmp_path / "run"
-    assert [r["step"] for r in _ddp(store, out, "first", max_steps=5)] == [5, 5]   # epoch 2, batch 1 of 4
+    # a --save-every-min that is due at every step: rank 0's timer, agreed in the loss all-reduce, has every rank
+    # give its generators at each step boundary (a rank left out would hang the gather)
+    first = _ddp(store, out, "first", max_steps=5, save_every_min=1e-6)
+    assert [r["step"] for r in first] == [5, 5]   # epoch 2, batch 1 of 4
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["why"], r["step"]) for r in rows if r.get("event") == "checkpoint"] == \
+        [("timer", 1), ("timer", 2), ("timer", 3), ("epoch", 4), ("stop", 5)]
     ck = load_checkpoint(out / "last.pt")
     assert (ck["epoch"], ck["batches_done"]) == (1, 1) and len(ck["rng"]) == 2
     assert not torch.equal(ck["rng"][0]["torch"], ck["rng"][1]["torch"])   # the ranks' own, not rank 0's twice
