@@ -130,6 +130,34 @@ def test_a_data_source_lost_mid_epoch_saves_last_pt_then_raises_the_named_error(
     assert _files(resumed.trainer._seen) == uninterrupted[n:]
 
 
+def test_a_source_lost_between_two_optimizer_steps_keeps_no_gradients_of_the_batches_trained_again(
+        sample_yolo, tmp_path, monkeypatch):  # noqa: F811
+    """nbs 4, batch 2: a step every 2 batches. last.pt holds the last step's position; the batches after it are
+    trained again on resume, so their gradients must not be in it as well (they would count twice)."""
+    from fastfeed.store.objstore import RemoteError
+    from fastfeed.store.reader import Store
+    from fastfeed.train.guards import DataSourceFailed
+
+    real, out = Store.record, {"now": False}
+
+    def record(self, *a, **k):
+        if out["now"]:
+            raise RemoteError("s3://b/x.ff: unreachable")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Store, "record", record)
+    model = YOLO("yolov8n.yaml")
+    model.add_callback("on_train_batch_end", lambda t: out.update(now=len(t._seen) >= 3))
+    with pytest.raises(DataSourceFailed):
+        model.train(data=str(sample_yolo / "data.yaml"), trainer=RecordingTrainer, project=str(tmp_path), name="s",
+                    **(RUN | {"nbs": 4}))
+    n = len(model.trainer._seen)
+    _, ckpt = load_checkpoint(tmp_path / "s" / "weights" / "last.pt")
+    assert ckpt[KEY]["batches"] == n - n % 2, n   # the last optimizer step's
+    kept = [g for g in ckpt[STATE_KEY]["grads"] or () if g is not None]
+    assert not kept, f"{n} batches trained, the last step after {n - n % 2}: their gradients kept"
+
+
 def test_resuming_with_another_batch_size_re_deals_the_rest_of_the_epoch(sample_yolo, tmp_path, monkeypatch,  # noqa: F811
                                                                          caplog):
     monkeypatch.setenv("FF_SIGNAL", "0:0:2")

@@ -82,13 +82,13 @@ class StoppableMixin:
 
     def _ff_lost_source(self, message: str) -> str:
         """Rank 0: a mid-epoch last.pt at the last optimizer step (the batches after it are trained again on
-        resume); the error's message."""
+        resume, so their gradients are not kept: they would count twice); the error's message."""
         epoch, batches = self._ff_done if self._ff_done[0] == self.epoch else (self.epoch, 0)
         pos = self._ff_position("data source failed", epoch_end=False) | {"epoch": epoch, "batches": batches}
         if not self.args.save:
             return f"{message}; training stopped after {batches} batches of epoch {epoch + 1} (save=False: no last.pt)"
         if RANK in (-1, 0):
-            mid_epoch_checkpoint(self, super().save_model, pos, training_state(self))
+            mid_epoch_checkpoint(self, super().save_model, pos, training_state(self) | {"grads": None})
         return (f"{message}; training stopped after {batches} batches of epoch {epoch + 1}: {self.last} holds them: "
                 f"continue with YOLO({str(self.last)!r}).train(resume=True, trainer={type(self).__name__}) once it "
                 "is reachable")
