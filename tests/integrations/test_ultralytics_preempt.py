@@ -95,10 +95,9 @@ def test_periodic_saves_bound_what_a_crash_loses(sample_yolo, tmp_path, monkeypa
     assert _files(resumed.trainer._seen) == uninterrupted[11:]
 
 
-def test_a_data_source_lost_mid_epoch_saves_last_pt_then_raises_the_named_error(sample_yolo, tmp_path,  # noqa: F811
-                                                                                monkeypatch, uninterrupted):
-    """The store's reads fail for good after 3 batches (as an s3:// store's do once its retries give up): last.pt at
-    the last optimizer step, DataSourceFailed naming the failure and the resume, and resume=True continues."""
+def _lose_source(data, tmp_path, monkeypatch, **over):
+    """A run whose store's reads fail for good after 3 batches (as an s3:// store's do once its retries give up):
+    (the trainer, the DataSourceFailed it raised); the reads work again afterwards."""
     from fastfeed.store.objstore import RemoteError
     from fastfeed.store.reader import Store
     from fastfeed.train.guards import DataSourceFailed
@@ -114,17 +113,25 @@ def test_a_data_source_lost_mid_epoch_saves_last_pt_then_raises_the_named_error(
     model = YOLO("yolov8n.yaml")
     model.add_callback("on_train_batch_end", lambda t: out.update(now=len(t._seen) >= 3))
     with pytest.raises(DataSourceFailed) as lost:
-        model.train(data=str(sample_yolo / "data.yaml"), trainer=RecordingTrainer, project=str(tmp_path), name="s",
-                    **RUN)
-    before = _files(model.trainer._seen)
+        model.train(data=str(data / "data.yaml"), trainer=RecordingTrainer, project=str(tmp_path), name="s",
+                    **(RUN | over))
+    monkeypatch.setattr(Store, "record", real)
+    return model.trainer, lost.value
+
+
+def test_a_data_source_lost_mid_epoch_saves_last_pt_then_raises_the_named_error(sample_yolo, tmp_path,  # noqa: F811
+                                                                                monkeypatch, uninterrupted):
+    """last.pt at the last optimizer step, DataSourceFailed naming the failure and the resume, and resume=True
+    continues."""
+    trainer, lost = _lose_source(sample_yolo, tmp_path, monkeypatch)
+    before = _files(trainer._seen)
     n = len(before)
     last = tmp_path / "s" / "weights" / "last.pt"
     assert f"failed 6 times; the last failure: ConnectionError; training stopped after {n} batches of epoch 1: " \
-           f"{last} holds them: continue with YOLO('{last}').train(resume=True" in str(lost.value)
+           f"{last} holds them: continue with YOLO('{last}').train(resume=True" in str(lost)
     _, ckpt = load_checkpoint(last)
     assert (ckpt[KEY]["epoch"], ckpt[KEY]["batches"], ckpt[KEY]["why"]) == (0, n, "data source failed")
     assert 3 <= n < 8 and before == uninterrupted[:n] and not list(last.parent.glob(".*.tmp*"))
-    monkeypatch.setattr(Store, "record", real)
     resumed = YOLO(str(last))
     resumed.train(resume=True, trainer=RecordingTrainer)
     assert _files(resumed.trainer._seen) == uninterrupted[n:]
@@ -134,24 +141,8 @@ def test_a_source_lost_between_two_optimizer_steps_keeps_no_gradients_of_the_bat
         sample_yolo, tmp_path, monkeypatch):  # noqa: F811
     """nbs 4, batch 2: a step every 2 batches. last.pt holds the last step's position; the batches after it are
     trained again on resume, so their gradients must not be in it as well (they would count twice)."""
-    from fastfeed.store.objstore import RemoteError
-    from fastfeed.store.reader import Store
-    from fastfeed.train.guards import DataSourceFailed
-
-    real, out = Store.record, {"now": False}
-
-    def record(self, *a, **k):
-        if out["now"]:
-            raise RemoteError("s3://b/x.ff: unreachable")
-        return real(self, *a, **k)
-
-    monkeypatch.setattr(Store, "record", record)
-    model = YOLO("yolov8n.yaml")
-    model.add_callback("on_train_batch_end", lambda t: out.update(now=len(t._seen) >= 3))
-    with pytest.raises(DataSourceFailed):
-        model.train(data=str(sample_yolo / "data.yaml"), trainer=RecordingTrainer, project=str(tmp_path), name="s",
-                    **(RUN | {"nbs": 4}))
-    n = len(model.trainer._seen)
+    trainer, _ = _lose_source(sample_yolo, tmp_path, monkeypatch, nbs=4)
+    n = len(trainer._seen)
     _, ckpt = load_checkpoint(tmp_path / "s" / "weights" / "last.pt")
     assert ckpt[KEY]["batches"] == n - n % 2, n   # the last optimizer step's
     kept = [g for g in ckpt[STATE_KEY]["grads"] or () if g is not None]
