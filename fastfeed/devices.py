@@ -10,6 +10,7 @@ accelerator's torch module (`torch.cuda`, `torch.npu`). Torch only, so a bare GP
 from __future__ import annotations
 
 import os
+import random
 import re
 
 import torch
@@ -119,8 +120,13 @@ def device_name(device) -> str | None:
 
 
 def rng_state(device: torch.device) -> dict:
-    """The torch generators' states: the CPU's, and the accelerator's when `device` is one (checkpoints)."""
-    state = {"torch": torch.get_rng_state()}
+    """The process's random generators: Python's, numpy's (its key as a tensor, so a checkpoint loads with
+    weights_only), torch's CPU one and the accelerator's when `device` is one (checkpoints)."""
+    import numpy as np
+
+    kind, key, *rest = np.random.get_state()
+    state = {"python": random.getstate(), "numpy": (kind, torch.from_numpy(key.astype(np.int64)), *rest),
+             "torch": torch.get_rng_state()}
     mod = accelerator_module(device)
     if mod is not None:
         state[device.type] = mod.get_rng_state(device)
@@ -128,6 +134,12 @@ def rng_state(device: torch.device) -> dict:
 
 
 def set_rng_state(state: dict, device: torch.device) -> None:
+    import numpy as np
+
+    if "python" in state:   # (a state saved before Python's and numpy's were kept has torch's alone)
+        random.setstate(state["python"])
+        kind, key, *rest = state["numpy"]
+        np.random.set_state((kind, np.asarray(key, dtype=np.uint32), *rest))
     torch.set_rng_state(state["torch"])
     if device.type in state:
         accelerator_module(device).set_rng_state(state[device.type], device)

@@ -1,34 +1,16 @@
-"""Stopping a training run on a signal with at most the step in flight lost; saving on a timer for the
-kills that give no notice. Used by `fastfeed train` (train/loop.py) and by FastfeedTrainer.
+"""Stopping a training run on a signal with at most the step in flight lost, and saving on a timer for the kills
+that give no notice (`fastfeed train` and FastfeedTrainer; docs/design.md says why it is built this way).
 
-    with StopSignals() as stop:            # SIGTERM, SIGUSR1, SIGINT; main thread only
-        for step in steps:
-            ...one optimizer step...
-            if stop.requested:             # under DDP: agreed by every rank (see below)
-                save(); sys.exit(EXIT_PREEMPTED)
-
-What each signal does:
-- SIGTERM (a spot/preemption notice, Kubernetes' grace period, torchrun forwarding its own),
-  SIGUSR1 (SLURM's `--signal=USR1@SECONDS`) and a first SIGINT (Ctrl-C) only set a flag. The trainer
-  finishes the step in flight, writes its checkpoint (atomically) and exits with EXIT_PREEMPTED.
-- A second SIGINT raises KeyboardInterrupt: no step is finished, nothing is written (the checkpoint on
-  disk is the previous one, whole); `fastfeed` exits 130. Python delivers it when the running operation
-  returns (on a CPU a whole backward pass is one); a third SIGINT gets the default action and kills.
-- Repeats of SIGTERM / SIGUSR1 change nothing: torchrun, SLURM and systemd deliver one notice to several
-  processes, and a rank may get it from more than one of them.
-
-The handlers are installed with SA_RESTART (`signal.siginterrupt(sig, False)`): a collective blocked in
-C++ (gloo, NCCL) carries on instead of failing with EINTR, and the flag is read when it returns.
-
-Loader workers ignore all three (`leave_to_parent()`, called by each worker): SLURM, systemd and torchrun
-(which signals each rank's process group) deliver the notice to every process, and a worker that died of it
-would leave the step in flight without its batch. The trainer closes its workers itself once it has saved.
-
-Under DDP a rank that stops alone leaves the others waiting in their next all-reduce forever, so the
-decision is a collective: `fastfeed train` adds the local flag to the loss all-reduce each micro-batch
-already does (one more float: no extra collective; step.py), FastfeedTrainer all-reduces it once per
-optimizer step (`train.distributed.any_true`). Either way every rank sees the same value and stops after the same step,
-and one rank writes.
+- SIGTERM (a preemption notice, Kubernetes' grace period, torchrun forwarding its own), SIGUSR1 (SLURM's
+  `--signal=USR1@SECONDS`) and a first SIGINT set a flag: the trainer finishes the step in flight, writes its
+  checkpoint and exits with EXIT_PREEMPTED. Repeats change nothing (one notice may reach a rank several ways).
+- A second SIGINT raises KeyboardInterrupt when the running operation returns: nothing written, exit 130; a
+  third gets the default action.
+- The handlers are installed with SA_RESTART: a collective blocked in C++ (gloo, NCCL) carries on instead of
+  failing with EINTR. Loader workers ignore all three (`leave_to_parent()`); the trainer closes them once saved.
+- Under DDP the decision is a collective (a rank stopping alone would leave the others in their next all-reduce):
+  `fastfeed train` carries the flag in the loss all-reduce (step.py), FastfeedTrainer all-reduces it once per
+  optimizer step; every rank stops after the same step and one writes.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
-"""The loader's position, a contract: `Loader.state_dict()` / `Loader.load_state_dict()` (both trainers' checkpoints).
-
-A state is the position (`epoch`, `batches` consumed into it: the same count on every rank, which step together)
-and what makes the batches: the order's identity (`EpochOrder.identity()`: kind, records, batch size, seed, world
-size, the windowed order's shards, window and local ranks), the plans' (workers, partner buffer, imgsz, augment)
-and the samples' (gains `hyp`, `close_mosaic` with `epochs`, `task`: named if changed, the records stay the
-order's). `resume(loader, state)`, the one place a saved state is compared with a loader, takes:
-- the same order: the exact continuation, `set_epoch(epoch, batches)` (other workers or partner buffer change only
-  the mosaic partners: those an uninterrupted run with them draws);
-- another order (ranks, batch size, window...) mid-epoch: the records the saved order had not given any of its
-  ranks (its batches at positions >= `batches`), dealt to the new ranks (`Remainder`), equal batches on every rank,
-  the tail dropped or padded as `drop_last` has an epoch's; they fill the epoch's last batches (the loader starts at
-  `len(loader) - remainder`), later epochs follow the new order;
-- at an epoch's start (`batches` 0): that epoch in the new order.
-It returns one line saying what changed and what the resume does about it, for the trainer to log.
+"""The loader's position, a contract: `Loader.state_dict()` / `Loader.load_state_dict()` (both trainers'
+checkpoints; docs/design.md, "The position is a contract"). A state is the position (`epoch`, `batches` consumed
+into it on every rank) and what makes the batches: the order's identity, the plans' and the samples' settings.
+`resume(loader, state)`, the one place a saved state is compared with a loader, continues the same order exactly
+(`set_epoch(epoch, batches)`), deals the records another order had not reached to the new ranks (`Remainder`;
+at an epoch's start: that epoch in the new order), and returns the one line that says what changed and what it does.
 """
 
 from __future__ import annotations

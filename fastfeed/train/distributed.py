@@ -27,8 +27,8 @@ class Dist:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
-    owned: bool = False
-    local_world_size: int = 1   # ranks on this node   # this code initialised the process group, so it tears it down
+    owned: bool = False         # this code initialised the process group, so it tears it down
+    local_world_size: int = 1   # ranks on this node
 
     @property
     def main(self) -> bool:
@@ -77,6 +77,15 @@ def all_min(value: int, d: Dist, device: torch.device) -> int:
     t = torch.tensor([value], device=device, dtype=torch.int64)
     dist.all_reduce(t, op=dist.ReduceOp.MIN)
     return int(t.item())
+
+
+def gather(obj, d: Dist) -> list:
+    """`obj` of every rank, in rank order, on every rank (one all_gather_object; none with one process)."""
+    if d.world_size == 1:
+        return [obj]
+    out = [None] * d.world_size
+    dist.all_gather_object(out, obj)
+    return out
 
 
 def backend(d: Dist, device: torch.device) -> str:

@@ -33,6 +33,12 @@ class DataSourceFailed(RemoteError):
     holds the last finished step and --resume continues from it."""
 
 
+class RankSourceFailed(Exception):
+    """Under DDP: some rank's data source failed for good. The rank that saw it trains a blank batch instead and
+    raises its flag in the loss all-reduce, so every rank learns it at the same micro-batch and none waits in a
+    collective for a peer that left (`loop.lost_source` then saves and names the rank)."""
+
+
 # --- an --out that holds a run ---------------------------------------------------------------------------------
 
 def check_out(run) -> None:

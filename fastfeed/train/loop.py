@@ -26,16 +26,16 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..devices import synchronize
+from ..devices import rng_state, set_rng_state, synchronize
 from ..preempt import SaveTimer, StopSignals
 from . import distributed
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .evaluate import evaluate
-from .guards import DataSourceFailed, estimate, pace, resume_hint, source_failure
+from .guards import DataSourceFailed, RankSourceFailed, estimate, pace, resume_hint, source_failure
 from .model import build_model
 from .report import Reporter
-from .resume import checkpoint_state, load_weights, resolve_imgsz, start_from
+from .resume import checkpoint_state, gather_rngs, load_weights, resolve_imgsz, start_from
 from .setup import open_run, set_up, start
 from .step import TrainingDiverged, micro_step, optimizer_step
 
@@ -69,6 +69,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         if not run.stop and run.device.type == "cpu" and run.dd.world_size == 1:   # (DDP's hooks would see its backward)
             run.cost_said = estimate(run)   # where a step is long: its cost before it is paid
         if run.eval_pending:   # a stop at the end of an epoch left its evaluation for now
+            gather_rngs(run)   # evaluate_now writes last.pt again
             if run.dd.main:
                 evaluate_now(run)
             distributed.barrier(run.dd)
@@ -96,10 +97,11 @@ def train_epoch(run) -> int:
             n = min(run.accum, nb - done)   # this step's loader batches: accum, or what is left of the epoch
             t0 = time.monotonic()
             run.signals.step_began(t0, run.step_s)   # a stop signal then says when this step should end
+            began = rng_state(run.device)   # (tens of microseconds) what an undone step puts back
             try:
                 lr = optimizer_step(run, batches, n)
             except Exception as e:
-                lost_source(run, e, done)   # the data source failed for good: last.pt, then a named error
+                lost_source(run, e, done, began)   # the data source failed for good: last.pt, then a named error
                 raise
             took = time.monotonic() - t0
             if run.step_s is None:
@@ -108,31 +110,39 @@ def train_epoch(run) -> int:
             done += n
             run.report.step_done(lr, end_of_epoch=done == nb)
             # --- step boundary: a stop signal (under DDP one every rank has: the same step on all), --max-steps,
-            # the --save-every-min timer (rank 0 writes; the others need not wait for it)
+            # the --save-every-min timer (rank 0's, agreed in the loss all-reduce: every rank gives its RNG states)
             if run.signals.stop_now(run.dd.world_size):
                 run.stop, run.stopped_by = True, run.signals.reason()
                 break
             if cfg.max_steps is not None and run.step >= cfg.max_steps:
                 run.stop = True
                 break
-            if run.dd.main and done < nb and run.timer.due():
-                write_last(run, "timer")
+            if done < nb and (run.save_due if run.dd.world_size > 1 else run.timer.due()):
+                gather_rngs(run)
+                if run.dd.main:
+                    write_last(run, "timer")
     finally:
         if hasattr(batches, "close"):
             batches.close()   # an abandoned epoch (--max-steps, a stop, an error) releases its batches
     return done if done < nb else 0
 
 
-def lost_source(run, e: Exception, done: int) -> None:
+def lost_source(run, e: Exception, done: int, began: dict) -> None:
     """The training store failed for good mid-epoch (object storage still out after its retries, in this process
-    or in a loader worker): on rank 0 last.pt at the last finished step (`done` batches; the step in flight is
-    undone, as an out-of-memory replay undoes it), as a stop signal would; then DataSourceFailed. Anything
-    else: nothing (the caller re-raises)."""
-    message = source_failure(e)
-    if message is None:
+    or in a loader worker; under DDP on some rank, which every rank learnt at the same micro-batch: RankSourceFailed):
+    on rank 0 last.pt at the last finished step (`done` batches; the step in flight is undone, as an out-of-memory
+    replay undoes it, the random generators as they `began` it), as a stop signal would; then DataSourceFailed (on
+    every rank, naming the rank whose source failed). Anything else: nothing (the caller re-raises)."""
+    agreed, message = isinstance(e, RankSourceFailed), source_failure(run.failed or e)   # (run.failed: this rank's)
+    if not agreed and (message is None or run.dd.world_size > 1):
         return
     run.optimizer.zero_grad(set_to_none=True)
     run.snapshot.restore()   # the BatchNorm statistics the unfinished step's forwards had moved
+    set_rng_state(began, run.device)
+    if agreed:   # every rank is here: which failed, and each rank's generators for last.pt
+        message = "; ".join(f"rank {r}: {m}" for r, m in enumerate(distributed.gather(message, run.dd)) if m)
+        message += " (the other ranks stopped at the same step)"
+        gather_rngs(run)
     if run.dd.main:
         write_last(run, "data source failed", batches=done)   # the step in flight is undone
     raise DataSourceFailed(f"{message}; training stopped at epoch {run.epoch + 1}, step {run.step} ({done} of "
@@ -147,6 +157,7 @@ def end_of_epoch(run, done: int) -> None:
     if done == 0:
         run.epoch += 1
     finished = run.epoch >= cfg.epochs
+    gather_rngs(run)   # every rank is here: their generators for last.pt (and best.pt)
     if run.stopped_by:   # a notice is short: no evaluation now; the one this epoch's end was due is pending
         pending = run.val_store is not None and done == 0 and (finished or run.epoch % cfg.eval_every == 0)
         if run.dd.main:

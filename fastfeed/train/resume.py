@@ -6,6 +6,7 @@ import logging
 
 from ..devices import rng_state, set_rng_state
 from ..loaders.position import legacy_state
+from . import distributed
 from .checkpoint import CheckpointError, load_checkpoint
 from .config import DEFAULT_IMGSZ
 from .optim import ModelEMA
@@ -44,6 +45,13 @@ def run_config(run) -> dict:
     return run.cfg.to_dict() | {"batch": run.micro.batch, "accum": run.accum}
 
 
+def gather_rngs(run) -> None:
+    """Every rank's random generators (Python's, numpy's, torch's, the accelerator's), gathered where the ranks meet
+    before a checkpoint (one all_gather_object; none with one process): rank 0 writes them, each rank restores its
+    own. Between two such points rank 0 alone evaluates, so the others' are still the gathered ones then."""
+    run.rngs = distributed.gather(rng_state(run.device), run.dd)
+
+
 def checkpoint_state(run, *, batches: int | None = None, eval_pending: bool = False,
                      stopped_by: str | None = None) -> dict:
     """Everything `restore` needs to continue exactly where the run is: the loader's state after the last batch the
@@ -57,11 +65,11 @@ def checkpoint_state(run, *, batches: int | None = None, eval_pending: bool = Fa
             "optimizer": run.optimizer.state_dict(), "scaler": run.scaler.state_dict(), "epoch": loader["epoch"],
             "step": run.step, "batches_done": loader["batches"], "loader": loader,
             "micro_batch": run.micro.size, "best_map": run.best,
-            "rng": rng_state(run.device), "eval_pending": eval_pending, "stopped_by": stopped_by}
+            "rng": [rng_state(run.device), *run.rngs[1:]], "eval_pending": eval_pending, "stopped_by": stopped_by}
 
 
 def restore(run) -> None:
-    """Weights, EMA, optimizer, scaler, counters and RNG states from the checkpoint set_up read."""
+    """Weights, EMA, optimizer, scaler, counters and this rank's RNG states from the checkpoint set_up read."""
     ckpt, now = run.ckpt, run_config(run)
     for k in CHECKED:
         if ckpt["config"].get(k) != now[k]:
@@ -80,7 +88,11 @@ def restore(run) -> None:
     line = run.loader.load_state_dict(state)
     run.epoch, run.skip = run.loader.epoch, run.loader.start
     run.eval_pending = bool(ckpt.get("eval_pending")) and run.val_store is not None
-    set_rng_state(ckpt["rng"], run.device)
+    # each rank's generators (a checkpoint from before they were kept per rank: rank 0's on every rank); a rank the
+    # stopped run did not have keeps the state set_up seeded
+    saved = ckpt["rng"] if isinstance(ckpt["rng"], list) else [ckpt["rng"]] * run.dd.world_size
+    if run.dd.rank < len(saved):
+        set_rng_state(saved[run.dd.rank], run.device)
     if run.epoch < run.cfg.epochs or run.eval_pending:   # a finished run says so instead (loop.finished)
         run.say("resumed at step %d: %s%s", run.step, line,
                 "; the evaluation of the epoch before is still to do" if run.eval_pending else "")

@@ -73,6 +73,9 @@ class Run:
     signals: StopSignals = field(default_factory=StopSignals)   # the run's stop request (train() installs it)
     timer: SaveTimer = field(default_factory=lambda: SaveTimer(None))   # --save-every-min
     stopped_by: str | None = None        # the signal that stopped the run (agreed by every rank)
+    rngs: list = field(default_factory=list)   # every rank's random generators where they last met (resume.gather_rngs)
+    save_due: bool = False               # under DDP: rank 0's --save-every-min timer, agreed in the loss all-reduce
+    failed: Exception | None = None      # under DDP: this rank's data source failed for good (guards.RankSourceFailed)
     eval_pending: bool = False           # the resumed checkpoint's end-of-epoch evaluation is still to do
     resumed: bool = False                # continued from a checkpoint (--resume)
     step_s: float | None = None          # the measured seconds of an optimizer step (a moving average)

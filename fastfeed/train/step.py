@@ -20,6 +20,7 @@ import torch
 from ..devices import empty_cache, is_out_of_memory, memory_report, to_channels_last, utilization
 from . import distributed
 from .device import TrainError, autocast
+from .guards import RankSourceFailed, source_failure
 from .multiscale import resize, step_size
 from .oom import slice_batch
 from .optim import set_lr
@@ -75,6 +76,20 @@ def next_batch(run, batches, keep: bool):
     return [images, targets, (before, after)]
 
 
+def fetch(run, batches, keep: bool):
+    """`next_batch`; under DDP, once this rank's data source failed for good, a blank batch (and no more reads): its
+    collectives still meet the other ranks', and its flag in the loss all-reduce stops them all."""
+    if run.failed is None:
+        try:
+            return next_batch(run, batches, keep)
+        except Exception as e:
+            if run.dd.world_size == 1 or source_failure(e) is None:
+                raise
+            run.failed = e
+    s, on = run.cfg.imgsz, run.device
+    return [torch.zeros((run.micro.batch, 3, s, s), device=on), torch.zeros((0, 6), device=on), (None, None)]
+
+
 def _forward_backward(run, images, targets, sync: bool):
     """(loss terms, out of memory?) of one micro-batch; gradients accumulate."""
     cfg, dd, oom, items = run.cfg, run.dd, False, None
@@ -127,9 +142,14 @@ def train_batch(run, held: list, last: bool, size: int | None):
         if run.dd.world_size == 1:
             vals = torch.cat((items.detach().float().cpu(), torch.tensor([float(oom)])))
         else:
-            flags = items.new_tensor([float(oom), run.signals.flag()])
+            # ... and this rank's lost data source, and rank 0's --save-every-min timer (one tensor, no new collective)
+            flags = items.new_tensor([float(oom), run.signals.flag(), float(run.failed is not None),
+                                      float(run.dd.main and run.timer.due())])
             vals = distributed.all_mean(torch.cat((items.detach().float(), flags)), run.dd).cpu()
             run.signals.note(float(vals[4]))
+            run.save_due = bool(vals[6] > 0)
+            if vals[5] > 0:
+                raise RankSourceFailed
         comm = run.comm.take() if run.comm else 0.0
         h2d = run.clock.seconds(*marks) if c == 0 else 0.0
         held[2] = (None, None)   # the copy's wait is counted once, not again on a replay
@@ -173,7 +193,7 @@ def optimizer_step(run, batches, n: int) -> float:
     held, losses, j = [], [], 0
     while j < n:
         if j == len(held):
-            held.append(next_batch(run, batches, keep=j < n - 1))
+            held.append(fetch(run, batches, keep=j < n - 1))
         got = train_batch(run, held[j], last=j == n - 1, size=size)
         if got is None:   # out of memory on some rank: replay the step from its first batch
             replay_after_oom(run, f"epoch {run.epoch}, step {run.step}, batch {j + 1} of {n}")

@@ -75,7 +75,7 @@ class CpuDdpTrainer(RecordingTrainer):
         feed = self.train_loader
         lease = getattr(feed.loader, "lease", None)
         report = {"rank": RANK, "loader": feed.name, "loader_rank": feed.rank, "loader_world": feed.world_size,
-                  "batch_size": feed.batch_size, "batches": len(feed), "seen": self._seen,
+                  "batch_size": feed.batch_size, "batches": len(feed), "seen": self._seen, "img_sizes": self.img_sizes,
                   "ddp_model": type(self.model).__name__, "cache": str(lease.path) if lease else None,
                   "built": bool(lease.built) if lease else None,
                   "metrics": {k: float(v) for k, v in (self.metrics or {}).items()}}

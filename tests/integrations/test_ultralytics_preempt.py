@@ -19,6 +19,7 @@ from ultralytics import YOLO  # noqa: E402
 from ultralytics.nn.tasks import load_checkpoint  # noqa: E402
 
 from fastfeed.integrations.ultralytics import FastfeedTrainer, Preempted  # noqa: E402
+from fastfeed.integrations.ultralytics.exact import STATE_KEY  # noqa: E402
 from fastfeed.integrations.ultralytics.resume import KEY, STOP_FILE  # noqa: E402
 
 # 16 images / batch 2 = 8 batches per epoch; nbs=2: an optimizer step after every batch.
@@ -94,10 +95,9 @@ def test_periodic_saves_bound_what_a_crash_loses(sample_yolo, tmp_path, monkeypa
     assert _files(resumed.trainer._seen) == uninterrupted[11:]
 
 
-def test_a_data_source_lost_mid_epoch_saves_last_pt_then_raises_the_named_error(sample_yolo, tmp_path,  # noqa: F811
-                                                                                monkeypatch, uninterrupted):
-    """The store's reads fail for good after 3 batches (as an s3:// store's do once its retries give up): last.pt at
-    the last optimizer step, DataSourceFailed naming the failure and the resume, and resume=True continues."""
+def _lose_source(data, tmp_path, monkeypatch, **over):
+    """A run whose store's reads fail for good after 3 batches (as an s3:// store's do once its retries give up):
+    (the trainer, the DataSourceFailed it raised); the reads work again afterwards."""
     from fastfeed.store.objstore import RemoteError
     from fastfeed.store.reader import Store
     from fastfeed.train.guards import DataSourceFailed
@@ -113,20 +113,40 @@ def test_a_data_source_lost_mid_epoch_saves_last_pt_then_raises_the_named_error(
     model = YOLO("yolov8n.yaml")
     model.add_callback("on_train_batch_end", lambda t: out.update(now=len(t._seen) >= 3))
     with pytest.raises(DataSourceFailed) as lost:
-        model.train(data=str(sample_yolo / "data.yaml"), trainer=RecordingTrainer, project=str(tmp_path), name="s",
-                    **RUN)
-    before = _files(model.trainer._seen)
+        model.train(data=str(data / "data.yaml"), trainer=RecordingTrainer, project=str(tmp_path), name="s",
+                    **(RUN | over))
+    monkeypatch.setattr(Store, "record", real)
+    return model.trainer, lost.value
+
+
+def test_a_data_source_lost_mid_epoch_saves_last_pt_then_raises_the_named_error(sample_yolo, tmp_path,  # noqa: F811
+                                                                                monkeypatch, uninterrupted):
+    """last.pt at the last optimizer step, DataSourceFailed naming the failure and the resume, and resume=True
+    continues."""
+    trainer, lost = _lose_source(sample_yolo, tmp_path, monkeypatch)
+    before = _files(trainer._seen)
     n = len(before)
     last = tmp_path / "s" / "weights" / "last.pt"
     assert f"failed 6 times; the last failure: ConnectionError; training stopped after {n} batches of epoch 1: " \
-           f"{last} holds them: continue with YOLO('{last}').train(resume=True" in str(lost.value)
+           f"{last} holds them: continue with YOLO('{last}').train(resume=True" in str(lost)
     _, ckpt = load_checkpoint(last)
     assert (ckpt[KEY]["epoch"], ckpt[KEY]["batches"], ckpt[KEY]["why"]) == (0, n, "data source failed")
     assert 3 <= n < 8 and before == uninterrupted[:n] and not list(last.parent.glob(".*.tmp*"))
-    monkeypatch.setattr(Store, "record", real)
     resumed = YOLO(str(last))
     resumed.train(resume=True, trainer=RecordingTrainer)
     assert _files(resumed.trainer._seen) == uninterrupted[n:]
+
+
+def test_a_source_lost_between_two_optimizer_steps_keeps_no_gradients_of_the_batches_trained_again(
+        sample_yolo, tmp_path, monkeypatch):  # noqa: F811
+    """nbs 4, batch 2: a step every 2 batches. last.pt holds the last step's position; the batches after it are
+    trained again on resume, so their gradients must not be in it as well (they would count twice)."""
+    trainer, _ = _lose_source(sample_yolo, tmp_path, monkeypatch, nbs=4)
+    n = len(trainer._seen)
+    _, ckpt = load_checkpoint(tmp_path / "s" / "weights" / "last.pt")
+    assert ckpt[KEY]["batches"] == n - n % 2, n   # the last optimizer step's
+    kept = [g for g in ckpt[STATE_KEY]["grads"] or () if g is not None]
+    assert not kept, f"{n} batches trained, the last step after {n - n % 2}: their gradients kept"
 
 
 def test_resuming_with_another_batch_size_re_deals_the_rest_of_the_epoch(sample_yolo, tmp_path, monkeypatch,  # noqa: F811
@@ -155,30 +175,38 @@ def test_a_bad_save_interval_is_named(sample_yolo, tmp_path, monkeypatch):  # no
 
 
 def test_ddp_a_sigterm_to_one_rank_then_resume_continues_both_halves(sample_yolo, tmp_path, monkeypatch):  # noqa: F811
-    """2 ranks x batch 1 (batch=2 over 2 ranks): 8 batches per rank and epoch; rank 1 gets the SIGTERM."""
+    """2 ranks x batch 1 (batch=2 over 2 ranks): 8 batches per rank and epoch; rank 1 gets the SIGTERM. With
+    Ultralytics' multi_scale each rank draws its sizes from its own Python generator (seeded seed + 1 + rank), so
+    the resumed ranks draw the uninterrupted run's sizes only with each rank's generators restored."""
     out = tmp_path / "ranks"
     out.mkdir()
     monkeypatch.setenv("FF_DDP_OUT", str(out))
     monkeypatch.delenv("FASTFEED_LOADER", raising=False)
-    ddp = dict(RUN, epochs=1)
+    ddp = dict(RUN, epochs=1, imgsz=96, multi_scale=0.3)   # sizes 64, 96 or 128
 
     def ranks():
         return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
 
     _train(sample_yolo, tmp_path, "u", cls=CpuDdpTrainer, **ddp)
     whole = [_files(r["seen"]) for r in ranks()]
+    whole_sizes = [r["img_sizes"] for r in ranks()]
+    assert whole_sizes[0] != whole_sizes[1]   # the ranks' generators differ
     monkeypatch.setenv("FF_SIGNAL", "1:0:2")    # rank 1 only, while it trains its batch 2
     with pytest.raises(Preempted) as stop:      # the launching process: the ranks stopped for a signal
         _train(sample_yolo, tmp_path, "d", cls=CpuDdpTrainer, **ddp)
     assert stop.value.code == 75
     before = [_files(r["seen"]) for r in ranks()]
+    sizes = [r["img_sizes"] for r in ranks()]
     n = len(before[0])
     assert len(before[1]) == n and 3 <= n <= 4   # both ranks after the same optimizer step: the one in flight, or
     #                                              the next if the signal came after its all-reduce
     last = tmp_path / "d" / "weights" / "last.pt"
     assert torch.load(last, weights_only=False)[KEY]["batches"] == n
+    rngs = torch.load(last, weights_only=False)[STATE_KEY]["rng"]
+    assert len(rngs) == 2 and rngs[0]["python"] != rngs[1]["python"]   # each rank's, not rank 0's alone
     monkeypatch.delenv("FF_SIGNAL", raising=False)
     YOLO(str(last)).train(resume=True, trainer=CpuDdpTrainer)
     after = [_files(r["seen"]) for r in ranks()]
     for r in (0, 1):
         assert before[r] + after[r] == whole[r] and not set(before[r]) & set(after[r])
+        assert sizes[r] + ranks()[r]["img_sizes"] == whole_sizes[r], f"rank {r}: other multi_scale sizes"

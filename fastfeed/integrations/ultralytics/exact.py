@@ -1,22 +1,15 @@
-"""What a resumed FastfeedTrainer run needs to train exactly as the uninterrupted one did.
-
-Ultralytics' checkpoint is made to resume at an epoch's end, and approximately: the model is rebuilt from
-the EMA saved in fp16, the optimizer's buffers are partly saved in fp16, and its loop counts the resumed
-epoch's batches from 0 (the index of `enumerate(train_loader)`), so after a mid-epoch resume the warmup
-ramp and the gradient-accumulation rhythm would restart from where the epoch began.
-
-FastfeedTrainer adds to a mid-epoch last.pt, under `STATE_KEY`: the model's and the EMA's weights in their
-training dtype, the EMA's update count, the optimizer's and the scaler's state, the random generators'
-states (one process), the batch count at the last optimizer step, the epoch's mean loss so far and the gradients of the batches
-trained since the last step (at an epoch's end, where a stop can fall between two steps).
-On resume they replace what Ultralytics restored, and `Rhythm` continues the loop's bookkeeping from the
-checkpoint's position: before each batch's optimizer-step check it sets the accumulation (and, in a ramp the
-resume moved, the learning rates and momentum) that the uninterrupted run has at that batch.
+"""What a resumed FastfeedTrainer run needs to train exactly as the uninterrupted one did (docs/training.md says
+why: Ultralytics' checkpoint resumes at an epoch's end from fp16 copies, and its loop counts the resumed epoch's
+batches from 0). A mid-epoch last.pt adds, under `STATE_KEY`, the weights, EMA and optimizer state in their
+training dtype, every rank's random generators (Ultralytics keeps none and reseeds rank r with seed + 1 + r; its
+multi_scale draws each rank's sizes from Python's), the batch count at the last optimizer step, the epoch's mean
+loss so far and the gradients trained since the last step. On resume they replace what Ultralytics restored, and
+`Rhythm` sets, before each batch's optimizer-step check, the accumulation (and in a moved warmup ramp the learning
+rates and momentum) that the uninterrupted run has at that batch.
 """
 
 from __future__ import annotations
 
-import random
 import sys
 
 import numpy as np
@@ -39,32 +32,24 @@ def _cpu(value):
     return value
 
 
-def _rng_states(device) -> dict:
-    """Python's, numpy's and torch's generators (the accelerator's through fastfeed.devices, the one device rule)."""
-    return {"python": random.getstate(), "numpy": np.random.get_state(), **rng_state(torch.device(device))}
-
-
-def _set_rng_states(states: dict, device) -> None:
-    random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
-    set_rng_state(states, torch.device(device))
-
-
-def training_state(trainer) -> dict:
-    """The state a mid-epoch last.pt of FastfeedTrainer `trainer` keeps for an exact resume."""
+def training_state(trainer, rngs: list | None = None) -> dict:
+    """The state a mid-epoch last.pt of FastfeedTrainer `trainer` keeps for an exact resume (`rngs`: every rank's
+    generators, gathered where the ranks met; else this process's)."""
     rhythm, feed = trainer.ff_rhythm, trainer.train_loader
     epoch_loss = rhythm.epoch_mean(trainer.epoch, trainer.tloss, feed.position) if rhythm else trainer.tloss
     return {"model": _cpu(unwrap_model(trainer.model).state_dict()), "ema": _cpu(trainer.ema.ema.state_dict()),
             "updates": int(trainer.ema.updates), "optimizer": _cpu(trainer.optimizer.state_dict()),
-            "scaler": trainer.scaler.state_dict(), "rng": _rng_states(trainer.device), "last_step": int(trainer.ff_last_step),
+            "scaler": trainer.scaler.state_dict(), "rng": rngs or [rng_state(torch.device(trainer.device))],
+            "last_step": int(trainer.ff_last_step),
             "epoch_loss": _cpu(epoch_loss),   # and the gradients of batches after the last step (at an epoch's end)
             "grads": [_cpu(p.grad) for p in unwrap_model(trainer.model).parameters()]}
 
 
-def restore_training_state(trainer, state: dict, one_process: bool) -> None:
+def restore_training_state(trainer, state: dict, rank: int) -> None:
     """After Ultralytics' resume: the weights, EMA, optimizer and scaler as they were when the checkpoint was
-    written (Ultralytics restored them from fp16 copies), and the random generators (one process only: under
-    DDP each rank has its own)."""
+    written (Ultralytics restored them from fp16 copies), and rank `rank`'s random generators (-1: one process; a
+    rank the checkpoint has none for keeps Ultralytics' seeding, as does every DDP rank given a checkpoint from
+    before each rank's were kept)."""
     unwrap_model(trainer.model).load_state_dict(state["model"])
     trainer.ema.ema.load_state_dict(state["ema"])
     trainer.ema.updates = state["updates"]
@@ -75,8 +60,9 @@ def restore_training_state(trainer, state: dict, one_process: bool) -> None:
     trainer.optimizer.load_state_dict(saved)
     if state.get("scaler"):
         trainer.scaler.load_state_dict(state["scaler"])
-    if one_process:
-        _set_rng_states(state["rng"], trainer.device)
+    saved = state["rng"] if isinstance(state["rng"], list) else [state["rng"]] if rank == -1 else []
+    if max(rank, 0) < len(saved):
+        set_rng_state(saved[max(rank, 0)], torch.device(trainer.device))
 
 
 class Rhythm:

@@ -1,16 +1,9 @@
 """What a FastfeedTrainer mid-epoch checkpoint is (stopping.py decides when one is written, exact.py what an exact
-resume adds), the stop file and the DDP launcher.
-
-A mid-epoch last.pt is exactly what Ultralytics' `save_model` writes (its bytes captured, not its code copied), with
-`epoch` set to the epoch before the interrupted one (Ultralytics resumes at the epoch after `epoch`; 0 in the first
-epoch, which only FastfeedTrainer resumes inside) and one more entry, `fastfeed`: the position (`epoch`, `batches`
-done in it, `batch_size`, `world_size`, what stopped it) and `loader`, the loader's state (`Loader.state_dict()`),
-which `resume=True` continues through `Loader.load_state_dict` (`saved_state`): on the same ranks the batches the
-uninterrupted run trains, on others the epoch's records not yet trained, re-dealt. Every checkpoint write, the
-epoch-end ones included, is atomic (`write_atomically`). `FASTFEED_SAVE_EVERY_MIN=N` writes one every N minutes.
-
-Under DDP the launching process forwards SIGTERM/SIGUSR1 to the rank processes (Kubernetes and docker signal PID 1
-only) and turns the ranks' failure into `Preempted` when they stopped for a signal (rank 0 leaves `STOP_FILE`).
+resume adds), the stop file and the DDP launcher. A mid-epoch last.pt is Ultralytics' own `save_model` bytes,
+captured and written atomically, with `epoch` set to the epoch before the interrupted one (Ultralytics resumes at
+the one after; 0 in the first) and one more entry, `fastfeed`: the position and the loader's state, which
+`resume=True` continues through `Loader.load_state_dict` (`saved_state`). Under DDP the launching process forwards
+SIGTERM/SIGUSR1 to the ranks and turns their failure into `Preempted` when a signal stopped them (`STOP_FILE`).
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""`StoppableMixin`: an Ultralytics trainer (any task's) that stops between optimizer steps and resumes mid-epoch;
-`StoppableTrainer` is it on DetectionTrainer.
-
-A stop signal (SIGTERM, SIGUSR1, a first Ctrl-C) ends training after the optimizer step in flight, every DDP rank
-after the same one, with a mid-epoch last.pt that `resume=True` continues from the next batch, the uninterrupted
-run's optimizer steps continued (exact.py); FASTFEED_SAVE_EVERY_MIN=N also writes one every N minutes; a data
-source lost for good saves the same way before the error. The checkpoint's content, the stop file and the DDP
-launcher are resume.py's. `FastfeedTrainer` (trainer.py) and the task trainers (tasks.py) are this mixin with their
-batches from a fastfeed loader:
-`train_loader` must be a `FastfeedTrainLoader` (its `position` and its loader's state are what is saved).
+"""`StoppableMixin`: an Ultralytics trainer (any task's) that stops between optimizer steps and resumes mid-epoch
+(`StoppableTrainer`: on DetectionTrainer). A stop signal ends training after the optimizer step in flight, every DDP
+rank after the same one, with a mid-epoch last.pt that `resume=True` continues exactly (exact.py);
+FASTFEED_SAVE_EVERY_MIN=N writes one every N minutes; a data source lost for good saves before the error. What a
+checkpoint holds, the stop file and the DDP launcher are resume.py's. `train_loader` must be a
+`FastfeedTrainLoader` (its `position` and its loader's state are what is saved).
 """
 
 from __future__ import annotations
@@ -15,10 +11,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import torch
 from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.utils import DEFAULT_CFG, RANK
 from ultralytics.utils.torch_utils import unwrap_model
 
+from ...devices import rng_state
 from ...loaders.position import same_order
 from ...preempt import SaveTimer, StopSignals
 from ...train import distributed
@@ -84,13 +82,13 @@ class StoppableMixin:
 
     def _ff_lost_source(self, message: str) -> str:
         """Rank 0: a mid-epoch last.pt at the last optimizer step (the batches after it are trained again on
-        resume); the error's message."""
+        resume, so their gradients are not kept: they would count twice); the error's message."""
         epoch, batches = self._ff_done if self._ff_done[0] == self.epoch else (self.epoch, 0)
         pos = self._ff_position("data source failed", epoch_end=False) | {"epoch": epoch, "batches": batches}
         if not self.args.save:
             return f"{message}; training stopped after {batches} batches of epoch {epoch + 1} (save=False: no last.pt)"
         if RANK in (-1, 0):
-            mid_epoch_checkpoint(self, super().save_model, pos, training_state(self))
+            mid_epoch_checkpoint(self, super().save_model, pos, training_state(self) | {"grads": None})
         return (f"{message}; training stopped after {batches} batches of epoch {epoch + 1}: {self.last} holds them: "
                 f"continue with YOLO({str(self.last)!r}).train(resume=True, trainer={type(self).__name__}) once it "
                 "is reachable")
@@ -114,16 +112,26 @@ class StoppableMixin:
         if signals is None:   # _do_train called without train(): no handlers, nothing to do
             return
         world = self.world_size if RANK != -1 else 1
-        stop = signals.requested is not None
-        if world > 1:   # one all-reduce of one number per optimizer step: every rank stops after the same one
-            stop = distributed.any_true(stop, distributed.Dist(RANK, world), self.device)
+        stop, save = signals.requested is not None, not epoch_end and RANK in (-1, 0) and self._ff_timer.due()
+        if world > 1:   # one all-reduce of two numbers per optimizer step: every rank stops (or saves) after one step
+            agreed = distributed.all_mean(torch.tensor([stop, save], dtype=torch.float32, device=self.device),
+                                          distributed.Dist(RANK, world)).tolist()
+            stop, save = agreed[0] > 0, agreed[1] > 0
         if stop:
             signals.note(1.0)
             if epoch_end and self.epoch + 1 >= self.epochs:
                 return   # the last epoch is done: let the run finish (resume would have nothing to do)
             self._ff_stop(epoch_end)
-        elif not epoch_end and RANK in (-1, 0) and self._ff_timer.due():
-            self._ff_save("timer")
+        elif save:
+            rngs = self._ff_rngs()
+            if RANK in (-1, 0):
+                self._ff_save("timer", rngs)
+
+    def _ff_rngs(self) -> list:
+        """Every rank's random generators, for the checkpoint (every rank calls it where they meet: one
+        all_gather_object under DDP)."""
+        world = self.world_size if RANK != -1 else 1
+        return distributed.gather(rng_state(torch.device(self.device)), distributed.Dist(max(RANK, 0), world))
 
     def _ff_position(self, why: str, epoch_end: bool) -> dict:
         feed = self.train_loader
@@ -133,13 +141,13 @@ class StoppableMixin:
                 "stopped_by": self._ff_signals.reason() if why == "signal" else None, "why": why,
                 "saved_at": time.time()}
 
-    def _ff_save(self, why: str) -> dict:
-        """Rank 0: a mid-epoch last.pt at the loader's position."""
+    def _ff_save(self, why: str, rngs: list | None = None) -> dict:
+        """Rank 0: a mid-epoch last.pt at the loader's position (`rngs`: every rank's generators)."""
         pos = self._ff_position(why, epoch_end=False)
         if not self.args.save:
             log.warning("fastfeed: save=False: no mid-epoch last.pt written")
             return pos
-        seconds = mid_epoch_checkpoint(self, super().save_model, pos, training_state(self))
+        seconds = mid_epoch_checkpoint(self, super().save_model, pos, training_state(self, rngs))
         self._ff_timer.saved()
         log.info(f"fastfeed: {self.last} at epoch {pos['epoch'] + 1}, batch {pos['batches']} of {len(self.train_loader)} "
                  f"({why}; written in {seconds:.2f} s)")
@@ -149,11 +157,12 @@ class StoppableMixin:
         """Every rank: rank 0 writes (mid-epoch: last.pt; at an epoch's end Ultralytics' last.pt again, with what
         an exact resume needs) and leaves STOP_FILE; then all raise Preempted together."""
         pos = self._ff_position("signal", epoch_end)
+        rngs = self._ff_rngs()
         if RANK in (-1, 0):
             if not epoch_end:
-                self._ff_save("signal")
+                self._ff_save("signal", rngs)
             elif self.args.save:
-                mid_epoch_checkpoint(self, super().save_model, pos, training_state(self))
+                mid_epoch_checkpoint(self, super().save_model, pos, training_state(self, rngs))
             write_stop_file(self.save_dir, pos)
         if self.world_size > 1 and RANK != -1:
             distributed.barrier(distributed.Dist(RANK, self.world_size))   # nobody leaves before last.pt is on disk
@@ -190,7 +199,7 @@ class StoppableMixin:
         self.start_epoch = epoch
         state = ckpt.get(STATE_KEY)
         if state is not None:   # the weights, EMA and optimizer as they were, not Ultralytics' fp16 copies
-            restore_training_state(self, state, one_process=RANK == -1)
+            restore_training_state(self, state, RANK)
         exact = same_order(self.train_loader.loader, saved_state(pos, self.train_loader.loader))
         if batches:   # the loader's contract says what changed and continues the epoch
             line = self.train_loader.resume_from(saved_state(pos, self.train_loader.loader))
