@@ -24,8 +24,7 @@ from .manifest import build_manifest
 from .process import PayloadConfig, raw_annotation_verdict
 from .report import PackReport
 from .source import PackError
-from .task import resolve_task
-from .usable import check_coco_units, check_dropped, check_kept, check_labelled, unlabelled_share
+from .usable import check_coco_units, check_dropped, check_kept, check_labelled, resolve_task, unlabelled_share
 from .writer import DiskSpace, pack_lock
 
 log = logging.getLogger(__name__)
