@@ -20,12 +20,11 @@ from ..store.publish import publish, temp_dir_for
 from . import part, remote
 from .config import PackConfig
 from .layout import open_source
-from .manifest import build_manifest
 from .process import PayloadConfig, raw_annotation_verdict
 from .report import PackReport
 from .source import PackError
 from .usable import check_coco_units, check_dropped, check_kept, check_labelled, resolve_task, unlabelled_share
-from .writer import DiskSpace, pack_lock
+from .writer import DiskSpace, build_manifest, pack_lock
 
 log = logging.getLogger(__name__)
 
