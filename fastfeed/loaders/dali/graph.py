@@ -18,7 +18,7 @@ On a GPU every pixel op runs on the device; the per-sample arguments stay on the
 
 from __future__ import annotations
 
-from .device import DaliDevice
+from . import DaliDevice
 from .source import DaliSource
 
 OUTPUTS = ("images", "boxes", "classes", "times")   # the pipeline's outputs, in order

@@ -17,7 +17,7 @@ from ...store.reader import Store
 from ..base import Batch, Loader, LoaderConfig, StageTimes
 from ..renders import DALI
 from ..workers import WorkerError
-from .device import DaliDevice
+from . import DaliDevice
 from .graph import OUTPUTS, build_pipeline
 from .source import DaliSource
 
