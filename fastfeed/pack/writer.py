@@ -17,7 +17,6 @@ import lmdb
 from .. import __version__, tasks
 from ..store import format as fmt
 from ..store import publish
-from ..store.checksum import sha256_file
 from ..store.remote.sizes import gib
 from .report import PackReport
 from .source import PackError
@@ -59,7 +58,7 @@ class ShardWriter:
         self._env.close()
         self._env = self._txn = None
         return {"file": self.path.name, "count": self.count, "bytes": os.path.getsize(self.path),
-                "sha256": sha256_file(self.path)}
+                "sha256": fmt.sha256_file(self.path)}
 
     def abort(self) -> None:
         if self._env is not None:
