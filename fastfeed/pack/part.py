@@ -16,7 +16,8 @@ from pathlib import Path
 
 from ..store import format as fmt
 from ..store.record import record_crc
-from .process import PayloadConfig, process_item
+from .lines import Task
+from .process import process_item
 from .report import Problem
 from .source import Item
 from .writer import ShardWriter
@@ -71,7 +72,8 @@ class PartResult:
 class PartJob:
     part: int
     items: list[Item]
-    payload: PayloadConfig
+    cfg: object                 # the PackConfig: how pixels are stored
+    task: Task
     nc: int | None
     out_dir: Path
     fail_fast: bool
@@ -135,7 +137,7 @@ def run(job: PartJob) -> PartResult:
                 break
             if job.remote is not None and k % _REMOTE_BATCH == 0:   # the next images' bytes, many requests at once
                 fetched = job.remote.read(job.items[k:k + _REMOTE_BATCH])
-            r = process_item(item, job.payload, job.nc, fetched.pop(item.name, None))
+            r = process_item(item, job.cfg, job.task, job.nc, fetched.pop(item.name, None))
             res.problems += r.problems
             st.sources.append((r.name, r.source_crc))
             if r.exif_frame is not None and (r.exif_frame != "either" or r.record is not None):

@@ -10,7 +10,7 @@ import numpy as np
 from .. import codec, tasks
 from ..augment.boxes import cxcywh_to_xyxy
 from ..store.record import crc32, encode_record
-from .check import DEFAULT_MAX_PIXELS, check_image
+from .check import check_image
 from .clean import clean_boxes as _clean_boxes
 from .clean import clean_geometry
 from .coco_geometry import keypoint_values, segmentation_points
@@ -20,21 +20,6 @@ from .source import Item
 
 STORE_MODES = ("original", "jpeg", "raw")
 EXIF_MODES = ("apply", "ignore")
-
-
-@dataclass(frozen=True, slots=True)
-class PayloadConfig:
-    """How pixels are stored: see `fastfeed pack --help`."""
-
-    store: str = "original"
-    max_side: int | None = None
-    quality: int = 90
-    check: str = "entropy"   # 'entropy': strict JPEG decode at 1/8 scale; 'full': full-size decode
-    max_pixels: int = DEFAULT_MAX_PIXELS   # refuse larger images from their header, before decoding
-    exif: str = "apply"      # 'apply': boxes in the upright frame (the EXIF orientation applied); 'ignore': stored frame
-    coco_boxes: str = "pixels"   # COCO bbox units: 'pixels' (the format's), or 'normalized' (fractions of the image)
-    task: str = "detect"     # what each record holds besides boxes: detect | segment | pose | obb (lines.Task)
-    kpt_shape: tuple[int, int] | None = None   # pose (or a detect pack of a pose set): keypoints, values each
 
 
 @dataclass(slots=True)
@@ -52,7 +37,7 @@ class Result:
     geometry: dict = field(default_factory=dict)   # counts for the manifest (the task's `counts`)
 
 
-def _coco_geometry(item: Item, keep, size, cfg: PayloadConfig, problems: list[Problem]) -> list:
+def _coco_geometry(item: Item, keep, size, cfg, task: Task, problems: list[Problem]) -> list:
     """The kept annotations' geometry (None for a dropped object or a crowd region)."""
     h, w = size
     unit = (1, 1) if cfg.coco_boxes == "normalized" else (w, h)
@@ -60,14 +45,14 @@ def _coco_geometry(item: Item, keep, size, cfg: PayloadConfig, problems: list[Pr
     for (ann_id, value), crowd in zip([g for g, k in zip(item.coco_geometry, keep) if k], item.coco_crowd[keep]):
         if crowd:
             out.append(None)
-        elif tasks.get(cfg.task).keypoints:
-            out.append(keypoint_values(value, unit, cfg.kpt_shape[0], item.name, ann_id, problems))
+        elif tasks.get(task.name).keypoints:
+            out.append(keypoint_values(value, unit, task.kpt_shape[0], item.name, ann_id, problems))
         else:
             out.append(segmentation_points(value, size, unit, item.name, ann_id, problems))
     return out
 
 
-def _labels(item: Item, size, nc: int | None, problems: list[Problem], cfg: PayloadConfig):
+def _labels(item: Item, size, nc: int | None, problems: list[Problem], cfg, task: Task):
     """The item's boxes as normalised xyxy, with classes, crowd flags and (segment, pose, obb) the training
     objects' geometry, each checked by `clean.py`'s rule."""
     h, w = size
@@ -76,8 +61,7 @@ def _labels(item: Item, size, nc: int | None, problems: list[Problem], cfg: Payl
         if item.label_path is None:
             cxcywh, classes, geometry = np.zeros((0, 4)), np.zeros(0, np.int64), []
         else:
-            cxcywh, classes, found, where, geometry = parse_label(item.label_path, item.name, nc,
-                                                                  Task(cfg.task, cfg.kpt_shape))
+            cxcywh, classes, found, where, geometry = parse_label(item.label_path, item.name, nc, task)
             problems.extend(found)
         xyxy = cxcywh_to_xyxy(cxcywh)   # normalised: width = height = 1
         crowd = np.zeros(len(classes), bool)
@@ -87,16 +71,16 @@ def _labels(item: Item, size, nc: int | None, problems: list[Problem], cfg: Payl
         xyxy = np.stack([b[:, 0] / sw, b[:, 1] / sh, (b[:, 0] + b[:, 2]) / sw, (b[:, 1] + b[:, 3]) / sh], 1)
         classes, crowd = item.coco_classes, item.coco_crowd
     xyxy, classes, crowd, keep = _clean_boxes(xyxy.reshape(-1, 4), classes, crowd, size, item.name, problems, where)
-    if tasks.get(cfg.task).field is None:
+    if tasks.get(task.name).field is None:
         return xyxy, classes, crowd, None
     if item.coco_xywh is not None:
-        geometry = _coco_geometry(item, keep, size, cfg, problems)
+        geometry = _coco_geometry(item, keep, size, cfg, task, problems)
     else:
         geometry = [g for g, k in zip(geometry, keep) if k]
     where = [x for x, k in zip(where, keep) if k] if where else None
     dropped = np.array([g is None and not c for g, c in zip(geometry, crowd)], bool)   # dropped by name above
     train = np.flatnonzero(~crowd & ~dropped)
-    kept, cleaned = clean_geometry(cfg.task, [geometry[i] for i in train], classes[train], size, item.name, problems,
+    kept, cleaned = clean_geometry(task.name, [geometry[i] for i in train], classes[train], size, item.name, problems,
                                    [where[i] for i in train] if where else None)
     final = np.zeros(len(classes), bool)
     final[train[kept]] = True
@@ -141,9 +125,9 @@ def raw_annotation_verdict(frames, annotation_files) -> str | None:
             "pixels are stored in, as drawn)")
 
 
-def process_item(item: Item, cfg: PayloadConfig, nc: int | None, data=None) -> Result:
+def process_item(item: Item, cfg, task: Task, nc: int | None, data=None) -> Result:
     """Read (or take `data`: the image's bytes, read from a bucket; a Problem: why they could not be), check and
-    encode one image."""
+    encode one image, as `cfg` (the `PackConfig`: how pixels are stored) asks, with the labels of `task`."""
     res = Result(item.name, problems=list(item.problems))
     if isinstance(data, Problem):
         res.problems.append(data)
@@ -172,7 +156,7 @@ def process_item(item: Item, cfg: PayloadConfig, nc: int | None, data=None) -> R
         return res
     res.problems.extend(checked.notes)
     try:
-        xyxy, classes, crowd, geometry = _labels(item, orig, nc, res.problems, cfg)
+        xyxy, classes, crowd, geometry = _labels(item, orig, nc, res.problems, cfg, task)
     except LabelsFailed as e:   # not packed as a background image: its objects are in the file that failed
         res.problems.append(e.problem)
         return res
@@ -191,8 +175,8 @@ def process_item(item: Item, cfg: PayloadConfig, nc: int | None, data=None) -> R
         codec=how, height=size[0], width=size[1], orig_height=orig[0], orig_width=orig[1],
         image_id=item.image_id, file_name=item.name, boxes=xyxy[~crowd], classes=classes[~crowd],
         crowd_boxes=xyxy[crowd], crowd_classes=classes[crowd], payload=payload, orientation=checked.orientation,
-        task=cfg.task, geometry=None if geometry is None else tasks.get(cfg.task).record_value(geometry, cfg.kpt_shape))
-    res.geometry = tasks.get(cfg.task).counts(geometry or [])
+        task=task.name, geometry=None if geometry is None else tasks.get(task.name).record_value(geometry, task.kpt_shape))
+    res.geometry = tasks.get(task.name).counts(geometry or [])
     res.classes, res.n_crowd, res.orig_size, res.size = classes[~crowd], int(crowd.sum()), orig, size
     res.orientation = checked.orientation
     return res
