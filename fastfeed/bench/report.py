@@ -7,17 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..store.remote.link import link_words
+from ..store.remote.sizes import human_bytes
 from ..train.verdict import BUSY_MIN, advice
 from .result import STAGE_NAMES, BenchResult, LoaderResult
-
-
-def human_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
 
 
 def _ms(v: float | None) -> str:
