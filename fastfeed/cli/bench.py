@@ -15,24 +15,13 @@ from .common import (
     add_remote_args,
     defaults,
     fail,
+    int_or_auto,
     progress_lines,
     store_options,
     store_path,
 )
 
 HELP = "measure loaders side by side: throughput, stage times, stalls, CPU, memory"
-
-def _workers_arg(value: str):
-    if value == "auto":
-        return "auto"
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0 or 'auto', got {value!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0 or 'auto', got {value!r}")
-    return n
-
 
 def add_parser(sub) -> None:
     from ..bench.config import MODELS, TASKS, BenchConfig
@@ -58,7 +47,7 @@ def add_parser(sub) -> None:
                    help="loader to measure; repeat for several, 'all' for every registered one (default: cpu)")
     p.add_argument("--imgsz", type=int, default=d["imgsz"], help=f"output side, a multiple of 32 (default {d['imgsz']})")
     p.add_argument("--batch", type=int, default=d["batch_size"], help=f"batch size (default {d['batch_size']})")
-    p.add_argument("--workers", type=_workers_arg, metavar="N|auto",
+    p.add_argument("--workers", type=int_or_auto("an integer >= 0", 0), metavar="N|auto",
                    help="worker processes (0: in this process; default: LoaderConfig's, one per core up to 8); "
                         "'auto' sweeps 1, 2, cores/2, cores, cores+1 briefly and keeps the fastest")
     g = p.add_mutually_exclusive_group()

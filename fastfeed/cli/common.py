@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import sys
@@ -35,6 +36,19 @@ def _dataset_instead(path) -> str | None:
     except Exception:   # noqa: BLE001 - not a layout pack knows (or an unreadable folder): no dataset either
         return None
     return f"{path} is {what}, then pass the .ff folder"
+
+
+def int_or_auto(expected: str, minimum: int | None = None):
+    """An argparse type: 'auto', or an integer (at least `minimum`); anything else is refused as not `expected`."""
+    def parse(value: str):
+        if value == "auto":
+            return value
+        with contextlib.suppress(ValueError):
+            if minimum is None or int(value) >= minimum:
+                return int(value)
+        raise argparse.ArgumentTypeError(f"expected {expected} or 'auto', got {value!r}")
+
+    return parse
 
 
 def defaults(cls) -> dict:

@@ -17,6 +17,7 @@ from .common import (
     add_remote_args,
     defaults,
     fail,
+    int_or_auto,
     progress_lines,
     store_options,
     store_path,
@@ -70,15 +71,6 @@ class _Loaders:
         return iter(self._names())
 
 
-def _batch(value: str):
-    if value == "auto":
-        return value
-    try:
-        return int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of images or 'auto', got {value!r}") from None
-
-
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "train", help=HELP,
@@ -112,7 +104,7 @@ def add_parser(sub) -> None:
                         "the device; evaluation stays at --imgsz")
     m = p.add_argument_group("model and optimisation")
     m.add_argument("--model", default=D["model"], choices=MODELS, help="network (default %(default)s)")
-    m.add_argument("--batch", type=_batch, default=D["batch"], metavar="N|auto",
+    m.add_argument("--batch", type=int_or_auto("a number of images"), default=D["batch"], metavar="N|auto",
                    help="images per loader batch and process (default %(default)s); 'auto': the largest micro-batch "
                         "whose step fits the accelerator's memory with a margin, measured at the start")
     m.add_argument("--micro-batch", type=int, metavar="N",
