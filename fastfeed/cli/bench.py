@@ -13,6 +13,7 @@ from .common import (
     EXIT_OK,
     EXIT_USAGE,
     add_remote_args,
+    config_of,
     defaults,
     fail,
     int_or_auto,
@@ -87,10 +88,8 @@ def run(args) -> int:
     from ..store.format import FormatError
 
     try:
-        cfg = BenchConfig(data=args.data, store_options=store_options(args), loaders=tuple(args.loaders or ("cpu",)), imgsz=args.imgsz,
-                          batch_size=args.batch, workers=args.workers, seconds=args.seconds, batches=args.batches,
-                          warmup=args.warmup, augment=args.augment, device=args.device, step_ms=args.step_ms,
-                          model=args.model, seed=args.seed, progress=not args.quiet, task=args.task)
+        cfg = config_of(BenchConfig, args, store_options=store_options(args), loaders=tuple(args.loaders or ("cpu",)),
+                        batch_size=args.batch, progress=not args.quiet)
         if args.plot is not None:
             import importlib.util
 

@@ -57,6 +57,12 @@ def defaults(cls) -> dict:
             if f.default is not MISSING or f.default_factory is not MISSING}
 
 
+def config_of(cls, args, **fixed):
+    """Config class `cls` from the flags named as its fields (one not given, None, keeps the field's default),
+    with `fixed` for the fields whose flag is named or shaped otherwise."""
+    return cls(**{f.name: v for f in fields(cls) if (v := getattr(args, f.name, None)) is not None} | fixed)
+
+
 class _LineFormat(logging.Formatter):
     """INFO records are the command's own progress lines, printed as they are; others say what they are."""
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import fields
 from pathlib import Path
 
 from ..train.config import AMPS, DEFAULT_IMGSZ, DEFAULT_LR, MODELS, OPTIMIZERS, SCHEDULES, TrainConfig
@@ -15,6 +14,7 @@ from .common import (
     EXIT_PREEMPTED,
     EXIT_USAGE,
     add_remote_args,
+    config_of,
     defaults,
     fail,
     int_or_auto,
@@ -212,9 +212,7 @@ def run(args) -> int:
     from ..train import CheckpointError, TrainError, train  # TrainError: TrainingDiverged too
 
     try:
-        # Every flag is a TrainConfig field of the same name; one not given (None) keeps the field's default.
-        cfg = TrainConfig(**{f.name: v for f in fields(TrainConfig) if (v := getattr(args, f.name, None)) is not None},
-                          store_options=store_options(args))
+        cfg = config_of(TrainConfig, args, store_options=store_options(args))   # every flag is a field of that name
         for flag, path in (("--data", cfg.data), ("--val", cfg.val)):
             if isinstance(path, Path) and not path.exists():
                 return fail(f"{flag} {path} does not exist (make a store with `fastfeed pack SRC -o OUT`)")
