@@ -125,7 +125,7 @@ def trainer_run(device, batch: int, micro: int, imgsz: int, channels_last: bool 
     from fastfeed.train.oom import BufferSnapshot, MicroBatches
     from fastfeed.train.optim import build_optimizer
     from fastfeed.train.setup import Run
-    from fastfeed.train.timing import DeviceClock
+    from fastfeed.train.step import DeviceClock
 
     cfg = TrainConfig(data="synthetic", model="yolov3", imgsz=imgsz, batch=batch, accum=1, amp="bf16",
                       channels_last=channels_last, warmup_epochs=0)

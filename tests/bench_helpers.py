@@ -62,14 +62,14 @@ def clock(monkeypatch):
     then follow what a test's loaders are built to do, not how busy the machine is."""
     from types import SimpleNamespace
 
-    import fastfeed.bench.device as device
     import fastfeed.bench.measure as measure
     import fastfeed.bench.monitor as monitor
+    import fastfeed.bench.run as run
 
     c = Clock()
     monkeypatch.setattr(measure, "perf_counter", c)
     monkeypatch.setattr(monitor, "perf_counter", c)
-    monkeypatch.setattr(device, "time", SimpleNamespace(sleep=c.sleep))
+    monkeypatch.setattr(run, "time", SimpleNamespace(sleep=c.sleep))
     return c
 
 

@@ -97,9 +97,11 @@ def test_bad_values_name_the_flag(kw, match):
 
 
 def test_cli_usage_errors(store, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(["bench", "--data", str(store), "--workers", "lots"])
-    assert e.value.code == 2 and "'auto'" in capsys.readouterr().err
+    for bad in ("lots", "-1"):
+        with pytest.raises(SystemExit) as e:
+            main(["bench", "--data", str(store), "--workers", bad])
+        assert e.value.code == 2
+        assert f"--workers: expected an integer >= 0 or 'auto', got '{bad}'" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
         main(["bench", "--data", str(store), "--step-ms", "5", "--model", "yolov3"])
     assert e.value.code == 2

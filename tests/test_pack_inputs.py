@@ -9,7 +9,7 @@ from conftest import image_bytes, jpeg_bytes, paint_image, png_claiming
 from store_helpers import by_name, rejects, run_pack
 
 from fastfeed import Store
-from fastfeed.pack import PackError, check
+from fastfeed.pack import PackError, process
 from fastfeed.store import format as fmt
 
 # --- COCO JSON edited by hand ----------------------------------------------------------------------
@@ -95,14 +95,14 @@ def test_max_pixels_refuses_from_the_header_and_can_be_raised(coco_builder, tmp_
 def test_any_exception_on_one_file_rejects_that_file_with_its_type(coco_builder, tmp_path, monkeypatch, exc, reason):
     coco_builder.add_image("a.jpg", seed=1, boxes=[(1, [1, 1, 10, 10])])
     coco_builder.add_image("odd.png", data=image_bytes(paint_image(120, 160), "png"))
-    real = check.formats.header_size
+    real = process.formats.header_size
 
     def header_size(data, fmt):
         if fmt == "png":
             raise exc
         return real(data, fmt)
 
-    monkeypatch.setattr(check.formats, "header_size", header_size)
+    monkeypatch.setattr(process.formats, "header_size", header_size)
     run_pack(coco_builder.write(), tmp_path / "out")
     assert len(Store(tmp_path / "out")) == 1
     assert [(r["file"], r["reason"], r["detail"]) for r in rejects(tmp_path / "out")] == [
@@ -276,11 +276,11 @@ def test_max_pixels_is_explained_in_help_with_the_default_it_applies(capsys):
 
     from fastfeed.cli import main
 
-    assert check.DEFAULT_MAX_PIXELS == Image.MAX_IMAGE_PIXELS
+    assert process.DEFAULT_MAX_PIXELS == Image.MAX_IMAGE_PIXELS
 
     with pytest.raises(SystemExit):
         main(["pack", "--help"])
-    assert f"default {check.DEFAULT_MAX_PIXELS:,}, Pillow's decompression-bomb limit" in " ".join(
+    assert f"default {process.DEFAULT_MAX_PIXELS:,}, Pillow's decompression-bomb limit" in " ".join(
         capsys.readouterr().out.split())
 
 

@@ -21,7 +21,7 @@ from fastfeed import Store, exif
 from fastfeed.cli import main
 from fastfeed.pack import PackError
 from fastfeed.store import format as fmt
-from fastfeed.store.checksum import sha256_file
+from fastfeed.store.format import sha256_file
 from fastfeed.store.record import crc32
 
 H, W = 120, 160

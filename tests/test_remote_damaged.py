@@ -147,7 +147,7 @@ def test_a_damaged_cached_copy_of_a_damaged_bucket_object_names_the_bucket(s3, l
 def test_a_shard_damaged_when_packed_is_the_buckets_copy_after_one_fresh_download(s3, local, tmp_path):
     """The bucket's object matches the manifest's sha256 (it was written damaged): the cached copy is blamed first,
     downloaded once more, then the error says the bucket's copy is damaged."""
-    from fastfeed.store.checksum import sha256_file
+    from fastfeed.store.format import sha256_file
 
     url, bucket = upload(s3, local)
     store = Store(url, shard_cache=tmp_path / "c")

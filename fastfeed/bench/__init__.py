@@ -10,8 +10,7 @@ INFO log lines (plain lines in a log file), notes to logging.
 """
 
 from .config import BenchConfig
-from .plot import write_plot  # matplotlib only once called (the `plot` extra)
-from .report import format_table
+from .report import format_table, write_plot  # matplotlib only once write_plot is called (the `plot` extra)
 from .result import BenchResult, LoaderResult
 from .run import run_bench
 

@@ -7,6 +7,7 @@ This package is the only place that prints. One module per subcommand; each has
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 
 from .. import __version__
@@ -31,21 +32,16 @@ def _command_in(argv) -> str | None:
     return None
 
 
-class _Parser(argparse.ArgumentParser):
-    """Every parser (subcommands' too, made of this class): a flag only as spelled (`--epoch 1` is no `--epochs`)."""
-
-    def __init__(self, *args, **kw):
-        super().__init__(*args, allow_abbrev=False, **kw)
-
-
 def build_parser(argv=None) -> argparse.ArgumentParser:
     """The parser; `argv` says which command to build in full (all of them when None)."""
-    parser = _Parser(
+    # Every parser, the subcommands' too: a flag only as spelled (`--epoch 1` is no `--epochs`).
+    exact = functools.partial(argparse.ArgumentParser, allow_abbrev=False)
+    parser = exact(
         prog="fastfeed", description="Keep a detection trainer's accelerator fed: pack a dataset, "
                                      "check it, and serve it fast.")
     parser.add_argument("--version", action="version", version=f"fastfeed {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=exact)
     wanted = _command_in(argv) if argv is not None else None
     for name, (summary, add) in _COMMANDS.items():
         if argv is None or name == wanted:

@@ -13,26 +13,16 @@ from .common import (
     EXIT_OK,
     EXIT_USAGE,
     add_remote_args,
+    config_of,
     defaults,
     fail,
+    int_or_auto,
     progress_lines,
     store_options,
     store_path,
 )
 
 HELP = "measure loaders side by side: throughput, stage times, stalls, CPU, memory"
-
-def _workers_arg(value: str):
-    if value == "auto":
-        return "auto"
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0 or 'auto', got {value!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0 or 'auto', got {value!r}")
-    return n
-
 
 def add_parser(sub) -> None:
     from ..bench.config import MODELS, TASKS, BenchConfig
@@ -58,7 +48,7 @@ def add_parser(sub) -> None:
                    help="loader to measure; repeat for several, 'all' for every registered one (default: cpu)")
     p.add_argument("--imgsz", type=int, default=d["imgsz"], help=f"output side, a multiple of 32 (default {d['imgsz']})")
     p.add_argument("--batch", type=int, default=d["batch_size"], help=f"batch size (default {d['batch_size']})")
-    p.add_argument("--workers", type=_workers_arg, metavar="N|auto",
+    p.add_argument("--workers", type=int_or_auto("an integer >= 0", 0), metavar="N|auto",
                    help="worker processes (0: in this process; default: LoaderConfig's, one per core up to 8); "
                         "'auto' sweeps 1, 2, cores/2, cores, cores+1 briefly and keeps the fastest")
     g = p.add_mutually_exclusive_group()
@@ -98,10 +88,8 @@ def run(args) -> int:
     from ..store.format import FormatError
 
     try:
-        cfg = BenchConfig(data=args.data, store_options=store_options(args), loaders=tuple(args.loaders or ("cpu",)), imgsz=args.imgsz,
-                          batch_size=args.batch, workers=args.workers, seconds=args.seconds, batches=args.batches,
-                          warmup=args.warmup, augment=args.augment, device=args.device, step_ms=args.step_ms,
-                          model=args.model, seed=args.seed, progress=not args.quiet, task=args.task)
+        cfg = config_of(BenchConfig, args, store_options=store_options(args), loaders=tuple(args.loaders or ("cpu",)),
+                        batch_size=args.batch, progress=not args.quiet)
         if args.plot is not None:
             import importlib.util
 

@@ -72,14 +72,6 @@ def _which(p) -> None:
     old_flag(p, "--shard-dir", "--shard-cache")
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return ""
-
-
 def _users(info) -> str:
     text = f"{len(info.users)}" + (f" (pid {', '.join(map(str, info.users))})" if info.users else "")
     return text + (", keep" if info.keep else "")
@@ -87,6 +79,7 @@ def _users(info) -> str:
 
 def cmd_ls(args) -> int:
     from ..cache import CacheError, list_caches
+    from ..store.remote.sizes import human_bytes
 
     if args.shards:
         return _ls_shards(args)
@@ -100,11 +93,11 @@ def cmd_ls(args) -> int:
     if not infos:
         print(f"{args.shm_dir}: no fastfeed caches")
         return EXIT_OK
-    print(f"{args.shm_dir}: {len(infos)} fastfeed cache(s), {_size(sum(i.bytes for i in infos))}")
+    print(f"{args.shm_dir}: {len(infos)} fastfeed cache(s), {human_bytes(sum(i.bytes for i in infos))}")
     rows = [("SLAB", "SIZE", "STORE", "IMGSZ", "IMAGES", "STATE", "USERS")]
     for i in infos:
         images = f"{i.n_cached}/{i.n_records}" if i.state == "complete" else "-"
-        rows.append((i.path.name, _size(i.bytes), i.fingerprint, str(i.imgsz), images, i.state, _users(i)))
+        rows.append((i.path.name, human_bytes(i.bytes), i.fingerprint, str(i.imgsz), images, i.state, _users(i)))
     _table(rows)
     for i in infos:
         if i.note:
@@ -114,7 +107,7 @@ def cmd_ls(args) -> int:
 
 def _ls_shards(args, quiet_if_empty: bool = False) -> int:
     from ..store.remote.manage import list_shard_caches
-    from ..store.remote.sizes import default_dir
+    from ..store.remote.sizes import default_dir, human_bytes
 
     root = store_options(args).shard_cache or default_dir()
     infos = list_shard_caches(root)
@@ -125,11 +118,11 @@ def _ls_shards(args, quiet_if_empty: bool = False) -> int:
         if not quiet_if_empty:
             print(f"{root}: no shard caches")
         return EXIT_OK
-    print(f"shard cache {root}: {len(infos)} store(s), {_size(sum(i.bytes for i in infos))}")
+    print(f"shard cache {root}: {len(infos)} store(s), {human_bytes(sum(i.bytes for i in infos))}")
     rows = [("STORE", "SHARDS", "SIZE", "IN USE", "DOWNLOADS", "NEEDED BY")]
     for i in infos:
-        rows.append((i.url, str(i.shards), _size(i.bytes), str(i.in_use),
-                     f"{i.downloads} ({_size(i.downloaded_bytes)})", ", ".join(map(str, i.pinned_by)) or "-"))
+        rows.append((i.url, str(i.shards), human_bytes(i.bytes), str(i.in_use),
+                     f"{i.downloads} ({human_bytes(i.downloaded_bytes)})", ", ".join(map(str, i.pinned_by)) or "-"))
     _table(rows)
     return EXIT_OK
 
@@ -142,22 +135,23 @@ def _table(rows) -> None:
 
 def _clear_shards(args) -> int:
     from ..store.remote.manage import clear_shard_caches
-    from ..store.remote.sizes import default_dir
+    from ..store.remote.sizes import default_dir, human_bytes
 
     root = store_options(args).shard_cache or default_dir()
     removed, kept = clear_shard_caches(root, force=args.force)
     for i in removed:
-        print(f"removed the shard cache of {i.url} ({i.shards} shards, {_size(i.bytes)})")
+        print(f"removed the shard cache of {i.url} ({i.shards} shards, {human_bytes(i.bytes)})")
     for i in kept:
         print(f"kept the shard cache of {i.url}: {i.note}")
     if removed or kept or args.shards:
-        print(f"shard cache {root}: {len(removed)} removed, {_size(sum(i.bytes for i in removed))} freed; "
+        print(f"shard cache {root}: {len(removed)} removed, {human_bytes(sum(i.bytes for i in removed))} freed; "
               f"{len(kept)} kept")
     return EXIT_OK
 
 
 def cmd_clear(args) -> int:
     from ..cache import CacheError, clear_caches
+    from ..store.remote.sizes import human_bytes
 
     if args.shards:
         return _clear_shards(args)
@@ -166,10 +160,10 @@ def cmd_clear(args) -> int:
     except CacheError as e:
         return fail(str(e))
     for i in removed:
-        print(f"removed {os.path.join(args.shm_dir, i.path.name)} ({_size(i.bytes)})")
+        print(f"removed {os.path.join(args.shm_dir, i.path.name)} ({human_bytes(i.bytes)})")
     for i in kept:
         print(f"kept {os.path.join(args.shm_dir, i.path.name)}: {i.note}")
-    print(f"{len(removed)} removed, {_size(sum(i.bytes for i in removed))} freed; {len(kept)} kept")
+    print(f"{len(removed)} removed, {human_bytes(sum(i.bytes for i in removed))} freed; {len(kept)} kept")
     return EXIT_OK if args.shm else _clear_shards(args)
 
 
@@ -178,6 +172,7 @@ def cmd_build(args) -> int:
     from ..imgsz import imgsz_error
     from ..store import Store
     from ..store.format import FormatError
+    from ..store.remote.sizes import human_bytes
 
     if (msg := imgsz_error(args.imgsz)) is not None:
         return fail(msg, EXIT_USAGE)
@@ -189,6 +184,6 @@ def cmd_build(args) -> int:
         return fail(e)
     lease.release()   # kept: it stays for the runs that follow
     what = "built" if lease.built else "already there"
-    print(f"{lease.path}: {what}, {lease.n_cached}/{lease.n_records} images, {_size(lease.size)}; kept until "
+    print(f"{lease.path}: {what}, {lease.n_cached}/{lease.n_records} images, {human_bytes(lease.size)}; kept until "
           "`fastfeed cache clear`")
     return EXIT_OK if lease.n_cached == lease.n_records or args.partial else EXIT_FAIL

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import sys
@@ -37,10 +38,29 @@ def _dataset_instead(path) -> str | None:
     return f"{path} is {what}, then pass the .ff folder"
 
 
+def int_or_auto(expected: str, minimum: int | None = None):
+    """An argparse type: 'auto', or an integer (at least `minimum`); anything else is refused as not `expected`."""
+    def parse(value: str):
+        if value == "auto":
+            return value
+        with contextlib.suppress(ValueError):
+            if minimum is None or int(value) >= minimum:
+                return int(value)
+        raise argparse.ArgumentTypeError(f"expected {expected} or 'auto', got {value!r}")
+
+    return parse
+
+
 def defaults(cls) -> dict:
     """The defaults of dataclass `cls`'s fields by name, so a flag's default is written once, in the config."""
     return {f.name: f.default if f.default is not MISSING else f.default_factory() for f in fields(cls)
             if f.default is not MISSING or f.default_factory is not MISSING}
+
+
+def config_of(cls, args, **fixed):
+    """Config class `cls` from the flags named as its fields (one not given, None, keeps the field's default),
+    with `fixed` for the fields whose flag is named or shaped otherwise."""
+    return cls(**{f.name: v for f in fields(cls) if (v := getattr(args, f.name, None)) is not None} | fixed)
 
 
 class _LineFormat(logging.Formatter):

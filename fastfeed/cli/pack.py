@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from .. import sample_path, tasks
-from .common import EXIT_OK, EXIT_USAGE, add_remote_args, defaults, fail, store_options, store_path
+from .common import EXIT_OK, EXIT_USAGE, add_remote_args, config_of, defaults, fail, store_options, store_path
 
 HELP = "pack a COCO or YOLO dataset into a checked LMDB store"
 
@@ -125,14 +125,8 @@ def run(args) -> int:
         src = sample_path()
         print(f"no SRC given: packing the bundled sample ({src})")
     try:
-        options = store_options(args).storage_options
-        cfg = PackConfig(src=src, out=args.out, format=args.format, split=args.split, ann=ann,
-                         images=args.images, store=args.store, max_side=args.max_side, quality=args.quality,
-                         shards=args.shards, shard_mb=args.shard_mb, workers=args.workers, on_error=args.on_error,
-                         check=args.check, task=args.task, exif=args.exif, coco_boxes=args.coco_boxes,
-                         overwrite=args.force, progress=not args.quiet, storage_options=options,
-                         allow_background_only=args.allow_background_only, max_dropped=args.max_dropped,
-                         **({} if args.max_pixels is None else {"max_pixels": args.max_pixels}))
+        cfg = config_of(PackConfig, args, src=src, overwrite=args.force, progress=not args.quiet,
+                        storage_options=store_options(args).storage_options)
         res = pack(cfg)
     except (RemoteError, ImportError) as e:
         return fail(str(e))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import fields
 from pathlib import Path
 
 from ..train.config import AMPS, DEFAULT_IMGSZ, DEFAULT_LR, MODELS, OPTIMIZERS, SCHEDULES, TrainConfig
@@ -15,8 +14,10 @@ from .common import (
     EXIT_PREEMPTED,
     EXIT_USAGE,
     add_remote_args,
+    config_of,
     defaults,
     fail,
+    int_or_auto,
     progress_lines,
     store_options,
     store_path,
@@ -70,15 +71,6 @@ class _Loaders:
         return iter(self._names())
 
 
-def _batch(value: str):
-    if value == "auto":
-        return value
-    try:
-        return int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of images or 'auto', got {value!r}") from None
-
-
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "train", help=HELP,
@@ -112,7 +104,7 @@ def add_parser(sub) -> None:
                         "the device; evaluation stays at --imgsz")
     m = p.add_argument_group("model and optimisation")
     m.add_argument("--model", default=D["model"], choices=MODELS, help="network (default %(default)s)")
-    m.add_argument("--batch", type=_batch, default=D["batch"], metavar="N|auto",
+    m.add_argument("--batch", type=int_or_auto("a number of images"), default=D["batch"], metavar="N|auto",
                    help="images per loader batch and process (default %(default)s); 'auto': the largest micro-batch "
                         "whose step fits the accelerator's memory with a margin, measured at the start")
     m.add_argument("--micro-batch", type=int, metavar="N",
@@ -220,9 +212,7 @@ def run(args) -> int:
     from ..train import CheckpointError, TrainError, train  # TrainError: TrainingDiverged too
 
     try:
-        # Every flag is a TrainConfig field of the same name; one not given (None) keeps the field's default.
-        cfg = TrainConfig(**{f.name: v for f in fields(TrainConfig) if (v := getattr(args, f.name, None)) is not None},
-                          store_options=store_options(args))
+        cfg = config_of(TrainConfig, args, store_options=store_options(args))   # every flag is a field of that name
         for flag, path in (("--data", cfg.data), ("--val", cfg.val)):
             if isinstance(path, Path) and not path.exists():
                 return fail(f"{flag} {path} does not exist (make a store with `fastfeed pack SRC -o OUT`)")

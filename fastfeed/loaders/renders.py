@@ -61,7 +61,7 @@ def asked(hyp) -> list[str]:
 
 CPU = Renders(("cpu", "shm"), TASKS, frozenset(OPTIONAL), True)        # augment.render_labels, mix_in, finish_pixels
 DEVICE = Renders(("device",), TASKS, frozenset({"perspective", "bgr"}), False)   # loaders/device/render.py
-DALI = Renders(("dali",), TASKS[:1], frozenset({"mixup"}), False)      # loaders/dali/graph.py: boxes only (detect)
+DALI = Renders(("dali",), TASKS[:1], frozenset({"mixup"}), False)      # loaders/dali/loader.py: boxes only (detect)
 RENDERERS = (CPU, DEVICE, DALI)
 
 

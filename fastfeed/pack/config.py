@@ -8,8 +8,7 @@ from pathlib import Path
 from ..checks import field_need
 from ..store import urls
 from ..tasks import TASKS
-from .check import DEFAULT_MAX_PIXELS
-from .process import EXIF_MODES, STORE_MODES
+from .process import DEFAULT_MAX_PIXELS, EXIF_MODES, STORE_MODES
 from .usable import COCO_BOX_UNITS, MAX_DROPPED
 
 

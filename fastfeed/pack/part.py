@@ -10,13 +10,15 @@ shard-relative (see store/format.py), so a shard needs no knowledge of the recor
 from __future__ import annotations
 
 import math
+import operator
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from ..store import format as fmt
 from ..store.record import record_crc
-from .process import PayloadConfig, process_item
+from .lines import Task
+from .process import process_item
 from .report import Problem
 from .source import Item
 from .writer import ShardWriter
@@ -45,17 +47,14 @@ class PartStats:
     geometry: Counter = field(default_factory=Counter)           # the task's `counts`, summed
 
     def merge(self, other: PartStats) -> None:
-        self.class_boxes.update(other.class_boxes)
-        self.sizes.update(other.sizes)
-        self.num_boxes += other.num_boxes
-        self.boxed_images += other.boxed_images
-        self.num_crowd += other.num_crowd
-        self.record_bytes += other.record_bytes
-        self.oriented += other.oriented
-        self.exif_frames.update(other.exif_frames)
-        self.record_crcs += other.record_crcs
-        self.sources += other.sources
-        self.geometry.update(other.geometry)
+        """Add `other`'s figures to these, field by field: Counters counted together, the rest added (numbers) or
+        appended (the CRCs and sources, in part order)."""
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(mine, Counter):
+                mine.update(theirs)   # keeps zero counts, which `+=` would drop
+            else:
+                setattr(self, f.name, operator.iadd(mine, theirs))   # the list and the bytearray grow in place
 
 
 @dataclass
@@ -71,7 +70,8 @@ class PartResult:
 class PartJob:
     part: int
     items: list[Item]
-    payload: PayloadConfig
+    cfg: object                 # the PackConfig: how pixels are stored
+    task: Task
     nc: int | None
     out_dir: Path
     fail_fast: bool
@@ -135,7 +135,7 @@ def run(job: PartJob) -> PartResult:
                 break
             if job.remote is not None and k % _REMOTE_BATCH == 0:   # the next images' bytes, many requests at once
                 fetched = job.remote.read(job.items[k:k + _REMOTE_BATCH])
-            r = process_item(item, job.payload, job.nc, fetched.pop(item.name, None))
+            r = process_item(item, job.cfg, job.task, job.nc, fetched.pop(item.name, None))
             res.problems += r.problems
             st.sources.append((r.name, r.source_crc))
             if r.exif_frame is not None and (r.exif_frame != "either" or r.record is not None):

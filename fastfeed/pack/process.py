@@ -1,16 +1,29 @@
-"""The per-image work of a pack, run in worker processes: read, check, convert, encode one record."""
+"""The per-image work of a pack, run in worker processes: read, check, convert, encode one record.
+
+Checking: prove one image file decodes and decide what its record holds; no one file can stop the pack.
+
+A record holds the source bytes when both `fastfeed.codec` and NVIDIA DALI decode them
+(`formats.STORABLE`: JPEG, PNG, BMP, TIFF, WebP, JPEG 2000, PNM). Any other format that an
+installed library decodes is decoded here and stored as PNG (a `transcoded` note); one that
+nothing installed decodes is `unsupported_format`, naming what to install. An image over
+--max-pixels is refused from its header, before anything is decoded.
+
+Failures the decoders report (`codec.DecodeError`) reject the file as `corrupt_image`; any other
+exception while checking it rejects it as `check_failed` with the exception's type and message,
+and is logged with its traceback: unexpected, so it is named rather than hidden.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import codec, tasks
+from .. import codec, exif, formats, tasks
 from ..augment.boxes import cxcywh_to_xyxy
 from ..store.record import crc32, encode_record
-from .check import DEFAULT_MAX_PIXELS, check_image
 from .clean import clean_boxes as _clean_boxes
 from .clean import clean_geometry
 from .coco_geometry import keypoint_values, segmentation_points
@@ -18,23 +31,115 @@ from .lines import LabelsFailed, Task, parse_label
 from .report import Problem
 from .source import Item
 
+log = logging.getLogger(__name__)
+
+# Pillow's decompression-bomb limit (PIL.Image.MAX_IMAGE_PIXELS): 1024 * 1024 * 1024 // 4 // 3.
+DEFAULT_MAX_PIXELS = 89_478_485
+
+
+@dataclass(slots=True)
+class Checked:
+    """What the record of a good image holds."""
+
+    orig: tuple[int, int]                 # (h, w) of the source image in the frame its boxes are in
+    size: tuple[int, int]                 # (h, w) of the stored image, in that frame
+    codec: str                            # the record's codec: 'jpeg' | 'cv2' | 'raw' (or the --store mode)
+    payload: bytes | None = None          # --store original: the source bytes, or PNG for a transcoded image
+    pixels: np.ndarray | None = None      # --store jpeg/raw: RGB fitted to --max-side
+    notes: list[Problem] = field(default_factory=list)
+    orientation: int = 1                  # what Record.decode applies to the payload (exif.payload_orientation)
+    tag: int = 1                          # the file's EXIF orientation tag
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _conversion_notes(data, fmt: str, name: str) -> list[Problem]:
+    container, colour, bits = codec.describe(data)
+    notes = [] if container == "jpeg" else [Problem("converted_format", name, fmt)]
+    if colour in ("grayscale", "cmyk", "rgba"):
+        notes.append(Problem(f"converted_{colour}", name))
+    if bits == 16:
+        notes.append(Problem("converted_16bit", name))
+    return notes
+
+
+def _limit(hw, max_pixels: int, when: str) -> None:
+    h, w = hw
+    if h * w > max_pixels:
+        raise _TooLarge(f"{w}x{h} = {h * w / 1e6:.1f} MP ({when}) is over --max-pixels {max_pixels} "
+                        f"({max_pixels / 1e6:.1f} MP); raise --max-pixels if the image is genuine")
+
+
+_SAME_SIZE = {2: "mirrored", 3: "upside down", 4: "mirrored upside down"}
+
+
+def _orientation_detail(tag: int, mode: str) -> str:
+    """The note's detail; for the orientations that keep the image's size (2-4) under --exif apply, plainly
+    which frame the boxes were taken in, and when --exif ignore is right (nothing in the file can tell)."""
+    if mode != "apply" or tag not in _SAME_SIZE:
+        return f"EXIF orientation {tag}"
+    return (f"EXIF orientation {tag} ({_SAME_SIZE[tag]}, the same size in both frames): its boxes were taken in the "
+            "upright frame, as labelling tools and Ultralytics show the image; if they were drawn on the raw, "
+            "unturned pixels (some COCO exports), pack with --exif ignore")
+
+
+def _check(data, name: str, cfg) -> Checked:
+    fmt = formats.image_format(data)
+    hw = formats.header_size(data, fmt)
+    if hw is not None:
+        _limit(hw, cfg.max_pixels, "from the header, not decoded")
+    if fmt == "tiff" and formats.is_float_tiff(data):
+        raise formats.UnsupportedFormat("32-bit float TIFF: OpenCV does not decode float samples to 8-bit "
+                                        "colour; convert it to an 8- or 16-bit TIFF or PNG")
+    if fmt in formats.STORABLE:
+        notes = _conversion_notes(data, fmt, name)
+        tag = exif.exif_orientation(data)
+        turn = exif.payload_orientation(data, tag, cfg.exif == "apply")
+        if tag != 1:
+            notes.append(Problem("oriented" if cfg.exif == "apply" else "orientation_ignored", name,
+                                 _orientation_detail(tag, cfg.exif)))
+        if cfg.store == "original":   # the source bytes, and the turn that Record.decode applies to them
+            size, how = codec.check_decodable(data, full=cfg.check == "full")
+            if hw is None:
+                _limit(size, cfg.max_pixels, "decoded")
+            size = exif.oriented_size(*size, turn)
+            return Checked(size, size, how, payload=data, notes=notes, orientation=turn, tag=tag)
+        img, orig, how = codec.decode_fit(data, cfg.max_side)   # jpeg/raw: the pixels are stored turned
+        _limit(orig, cfg.max_pixels, "decoded")
+        img = exif.apply_orientation(img, turn)
+        return Checked(exif.oriented_size(*orig, turn), img.shape[:2], cfg.store, pixels=img, notes=notes, tag=tag)
+    img, decoder = formats.decode_other(data, fmt)
+    orig = img.shape[:2]
+    _limit(orig, cfg.max_pixels, "decoded")
+    if cfg.store == "original":
+        note = Problem("transcoded", name, f"{fmt} decoded by {decoder}, stored as PNG")
+        return Checked(orig, orig, "cv2", payload=formats.encode_png(img), notes=[note])
+    img = codec.resize_to(img, codec.fit_size(*orig, cfg.max_side))
+    note = Problem("transcoded", name, f"{fmt} decoded by {decoder}")
+    return Checked(orig, img.shape[:2], cfg.store, pixels=img, notes=[note])
+
+
+def check_image(data, name: str, cfg) -> tuple[Checked | None, Problem | None]:
+    """(what the record holds, None) for a good image; (None, the rejection) for any other."""
+    try:
+        return _check(data, name, cfg), None
+    except formats.UnsupportedFormat as e:
+        reason, err = "unsupported_format", e
+    except (_TooLarge, MemoryError) as e:
+        reason, err = "image_too_large", e
+    except codec.DecodeError as e:
+        reason, err = "corrupt_image", e
+    except Exception as e:  # anything else on one file is that file's rejection, named, never the pack's end
+        log.warning("unexpected error while checking %s", name, exc_info=True)
+        reason, err = "check_failed", e
+    own = isinstance(err, (_TooLarge, formats.UnsupportedFormat))  # messages written for the user as they are
+    return None, Problem(reason, name, (str(err) if own else f"{type(err).__name__}: {err}")[:300])
+
+
 STORE_MODES = ("original", "jpeg", "raw")
 EXIF_MODES = ("apply", "ignore")
-
-
-@dataclass(frozen=True, slots=True)
-class PayloadConfig:
-    """How pixels are stored: see `fastfeed pack --help`."""
-
-    store: str = "original"
-    max_side: int | None = None
-    quality: int = 90
-    check: str = "entropy"   # 'entropy': strict JPEG decode at 1/8 scale; 'full': full-size decode
-    max_pixels: int = DEFAULT_MAX_PIXELS   # refuse larger images from their header, before decoding
-    exif: str = "apply"      # 'apply': boxes in the upright frame (the EXIF orientation applied); 'ignore': stored frame
-    coco_boxes: str = "pixels"   # COCO bbox units: 'pixels' (the format's), or 'normalized' (fractions of the image)
-    task: str = "detect"     # what each record holds besides boxes: detect | segment | pose | obb (lines.Task)
-    kpt_shape: tuple[int, int] | None = None   # pose (or a detect pack of a pose set): keypoints, values each
 
 
 @dataclass(slots=True)
@@ -52,7 +157,7 @@ class Result:
     geometry: dict = field(default_factory=dict)   # counts for the manifest (the task's `counts`)
 
 
-def _coco_geometry(item: Item, keep, size, cfg: PayloadConfig, problems: list[Problem]) -> list:
+def _coco_geometry(item: Item, keep, size, cfg, task: Task, problems: list[Problem]) -> list:
     """The kept annotations' geometry (None for a dropped object or a crowd region)."""
     h, w = size
     unit = (1, 1) if cfg.coco_boxes == "normalized" else (w, h)
@@ -60,14 +165,14 @@ def _coco_geometry(item: Item, keep, size, cfg: PayloadConfig, problems: list[Pr
     for (ann_id, value), crowd in zip([g for g, k in zip(item.coco_geometry, keep) if k], item.coco_crowd[keep]):
         if crowd:
             out.append(None)
-        elif tasks.get(cfg.task).keypoints:
-            out.append(keypoint_values(value, unit, cfg.kpt_shape[0], item.name, ann_id, problems))
+        elif tasks.get(task.name).keypoints:
+            out.append(keypoint_values(value, unit, task.kpt_shape[0], item.name, ann_id, problems))
         else:
             out.append(segmentation_points(value, size, unit, item.name, ann_id, problems))
     return out
 
 
-def _labels(item: Item, size, nc: int | None, problems: list[Problem], cfg: PayloadConfig):
+def _labels(item: Item, size, nc: int | None, problems: list[Problem], cfg, task: Task):
     """The item's boxes as normalised xyxy, with classes, crowd flags and (segment, pose, obb) the training
     objects' geometry, each checked by `clean.py`'s rule."""
     h, w = size
@@ -76,8 +181,7 @@ def _labels(item: Item, size, nc: int | None, problems: list[Problem], cfg: Payl
         if item.label_path is None:
             cxcywh, classes, geometry = np.zeros((0, 4)), np.zeros(0, np.int64), []
         else:
-            cxcywh, classes, found, where, geometry = parse_label(item.label_path, item.name, nc,
-                                                                  Task(cfg.task, cfg.kpt_shape))
+            cxcywh, classes, found, where, geometry = parse_label(item.label_path, item.name, nc, task)
             problems.extend(found)
         xyxy = cxcywh_to_xyxy(cxcywh)   # normalised: width = height = 1
         crowd = np.zeros(len(classes), bool)
@@ -87,16 +191,16 @@ def _labels(item: Item, size, nc: int | None, problems: list[Problem], cfg: Payl
         xyxy = np.stack([b[:, 0] / sw, b[:, 1] / sh, (b[:, 0] + b[:, 2]) / sw, (b[:, 1] + b[:, 3]) / sh], 1)
         classes, crowd = item.coco_classes, item.coco_crowd
     xyxy, classes, crowd, keep = _clean_boxes(xyxy.reshape(-1, 4), classes, crowd, size, item.name, problems, where)
-    if tasks.get(cfg.task).field is None:
+    if tasks.get(task.name).field is None:
         return xyxy, classes, crowd, None
     if item.coco_xywh is not None:
-        geometry = _coco_geometry(item, keep, size, cfg, problems)
+        geometry = _coco_geometry(item, keep, size, cfg, task, problems)
     else:
         geometry = [g for g, k in zip(geometry, keep) if k]
     where = [x for x, k in zip(where, keep) if k] if where else None
     dropped = np.array([g is None and not c for g, c in zip(geometry, crowd)], bool)   # dropped by name above
     train = np.flatnonzero(~crowd & ~dropped)
-    kept, cleaned = clean_geometry(cfg.task, [geometry[i] for i in train], classes[train], size, item.name, problems,
+    kept, cleaned = clean_geometry(task.name, [geometry[i] for i in train], classes[train], size, item.name, problems,
                                    [where[i] for i in train] if where else None)
     final = np.zeros(len(classes), bool)
     final[train[kept]] = True
@@ -141,9 +245,9 @@ def raw_annotation_verdict(frames, annotation_files) -> str | None:
             "pixels are stored in, as drawn)")
 
 
-def process_item(item: Item, cfg: PayloadConfig, nc: int | None, data=None) -> Result:
+def process_item(item: Item, cfg, task: Task, nc: int | None, data=None) -> Result:
     """Read (or take `data`: the image's bytes, read from a bucket; a Problem: why they could not be), check and
-    encode one image."""
+    encode one image, as `cfg` (the `PackConfig`: how pixels are stored) asks, with the labels of `task`."""
     res = Result(item.name, problems=list(item.problems))
     if isinstance(data, Problem):
         res.problems.append(data)
@@ -172,7 +276,7 @@ def process_item(item: Item, cfg: PayloadConfig, nc: int | None, data=None) -> R
         return res
     res.problems.extend(checked.notes)
     try:
-        xyxy, classes, crowd, geometry = _labels(item, orig, nc, res.problems, cfg)
+        xyxy, classes, crowd, geometry = _labels(item, orig, nc, res.problems, cfg, task)
     except LabelsFailed as e:   # not packed as a background image: its objects are in the file that failed
         res.problems.append(e.problem)
         return res
@@ -191,8 +295,8 @@ def process_item(item: Item, cfg: PayloadConfig, nc: int | None, data=None) -> R
         codec=how, height=size[0], width=size[1], orig_height=orig[0], orig_width=orig[1],
         image_id=item.image_id, file_name=item.name, boxes=xyxy[~crowd], classes=classes[~crowd],
         crowd_boxes=xyxy[crowd], crowd_classes=classes[crowd], payload=payload, orientation=checked.orientation,
-        task=cfg.task, geometry=None if geometry is None else tasks.get(cfg.task).record_value(geometry, cfg.kpt_shape))
-    res.geometry = tasks.get(cfg.task).counts(geometry or [])
+        task=task.name, geometry=None if geometry is None else tasks.get(task.name).record_value(geometry, task.kpt_shape))
+    res.geometry = tasks.get(task.name).counts(geometry or [])
     res.classes, res.n_crowd, res.orig_size, res.size = classes[~crowd], int(crowd.sum()), orig, size
     res.orientation = checked.orientation
     return res

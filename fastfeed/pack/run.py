@@ -20,13 +20,11 @@ from ..store.publish import publish, temp_dir_for
 from . import part, remote
 from .config import PackConfig
 from .layout import open_source
-from .manifest import build_manifest
-from .process import PayloadConfig, raw_annotation_verdict
+from .process import raw_annotation_verdict
 from .report import PackReport
 from .source import PackError
-from .task import resolve_task
-from .usable import check_coco_units, check_dropped, check_kept, check_labelled, unlabelled_share
-from .writer import DiskSpace, pack_lock
+from .usable import check_coco_units, check_dropped, check_kept, check_labelled, resolve_task, unlabelled_share
+from .writer import DiskSpace, build_manifest, pack_lock
 
 log = logging.getLogger(__name__)
 
@@ -151,10 +149,8 @@ def _pack_into(tmp: Path, cfg: PackConfig, source, report: PackReport, files=Non
     """Write the shards into `tmp`, numbered as they complete (in order: `name(k)`) and each handed to
     `sink(path, name)` when given (an upload); returns the manifest, or None when every image was rejected."""
     workers = cfg.workers if cfg.workers is not None else usable_cores()
-    payload = PayloadConfig(cfg.store, cfg.max_side, cfg.quality, cfg.check, cfg.max_pixels, cfg.exif, cfg.coco_boxes,
-                            source.task.name, source.task.kpt_shape)
     nc = len(source.class_names) or None
-    jobs = [part.PartJob(k, items, payload, nc, tmp, cfg.on_error == "fail", files)
+    jobs = [part.PartJob(k, items, cfg, source.task, nc, tmp, cfg.on_error == "fail", files)
             for k, items in enumerate(part.plan(source.items, cfg, workers, urls.is_url(cfg.out)))]
     stats, shards, start = part.PartStats(), [], 0
     for res in _run_parts(jobs, workers, cfg.progress, len(source.items)):

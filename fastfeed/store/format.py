@@ -11,6 +11,7 @@ A record's byte layout and its parsed form (`Record`) are `record.py`'s.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
@@ -26,6 +27,16 @@ REJECTS = "rejects.jsonl"
 def shard_file(index: int, pack_id: str | None = None) -> str:
     """Shard k's file name; in object storage with its pack's id, so a re-pack there writes new objects."""
     return f"shard-{pack_id}-{index:05d}.mdb" if pack_id else f"shard-{index:05d}.mdb"
+
+
+def sha256_file(path, chunk: int = 8 << 20) -> str:
+    """The hex sha256 of a file's bytes: a shard's content checksum, what the manifest records for each shard
+    (format version 3) and what a download into the shard cache is checked against."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def record_key(local: int) -> bytes:

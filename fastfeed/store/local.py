@@ -11,7 +11,6 @@ import lmdb
 
 from . import changed, publish
 from . import format as fmt
-from .checksum import sha256_file
 from .handles import acquire, lmdb_failed, release
 from .record import Record, parse_record
 
@@ -159,7 +158,7 @@ class LocalShards:
 
     def check_source(self, shard: int) -> str | None:
         s = self.shards[shard]
-        if s.sha256 and (digest := sha256_file(self.path / s.file)) != s.sha256:
+        if s.sha256 and (digest := fmt.sha256_file(self.path / s.file)) != s.sha256:
             return f"sha256 {digest[:16]}..., the manifest says {s.sha256[:16]}...: the shard changed"
         return None
 

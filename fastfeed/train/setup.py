@@ -21,13 +21,12 @@ from .config import NOMINAL_BATCH, TrainConfig
 from .device import AMP_DTYPES, TrainError, device_batches, grad_scaler
 from .guards import check_out
 from .loss import YoloLoss
-from .model import build_model, count_flops, count_parameters
+from .model import build_model, count_flops, count_parameters, prepare_model
 from .multiscale import size_range
-from .norms import prepare_model
 from .oom import BufferSnapshot, MicroBatches
 from .optim import ModelEMA, build_optimizer
 from .resume import resolve_imgsz
-from .timing import CommTimer, DeviceClock
+from .step import CommTimer, DeviceClock
 
 log = logging.getLogger(__name__)
 

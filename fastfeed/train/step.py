@@ -8,6 +8,9 @@ Conventions that shape it:
 - One host-device sync per micro-batch: reading the loss (and the OOM flag). It is needed anyway to
   catch a NaN *before* the optimizer step spreads it into the weights, and it gives the timers a real end.
 - An out-of-memory error replays the whole step with half the micro-batch (oom.py says how and why).
+- The step's split is timed by clocks: device-side marks for what the host cannot see (a copy the device
+  waited for, the all-reduce backward did not hide: `DeviceClock`), and DDP's all-reduce through a timing
+  comm hook (`CommTimer`).
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ import contextlib
 import time
 
 import torch
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-from ..devices import empty_cache, is_out_of_memory, memory_report, to_channels_last, utilization
+from ..devices import accelerator_module, empty_cache, is_out_of_memory, memory_report, to_channels_last, utilization
 from . import distributed
 from .device import TrainError, autocast
 from .guards import RankSourceFailed, source_failure
@@ -26,6 +30,64 @@ from .oom import slice_batch
 from .optim import set_lr
 
 GRAD_CLIP = 10.0   # max gradient norm: a rare bad batch early on must not throw the weights away
+
+
+class DeviceClock:
+    """`mark()`: an event recorded on the device's current stream (an accelerator), or the host clock
+    (the CPU, where work is synchronous). `seconds(a, b)` between two marks, once the device passed both
+    (after a sync)."""
+
+    def __init__(self, device):
+        self.mod = accelerator_module(device)
+
+    @property
+    def accelerated(self) -> bool:
+        return self.mod is not None
+
+    def mark(self):
+        if self.mod is None:
+            return time.perf_counter()
+        event = self.mod.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, a, b) -> float:
+        if a is None or b is None:
+            return 0.0
+        if self.mod is None:
+            return b - a
+        return a.elapsed_time(b) / 1e3
+
+
+class CommTimer:
+    """A DDP comm hook that all-reduces each gradient bucket exactly as DDP's default hook does, and marks
+    when the last bucket of a backward was handed over (every gradient is computed by then). From that mark
+    to backward()'s return (DDP waits there for every all-reduce) is the communication the backward did not
+    hide: what the step pays for DDP.
+
+        timer = CommTimer(clock); ddp.register_comm_hook(None, timer.hook)
+        timer.arm(); loss.backward(); timer.stop(); ...sync...; seconds = timer.take()
+    """
+
+    def __init__(self, clock: DeviceClock):
+        self.clock, self.last, self.end = clock, None, None
+
+    def hook(self, process_group, bucket):
+        self.last = self.clock.mark()
+        return default_hooks.allreduce_hook(process_group, bucket)
+
+    def arm(self) -> None:
+        self.last = self.end = None
+
+    def stop(self) -> None:
+        if self.last is not None:
+            self.end = self.clock.mark()
+
+    def take(self) -> float:
+        """Seconds of exposed all-reduce in the last backward (0 when it did not all-reduce: DDP no_sync)."""
+        s = self.clock.seconds(self.last, self.end)
+        self.arm()
+        return s
 
 
 class TrainingDiverged(TrainError):

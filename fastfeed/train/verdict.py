@@ -13,8 +13,7 @@ otherwise the largest other part is.
 
 from __future__ import annotations
 
-from .metrics import PARTS
-
+PARTS = ("data", "h2d", "compute", "comm")   # the step's split, as `report.Meter` times it
 BUSY_MIN = 0.85            # compute share of the step
 MEM_MAX = 0.90             # peak reserved / device total
 DATA_MS_PER_IMAGE_MAX = 5.0
@@ -62,7 +61,7 @@ def advice(part: str, ctx: dict) -> list[str]:
 
 
 def verdict(row: dict, images_per_batch: int, ctx: dict) -> dict:
-    """The verdict for a log row (`Meter.row()` plus memory figures): the bottleneck, each part's share
+    """The verdict for a log row (`report.Meter.row()` plus memory figures): the bottleneck, each part's share
     of the step, the health figures against their limits, what to try, and a one-line text."""
     ms = {p: row.get(f"{p}_ms") or 0.0 for p in PARTS}
     step = sum(ms.values())

@@ -5,7 +5,7 @@ the cpu loader's plans for the same seed); this module turns a plan's geometry i
 for DALI, and moves the boxes in numpy before DALI sees them. The same numbers move the boxes (here) and
 the pixels (in DALI), so boxes follow pixels by construction.
 
-Pixels take graph.py's path (resize with a region of interest, multi_paste, warp_affine, flip): the composition
+Pixels take the DALI pipeline's path (loader.py) (resize with a region of interest, multi_paste, warp_affine, flip): the composition
 `augment.render_labels` uses (layout by `augment.sample_layout`, zoom and shift in one map: about S*S pixels
 are produced per sample, not a 2S x 2S canvas). Rotation and shear warp the S x S result; the cpu loader warps
 the tiles themselves, so here the corners that a rotation brings in from outside the S x S frame are grey fill.

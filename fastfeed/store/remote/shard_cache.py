@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import format as fmt
-from ..checksum import sha256_file
+from ..format import sha256_file
 from ..objstore import shown
 from . import room
 from .errors import CacheFull, CacheReadOnly, ShardDamaged

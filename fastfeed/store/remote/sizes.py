@@ -71,3 +71,13 @@ def cache_bytes(root: Path) -> int:
 def gib(n: float) -> str:
     """Bytes for a message: GiB from 1 GiB up, else MiB."""
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def human_bytes(n: float | None) -> str:
+    """Bytes for a table (`fastfeed bench`, `fastfeed cache ls`): B, KiB, MiB, GiB or TiB; None: '-'."""
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
