@@ -1,8 +1,6 @@
-"""Draw one rectangle of a source image into an output through an affine (or perspective) map, and nothing else.
-
-This is the engine under `render.render_labels` (mosaic or one image): every output pixel is produced once,
-straight from its source tile, so no intermediate canvas is built and the cost follows the output
-size, not the tile resolution. Two paths:
+"""Draw one rectangle of a source image into an output through an affine (or perspective) map, and nothing else:
+the engine under `render.render_labels`, every output pixel produced once (docs/design.md, 'Mosaic without a
+canvas'). Two paths:
 
 * axis-aligned maps (no rotation/shear, the YOLO default): `cv2.resize` into the exact output
   rectangle, then an in-place `cv2.flip` of that rectangle for a mirrored map. resize is 3-5x

@@ -1,4 +1,5 @@
-"""The sample plan: every random draw one training sample needs, made here, in one order, for every loader.
+"""The sample plan: every random draw one training sample needs, made here, in one order, for every loader
+(docs/design.md, 'One sample plan': why the renderers take plans and none draws).
 
 A training sample is drawn as (in this order, from one generator per batch, `batch_rng`):
 
@@ -22,10 +23,7 @@ A training sample is drawn as (in this order, from one generator per batch, `bat
     hsv        hue turn, saturation and value factors (`draw_hsv`; nothing drawn when every gain is 0)
     bgr?     (rng.random() < hyp.bgr; nothing drawn when hyp.bgr is 0) the channels in BGR order
 
-The plan holds only draws (indices into the candidate list, numbers), never pixels or shapes: the
-cpu/shm renderer (numpy/OpenCV), the device renderer (torch) and the DALI graph each take the same plans
-and turn them into pixels with the same geometry (`sample_layout`). So a seed gives the same samples
-whichever loader renders them; no loader calls a draw function itself.
+The plan holds only draws (indices into the candidate list, numbers), never pixels or shapes.
 """
 
 from __future__ import annotations

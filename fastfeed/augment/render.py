@@ -1,11 +1,6 @@
-"""A plan's pixels on the CPU: the tiles of a `plan.Geometry` drawn into a size x size output in one pass.
-
-`render_labels` is what the cpu and shm workers call for every training sample (and twice for a mixup):
-the plan's layout (`plan.sample_layout`) and affine composed into one map per tile, each tile drawn
-straight into its part of the output (`paste.paste_tile`), the labels moved and filtered by the same
-realised maps (`paste.paste_boxes` for boxes, `points.paste_labels` for polygons, keypoints and oriented
-corners); `finish_pixels` writes a rendered sample into its output slot (HSV, channel order), after `mix_in` (copy-paste, mixup,
-cutmix, Albumentations).
+"""A plan's pixels on the CPU, as the cpu and shm workers render every training sample: `render_labels` (the
+tiles of a `plan.Geometry` drawn into a size x size output in one pass, labels moved by the same realised maps),
+`mix_in` (copy-paste, mixup, cutmix, Albumentations), then `finish_pixels` (HSV, channel order, into the slot).
 """
 
 from __future__ import annotations
