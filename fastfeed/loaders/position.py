@@ -1,9 +1,6 @@
-"""The loader's position, a contract: `Loader.state_dict()` / `Loader.load_state_dict()` (both trainers'
-checkpoints; docs/design.md, "The position is a contract"). A state is the position (`epoch`, `batches` consumed
-into it on every rank) and what makes the batches: the order's identity, the plans' and the samples' settings.
-`resume(loader, state)`, the one place a saved state is compared with a loader, continues the same order exactly
-(`set_epoch(epoch, batches)`), deals the records another order had not reached to the new ranks (`Remainder`;
-at an epoch's start: that epoch in the new order), and returns the one line that says what changed and what it does.
+"""The loader's position, a contract: `Loader.state_dict()` / `Loader.load_state_dict()`, and `resume(loader, state)`,
+the one place a saved state is compared with a loader (what a state holds and what a resume on another order does:
+docs/design.md, "The position is a contract").
 """
 
 from __future__ import annotations
