@@ -1,13 +1,12 @@
 """`FastfeedTrainer`: Ultralytics' DetectionTrainer with its training batches from a fastfeed loader; `FastfeedMixin`:
-the same for any task's trainer (tasks.py applies it to the segment, pose and OBB trainers).
+the same for any task's trainer (tasks.py). Only the train loader changes (docs/design.md, 'Ultralytics through a
+subclass, never a copy'), and checkpoints gain a mid-epoch form (resume.py).
 
     YOLO("yolov8n.yaml").train(data="data.yaml", trainer=FastfeedTrainer, epochs=100, imgsz=640, batch=16)
 
-Only the train loader changes, and checkpoints gain a mid-epoch form (resume.py). Validation, metrics,
-the model, loss, optimiser, EMA, the checkpoint format and resume are Ultralytics' own. Under DDP, Ultralytics rebuilds the trainer in every rank process (8.4
-cloudpickles the class, which pickles by reference: this module must be importable there, as it is
-wherever fastfeed is installed); each rank then packs nothing (local rank 0 packs first, the others
-wait and reuse the store), builds its own loader and reads its own share of every epoch.
+Under DDP, Ultralytics rebuilds the trainer in every rank process (8.4 cloudpickles the class, which pickles by
+reference: this module must be importable there, as it is wherever fastfeed is installed); local rank 0 packs
+first, the others wait and reuse the store, and each rank reads its own share of every epoch.
 """
 
 from __future__ import annotations
