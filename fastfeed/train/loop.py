@@ -10,11 +10,8 @@ a checkpoint; a summary with the bottleneck verdict at the end.
     Reporter       report.py   log lines, metrics.jsonl, the summary and its verdict (verdict.py)
 
 A "step" is an optimizer step. The LR schedule, warmup, EMA, --multi-scale's draw and --max-steps
-count those. The lr and weight decay are tuned for 64 images per step.
-
-Stopping early (fastfeed/preempt.py): a SIGTERM, SIGUSR1 or first Ctrl-C is acted on at the next step
-boundary (under DDP when every rank has it: the step's loss all-reduce carries it), `--save-every-min`
-writes last.pt there on a timer; both checkpoints are mid-epoch ones that `--resume` continues exactly.
+count those. The lr and weight decay are tuned for 64 images per step. Stopping early and --save-every-min:
+docs/design.md, 'A stop signal costs at most the step in flight'.
 """
 
 from __future__ import annotations
