@@ -143,11 +143,8 @@ def paste_boxes(boxes: list[np.ndarray], classes: list[np.ndarray], realised: li
     tile's realised matrix and clipped to the output: those are the boxes, on exactly the drawn pixels.
     `box_candidates` judges them against the box clipped to the tile's `regions` (`region_crop`: for a
     mosaic tile, what the 2S canvas holds of it; default: the drawn crop) and mapped without the output
-    clip. So the 10%-area rule asks how much of the object the canvas held is left after the output
-    crop, as Ultralytics asks of its canvas-clipped box. Under rotation or shear the rule stays against
-    the whole box: there the enclosing box of a cut object can frame none of it (a corner of the
-    enclosing box), and a box on no object is worse than one box fewer. All tiles go through one
-    vectorised pass (per-box crops and matrices).
+    clip; under rotation or shear, against the whole box (why: docs/design.md, 'The box filter judges what
+    the canvas held'). All tiles go through one vectorised pass (per-box crops and matrices).
     """
     counts = [len(b) for b in boxes]
     cls = np.concatenate(classes)
