@@ -10,10 +10,8 @@ are copied to the device as uint8. That is the only path off CUDA (the CPU, Asce
 decoder that cannot run is an error, never a silent fall-back. Only JPEG records are decoded on the
 device; other codecs take the host path, raw stores need no decode.
 
-Device-decoded pixels are in the stored frame: `orient` turns them as `codec.apply_orientation` does
-(tested against it for all 8 EXIF values), then `fit` resizes them (antialiased) to the size the
-cpu loader's tiles have (`Record.tile_size`: the long side imgsz, never enlarged), so the
-sampler's geometry is that of the cpu loader.
+Device-decoded pixels are in the stored frame: `orient` turns them as `codec.apply_orientation` does (tested
+for all 8 EXIF values), then `fit` resizes them (antialiased) to the tile (docs/design.md, 'DCT-scaled JPEG decode').
 """
 
 from __future__ import annotations
