@@ -63,11 +63,8 @@ class FastfeedMixin(StoppableMixin):
     `fastfeed_task`: the store task it trains on, see tasks.py): `cache=False|'disk'` -> the `cpu` loader,
     `cache=True|'ram'` -> `shm` (one decoded copy per node), `FASTFEED_LOADER=cpu|shm|dali|device` overrides
     (device: batches decoded and augmented on the trainer's device, device.py).
-    The data.yaml's train split is packed into a store on first use (`FASTFEED_STORE=PATH`: use that one).
-    Each epoch logs the feed's images/s and data-wait share, also written to `<save_dir>/fastfeed.csv`.
-    A stop signal ends training after the optimizer step in flight with a mid-epoch last.pt that
-    `resume=True` continues from the next batch; FASTFEED_SAVE_EVERY_MIN=N writes one every N minutes
-    (resume.py).
+    The train split is packed on first use (store.py; `FASTFEED_STORE=PATH`: use that one); the feed's report is
+    report.py's, stopping and mid-epoch resume stopping.py's.
     `store_options` (a `StoreOptions`: shard cache, its limit, read-ahead, storage options) says how a store at
     a URL (FASTFEED_STORE=s3://...) is read; None, or a field left None, takes the environment's (resolved here, at
     the door: `StoreOptions.from_env`), else the built-in default.
