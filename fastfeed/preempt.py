@@ -21,10 +21,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 class StopSignals:
     """The stop request of this process: `requested` (the first stop signal's name, or None), `at` (when it
     arrived, time.monotonic()), `agreed` (a rank's request reached this one through a collective).
-
-    Python runs a signal handler only between bytecodes: while the main thread is inside one long C++ call
-    (a backward pass on the CPU) it waits. So a thread woken by `signal.set_wakeup_fd` acknowledges the
-    signal when it arrives and notes the time; the handler, when it runs, decides."""
+    A thread woken by `signal.set_wakeup_fd` acknowledges a signal when it arrives and notes the time; the handler,
+    when it runs, decides (why: docs/design.md, 'A stop signal costs at most the step in flight')."""
 
     def __init__(self, signals=STOP_SIGNALS, *, what: str = "finishing the step in flight and saving a checkpoint"):
         self.signals, self.what = tuple(signals), what
