@@ -121,9 +121,8 @@ class Record:
             raise _codec.DecodeError(f"{self.where}: {e}; run `fastfeed verify --decode` and re-pack") from None
 
     def tile_size(self, side: int) -> tuple[int, int]:
-        """(h, w) of `decode_tile(side)`: the long side `side`, never enlarged (`codec.fit_size`). The one size every
-        loader takes a training image at: the cpu decode, the shm cache, the device loader's resize, evaluation's
-        letterbox frame (Ultralytics' `load_image` resizes to imgsz first too)."""
+        """(h, w) of `decode_tile(side)`: the long side `side`, never enlarged (`codec.fit_size`); the one size every
+        loader takes a training image at (docs/design.md, 'DCT-scaled JPEG decode')."""
         return _codec.fit_size(self.height, self.width, side)
 
     def decode_tile(self, side: int) -> np.ndarray:
