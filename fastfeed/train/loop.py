@@ -148,8 +148,8 @@ def lost_source(run, e: Exception, done: int, began: dict) -> None:
 
 def end_of_epoch(run, done: int) -> None:
     """--- end of an epoch (or of --max-steps, or a stop signal): last.pt, then the evaluation on --val when due
-    and best.pt. last.pt is written first, marked `eval_pending`: a kill during the evaluation loses no training,
-    and a stop signal abandons the evaluation (the resumed run does it first)."""
+    and best.pt. last.pt is written first, marked `eval_pending`, which a resumed run evaluates first (why:
+    docs/design.md, 'A stop signal costs at most the step in flight')."""
     cfg = run.cfg
     if done == 0:
         run.epoch += 1
