@@ -1,12 +1,11 @@
 """HSV jitter and the horizontal flip on a whole batch of tensors, on the device (torch only).
 
 With `LoaderConfig(device_augment=True)` the workers skip these two steps and the `DevicePrefetcher` applies them
-here, after uint8->float, on its own stream. The formulas (docs/design.md, 'HSV jitter in RGB') are applied on floats in [0, 1],
-clipped, not rounded to 8-bit levels (pixels differ from the workers' by up to ~1 level), with dh = U(-1,1)*hsv_h,
-fs = 1 + U(-1,1)*hsv_s, fv = 1 + U(-1,1)*hsv_v per image and a left-right flip with probability fliplr (boxes:
-cx -> 1 - cx). The draws come from a `torch.Generator` on the batch's device: the same seed gives the same batches,
-statistically (not pixel for pixel) the workers'. It lives outside `fastfeed/augment/` (numpy/OpenCV by design) so
-that it imports on a bare GPU machine.
+here, after uint8->float, on its own stream. The formulas (docs/design.md, 'HSV jitter in RGB') on floats in [0, 1],
+clipped, not rounded to 8-bit levels (up to ~1 level from the workers'), with dh = U(-1,1)*hsv_h, fs = 1 +
+U(-1,1)*hsv_s, fv = 1 + U(-1,1)*hsv_v per image, and a left-right flip with probability fliplr (boxes: cx -> 1 - cx).
+Draws come from a seeded `torch.Generator` on the batch's device (same seed, same batches; statistically, not pixel
+for pixel, the workers'). Outside `fastfeed/augment/` (numpy/OpenCV by design): it imports on a bare GPU machine.
 """
 
 from __future__ import annotations
