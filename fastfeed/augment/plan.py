@@ -70,7 +70,7 @@ class Cut:
 
 @dataclass(frozen=True)
 class SamplePlan:
-    """Everything drawn for one training sample (see the module docstring for the order)."""
+    """Everything drawn for one training sample (the order: docs/design.md, 'One sample plan')."""
 
     geometry: Geometry
     mix: Mix | None

@@ -48,8 +48,8 @@ def identity_at(identity: dict, epoch: int) -> dict:
 
 class Remainder(EpochOrder):
     """`base`'s batches, except in `epoch`: the records the `prior` order (an identity) had not given any of its
-    ranks in its first `done` batches, dealt to `base`'s ranks (module docstring). That epoch keeps `len(base)`
-    batches, the first ones empty (already trained): the loader starts after them."""
+    ranks in its first `done` batches, dealt to `base`'s ranks (docs/design.md, 'The position is a contract'). That
+    epoch keeps `len(base)` batches, the first ones empty (already trained): the loader starts after them."""
 
     def __init__(self, base: EpochOrder, epoch: int, prior: dict, done: int):
         self.base, self.epoch, self.prior, self.done = base, int(epoch), dict(prior), int(done)

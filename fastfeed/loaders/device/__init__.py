@@ -8,9 +8,8 @@
         for images, targets in loader:     # on the device: images [B,3,S,S] in [0,1], targets [M,6]
             ...
 
-Plain PyTorch: the same code runs on CUDA, Ascend NPUs (host decode) and the CPU (tests). Layout: plan.py (host:
-records, draws, geometry), host.py (the worker pool), labels.py (every task's labels, on the host), decode.py
-(decoders, EXIF orientation), render.py (the sampling map), vram_cache.py, feed.py (the side stream), loader.py.
+Plain PyTorch: the same code runs on CUDA, Ascend NPUs (host decode) and the CPU (tests). plan.py, host.py and
+labels.py are the host's; decode.py, render.py, vram_cache.py and feed.py the device's; loader.py the Loader.
 """
 
 from __future__ import annotations
