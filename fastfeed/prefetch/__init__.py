@@ -6,10 +6,9 @@
             for images, targets in batches:           # float [B,3,S,S] in [0,1] and [M,6], on the GPU
                 ...
 
-The side stream, the ready events, record_stream and the buffer-reuse hazard: docs/design.md, 'The prefetcher
-copies on a side stream'. Layout: `prefetcher.py` (one batch's produce / release / hand-out), `drivers.py` (inline,
-or the fastfeed-device-prefetch thread), `streams.py` (the accelerator API), `augment.py` (which device augmentation
-applies; the augmentation itself is `fastfeed/device_augment.py`). `dtype=torch.uint8` skips the conversion.
+How (the side stream, the ready events, the buffer-reuse hazard): docs/design.md, 'The prefetcher copies on a side
+stream'. `prefetcher.py` handles one batch (produce / release / hand-out), `drivers.py` runs them (inline, or the
+fastfeed-device-prefetch thread), `streams.py` is the accelerator API, `augment.py` picks the device augmentation.
 """
 
 from ..device_augment import DeviceAugment
