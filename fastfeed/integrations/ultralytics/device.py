@@ -1,12 +1,10 @@
-"""The `device` loader inside Ultralytics' trainer (FASTFEED_LOADER=device): decode, mosaic, affine, flips and
-HSV on the trainer's device, batches handed to its loss as they come.
-
-Its batches are already images in [0,1] on the trainer's device, in the dtype the model's first layer computes in
-(`training_dtype`): float32 without AMP, float16 under Ultralytics' fp16 autocast (which would cast there anyway),
-bfloat16 with amp='bf16'. So `finish_batch` replaces preprocess_batch for them: no copy, no conversion, only
-Ultralytics' `multi_scale` (a resize on the device, at a size drawn by fastfeed's multi-scale rule within
-imgsz x [1 - multi_scale, 1 + multi_scale]; the same on every rank, and after a resume). It honours what the
-other loaders do; `cache=True`/'ram' becomes its VRAM cache; `mixup` it does not do: a warning names it.
+"""The `device` loader inside Ultralytics' trainer (FASTFEED_LOADER=device): decode, mosaic, affine, flips and HSV on
+the trainer's device. Its batches are images in [0,1] there, in the dtype the model's first layer computes in
+(`training_dtype`: float32 without AMP, float16 under Ultralytics' fp16 autocast, which would cast there anyway,
+bfloat16 with amp='bf16'), so `finish_batch` replaces preprocess_batch for them: no copy, no conversion, only
+Ultralytics' `multi_scale` (a resize on the device, at a size drawn by fastfeed's rule within imgsz x [1 -
+multi_scale, 1 + multi_scale]: the same on every rank, and after a resume). It honours what the other loaders do;
+`cache=True`/'ram' becomes its VRAM cache; `mixup` it does not do: a warning names it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What a resumed FastfeedTrainer run needs to train exactly as the uninterrupted one did (why: docs/training.md,
-'Resuming'; the ranks' generators: docs/design.md, 'Under DDP the ranks stop together'). A mid-epoch last.pt adds,
+'Resuming', and docs/design.md, 'Under DDP the ranks stop together'). A mid-epoch last.pt adds,
 under `STATE_KEY`, the weights, EMA and optimizer state in their training dtype, every rank's random generators,
 the batch count at the last optimizer step, the epoch's mean loss so far and the gradients trained since the last
 step. On resume they replace what Ultralytics restored, and `Rhythm` sets, before each batch's optimizer-step check,
