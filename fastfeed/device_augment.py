@@ -1,24 +1,11 @@
 """HSV jitter and the horizontal flip on a whole batch of tensors, on the device (torch only).
 
-With `LoaderConfig(device_augment=True)` the loader's workers skip these two steps and the
-`DevicePrefetcher` applies them here, after uint8->float, on its own stream: a few element-wise
-kernels per batch on the accelerator instead of ~0.4 ms per sample on a CPU core.
-
-The formulas are those of `fastfeed/augment/hsv.py` (the workers' CPU implementation), on floats in
-[0, 1] instead of uint8 levels:
-
-* hue + dh of the circle: a rotation of RGB about the grey axis by dh*360 degrees, clipped;
-* saturation x fs at fixed value: c' = fs*c + (1-fs)*max(R,G,B);
-* value x fv: every channel x fv; clipped to [0, 1];
-
-with dh = U(-1,1)*hsv_h, fs = 1 + U(-1,1)*hsv_s, fv = 1 + U(-1,1)*hsv_v per image, and a
-left-right flip with probability fliplr (boxes: cx -> 1 - cx). The results are not rounded to
-8-bit levels, so pixels differ from the workers' by up to ~1 level; the draws come from a
-`torch.Generator` on the batch's device, so the same seed gives the same batches (a different
-stream of draws from the workers' numpy generator: statistically, not pixel-for-pixel, the same).
-
-Why here and not in `fastfeed/augment/`: that package is numpy/OpenCV by design; this module is
-torch (plus `augment.hyp`, numpy only, for the valid ranges), so it imports on a bare GPU machine.
+With `LoaderConfig(device_augment=True)` the workers skip these two steps and the `DevicePrefetcher` applies them
+here, after uint8->float, on its own stream. The formulas (docs/design.md, 'HSV jitter in RGB') on floats in [0, 1],
+clipped, not rounded to 8-bit levels (up to ~1 level from the workers'), with dh = U(-1,1)*hsv_h, fs = 1 +
+U(-1,1)*hsv_s, fv = 1 + U(-1,1)*hsv_v per image, and a left-right flip with probability fliplr (boxes: cx -> 1 - cx).
+Draws come from a seeded `torch.Generator` on the batch's device (same seed, same batches; statistically, not pixel
+for pixel, the workers'). Outside `fastfeed/augment/` (numpy/OpenCV by design): it imports on a bare GPU machine.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Stopping a training run on a signal with at most the step in flight lost, and saving on a timer for the kills
-that give no notice (`fastfeed train` and FastfeedTrainer; docs/design.md says why it is built this way).
-
-- SIGTERM (a preemption notice, Kubernetes' grace period, torchrun forwarding its own), SIGUSR1 (SLURM's
-  `--signal=USR1@SECONDS`) and a first SIGINT set a flag: the trainer finishes the step in flight, writes its
-  checkpoint and exits with EXIT_PREEMPTED. Repeats change nothing (one notice may reach a rank several ways).
-- A second SIGINT raises KeyboardInterrupt when the running operation returns: nothing written, exit 130; a
-  third gets the default action.
-- The handlers are installed with SA_RESTART: a collective blocked in C++ (gloo, NCCL) carries on instead of
-  failing with EINTR. Loader workers ignore all three (`leave_to_parent()`); the trainer closes them once saved.
-- Under DDP the decision is a collective (a rank stopping alone would leave the others in their next all-reduce):
-  `fastfeed train` carries the flag in the loss all-reduce (step.py), FastfeedTrainer all-reduces it once per
-  optimizer step; every rank stops after the same step and one writes.
+that give no notice (`fastfeed train` and FastfeedTrainer). What each signal does and its exit status:
+docs/training.md, 'Preemptible and spot instances'; why, and the collective decision under DDP: docs/design.md,
+'A stop signal costs at most the step in flight'. Local to this module: the handlers are installed with
+SA_RESTART, so a collective blocked in C++ (gloo, NCCL) carries on instead of failing with EINTR; repeats change
+nothing (one notice may reach a rank several ways); loader workers ignore all three (`leave_to_parent()`).
 """
 
 from __future__ import annotations
@@ -28,10 +21,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 class StopSignals:
     """The stop request of this process: `requested` (the first stop signal's name, or None), `at` (when it
     arrived, time.monotonic()), `agreed` (a rank's request reached this one through a collective).
-
-    Python runs a signal handler only between bytecodes: while the main thread is inside one long C++ call
-    (a backward pass on the CPU) it waits. So a thread woken by `signal.set_wakeup_fd` acknowledges the
-    signal when it arrives and notes the time; the handler, when it runs, decides."""
+    A thread woken by `signal.set_wakeup_fd` acknowledges a signal when it arrives and notes the time; the handler,
+    when it runs, decides (why: docs/design.md, 'A stop signal costs at most the step in flight')."""
 
     def __init__(self, signals=STOP_SIGNALS, *, what: str = "finishing the step in flight and saving a checkpoint"):
         self.signals, self.what = tuple(signals), what

@@ -1,21 +1,10 @@
-"""YOLO training augmentation as pure functions on numpy arrays.
+"""YOLO training augmentation as pure functions on numpy arrays: no I/O, no torch, every random function takes an
+explicit `np.random.Generator`.
 
-Images are uint8 HWC RGB arrays of any size; boxes are float32 [N,4] x1,y1,x2,y2 in continuous
-pixel coordinates of the image they come with (a whole W x H image is 0,0,W,H), carried with an
-[N] class array that every box-dropping step filters alike. Every random function takes an explicit
-`np.random.Generator`; nothing here does I/O or imports torch. The loader composes the steps, e.g.
-a training sample's plan (`plan.draw_sample`: mosaic or not, partners, centre, affine, copy-paste, mixup, cutmix,
-HSV, channel order) -> its pixels and labels (`render_labels`, `mix_in`, `finish_pixels`), and letterbox for
-validation.
-
-Labels of every task (`Labels`: boxes and classes, plus polygons, keypoints or oriented corners) follow
-their pixels through the same realised maps (`points.paste_labels`, `letterbox_labels`): one rule for
-every loader.
-
-The plan (plan.py: the one sequence of random draws), the geometry (`sample_layout`, `mosaic_layout`,
-`letterbox_geometry`, `paste.region_crop`, `paste.pixel_span`), the box rules (`paste.paste_boxes`) and the
-box conversions and targets layout (boxes.py, for numpy arrays and torch tensors alike) are the one
-definition every loader uses, whether it moves pixels with OpenCV (here), DALI or torch.
+Images are uint8 HWC RGB of any size; boxes are float32 [N,4] x1,y1,x2,y2 in continuous pixels of their image (a
+whole W x H image is 0,0,W,H), carried with an [N] class array that every box-dropping step filters alike. What this
+package defines once for every loader (the plan, the geometry, the box filter, every task's labels, the box
+conversions): docs/design.md, 'Who owns what' (augment/) and 'One sample plan'.
 """
 
 from .affine import AffineDraw, affine_matrix, draw_affine

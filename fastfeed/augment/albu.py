@@ -1,11 +1,9 @@
-"""Albumentations (Ultralytics' `Albumentations` step): pixel-only transforms, each applied to a sample with its own
-probability `p`, after copy-paste, mixup and cutmix and before HSV, as Ultralytics applies them.
-
-`AugmentHyp.albumentations` holds the transforms as their Albumentations dicts (`encode`: JSON text, so a hyp stays
-plain data that compares, pickles and checkpoints by value). The plan draws, per sample, which of them fire (one
-`rng.random() < p` each) and, when any does, a seed for their parameters (`draw`); the renderer (`apply`) runs
-exactly those, seeded, on the BGR pixels Ultralytics hands them (its images are OpenCV's BGR: ToGray and CLAHE
-read the channels in that order). Spatial transforms (an Albumentations DualTransform: they move boxes) are refused.
+"""Albumentations (Ultralytics' `Albumentations` step): pixel-only transforms, each applied with its own probability
+`p`, after copy-paste, mixup and cutmix and before HSV, as Ultralytics applies them. `AugmentHyp.albumentations`
+holds them as their Albumentations dicts (`encode`: JSON text, so a hyp compares, pickles and checkpoints by value).
+The plan draws which fire and a seed (`draw`); `apply` runs exactly those, seeded, on BGR pixels as Ultralytics hands
+them (ToGray and CLAHE read the channels in that order). Spatial transforms (DualTransforms: they move boxes) are
+refused.
 """
 
 from __future__ import annotations

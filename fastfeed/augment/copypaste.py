@@ -1,14 +1,10 @@
 """Copy-paste (Ultralytics' `copy_paste`, segment stores): objects of a second picture pasted by their polygons,
 those that would cover under 30% of every object already there, least covering first, `copy_paste` of them.
-
-`copy_paste_mode` "flip" (no draw: every sample, `Geometry.paste_flip`): as Ultralytics does it on its mosaic
-canvas before the affine, the second picture is the mid frame (the 2S canvas, or the scaled image) mirrored about
-its centre: the objects are chosen among the frame's (`flip_in`: all of them, shown or not), and the pixels inside
-the pasted polygons come from the sample drawn a second time through the affine of the mirrored frame. Ultralytics'
-mixup and cutmix second samples go through the same steps (its `pre_transform` holds the copy-paste), so theirs
-are pasted too. "mixup": with probability `copy_paste` a second sample made as the own one is (`plan.Paste`, with
-no copy-paste of its own, as Ultralytics makes it), its objects pasted into the finished sample (`paste_in`),
-before mixup and cutmix.
+What each mode draws: docs/design.md, 'One sample plan'. Mode "flip" (`flip_in`): the second picture is the mid
+frame (the 2S canvas, or the scaled image) mirrored about its centre, as Ultralytics does on its canvas before the
+affine; the objects are chosen among the frame's (all of them, shown or not), and the pixels inside the pasted
+polygons come from the sample drawn a second time through the affine of the mirrored frame. Mode "mixup"
+(`paste_in`): a second sample's objects pasted into the finished sample, before mixup and cutmix.
 """
 
 from __future__ import annotations

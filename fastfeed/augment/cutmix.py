@@ -1,11 +1,8 @@
 """CutMix (Ultralytics' `cutmix`): a rectangle of a second sample, drawn where the first shows no object, pasted
-over the first, with the second sample's objects the rectangle shows (clipped to it).
-
-The plan draws AREAS candidate rectangles (`draw_cut_rects`: the CutMix paper's box, side sqrt(1 - lam) of the
-output with lam ~ Beta(1, 1), about a uniform pixel) and a uniform `pick`; the renderer (`cut_in`) keeps the
-candidates that overlap none of the first sample's boxes, takes the `pick`-th share of them, and skips the cut
-when none is free or the rectangle shows too little of every second object (under 10% of its box, 1% for a
-segmented one), as Ultralytics does.
+over the first, with the second sample's objects the rectangle shows (clipped to it). The plan draws AREAS
+candidates (`draw_cut_rects`: the CutMix paper's box, side sqrt(1 - lam) of the output, lam ~ Beta(1, 1)) and a
+uniform `pick`; `cut_in` takes the `pick`-th share of those that overlap none of the first sample's boxes, and skips
+the cut when none is free or it shows too little of every second object (under 10% of its box, 1% if segmented).
 """
 
 from __future__ import annotations

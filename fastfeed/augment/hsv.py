@@ -1,21 +1,9 @@
 """HSV jitter without the HSV round trip, written straight into CHW planes: the package's one CPU
-implementation (the device's is fastfeed/device_augment.py; docs/design.md says why RGB).
-
-The textbook recipe converts RGB->HSV, applies lookup tables and converts back: ~1.4 ms per 640x640
-sample on one core, a quarter of a worker's time (tests/hsv_reference.py keeps it as the
-reference). The same three jitters have direct RGB forms:
-
-* value x fv: every channel x fv (V is the max channel);
-* saturation x fs at fixed V: each channel moves toward the pixel's max, c' = fs*c + (1-fs)*max
-  (S = (max-min)/max, so this scales S by fs and keeps V and hue);
-* hue + dh of the circle: a rotation of RGB about the grey axis by dh*360 degrees (the CSS
-  `hue-rotate` matrix), which matches HSV's hue shift to within a few degrees per 60-degree sector.
-
-Composed: one 3x3 `cv2.transform` (only when the hue moves), a split into the output planes, one
-max and one `cv2.addWeighted` per plane, ~0.35 ms. The draws (`draw_hsv`: three uniforms in
-[-1, 1] times the gains) are the reference's, so a seed picks the same jitter; pixels differ by a
-few levels where channels clip (per channel here, per HSV component there).
-`tests/test_augment_hsv_planes.py` measures that agreement on real photos.
+implementation (the device's is fastfeed/device_augment.py; the three jitters' RGB forms, why and the timings:
+docs/design.md, 'HSV jitter in RGB'). Composed: one 3x3 `cv2.transform` (only when the hue moves), a split into
+the output planes, one max and one `cv2.addWeighted` per plane. The draws (`draw_hsv`) are the reference's
+(tests/hsv_reference.py), so a seed picks the same jitter; pixels differ by a few levels where channels clip
+(tests/test_augment_hsv_planes.py).
 """
 
 from __future__ import annotations

@@ -63,11 +63,9 @@ class AugmentHyp:
     probability of a paste: `copypaste.py`); translate is a +- fraction of the output side; scale draws the zoom from [1-scale, 1+scale];
     hsv_* are +- gains (hue as a fraction of the colour circle); bgr is the probability that a sample's
     channels come in BGR order instead of RGB (Ultralytics' `bgr`); albumentations are pixel-only Albumentations
-    transforms, each applied with its own p (`albu.py`: given as transforms or their dicts, held as JSON text). The box filter drops a box after
-    a transform when a side is <= min_box_side px, less than min_box_area_ratio of its area is
-    left, or its aspect ratio reaches max_box_aspect: such boxes mostly label invisible slivers. An
-    object with a polygon (a segment store) is judged by its polygon's box, against
-    min_segment_area_ratio instead (0.01, as Ultralytics filters segmented objects).
+    transforms, each applied with its own p (`albu.py`: given as transforms or their dicts, held as JSON text);
+    min_box_side (px), min_box_area_ratio, max_box_aspect are the box filter's thresholds (`boxes.box_candidates`),
+    min_segment_area_ratio its area threshold for an object with a polygon (0.01, as Ultralytics filters them).
     """
 
     mosaic: float = 1.0

@@ -8,9 +8,8 @@ loader collects per output image: boxes float32 [N,4] x1,y1,x2,y2 and classes in
     keypoints  pose: float32 [N,K,D] x, y (+ visibility when D == 3)
     corners    obb: float32 [N,4,2] the oriented box's corners, in the label's order
 
-A field is None when the task has no such geometry (a detect store fills only boxes and classes): at most one is
-set, and which one is its task's (`fastfeed.tasks`: the field's name, how it scales, joins, selects and maps). Pure
-numpy; nothing here moves anything: that is `points.paste_labels` (one rule for every loader).
+A field is None when the task has no such geometry: at most one is set, its task's (`fastfeed.tasks`). Nothing
+here moves anything: that is `points.paste_labels`.
 """
 
 from __future__ import annotations

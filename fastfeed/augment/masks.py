@@ -1,23 +1,12 @@
-"""Instance masks from polygons, at the trainer's reduced resolution (Ultralytics' `mask_ratio`, `overlap_mask`).
+"""Instance masks from polygons, at the trainer's reduced resolution (Ultralytics' `mask_ratio`, `overlap_mask`);
+the two rules and why both: docs/design.md, 'Masks are scan-converted at the reduced resolution'.
 
-Polygons are x, y in continuous pixels of the size x size output (`boxes.py`'s convention: pixel (i, j) covers
-[j, j+1) x [i, i+1)). A mask pixel of the reduced grid (side size // ratio) covers ratio x ratio output pixels
-and belongs to an object when its centre lies inside the object's polygon (even-odd rule), the rule
-`paste.pixel_span` gives for a drawn edge. The polygons are scan-converted straight at the reduced resolution,
-all of an image's at once, in numpy: every edge's crossings with the rows' centre lines, paired into spans.
-`cv2.fillPoly` was the first choice; it takes every pixel whose centre lies within half a pixel of the polygon
-(at mask_ratio 4, a 2-pixel halo around each object in output pixels), and no full-size mask is drawn and
-shrunk (Ultralytics' way, one full-size mask per object when masks do not overlap).
-
-That is the `centre` rule, the default. `rule="ultralytics"` draws masks the way Ultralytics' datasets, and so its
-validator's ground truth, do: each polygon resampled to 1,000 points (evenly along its vertex sequence), the
-points truncated to whole pixels, filled at full size by `cv2.fillPoly` (edge pixels included) and shrunk by
-`cv2.resize` (bilinear), which over-covers the polygon (by ~9% of its area at
-imgsz 128, ~2% at 640: benchmarks/mask_rule.py). A model trained on centre-rule masks is scored against those
-larger masks by Ultralytics' validator and loses mask mAP for it (docs/benchmarks.md), so FastfeedSegmentationTrainer
-asks for this rule. Each object is filled only over its bounding box, cut on the ratio grid: a bilinear shrink by
-an integer factor reads only the pixels of each mask pixel's own ratio x ratio block, so the result is the
-full-size fill's, at the cost of the object's area instead of the image's.
+Polygons are x, y in continuous pixels of the size x size output (`boxes.py`'s convention). `centre` (the default):
+a mask pixel (side size // ratio) belongs to an object when its centre lies inside the polygon (even-odd rule, the
+rule `paste.pixel_span` gives a drawn edge), scan-converted in numpy, all of an image's polygons at once.
+`ultralytics`: each polygon resampled to 1,000 points along its vertices, truncated to whole pixels, filled at full
+size by `cv2.fillPoly` and shrunk by bilinear `cv2.resize` (benchmarks/mask_rule.py), each object only over its
+bounding box cut on the ratio grid, which gives the full-size fill's result at the cost of the object's area.
 """
 
 from __future__ import annotations

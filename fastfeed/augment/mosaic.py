@@ -1,12 +1,6 @@
-"""The mosaic's geometry: where 4 tiles go in the virtual canvas, and its random centre.
-
-The classic recipe lays 4 images (long side S each) around a random centre of a 2S x 2S canvas,
-then warps the canvas to S x S: 4 resizes, a 4.9 MB canvas (S=640) and a 2S->S warp per sample. Here the
-canvas is only a coordinate frame: each tile's placement and the random affine are composed into
-one map and the tile is drawn straight into its part of the output (see paste.py), so about S*S
-pixels are produced in total and a tile may come at any resolution (its own scale S/long_side is
-part of the map). Decode tiles within 2x of S (e.g. JPEG DCT scaling) to avoid aliasing. The pixels
-are drawn by render.py (`render_labels`).
+"""The mosaic's geometry: where 4 tiles go in the virtual 2S x 2S canvas, and its random centre. The canvas is
+only a coordinate frame; the tiles are drawn straight into the output by render.py (docs/design.md, 'Mosaic
+without a canvas'). Decode tiles within 2x of S (JPEG DCT scaling) to avoid aliasing.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""Draw one rectangle of a source image into an output through an affine (or perspective) map, and nothing else.
-
-This is the engine under `render.render_labels` (mosaic or one image): every output pixel is produced once,
-straight from its source tile, so no intermediate canvas is built and the cost follows the output
-size, not the tile resolution. Two paths:
+"""Draw one rectangle of a source image into an output through an affine (or perspective) map, and nothing else:
+the engine under `render.render_labels`, every output pixel produced once (docs/design.md, 'Mosaic without a
+canvas'). Two paths:
 
 * axis-aligned maps (no rotation/shear, the YOLO default): `cv2.resize` into the exact output
   rectangle, then an in-place `cv2.flip` of that rectangle for a mirrored map. resize is 3-5x
@@ -145,11 +143,8 @@ def paste_boxes(boxes: list[np.ndarray], classes: list[np.ndarray], realised: li
     tile's realised matrix and clipped to the output: those are the boxes, on exactly the drawn pixels.
     `box_candidates` judges them against the box clipped to the tile's `regions` (`region_crop`: for a
     mosaic tile, what the 2S canvas holds of it; default: the drawn crop) and mapped without the output
-    clip. So the 10%-area rule asks how much of the object the canvas held is left after the output
-    crop, as Ultralytics asks of its canvas-clipped box. Under rotation or shear the rule stays against
-    the whole box: there the enclosing box of a cut object can frame none of it (a corner of the
-    enclosing box), and a box on no object is worse than one box fewer. All tiles go through one
-    vectorised pass (per-box crops and matrices).
+    clip; under rotation or shear, against the whole box (why: docs/design.md, 'The box filter judges what
+    the canvas held'). All tiles go through one vectorised pass (per-box crops and matrices).
     """
     counts = [len(b) for b in boxes]
     cls = np.concatenate(classes)

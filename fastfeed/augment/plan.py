@@ -1,31 +1,6 @@
-"""The sample plan: every random draw one training sample needs, made here, in one order, for every loader.
-
-A training sample is drawn as (in this order, from one generator per batch, `batch_rng`):
-
-    mosaic?  (only in mosaic epochs: rng.random() < hyp.mosaic)
-      partners   3 picks among the candidates (the loader's partner buffer)
-      centre     the mosaic centre in the virtual 2S x 2S canvas
-    affine     rotation, zoom, shear, shift, flips (`draw_affine`)
-    paste?   (only in mixup epochs when hyp.copy_paste is set: mode "flip" draws nothing, every geometry of the
-             sample (its own, mixup's and cutmix's) pastes its frame's objects mirrored, `Geometry.paste_flip`;
-             mode "mixup": rng.random() < hyp.copy_paste, then
-      other      the candidate whose own geometry (drawn as above) gives the pasted objects (`copypaste.py`))
-    mixup?   (only in mixup epochs: rng.random() < hyp.mixup)
-      other      the candidate whose own geometry (drawn as above) is blended in
-      paste?     its own copy-paste in mode "mixup" (drawn as above: Ultralytics' second samples get one)
-      weight     of the first sample, Beta(32, 32)
-    cutmix?  (only in mixup epochs, when hyp.cutmix is set: rng.random() < hyp.cutmix)
-      other      the candidate whose own geometry (drawn as above) a rectangle is cut from
-      paste?     as mixup's
-      rects      3 candidate rectangles, then `pick` (uniform) among those the renderer finds free (`cutmix.py`)
-    albu?    (only when hyp.albumentations lists transforms) which of them fire, and their seed (`albu.draw`)
-    hsv        hue turn, saturation and value factors (`draw_hsv`; nothing drawn when every gain is 0)
-    bgr?     (rng.random() < hyp.bgr; nothing drawn when hyp.bgr is 0) the channels in BGR order
-
-The plan holds only draws (indices into the candidate list, numbers), never pixels or shapes: the
-cpu/shm renderer (numpy/OpenCV), the device renderer (torch) and the DALI graph each take the same plans
-and turn them into pixels with the same geometry (`sample_layout`). So a seed gives the same samples
-whichever loader renders them; no loader calls a draw function itself.
+"""The sample plan: every random draw one training sample needs, made here, in one order, for every loader. The
+order of the draws and why the renderers take plans and none draws: docs/design.md, 'One sample plan'. The plan
+holds only draws (indices into the candidate list, numbers), never pixels or shapes.
 """
 
 from __future__ import annotations
@@ -95,7 +70,7 @@ class Cut:
 
 @dataclass(frozen=True)
 class SamplePlan:
-    """Everything drawn for one training sample (see the module docstring for the order)."""
+    """Everything drawn for one training sample (the order: docs/design.md, 'One sample plan')."""
 
     geometry: Geometry
     mix: Mix | None

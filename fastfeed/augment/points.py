@@ -1,22 +1,13 @@
-"""Polygons, keypoints and oriented corners through a plan's maps: the one rule for every task's geometry.
+"""Polygons, keypoints and oriented corners through a plan's maps: the one rule for every task's geometry
+(docs/design.md, 'Task geometry goes through the plans' realised maps': what each field does).
 
 `paste_labels` is `paste.paste_boxes` for `Labels`: each tile's objects go through that tile's realised map
 (the one `paste_tile` returns, or the drawn one where a renderer realises it exactly, as the device loader's),
-and one keep mask, `box_candidates` on hyp's thresholds, drops an object from every field at once:
-
-* polygons (segment) are clipped to the part of their tile that is shown (its crop, within what the
-  mosaic canvas holds of it), mapped, and clipped to the output (`clip_polygons`, Sutherland-Hodgman on
-  all polygons at once); the object's box is the bounds of that polygon, so under rotation it frames the
-  object, not the rotated box's corners (as Ultralytics rebuilds boxes from segments). An object whose
-  polygon vanishes is dropped; one without a polygon (P = 0) keeps the box rule (`paste.move_boxes`).
-* oriented boxes (obb): the corners are mapped and kept whole (the rotated box stays the object's, even
-  where the output cuts it); the axis-aligned box is the bounds of the corner quad clipped as a polygon.
-* keypoints (pose) are mapped; one outside the output, or outside its tile's shown part (hidden by a
-  neighbour or cut with its tile), becomes x = y = 0 (and visibility 0). When the affine mirrors left and
-  right, `flip_idx` renames them (a left eye becomes the right eye): keypoint i takes keypoint flip_idx[i].
-
-The judged-before box of a shaped object is the bounds of its polygon clipped to the shown part and mapped
-without the output clip: how much of what the canvas held is left, as for boxes.
+and one keep mask, `box_candidates` on hyp's thresholds, drops an object from every field at once. An object
+whose polygon vanishes is dropped; one without a polygon (P = 0) keeps the box rule (`paste.move_boxes`); an
+oriented box's axis-aligned box is the bounds of its corner quad clipped as a polygon. The judged-before box of
+a shaped object is the bounds of its polygon clipped to the shown part and mapped without the output clip: how
+much of what the canvas held is left, as for boxes.
 """
 
 from __future__ import annotations

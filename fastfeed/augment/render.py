@@ -1,11 +1,6 @@
-"""A plan's pixels on the CPU: the tiles of a `plan.Geometry` drawn into a size x size output in one pass.
-
-`render_labels` is what the cpu and shm workers call for every training sample (and twice for a mixup):
-the plan's layout (`plan.sample_layout`) and affine composed into one map per tile, each tile drawn
-straight into its part of the output (`paste.paste_tile`), the labels moved and filtered by the same
-realised maps (`paste.paste_boxes` for boxes, `points.paste_labels` for polygons, keypoints and oriented
-corners); `finish_pixels` writes a rendered sample into its output slot (HSV, channel order), after `mix_in` (copy-paste, mixup,
-cutmix, Albumentations).
+"""A plan's pixels on the CPU, as the cpu and shm workers render every training sample: `render_labels` (the
+tiles of a `plan.Geometry` drawn into a size x size output in one pass, labels moved by the same realised maps),
+`mix_in` (copy-paste, mixup, cutmix, Albumentations), then `finish_pixels` (HSV, channel order, into the slot).
 """
 
 from __future__ import annotations
@@ -30,11 +25,8 @@ def render_labels(tiles: Sequence[tuple[np.ndarray, Labels]], geometry: Geometry
                   out: np.ndarray, flip_idx=None) -> tuple[np.ndarray, Labels]:
     """Draw `tiles` ((img, Labels in img pixels); own image first; 4 for a mosaic geometry, 1 otherwise) as
     `geometry` places them into `out` (size x size x 3 uint8, overwritten entirely, not overlapping a tile).
-    Every object follows its pixels through its tile's realised map, clipped to the part of its tile that is
-    shown and to the output, and is kept or dropped in every field alike (`points.paste_labels`: boxes as
-    `paste.paste_boxes`, boxes of segmented objects rebuilt from their clipped polygons, keypoints outside
-    made 0 and renamed by `flip_idx` under a left-right flip); copy-paste mode "flip" when the geometry has it
-    (`copypaste.flip_in`). Returns (out, Labels in output pixels)."""
+    Every object follows its pixels through its tile's realised map (`points.paste_labels`); copy-paste mode
+    "flip" when the geometry has it (`copypaste.flip_in`). Returns (out, Labels in output pixels)."""
     n = 4 if geometry.mosaic else 1
     shapes = [t[0].shape[:2] for t in tiles[:n]]
     layout, _, matrix = sample_layout(geometry, shapes, size, hyp)

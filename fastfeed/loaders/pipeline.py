@@ -1,12 +1,7 @@
-"""Per-worker batch building: read -> decode -> augment -> write into the output slot; the one build loop of the
-cpu and shm loaders, for every task.
-
-This is the per-sample hot path. A sample is (image, `augment.Labels`): detection's labels are boxes alone, a
-segment, pose or OBB store's carry their task's geometry, which follows the pixels through the same plan
-(`augment.render_labels`) into the batch's extras (`BatchExtras`). What differs between loaders is only where
-decoded pixels come from (a `SampleSource`: the store with a JPEG decode, or a shared decoded cache), each image a
-*tile* (`Record.tile_size`: long side imgsz, the one resolution every renderer takes). Stage times are measured
-here and summed per batch.
+"""Per-worker batch building, the per-sample hot path: read -> decode -> augment -> write into the output slot; the
+one build loop of the cpu and shm loaders, for every task (docs/design.md, 'One description per task, one build
+loop'). What differs between loaders is only where decoded tiles come from (a `SampleSource`: the store with a JPEG
+decode, or a shared decoded cache). Stage times are measured here and summed per batch.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""The loader's position, a contract: `Loader.state_dict()` / `Loader.load_state_dict()` (both trainers'
-checkpoints; docs/design.md, "The position is a contract"). A state is the position (`epoch`, `batches` consumed
-into it on every rank) and what makes the batches: the order's identity, the plans' and the samples' settings.
-`resume(loader, state)`, the one place a saved state is compared with a loader, continues the same order exactly
-(`set_epoch(epoch, batches)`), deals the records another order had not reached to the new ranks (`Remainder`;
-at an epoch's start: that epoch in the new order), and returns the one line that says what changed and what it does.
+"""The loader's position, a contract: `Loader.state_dict()` / `Loader.load_state_dict()`, and `resume(loader, state)`,
+the one place a saved state is compared with a loader (what a state holds and what a resume on another order does:
+docs/design.md, "The position is a contract").
 """
 
 from __future__ import annotations
@@ -51,8 +48,8 @@ def identity_at(identity: dict, epoch: int) -> dict:
 
 class Remainder(EpochOrder):
     """`base`'s batches, except in `epoch`: the records the `prior` order (an identity) had not given any of its
-    ranks in its first `done` batches, dealt to `base`'s ranks (module docstring). That epoch keeps `len(base)`
-    batches, the first ones empty (already trained): the loader starts after them."""
+    ranks in its first `done` batches, dealt to `base`'s ranks (docs/design.md, 'The position is a contract'). That
+    epoch keeps `len(base)` batches, the first ones empty (already trained): the loader starts after them."""
 
     def __init__(self, base: EpochOrder, epoch: int, prior: dict, done: int):
         self.base, self.epoch, self.prior, self.done = base, int(epoch), dict(prior), int(done)

@@ -1,10 +1,7 @@
-"""What each renderer draws: one declaration per renderer (the tasks whose geometry it carries, the augmentations
-beyond the base set it renders, per-object segment masks), and every refusal a loader makes of a task, a mask
-layout or an augmentation comes from it (`Renders.refuse`, called by `Loader.__init__` before any set-up).
-
-Every renderer draws the base plan (mosaic, the affine, flips, HSV); `OPTIONAL` are the `AugmentHyp` fields
-a renderer may not: a nonzero (non-empty) value asked of a renderer that does not declare it is refused by name.
-(`fraction` is no renderer's: a subset of the records, the loader's order, which every loader takes.)
+"""What each renderer draws, and every refusal a loader makes from it (`Renders.refuse`, called by `Loader.__init__`
+before any set-up): docs/design.md, 'One declaration per renderer'. `OPTIONAL` are the `AugmentHyp` fields beyond
+the base plan (mosaic, the affine, flips, HSV) that a renderer may not draw. (`fraction` is no renderer's: a subset
+of the records, the loader's order, which every loader takes.)
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """How a `DevicePrefetcher` runs its loader: `inline` (in the consumer's thread, `depth` batches queued on the
 side stream) or `threaded` (a producer thread, THREAD_NAME, `depth` batches ahead through a bounded queue). Both
 ask the loader for the next batch only after the last one's host memory has been read (the buffer-reuse hazard:
-the package docstring)."""
+docs/design.md, 'The prefetcher copies on a side stream')."""
 
 from __future__ import annotations
 

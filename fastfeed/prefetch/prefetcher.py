@@ -1,5 +1,5 @@
-"""`DevicePrefetcher`: the loader's batches moved to the device, converted, ahead of the step (see
-the package docstring for the stream protocol and the buffer-reuse hazard)."""
+"""`DevicePrefetcher`: the loader's batches moved to the device, converted, ahead of the step (the stream protocol
+and the buffer-reuse hazard: docs/design.md, 'The prefetcher copies on a side stream')."""
 
 from __future__ import annotations
 

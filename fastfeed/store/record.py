@@ -1,23 +1,8 @@
-"""A record's bytes: the layout a pack writes (`encode_record`) and a reader parses (`parse_record` -> `Record`).
-
-Record layout (little-endian), CRC32 over every byte after the CRC field::
-
-    header   HEADER struct below (`orientation`: the EXIF orientation to apply when decoding, 1..8;
-             format version 1 wrote 0 there, read as 1); magic FFR2 (version 4): HEADER2, which adds
-             the task and the keypoint shape
-    name     UTF-8 source file name, `name_len` bytes
-    boxes    float32 [n_boxes + n_crowd, 4]  x1, y1, x2, y2 normalised to 0..1 of the image
-    classes  int32   [n_boxes + n_crowd]     contiguous class ids 0..C-1
-    geometry FFR2 only: the training objects' polygons, keypoints or oriented corners (its task's: `fastfeed.tasks`)
-    payload  JPEG bytes (codec jpeg), other encoded image bytes such as PNG (codec cv2),
-             or raw uint8 HWC RGB pixels (codec raw, height * width * 3)
-
-Training boxes come first, then the `iscrowd` boxes (kept for evaluation, never trained on).
-Normalised coordinates make boxes independent of any resize of the payload. Height, width and the
-boxes are those of the upright image: the payload decoded *and* turned by `orientation`.
-
-Everything outside `fastfeed/store/` reads records through `Store.record(i) -> Record` and decodes
-them with `Record.decode`; the byte layout is private to this package.
+"""A record's bytes: the layout a pack writes (`encode_record`) and a reader parses (`parse_record` -> `Record`);
+the layout, field by field (little-endian, CRC32 over every byte after the CRC field; boxes normalised to 0..1 of
+the upright image, training boxes then `iscrowd` ones; the task's geometry in FFR2): docs/format.md, 'Record
+layout'. The byte layout is private to `fastfeed/store/`: everything else reads `Store.record(i) -> Record` and
+decodes with `Record.decode` (docs/design.md, 'Data flow').
 """
 
 from __future__ import annotations
@@ -136,9 +121,8 @@ class Record:
             raise _codec.DecodeError(f"{self.where}: {e}; run `fastfeed verify --decode` and re-pack") from None
 
     def tile_size(self, side: int) -> tuple[int, int]:
-        """(h, w) of `decode_tile(side)`: the long side `side`, never enlarged (`codec.fit_size`). The one size every
-        loader takes a training image at: the cpu decode, the shm cache, the device loader's resize, evaluation's
-        letterbox frame (Ultralytics' `load_image` resizes to imgsz first too)."""
+        """(h, w) of `decode_tile(side)`: the long side `side`, never enlarged (`codec.fit_size`); the one size every
+        loader takes a training image at (docs/design.md, 'DCT-scaled JPEG decode')."""
         return _codec.fit_size(self.height, self.width, side)
 
     def decode_tile(self, side: int) -> np.ndarray:

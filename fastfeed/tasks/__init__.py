@@ -1,15 +1,7 @@
-"""The task registry: one module per task (detect, segment, pose, obb), each the one description of its task.
-
-A task is what a record holds beside its boxes and classes, and everything that follows from it: how it is
-written into a record and read back (`encode`/`parse`, format version 4), how the pack checks it per object
-(`active`, `degenerate`) and counts it, how `verify` checks a record, the `augment.Labels` field it lives in and how
-that field is scaled, joined, selected and mapped point by point (the movement under a plan is then field-generic:
-`augment.points.paste_labels`), the `Batch` extra it becomes, and its words in messages. Pack, store, augment,
-the loaders, verify/inspect, the bench and the Ultralytics integration ask this registry (`get(name)`,
-`REGISTRY`); they do not compare task names (tests/test_package.py counts what is left).
-
-Pure numpy: importable by every layer (`store/` without LMDB's users, `augment/` without torch). A new task is a
-module here plus its tests (and, where it needs one, its rendering: masks are `augment.masks`).
+"""The task registry: one module per task (detect, segment, pose, obb), each the one description of its task: what a
+record holds beside its boxes and classes and everything that follows from it (the list: docs/design.md, 'Who owns
+what', tasks/; why: 'One description per task, one build loop'). Callers ask `get(name)` / `REGISTRY` and compare
+no task name. Pure numpy, importable by every layer.
 """
 
 from __future__ import annotations

@@ -2,11 +2,9 @@
 
     torchrun --nproc_per_node N -m fastfeed train --data coco.ff ...
 
-torchrun sets RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE (read here, at the door: the loaders are given
-the ranks on a node, `LoaderConfig.local_world_size`); the process group uses gloo on CPU, nccl on CUDA
-and hccl on Ascend NPUs. Each rank's loader reads its own share of every epoch (LoaderConfig
-resolves rank and world size from torch.distributed), DDP averages gradients in backward, and
-rank 0 alone evaluates, logs and writes checkpoints.
+torchrun's RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE are read here, at the door (the loaders are given the
+ranks on a node, `LoaderConfig.local_world_size`); the process group uses gloo on CPU, nccl on CUDA and hccl on
+Ascend NPUs. Rank 0 alone evaluates, logs and writes checkpoints.
 """
 
 from __future__ import annotations

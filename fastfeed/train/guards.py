@@ -34,9 +34,8 @@ class DataSourceFailed(RemoteError):
 
 
 class RankSourceFailed(Exception):
-    """Under DDP: some rank's data source failed for good. The rank that saw it trains a blank batch instead and
-    raises its flag in the loss all-reduce, so every rank learns it at the same micro-batch and none waits in a
-    collective for a peer that left (`loop.lost_source` then saves and names the rank)."""
+    """Under DDP: some rank's data source failed for good, learnt by every rank at the same micro-batch through the
+    loss all-reduce (docs/design.md, 'Under DDP the ranks stop together'); `loop.lost_source` saves and names it."""
 
 
 # --- an --out that holds a run ---------------------------------------------------------------------------------

@@ -1,20 +1,9 @@
-"""The training loop, top to bottom: set up, resume (or start from weights), then epoch by epoch:
-optimizer steps over the loader's batches (step.py), and at the end of each epoch an evaluation and
-a checkpoint; a summary with the bottleneck verdict at the end.
-
-    set_up         setup.py    devices, stores, model (--sync-bn/--freeze-bn/--channels-last), batch, loader, optimizer
-    start_from     resume.py   --resume: the checkpoint's state; --weights: those weights
-    train_epoch    here        the epoch's optimizer steps, from batch `skip` when resuming mid-epoch
-    optimizer_step step.py     data wait, micro-batches (multi-scale, OOM replay), forward/backward, step, EMA
-    end_of_epoch   here        last.pt, then evaluate on --val when due, best.pt
-    Reporter       report.py   log lines, metrics.jsonl, the summary and its verdict (verdict.py)
-
-A "step" is an optimizer step. The LR schedule, warmup, EMA, --multi-scale's draw and --max-steps
-count those. The lr and weight decay are tuned for 64 images per step.
-
-Stopping early (fastfeed/preempt.py): a SIGTERM, SIGUSR1 or first Ctrl-C is acted on at the next step
-boundary (under DDP when every rank has it: the step's loss all-reduce carries it), `--save-every-min`
-writes last.pt there on a timer; both checkpoints are mid-epoch ones that `--resume` continues exactly.
+"""The training loop, top to bottom: set up (setup.py), resume or start from weights (resume.py), then per epoch the
+optimizer steps over the loader's batches (`train_epoch`, each `optimizer_step` in step.py) and `end_of_epoch`
+(last.pt, the evaluation when due, best.pt); a summary with the bottleneck verdict at the end (report.py). Where
+each part is: docs/training.md, 'Where the code is'. A "step" is an optimizer step: the LR schedule, warmup, EMA,
+--multi-scale's draw and --max-steps count those. Stopping early and --save-every-min: docs/design.md, 'A stop
+signal costs at most the step in flight'.
 """
 
 from __future__ import annotations
@@ -151,8 +140,8 @@ def lost_source(run, e: Exception, done: int, began: dict) -> None:
 
 def end_of_epoch(run, done: int) -> None:
     """--- end of an epoch (or of --max-steps, or a stop signal): last.pt, then the evaluation on --val when due
-    and best.pt. last.pt is written first, marked `eval_pending`: a kill during the evaluation loses no training,
-    and a stop signal abandons the evaluation (the resumed run does it first)."""
+    and best.pt. last.pt is written first, marked `eval_pending`, which a resumed run evaluates first (why:
+    docs/design.md, 'A stop signal costs at most the step in flight')."""
     cfg = run.cfg
     if done == 0:
         run.epoch += 1

@@ -112,9 +112,8 @@ _built: dict = {}
 
 def task_fields(args, task: str) -> dict:
     """The LoaderConfig fields of a task's own arguments: segment's `mask_ratio` and `overlap_mask` (the masks the
-    loader rasterises), drawn by Ultralytics' mask rule, because its validator scores the masks against ground
-    truth drawn that way (`augment.masks`; trained on the exact masks, the mask mAP came out lower:
-    docs/benchmarks.md); pose's kpt_shape and flip_idx are the store's (checked against data.yaml: store.check_task).
+    loader rasterises), drawn by Ultralytics' mask rule (why: docs/design.md, 'Masks are scan-converted at the
+    reduced resolution'); pose's kpt_shape and flip_idx are the store's (checked against data.yaml: store.check_task).
     The batches carry the trainer's task: a detect trainer reads any store's boxes alone (nothing drawn for a loss
     that does not read it)."""
     if tasks.get(task).extra != "masks":

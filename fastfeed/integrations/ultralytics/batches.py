@@ -1,10 +1,7 @@
-"""fastfeed batches in the form Ultralytics' trainer, loss and plots read, and the store's labels in
-the form its dataset exposes them (`dataset.labels`).
-
-A fastfeed `Batch` is (uint8 images [B,3,S,S], float32 targets [M,6] img_idx, cls, cx, cy, w, h in
-0..1): Ultralytics' own conventions already, so collation is a few views of the same tensors; the
-images stay uint8 (the trainer's preprocess_batch converts them on the device), or, from the device loader,
-the float images it made on the device.
+"""fastfeed batches in the form Ultralytics' trainer, loss and plots read, and the store's labels in the form its
+dataset exposes them (`dataset.labels`). A `Batch` (docs/design.md, 'Contracts') already follows Ultralytics'
+conventions, so collation is a few views of the same tensors; the images stay uint8 (preprocess_batch converts them
+on the device), or, from the device loader, the float images it made there.
 """
 
 from __future__ import annotations

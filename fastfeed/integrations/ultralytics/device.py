@@ -1,18 +1,10 @@
-"""The `device` loader inside Ultralytics' trainer (FASTFEED_LOADER=device): decode, mosaic, affine, flips and
-HSV on the trainer's device, batches handed to its loss as they come.
-
-The other loaders' batches are uint8 on the host; Ultralytics' preprocess_batch copies them to the device
-and divides by 255. The device loader's are already images in [0,1] on the trainer's device, in the dtype
-the model's first layer computes in (`training_dtype`): float32 without AMP, float16 under Ultralytics'
-fp16 autocast (which would cast the float32 input to float16 there anyway), bfloat16 with amp='bf16'.
-So `finish_batch` replaces preprocess_batch for them: no copy, no conversion, only Ultralytics'
-`multi_scale` (a resize on the device, at a size drawn by fastfeed's multi-scale rule within
-imgsz x [1 - multi_scale, 1 + multi_scale]; the same on every rank, and the same after a resume).
-
-What the other loaders honour, the device loader honours the same way (AugmentHyp, close_mosaic, seed,
-classes, single_cls, workers: its planning workers); `cache=True`/'ram' becomes its cache, the decoded
-store in device memory (the VRAM cache); `mixup` it does not do: a warning names it and training goes on
-without it.
+"""The `device` loader inside Ultralytics' trainer (FASTFEED_LOADER=device): decode, mosaic, affine, flips and HSV on
+the trainer's device. Its batches are images in [0,1] there, in the dtype the model's first layer computes in
+(`training_dtype`: float32 without AMP, float16 under Ultralytics' fp16 autocast, which would cast there anyway,
+bfloat16 with amp='bf16'), so `finish_batch` replaces preprocess_batch for them: no copy, no conversion, only
+Ultralytics' `multi_scale` (a resize on the device, at a size drawn by fastfeed's rule within imgsz x [1 -
+multi_scale, 1 + multi_scale]: the same on every rank, and after a resume). It honours what the other loaders do;
+`cache=True`/'ram' becomes its VRAM cache; `mixup` it does not do: a warning names it.
 """
 
 from __future__ import annotations

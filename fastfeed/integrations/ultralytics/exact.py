@@ -1,11 +1,9 @@
-"""What a resumed FastfeedTrainer run needs to train exactly as the uninterrupted one did (docs/training.md says
-why: Ultralytics' checkpoint resumes at an epoch's end from fp16 copies, and its loop counts the resumed epoch's
-batches from 0). A mid-epoch last.pt adds, under `STATE_KEY`, the weights, EMA and optimizer state in their
-training dtype, every rank's random generators (Ultralytics keeps none and reseeds rank r with seed + 1 + r; its
-multi_scale draws each rank's sizes from Python's), the batch count at the last optimizer step, the epoch's mean
-loss so far and the gradients trained since the last step. On resume they replace what Ultralytics restored, and
-`Rhythm` sets, before each batch's optimizer-step check, the accumulation (and in a moved warmup ramp the learning
-rates and momentum) that the uninterrupted run has at that batch.
+"""What a resumed FastfeedTrainer run needs to train exactly as the uninterrupted one did (why: docs/training.md,
+'Resuming', and docs/design.md, 'Under DDP the ranks stop together'). A mid-epoch last.pt adds,
+under `STATE_KEY`, the weights, EMA and optimizer state in their training dtype, every rank's random generators,
+the batch count at the last optimizer step, the epoch's mean loss so far and the gradients trained since the last
+step. On resume they replace what Ultralytics restored, and `Rhythm` sets, before each batch's optimizer-step check,
+the accumulation (and in a moved warmup ramp the learning rates and momentum) the uninterrupted run has there.
 """
 
 from __future__ import annotations

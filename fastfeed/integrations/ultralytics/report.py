@@ -1,11 +1,7 @@
-"""What FastfeedTrainer says about the feed, the reason to use it: per epoch, the images the fastfeed loader
-fed, images/s, and the share of the epoch the training loop waited for data (a line beside Ultralytics'
-progress bar, and a row of `fastfeed.csv` beside its results.csv); and the shm cache's size and build time.
-
-"Waited for data" is the time from the trainer asking for the next batch to having it (the loader, the
-collation into Ultralytics' dict, and waiting for the previous batch's device copy before its buffer is
-reused), against the epoch's time in the training loop (validation excluded). Near 0 means the feed keeps
-up and the model step is the limit, the healthy state.
+"""What FastfeedTrainer says about the feed, the reason to use it: per epoch the images fed, images/s and the share of
+the epoch it waited for data (a line after Ultralytics' progress bar, a row of `fastfeed.csv` beside results.csv),
+and the shm cache's size and build time. "Waited": from the trainer asking for a batch to having it (loader,
+collation, the previous batch's device copy) against the epoch's training time; near 0 is healthy (the model limits).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
-"""What a FastfeedTrainer mid-epoch checkpoint is (stopping.py decides when one is written, exact.py what an exact
-resume adds), the stop file and the DDP launcher. A mid-epoch last.pt is Ultralytics' own `save_model` bytes,
-captured and written atomically, with `epoch` set to the epoch before the interrupted one (Ultralytics resumes at
-the one after; 0 in the first) and one more entry, `fastfeed`: the position and the loader's state, which
-`resume=True` continues through `Loader.load_state_dict` (`saved_state`). Under DDP the launching process forwards
-SIGTERM/SIGUSR1 to the ranks and turns their failure into `Preempted` when a signal stopped them (`STOP_FILE`).
+"""What a FastfeedTrainer mid-epoch checkpoint is (docs/design.md, 'Ultralytics through a subclass, never a copy'),
+the stop file and the DDP launcher. `epoch` is set to the epoch before the interrupted one (Ultralytics resumes at
+the one after; 0 in the first) and `fastfeed` holds the position and the loader's state (`saved_state`). Under DDP
+the launching process forwards SIGTERM/SIGUSR1 to the ranks and turns their failure into `Preempted` when a signal
+stopped them (`STOP_FILE`).
 """
 
 from __future__ import annotations

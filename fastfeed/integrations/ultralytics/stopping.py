@@ -1,9 +1,7 @@
 """`StoppableMixin`: an Ultralytics trainer (any task's) that stops between optimizer steps and resumes mid-epoch
-(`StoppableTrainer`: on DetectionTrainer). A stop signal ends training after the optimizer step in flight, every DDP
-rank after the same one, with a mid-epoch last.pt that `resume=True` continues exactly (exact.py);
-FASTFEED_SAVE_EVERY_MIN=N writes one every N minutes; a data source lost for good saves before the error. What a
-checkpoint holds, the stop file and the DDP launcher are resume.py's. `train_loader` must be a
-`FastfeedTrainLoader` (its `position` and its loader's state are what is saved).
+(`StoppableTrainer`: on DetectionTrainer); FASTFEED_SAVE_EVERY_MIN=N saves every N minutes. What a checkpoint holds
+is resume.py's, an exact resume exact.py's. `train_loader` must be a `FastfeedTrainLoader` (its `position` and its
+loader's state are what is saved).
 """
 
 from __future__ import annotations

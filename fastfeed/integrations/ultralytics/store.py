@@ -1,14 +1,11 @@
-"""The data.yaml's train split as a fastfeed store: packed on first use, reused while the source is
-unchanged, re-packed when an image or label file changes (`FASTFEED_STORE=PATH` uses an existing store).
-
-What "unchanged" means: `fastfeed.pack.signature.source_signature` (names, sizes and modification
-times of the files a pack would read). The store is named after it, `<split>-<signature>.ff`, beside
-the dataset (e.g. coco128/train2017-3fa9c1d2e4.ff; a segment, pose or OBB trainer's store has the task in its name,
-coco128/train2017-segment-<signature>.ff, so runs of two tasks on one dataset keep a store each) when its folder is writable, else in
-the store folder, `$FASTFEED_STORE_DIR` or `~/.cache/fastfeed/ultralytics/`; the versions it replaces are removed. A new
-name per version also means a process that still has the previous version open never reads it in
-place of the new one. A file lock makes concurrent trainers (DDP ranks on other nodes, a second
-job) wait for one pack instead of packing twice.
+"""The data.yaml's train split as a fastfeed store: packed on first use, reused while the source is unchanged
+(`fastfeed.pack.signature.source_signature`: names, sizes and modification times of the files a pack would read),
+re-packed when one changes (`FASTFEED_STORE=PATH` uses an existing store). It is named after the signature,
+`<split>[-<task>]-<signature>.ff` (e.g. coco128/train2017-3fa9c1d2e4.ff; the task for segment, pose and OBB, so
+two tasks on one dataset keep a store each), beside the dataset when its folder is writable, else in the store
+folder (docs/design.md, 'Vocabulary'); the versions it replaces are removed. A new name per version means a process
+that still has the previous one open never reads it in place of the new one. A file lock makes concurrent trainers
+(DDP ranks on other nodes, a second job) wait for one pack instead of packing twice.
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
-"""Ultralytics' segment, pose and OBB trainers fed by fastfeed: `FastfeedMixin` (trainer.py) before each of them.
+"""Ultralytics' segment, pose and OBB trainers fed by fastfeed: `FastfeedMixin` (trainer.py) before each of them
+(docs/design.md, 'Ultralytics through a subclass, never a copy').
 
     YOLO("yolov8n-seg.yaml").train(data="data.yaml", trainer=FastfeedSegmentationTrainer, imgsz=640)
     YOLO("yolov8n-pose.yaml").train(data="data.yaml", trainer=FastfeedPoseTrainer, imgsz=640)
     YOLO("yolov8n-obb.yaml").train(data="data.yaml", trainer=FastfeedOBBTrainer, imgsz=1024)
 
-Each packs data.yaml's train split for its task (`fastfeed pack --task segment|pose|obb`) and refuses a store of
-another task by name; the pose trainer takes the keypoint shape and flip order of the store, which must be
-data.yaml's. Their batches carry what each task's loss reads (extras.py): masks at `mask_ratio` (overlap or one
-per object, `overlap_mask`), normalised keypoints, rotated boxes. Stopping, mid-epoch resume and the feed report
-are FastfeedTrainer's.
+Each packs and accepts only its task's stores; the pose trainer takes the keypoint shape and flip order of the
+store, which must be data.yaml's.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """`FastfeedTrainer`: Ultralytics' DetectionTrainer with its training batches from a fastfeed loader; `FastfeedMixin`:
-the same for any task's trainer (tasks.py applies it to the segment, pose and OBB trainers).
+the same for any task's trainer (tasks.py). Only the train loader changes (docs/design.md, 'Ultralytics through a
+subclass, never a copy'), and checkpoints gain a mid-epoch form (resume.py).
 
     YOLO("yolov8n.yaml").train(data="data.yaml", trainer=FastfeedTrainer, epochs=100, imgsz=640, batch=16)
 
-Only the train loader changes, and checkpoints gain a mid-epoch form (resume.py). Validation, metrics,
-the model, loss, optimiser, EMA, the checkpoint format and resume are Ultralytics' own. Under DDP, Ultralytics rebuilds the trainer in every rank process (8.4
-cloudpickles the class, which pickles by reference: this module must be importable there, as it is
-wherever fastfeed is installed); each rank then packs nothing (local rank 0 packs first, the others
-wait and reuse the store), builds its own loader and reads its own share of every epoch.
+Under DDP, Ultralytics rebuilds the trainer in every rank process (8.4 cloudpickles the class, which pickles by
+reference: this module must be importable there, as it is wherever fastfeed is installed); local rank 0 packs
+first, the others wait and reuse the store, and each rank reads its own share of every epoch.
 """
 
 from __future__ import annotations
@@ -64,11 +63,8 @@ class FastfeedMixin(StoppableMixin):
     `fastfeed_task`: the store task it trains on, see tasks.py): `cache=False|'disk'` -> the `cpu` loader,
     `cache=True|'ram'` -> `shm` (one decoded copy per node), `FASTFEED_LOADER=cpu|shm|dali|device` overrides
     (device: batches decoded and augmented on the trainer's device, device.py).
-    The data.yaml's train split is packed into a store on first use (`FASTFEED_STORE=PATH`: use that one).
-    Each epoch logs the feed's images/s and data-wait share, also written to `<save_dir>/fastfeed.csv`.
-    A stop signal ends training after the optimizer step in flight with a mid-epoch last.pt that
-    `resume=True` continues from the next batch; FASTFEED_SAVE_EVERY_MIN=N writes one every N minutes
-    (resume.py).
+    The train split is packed on first use (store.py; `FASTFEED_STORE=PATH`: use that one); the feed's report is
+    report.py's, stopping and mid-epoch resume stopping.py's.
     `store_options` (a `StoreOptions`: shard cache, its limit, read-ahead, storage options) says how a store at
     a URL (FASTFEED_STORE=s3://...) is read; None, or a field left None, takes the environment's (resolved here, at
     the door: `StoreOptions.from_env`), else the built-in default.

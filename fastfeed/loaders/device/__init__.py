@@ -1,4 +1,5 @@
-"""The `device` loader: JPEG decode and YOLO augmentation on the accelerator, the host only plans.
+"""The `device` loader: JPEG decode and YOLO augmentation on the accelerator, the host only plans
+(docs/design.md, 'The device loader plans on the host and draws on the device').
 
     loader = create_loader("device", store, LoaderConfig(imgsz=640, batch_size=64, device="cuda"))
     loader = create_loader("device", store, cfg, cache="device", dtype="bfloat16")   # the VRAM cache
@@ -7,14 +8,8 @@
         for images, targets in loader:     # on the device: images [B,3,S,S] in [0,1], targets [M,6]
             ...
 
-Worker processes read records' bytes and draw every random parameter as the cpu loader does (same seed,
-same parameters); the device decodes (nvJPEG via torchvision or nvImageCodec; the host where neither
-runs), composes mosaic + affine + flip into one sampling map per output pixel, gathers, jitters HSV.
-Plain PyTorch: the same code runs on CUDA, Ascend NPUs (host decode) and the CPU (tests).
-
-Layout: plan.py (host: records, draws, geometry, boxes via boxes.py), host.py (the worker pool),
-decode.py (decoders, EXIF orientation), render.py (the sampling map), vram_cache.py (the VRAM cache),
-feed.py (side-stream double buffering), loader.py (the Loader).
+Plain PyTorch: the same code runs on CUDA, Ascend NPUs (host decode) and the CPU (tests). plan.py, host.py and
+labels.py are the host's; decode.py, render.py, vram_cache.py and feed.py the device's; loader.py the Loader.
 """
 
 from __future__ import annotations

@@ -3,17 +3,12 @@
     decoder = make_decoder("auto", torch.device("cuda", 0))
     images = decoder.decode([(payload_tensor, orientation), ...], stream)   # [H,W,3] uint8, upright
 
-"auto" picks torchvision.io.decode_jpeg (batched nvJPEG) on a CUDA device when torchvision imports,
-else nvImageCodec (`nvidia-nvimgcodec-cu12`) when it imports, else the host: the planning workers then
-decode with `Record.decode` (libjpeg-turbo, DCT-scaled, as the cpu loader does) and ship pixels, which
-are copied to the device as uint8. That is the only path off CUDA (the CPU, Ascend NPUs). Asking for a
-decoder that cannot run is an error, never a silent fall-back. Only JPEG records are decoded on the
-device; other codecs take the host path, raw stores need no decode.
-
-Device-decoded pixels are in the stored frame: `orient` turns them as `codec.apply_orientation` does
-(tested against it for all 8 EXIF values), then `fit` resizes them (antialiased) to the size the
-cpu loader's tiles have (`Record.tile_size`: the long side imgsz, never enlarged), so the
-sampler's geometry is that of the cpu loader.
+"auto" picks torchvision.io.decode_jpeg (batched nvJPEG) on a CUDA device when torchvision imports, else
+nvImageCodec (`nvidia-nvimgcodec-cu12`) when it imports, else the host: the planning workers decode with
+`Record.decode` and ship pixels, copied up as uint8 (the only path off CUDA: the CPU, Ascend NPUs). A decoder that
+cannot run is an error, never a silent fall-back. Only JPEG records are decoded on the device; other codecs take the
+host path, raw stores need no decode. Device-decoded pixels are in the stored frame: `orient` turns them as
+`codec.apply_orientation` does (tested for all 8 EXIF values), `fit` resizes them (antialiased) to the tile.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""`DeviceFeed`: the host batches (plans + payloads) turned into finished batches on the device, double
-buffered on a side stream: the `DevicePrefetcher`'s drivers and stream protocol (its public `ops` and
-`stream`), with its per-batch hook (`produce`) doing decode + render.
-
-Per batch, on the side stream: decode the new records' JPEGs (or copy their pixels up), gather the
-pixels of every tile the batch shows into one flat buffer (or use the VRAM cache's), copy the plan's
-few parameters and the targets up, record `copied` (the host slot may be reused from here: the
-prefetcher waits on it before asking the workers for the next batch), render the images, record
-`ready` (the consumer's stream waits on it; record_stream marks the handed-out tensors).
+"""`DeviceFeed`: the host batches (plans + payloads) turned into finished batches on the device: the
+`DevicePrefetcher`'s drivers and stream protocol (docs/design.md, 'The prefetcher copies on a side stream'), with
+its per-batch hook (`produce`) doing decode + render. Per batch, on the side stream: decode the new records' JPEGs
+(or copy their pixels up), gather the pixels of every tile the batch shows into one flat buffer (or use the VRAM
+cache's), copy the plan's parameters and targets up, record `copied` (the host slot may be reused from here),
+render, record `ready`.
 
 Decoded images are kept while a worker's partner buffer still lists them (each plan carries its
 worker's buffer), so a record is decoded once per stay in a buffer, not once per tile that shows it.

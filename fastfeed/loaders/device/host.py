@@ -1,9 +1,7 @@
-"""The device loader's host side: the worker-pool loader (`pool.PoolLoader`, as the cpu loader's), with
-`plan.Planner` as the workers' builder and byte slots for the new records' payloads.
-
-A host batch is a `HostBatch`: the batch's whole shared slot (the payloads: JPEG bytes or pixels, see
-plan.py; valid until the next host batch is asked for), its `Plan` and its record indices; for a segment
-store, the overlap masks the planner rasterised into the pool's mask slot beside it (as valid).
+"""The device loader's host side: the worker-pool loader (`pool.PoolLoader`, docs/design.md, 'One worker pool,
+hooks instead of overrides'), with `plan.Planner` as the workers' builder and byte slots for the new records'
+payloads. A `HostBatch`'s slot is valid until the next host batch is asked for, as are a segment store's overlap
+masks beside it (rasterised by the planner into the pool's mask slot).
 """
 
 from __future__ import annotations

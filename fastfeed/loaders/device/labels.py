@@ -1,10 +1,7 @@
-"""Every task's labels in the device loader (detection's: boxes alone): moved on the host, in the planning workers,
-by the rules every loader uses (`augment.paste_labels`, `augment.letterbox_labels`), so its boxes are the cpu
-loader's rule (a segmented object's box rebuilt from its clipped moved polygon, and so on), and its `Batch` extras
-with them (`pipeline.BatchExtras`). On the host, not the accelerator: how many boxes survive the filter decides the
-shape of a batch's targets, and learning that on the device would stall the host on every batch (a sync).
-
-What the device loader carries, and what it cannot keep cheap:
+"""Every task's labels in the device loader (detection's: boxes alone), moved on the host in the planning workers by
+the rules every loader uses (`augment.paste_labels`, `augment.letterbox_labels`), and its `Batch` extras with them
+(`pipeline.BatchExtras`); why on the host: docs/design.md, 'The device loader plans on the host and draws on the
+device'. What it carries, and what it cannot keep cheap:
 
 * keypoints (pose) and rotated boxes (obb): [M,K,D] and [M,5] floats per batch, made here beside the targets.
 * masks (segment) with `overlap_mask` (the default, Ultralytics' too): one int16 [S/r, S/r] per image,

@@ -1,12 +1,7 @@
-"""The device loader's host half, run in each planning worker: read records (their encoded bytes, no
-decode), draw every random parameter exactly as the cpu loader's `BatchBuilder.build` does, lay out
-each sample's tiles and move its boxes. The pixels are left to the device (feed.py, render.py).
-
-Same seed, rank, worker count and partner buffer -> the same plans as the `cpu` loader: the whole batch is
-loaded first (each record's tile appended to a `PartnerBuffer` of the last `partner_buffer` loaded, as
-the cpu workers append decoded images), then `augment.draw_batch` draws every sample's plan. Tiles are laid
-out by `augment.sample_layout` in the frame the cpu loader decodes into (`Record.tile_size`: long side
-imgsz), so the geometry is the cpu loader's too.
+"""The device loader's host half, run in each planning worker: read records (their encoded bytes, no decode), draw
+every plan exactly as the cpu loader's `BatchBuilder.build` does (the whole batch loaded first into a
+`PartnerBuffer`, then `augment.draw_batch`), lay out each sample's tiles (`augment.sample_layout`, in the frame of
+`Record.tile_size`) and move its boxes. The pixels are left to the device (feed.py, render.py).
 
 What travels to the device per batch (`Plan`, through the pool's result queue), and the new
 records' payloads, written into the batch's shared slot (`Item`): JPEG bytes for a device decoder,

@@ -1,12 +1,9 @@
-"""The VRAM cache (`cache="device"`): the whole store decoded, at the size the sampler uses, in one flat
-pixel buffer on the accelerator, so per step only the plans (a few KB) cross PCIe and nothing is decoded.
-
-Sized before anything is allocated: every record's decoded size (`Record.tile_size`, the frame the cpu
-loader decodes into) from its header, against the device's free memory (`fastfeed.devices.free_memory`)
-less the loader's working memory and `cache_reserve_gb` kept for the model. What does not fit raises
-`VramCacheError` saying what it needs, what is free, and about what imgsz would fit. Built once per
-loader (per rank: each GPU holds its own copy) with a progress bar: JPEGs decoded by the loader's decoder
-in batches, or, with the host decoder, on every core through a process pool.
+"""The VRAM cache (`cache="device"`): the whole store decoded to tiles (`Record.tile_size`) in one flat pixel buffer
+on the accelerator, so per step only the plans (a few KB) cross PCIe and nothing is decoded. Sized before anything
+is allocated, from the records' headers, against the device's free memory (`fastfeed.devices.free_memory`) less the
+loader's working memory and `cache_reserve_gb` kept for the model: what does not fit raises `VramCacheError` saying
+what it needs, what is free, and about what imgsz would fit. Built once per loader (per rank: each GPU holds its own
+copy) with a progress bar: JPEGs decoded by the loader's decoder in batches, or by the host decoder on every core.
 """
 
 from __future__ import annotations
