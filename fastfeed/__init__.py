@@ -4,10 +4,14 @@ Pack a COCO or YOLO dataset once (`fastfeed pack`), read it at random from any p
 feed it through a loader into the device. See docs/design.md for the data flow.
 """
 
+import os
 from importlib import resources
 from pathlib import Path
 
 __version__ = "0.1.0"
+# Set at the door, not where albumentations is imported (augment/albu.py): its import would otherwise ask the
+# network for a newer version (2 s each process, offline). A user's own value wins.
+os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 
 
 def sample_path() -> Path:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -26,8 +25,7 @@ class Albu:
 
 
 def _albumentations():
-    os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")   # no network check for a newer version
-    return importlib.import_module("albumentations")
+    return importlib.import_module("albumentations")   # fastfeed/__init__ turned its version check off
 
 
 def encode(transforms) -> tuple[str, ...]:
