@@ -403,6 +403,30 @@ def test_large_shards_download_in_parallel_ranged_parts(url_store, local_store, 
     store.close()
 
 
+def test_a_shard_download_and_a_whole_object_read_are_one_request_each(url_store, local_store, s3, tmp_path):
+    """s3fs's cat_file without a range asks the size first (HEAD): a second round trip before every first byte."""
+    from s3_helpers import FaultProxy
+
+    from fastfeed.store import objstore
+
+    s3.client().put_object(Bucket=url_store.split("/")[2], Key="empty", Body=b"")
+    with FaultProxy(s3.port) as proxy:
+        s3.use(proxy.url)
+        try:
+            store = Store(url_store, cache_dir=tmp_path / "c")
+            assert proxy.requests == 1                              # the manifest
+            for k in range(len(store.shards)):
+                store.fetch(k)
+            assert proxy.requests == 1 + len(store.shards)          # one GET a shard
+            records_equal(store, local_store)
+            store.close()
+            fs, _ = objstore.filesystem(url_store)
+            assert objstore.read_bytes(fs, f"{url_store.split('/')[2]}/empty", "s3://x/empty") == b""
+            assert proxy.requests == 2 + len(store.shards)
+        finally:
+            s3.use(s3.endpoint)
+
+
 def test_storage_options_from_the_cli_and_python_are_never_written(coco_src, s3, tmp_path, monkeypatch, capsys):
     url = f"s3://{s3.bucket()}/opts.ff"
     monkeypatch.delenv("AWS_ENDPOINT_URL")
