@@ -8,6 +8,7 @@ import weakref
 from collections import deque
 
 from ..objstore import CONNECTIONS
+from .errors import CacheReadOnly
 from .pins import PinFile
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class ReadAhead:
         self.ahead = len(upcoming)
         self._count_new(upcoming)
         self.pins.write([self.store.shards[k].file for k in (*now, *upcoming)])
+        self._claim(now)
         with self._cv:
             self._want, self._stopped = (list(now), list(upcoming)), False
             if self._thread is None or not self._thread.is_alive():
@@ -50,6 +52,24 @@ class ReadAhead:
             self._cv.notify()
 
     __call__ = want
+
+    def _claim(self, now: list[int]) -> None:
+        """Start the downloads a read is about to wait for here, their locks taken before this returns: a worker
+        reading them next waits for these (this process's connections are open) instead of racing them with
+        downloads of its own (a new S3 client in each worker: seconds under load, the first batch's wait)."""
+        cache, shards = self.store.cache, self.store.shards
+        for k in now:
+            with self._cv:
+                if k in self._inflight or cache.present(shards[k]):
+                    continue
+                try:
+                    lock = cache.claim(shards[k], self.store.shard_url(k))
+                except CacheReadOnly:   # the read that needs it says so
+                    return
+                if lock is None:
+                    continue
+                self._inflight.add(k)
+            threading.Thread(target=self._fetch, args=(k, lock), name="fastfeed-read-ahead-shard", daemon=True).start()
 
     def _count_new(self, upcoming: list[int]) -> None:
         """The reads' rate: shards first offered a second, the quickest stretch of RATE_SHARDS (a stall, which slows
@@ -109,9 +129,9 @@ class ReadAhead:
                 # a daemon thread a download: the process's exit never waits out a download's retries
                 threading.Thread(target=self._fetch, args=(k,), name="fastfeed-read-ahead-shard", daemon=True).start()
 
-    def _fetch(self, k: int) -> None:
+    def _fetch(self, k: int, held: int | None = None) -> None:
         try:
-            self.store.fetch(k, wait=False)
+            self.store.fetch(k, wait=False, held=held)
         except Exception as e:   # noqa: BLE001 - the read that needs it raises it
             if not self._warned and not self._stopped:
                 log.warning("reading ahead shards of %s: %s", self.store.path, e)

@@ -72,6 +72,8 @@ def _scan(root: Path) -> tuple[int, list]:
     used, shards = 0, []
     for d in root.glob(f"{STORE_PREFIX}*"):
         for f in d.iterdir():
+            if not f.name.endswith(".mdb") and ".mdb.part-" not in f.name:
+                continue   # a shard's .lock and .dl, the pins, the log: no stat (this runs once per download)
             try:
                 st = f.stat()
             except FileNotFoundError:

@@ -109,19 +109,10 @@ class ShardCache:
         return self._pinned[1]
 
     # --- downloads ------------------------------------------------------------------------------------------
-    def fetch(self, info: fmt.ShardInfo, get: Callable[[int], None], where: str, *, wait: bool,
-              stale: tuple | None = None) -> bool:
-        """Make the shard present: download it with `get(fd)` unless it is there. `wait` (a read that needs it
-        now): wait for another process's download, for room, and evict pinned shards nobody maps if needed.
-        Without (a read-ahead): False when another process is downloading it or there is no room now. `stale`: the
-        identity (`identity()`) of a cached copy not to trust (damaged, or `verify` checking the bucket): it is
-        downloaded again and replaced (processes mapping it keep their map), unless another process has
-        replaced it already."""
-        def usable() -> bool:
-            return self.present(info) and (stale is None or self.identity(info) != stale)
-
-        if usable():
-            return True
+    def claim(self, info: fmt.ShardInfo, where: str) -> int | None:
+        """Take the shard's download lock now, without waiting, for a `fetch(held=...)` to come (a read-ahead
+        claims what a read is about to wait for, so that the read waits for that download instead of racing it
+        with one of its own); None when another process holds it."""
         lock = open_lock(self.dir / f"{info.file}.dl", self.prepare)
         if lock < 0 or not os.access(self.dir, os.W_OK):
             if lock >= 0:
@@ -130,10 +121,33 @@ class ShardCache:
                                 f"{where}: point {CACHE_ENV} (or --shard-cache, Store(url, cache_dir=...)) at a "
                                 "writable local disk, or fill this cache where it is writable first")
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(lock)
-            return False
+            return None
+        return lock
+
+    def fetch(self, info: fmt.ShardInfo, get: Callable[[int], None], where: str, *, wait: bool,
+              stale: tuple | None = None, held: int | None = None) -> bool:
+        """Make the shard present: download it with `get(fd)` unless it is there. `wait` (a read that needs it
+        now): wait for another process's download, for room, and evict pinned shards nobody maps if needed.
+        Without (a read-ahead): False when another process is downloading it or there is no room now. `stale`: the
+        identity (`identity()`) of a cached copy not to trust (damaged, or `verify` checking the bucket): it is
+        downloaded again and replaced (processes mapping it keep their map), unless another process has
+        replaced it already. `held`: the download lock, already taken (`claim`); released here."""
+        def usable() -> bool:
+            return self.present(info) and (stale is None or self.identity(info) != stale)
+
+        lock = held
+        if lock is None:
+            if usable():
+                return True
+            lock = self.claim(info, where)
+            if lock is None:
+                if not wait:
+                    return False
+                lock = open_lock(self.dir / f"{info.file}.dl", self.prepare)
+                fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             for attempt in (1, 2):
                 if usable():
