@@ -21,9 +21,9 @@ RATE_SHARDS = 16    # the reads' rate: over this many shards newly offered, the 
 class ReadAhead:
     """Calling it is `want(now, upcoming)` (it is the store's `follower()`): pins both in the node's cache and downloads
     every missing one in daemon threads of this process, the ones needed now first, all at once and alone (a read
-    waits for them), then the next ones in the order they are first read. How far ahead is the order's offer (the
-    store's `read_ahead`, the room the window left); how many downloads are in flight is `parallel()`, from the link
-    and the reads' rate (docs/design.md). A shard another process is downloading is skipped (it arrives all the
+    waits for them: claimed before `want` returns), then the next ones in the order they are first read. How far
+    ahead is the order's offer (the store's `read_ahead`, the room the window left); how many downloads are in
+    flight is `parallel()`, from the link and the reads' rate (docs/design.md). A shard another process is downloading is skipped (it arrives all the
     same); a failure here is only logged: the read that needs the shard downloads it itself and raises the error."""
 
     def __init__(self, store):
@@ -111,18 +111,15 @@ class ReadAhead:
                 if self._stopped:
                     return
                 (now, upcoming), self._want = self._want, None
-            first = set(now)
-            for k in (*now, *upcoming):
+                first = set(now)   # claimed by want(): a read waits for them, they get the link first
+                self._cv.wait_for(lambda f=first: not f & self._inflight or self._want is not None or self._stopped)
+            for k in upcoming:
                 with self._cv:
-                    if first and k not in first:   # a read waits for these: give them the link first
-                        self._cv.wait_for(lambda f=first: not f & self._inflight or self._want is not None or self._stopped)
-                        first = set()
                     if self._want is not None or self._stopped:
                         break   # the loader moved on: start over with what it needs now
                     if k in self._inflight or self.store.cache.present(self.store.shards[k]):
                         continue
-                    most = MOST_PARALLEL if first else self.parallel()
-                    self._cv.wait_for(lambda m=most: len(self._inflight) < m or self._stopped)
+                    self._cv.wait_for(lambda: len(self._inflight) < self.parallel() or self._stopped)
                     if self._stopped:
                         break
                     self._inflight.add(k)
