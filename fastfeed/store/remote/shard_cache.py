@@ -109,10 +109,10 @@ class ShardCache:
         return self._pinned[1]
 
     # --- downloads ------------------------------------------------------------------------------------------
-    def claim(self, info: fmt.ShardInfo, where: str) -> int | None:
-        """Take the shard's download lock now, without waiting, for a `fetch(held=...)` to come (a read-ahead
-        claims what a read is about to wait for, so that the read waits for that download instead of racing it
-        with one of its own); None when another process holds it."""
+    def claim(self, info: fmt.ShardInfo, where: str, wait: bool = False) -> int | None:
+        """The shard's download lock taken (an fd): waiting out another process's download with `wait`, else None
+        when another holds it. A read-ahead claims what a read is about to wait for (`fetch(held=...)` downloads
+        it), so that the read waits for that download instead of racing it with one of its own."""
         lock = open_lock(self.dir / f"{info.file}.dl", self.prepare)
         if lock < 0 or not os.access(self.dir, os.W_OK):
             if lock >= 0:
@@ -121,7 +121,7 @@ class ShardCache:
                                 f"{where}: point {CACHE_ENV} (or --shard-cache, Store(url, cache_dir=...)) at a "
                                 "writable local disk, or fill this cache where it is writable first")
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             os.close(lock)
             return None
@@ -138,16 +138,11 @@ class ShardCache:
         def usable() -> bool:
             return self.present(info) and (stale is None or self.identity(info) != stale)
 
-        lock = held
+        if held is None and usable():
+            return True
+        lock = held if held is not None else self.claim(info, where, wait)
         if lock is None:
-            if usable():
-                return True
-            lock = self.claim(info, where)
-            if lock is None:
-                if not wait:
-                    return False
-                lock = open_lock(self.dir / f"{info.file}.dl", self.prepare)
-                fcntl.flock(lock, fcntl.LOCK_EX)
+            return False
         try:
             for attempt in (1, 2):
                 if usable():
@@ -173,7 +168,8 @@ class ShardCache:
                     part.unlink(missing_ok=True)
                     raise
                 if size == info.bytes and digest == info.sha256:
-                    self._log_fetch(info, time.monotonic() - t0, attempt)
+                    log_line(self.dir, {"shard": info.file, "bytes": info.bytes, "pid": os.getpid(), "attempt": attempt,
+                                        "seconds": round(time.monotonic() - t0, 3), "time": round(time.time(), 3)})
                     return True
                 part.unlink(missing_ok=True)
                 why = (f"{size} bytes, the manifest says {info.bytes}" if size != info.bytes else
@@ -185,10 +181,6 @@ class ShardCache:
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
             os.close(lock)
-
-    def _log_fetch(self, info: fmt.ShardInfo, seconds: float, attempt: int) -> None:
-        log_line(self.dir, {"shard": info.file, "bytes": info.bytes, "pid": os.getpid(), "seconds": round(seconds, 3),
-                            "attempt": attempt, "time": round(time.time(), 3)})
 
     def fetched(self) -> list[dict]:
         """Every completed download into this store's cache, oldest first."""
