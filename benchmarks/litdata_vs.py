@@ -105,7 +105,7 @@ def litdata_read(args) -> dict:
     for e in range(args.epochs):
         ds.set_epoch(e + 1)
         t0, n, got = time.perf_counter(), 0, []
-        for idx, x in loader:
+        for idx, _images in loader:
             n += len(idx)
             got.append(idx.numpy())
         rates.append(n / (time.perf_counter() - t0))
