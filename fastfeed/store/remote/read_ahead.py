@@ -60,10 +60,9 @@ class ReadAhead:
         cache, shards = self.store.cache, self.store.shards
         for k in now:
             with self._cv:
-                if k in self._inflight or cache.present(shards[k]):
-                    continue
                 try:
-                    lock = cache.claim(shards[k], self.store.shard_url(k))
+                    lock = None if k in self._inflight or cache.present(shards[k]) else cache.claim(
+                        shards[k], self.store.shard_url(k))
                 except CacheReadOnly:   # the read that needs it says so
                     return
                 if lock is None:
