@@ -7,7 +7,8 @@ sets the standard environment s3fs and boto3 read (dummy AWS credentials, a regi
 child processes (torchrun, `fastfeed` subprocesses) reach it too, and puts the old values back at the end.
 
 `FaultProxy`: a TCP proxy on 127.0.0.1 in front of it: each request delayed by `latency` (plus up to
-`jitter`, uniformly, either way), responses through one shared token bucket of `bandwidth` bytes/s (the
+`jitter`, uniformly, either way; a round trip: the response's bytes are not delayed again), a new connection's
+first request by one more `latency` (TCP's handshake; no TLS), responses through one shared token bucket of `bandwidth` bytes/s (the
 node's link), and with probability `drop` per request the connection reset part-way through the response (within
 its first `cut_within` bytes: a response shorter than the point drawn is not cut).
 Every thread is a daemon; `stop()` closes every socket and joins them.
@@ -145,7 +146,7 @@ class FaultProxy:
                 client.close()
                 continue
             self._socks.update((client, server))
-            state = {"cut_after": None}
+            state = {"cut_after": None, "fresh": True}
             for a, b, up in ((client, server, True), (server, client, False)):
                 t = threading.Thread(target=self._pipe, args=(a, b, up, state), daemon=True)
                 t.start()
@@ -177,6 +178,8 @@ class FaultProxy:
                         self.requests += 1
                     if cut:
                         state["cut_after"] = after
+                    if state.pop("fresh", False):   # the connection's handshake: one more round trip
+                        delay += self.latency
                     if delay:
                         time.sleep(delay)
                     dst.sendall(data)

@@ -336,11 +336,11 @@ def test_the_shards_a_read_waits_for_download_alone_then_the_next_ones(url_store
     events, lock = [], threading.Lock()
     real = store.provider.fetch
 
-    def slow_fetch(k, wait=True):
+    def slow_fetch(k, wait=True, held=None):
         with lock:
             events.append(("start", k))
         time.sleep(0.15)
-        real(k, wait)
+        real(k, wait, held=held)
         with lock:
             events.append(("end", k))
         return True
@@ -360,6 +360,39 @@ def test_the_shards_a_read_waits_for_download_alone_then_the_next_ones(url_store
     assert events.index(("start", 2)) > last_now_done                  # the next ones wait for the link
     assert all(store.cache.present(store.shards[k]) for k in range(5))
     store.close()
+
+
+def test_a_worker_reading_what_the_read_ahead_needs_now_waits_for_its_download(url_store, local_store, s3, tmp_path):
+    """The shards a read waits for are claimed (their download locks taken) before `want` returns: a worker forked
+    to read them waits for the read-ahead's downloads instead of racing them with its own (its own S3 client)."""
+    import multiprocessing as mp
+
+    from s3_helpers import FaultProxy
+
+    from fastfeed.store.remote.read_ahead import ReadAhead
+
+    with FaultProxy(s3.port, latency=0.3) as proxy:
+        s3.use(proxy.url)
+        try:
+            store = Store(url_store, cache_dir=tmp_path / "c", cache_limit="1G")
+            p = ReadAhead(store.provider)
+            p.want([0, 1], [])
+            child = mp.get_context("fork").Process(target=_read_records, args=(store, [0, 1]))
+            child.start()
+            child.join(60)
+            p.stop()
+            assert child.exitcode == 0
+            got = sorted((f["shard"], f["pid"]) for f in store.cache.fetched())
+            assert got == sorted((store.shards[k].file, os.getpid()) for k in (0, 1))   # once each, by the read-ahead
+            records_equal(store, local_store)
+            store.close()
+        finally:
+            s3.use(s3.endpoint)
+
+
+def _read_records(store, shards):
+    for k in shards:
+        store.record(store.shards[k].start)
 
 
 def test_cli_pack_inspect_verify_bench_and_the_shard_cache(coco_src, s3, tmp_path, capsys, monkeypatch):
@@ -401,6 +434,30 @@ def test_large_shards_download_in_parallel_ranged_parts(url_store, local_store, 
     assert store.shards[0].bytes > 4 * 4096
     records_equal(store, local_store)                        # sha256-checked, then read
     store.close()
+
+
+def test_a_shard_download_and_a_whole_object_read_are_one_request_each(url_store, local_store, s3, tmp_path):
+    """s3fs's cat_file without a range asks the size first (HEAD): a second round trip before every first byte."""
+    from s3_helpers import FaultProxy
+
+    from fastfeed.store import objstore
+
+    s3.client().put_object(Bucket=url_store.split("/")[2], Key="empty", Body=b"")
+    with FaultProxy(s3.port) as proxy:
+        s3.use(proxy.url)
+        try:
+            store = Store(url_store, cache_dir=tmp_path / "c")
+            assert proxy.requests == 1                              # the manifest
+            for k in range(len(store.shards)):
+                store.fetch(k)
+            assert proxy.requests == 1 + len(store.shards)          # one GET a shard
+            records_equal(store, local_store)
+            store.close()
+            fs, _ = objstore.filesystem(url_store)
+            assert objstore.read_bytes(fs, f"{url_store.split('/')[2]}/empty", "s3://x/empty") == b""
+            assert proxy.requests == 2 + len(store.shards)
+        finally:
+            s3.use(s3.endpoint)
 
 
 def test_storage_options_from_the_cli_and_python_are_never_written(coco_src, s3, tmp_path, monkeypatch, capsys):

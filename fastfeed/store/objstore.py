@@ -15,6 +15,7 @@ line that says what to do (`RemoteError`).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -181,8 +182,19 @@ def retry(op: Callable, url: str, what: str, *, fs=None, tries: int = RETRIES, s
 
 # --- whole objects ------------------------------------------------------------------------------------------------
 
+def whole(fs, path: str) -> bytes:
+    """An object's bytes in one request: s3fs's `cat_file` without a range asks the object's size first (a HEAD, a
+    second round trip before every download's first byte); `bytes=0-` is unsatisfiable only for an empty object."""
+    try:
+        return fs.cat_file(path, start=0)
+    except OSError as e:
+        if e.errno == errno.EINVAL and "range" in str(e).lower():
+            return b""
+        raise
+
+
 def read_bytes(fs, path: str, url: str, what: str = "reading", *, tries: int = RETRIES) -> bytes:
-    return retry(lambda: fs.cat_file(path), url, what, fs=fs, tries=tries)
+    return retry(lambda: whole(fs, path), url, what, fs=fs, tries=tries)
 
 
 def write_bytes(fs, path: str, data: bytes, url: str, what: str = "writing") -> None:
@@ -206,7 +218,7 @@ def download(fs, path: str, url: str, fd: int, size: int, *, part: int | None = 
         a, b = span
 
         def get():
-            data = fs.cat_file(path) if len(parts) == 1 else fs.cat_file(path, start=a, end=b)
+            data = fs.cat_file(path, start=a, end=b) if b > a else whole(fs, path)   # one request each
             if len(data) != b - a:   # a connection cut short can look like a short body
                 raise ConnectionError(f"got {len(data)} of bytes {a}..{b}")
             return data
@@ -222,7 +234,7 @@ def fetch_many(fs, paths: list[str], url_of: Callable[[str], str], threads: int 
     """{path: bytes or the exception} for many small objects, read concurrently (each retried)."""
     def one(p):
         try:
-            return p, retry(lambda: fs.cat_file(p), url_of(p), "reading", fs=fs)
+            return p, retry(lambda: whole(fs, p), url_of(p), "reading", fs=fs)
         except Exception as e:   # noqa: BLE001 - handed back: the caller turns it into a rejection
             return p, e
 

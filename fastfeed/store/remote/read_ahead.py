@@ -8,6 +8,7 @@ import weakref
 from collections import deque
 
 from ..objstore import CONNECTIONS
+from .errors import CacheReadOnly
 from .pins import PinFile
 
 log = logging.getLogger(__name__)
@@ -20,9 +21,9 @@ RATE_SHARDS = 16    # the reads' rate: over this many shards newly offered, the 
 class ReadAhead:
     """Calling it is `want(now, upcoming)` (it is the store's `follower()`): pins both in the node's cache and downloads
     every missing one in daemon threads of this process, the ones needed now first, all at once and alone (a read
-    waits for them), then the next ones in the order they are first read. How far ahead is the order's offer (the
-    store's `read_ahead`, the room the window left); how many downloads are in flight is `parallel()`, from the link
-    and the reads' rate (docs/design.md). A shard another process is downloading is skipped (it arrives all the
+    waits for them: claimed before `want` returns), then the next ones in the order they are first read. How far
+    ahead is the order's offer (the store's `read_ahead`, the room the window left); how many downloads are in
+    flight is `parallel()`, from the link and the reads' rate (docs/design.md). A shard another process is downloading is skipped (it arrives all the
     same); a failure here is only logged: the read that needs the shard downloads it itself and raises the error."""
 
     def __init__(self, store):
@@ -42,6 +43,7 @@ class ReadAhead:
         self.ahead = len(upcoming)
         self._count_new(upcoming)
         self.pins.write([self.store.shards[k].file for k in (*now, *upcoming)])
+        self._claim(now)
         with self._cv:
             self._want, self._stopped = (list(now), list(upcoming)), False
             if self._thread is None or not self._thread.is_alive():
@@ -50,6 +52,23 @@ class ReadAhead:
             self._cv.notify()
 
     __call__ = want
+
+    def _claim(self, now: list[int]) -> None:
+        """Start the downloads a read is about to wait for here, their locks taken before this returns: a worker
+        reading them next waits for these (this process's connections are open) instead of racing them with
+        downloads of its own (a new S3 client in each worker: seconds under load, the first batch's wait)."""
+        cache, shards = self.store.cache, self.store.shards
+        for k in now:
+            with self._cv:
+                try:
+                    lock = None if k in self._inflight or cache.present(shards[k]) else cache.claim(
+                        shards[k], self.store.shard_url(k))
+                except CacheReadOnly:   # the read that needs it says so
+                    return
+                if lock is None:
+                    continue
+                self._inflight.add(k)
+            threading.Thread(target=self._fetch, args=(k, lock), name="fastfeed-read-ahead-shard", daemon=True).start()
 
     def _count_new(self, upcoming: list[int]) -> None:
         """The reads' rate: shards first offered a second, the quickest stretch of RATE_SHARDS (a stall, which slows
@@ -91,27 +110,24 @@ class ReadAhead:
                 if self._stopped:
                     return
                 (now, upcoming), self._want = self._want, None
-            first = set(now)
-            for k in (*now, *upcoming):
+                first = set(now)   # claimed by want(): a read waits for them, they get the link first
+                self._cv.wait_for(lambda f=first: not f & self._inflight or self._want is not None or self._stopped)
+            for k in upcoming:
                 with self._cv:
-                    if first and k not in first:   # a read waits for these: give them the link first
-                        self._cv.wait_for(lambda f=first: not f & self._inflight or self._want is not None or self._stopped)
-                        first = set()
                     if self._want is not None or self._stopped:
                         break   # the loader moved on: start over with what it needs now
                     if k in self._inflight or self.store.cache.present(self.store.shards[k]):
                         continue
-                    most = MOST_PARALLEL if first else self.parallel()
-                    self._cv.wait_for(lambda m=most: len(self._inflight) < m or self._stopped)
+                    self._cv.wait_for(lambda: len(self._inflight) < self.parallel() or self._stopped)
                     if self._stopped:
                         break
                     self._inflight.add(k)
                 # a daemon thread a download: the process's exit never waits out a download's retries
                 threading.Thread(target=self._fetch, args=(k,), name="fastfeed-read-ahead-shard", daemon=True).start()
 
-    def _fetch(self, k: int) -> None:
+    def _fetch(self, k: int, held: int | None = None) -> None:
         try:
-            self.store.fetch(k, wait=False)
+            self.store.fetch(k, wait=False, held=held)
         except Exception as e:   # noqa: BLE001 - the read that needs it raises it
             if not self._warned and not self._stopped:
                 log.warning("reading ahead shards of %s: %s", self.store.path, e)

@@ -51,7 +51,7 @@ def reserve(cache, info: fmt.ShardInfo, part: Path, urgent: bool) -> int | None:
 
 
 def _make_room(cache, need: int, urgent: bool) -> bool:
-    used, shards = _scan(cache.root)
+    used, shards = scan(cache.root)
     if used + need <= cache.limit:
         return True
     pinned = {d: pins_of(d) for d in {s[2] for s in shards}}
@@ -67,11 +67,13 @@ def _make_room(cache, need: int, urgent: bool) -> bool:
     return False
 
 
-def _scan(root: Path) -> tuple[int, list]:
+def scan(root: Path) -> tuple[int, list]:
     """(bytes held, [(mtime, size, store dir, path)] of complete shards); leftovers of dead downloads go."""
     used, shards = 0, []
     for d in root.glob(f"{STORE_PREFIX}*"):
         for f in d.iterdir():
+            if not f.name.endswith(".mdb") and ".mdb.part-" not in f.name:
+                continue   # a shard's .lock and .dl, the pins, the log: no stat (this runs once per download)
             try:
                 st = f.stat()
             except FileNotFoundError:
@@ -89,7 +91,7 @@ def _scan(root: Path) -> tuple[int, list]:
 
 
 def _full_message(cache, info: fmt.ShardInfo) -> str:
-    used, _ = _scan(cache.root)
+    used, _ = scan(cache.root)
     pids = sorted({f.name.split("-", 1)[0] for d in cache.root.glob(f"{STORE_PREFIX}*")
                    for f in (d / "pins").glob("*.json")})
     return (f"the shard cache {cache.root} has no room for shard {info.file} ({gib(info.bytes)}): {gib(used)} of "

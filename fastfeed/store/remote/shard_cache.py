@@ -109,19 +109,10 @@ class ShardCache:
         return self._pinned[1]
 
     # --- downloads ------------------------------------------------------------------------------------------
-    def fetch(self, info: fmt.ShardInfo, get: Callable[[int], None], where: str, *, wait: bool,
-              stale: tuple | None = None) -> bool:
-        """Make the shard present: download it with `get(fd)` unless it is there. `wait` (a read that needs it
-        now): wait for another process's download, for room, and evict pinned shards nobody maps if needed.
-        Without (a read-ahead): False when another process is downloading it or there is no room now. `stale`: the
-        identity (`identity()`) of a cached copy not to trust (damaged, or `verify` checking the bucket): it is
-        downloaded again and replaced (processes mapping it keep their map), unless another process has
-        replaced it already."""
-        def usable() -> bool:
-            return self.present(info) and (stale is None or self.identity(info) != stale)
-
-        if usable():
-            return True
+    def claim(self, info: fmt.ShardInfo, where: str, wait: bool = False) -> int | None:
+        """The shard's download lock taken (an fd): waiting out another process's download with `wait`, else None
+        when another holds it. A read-ahead claims what a read is about to wait for (`fetch(held=...)` downloads
+        it), so that the read waits for that download instead of racing it with one of its own."""
         lock = open_lock(self.dir / f"{info.file}.dl", self.prepare)
         if lock < 0 or not os.access(self.dir, os.W_OK):
             if lock >= 0:
@@ -133,6 +124,24 @@ class ShardCache:
             fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             os.close(lock)
+            return None
+        return lock
+
+    def fetch(self, info: fmt.ShardInfo, get: Callable[[int], None], where: str, *, wait: bool,
+              stale: tuple | None = None, held: int | None = None) -> bool:
+        """Make the shard present: download it with `get(fd)` unless it is there. `wait` (a read that needs it
+        now): wait for another process's download, for room, and evict pinned shards nobody maps if needed.
+        Without (a read-ahead): False when another process is downloading it or there is no room now. `stale`: the
+        identity (`identity()`) of a cached copy not to trust (damaged, or `verify` checking the bucket): it is
+        downloaded again and replaced (processes mapping it keep their map), unless another process has
+        replaced it already. `held`: the download lock, already taken (`claim`); released here."""
+        def usable() -> bool:
+            return self.present(info) and (stale is None or self.identity(info) != stale)
+
+        if held is None and usable():
+            return True
+        lock = held if held is not None else self.claim(info, where, wait)
+        if lock is None:
             return False
         try:
             for attempt in (1, 2):
@@ -159,7 +168,8 @@ class ShardCache:
                     part.unlink(missing_ok=True)
                     raise
                 if size == info.bytes and digest == info.sha256:
-                    self._log_fetch(info, time.monotonic() - t0, attempt)
+                    log_line(self.dir, {"shard": info.file, "bytes": info.bytes, "pid": os.getpid(), "attempt": attempt,
+                                        "seconds": round(time.monotonic() - t0, 3), "time": round(time.time(), 3)})
                     return True
                 part.unlink(missing_ok=True)
                 why = (f"{size} bytes, the manifest says {info.bytes}" if size != info.bytes else
@@ -171,10 +181,6 @@ class ShardCache:
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
             os.close(lock)
-
-    def _log_fetch(self, info: fmt.ShardInfo, seconds: float, attempt: int) -> None:
-        log_line(self.dir, {"shard": info.file, "bytes": info.bytes, "pid": os.getpid(), "seconds": round(seconds, 3),
-                            "attempt": attempt, "time": round(time.time(), 3)})
 
     def fetched(self) -> list[dict]:
         """Every completed download into this store's cache, oldest first."""

@@ -139,10 +139,11 @@ class RemoteShards:
                                        "read the new pack") from None
         return get
 
-    def fetch(self, shard: int, wait: bool = True, stale: tuple | None = None) -> bool:
+    def fetch(self, shard: int, wait: bool = True, stale: tuple | None = None, held: int | None = None) -> bool:
         """Make shard number `shard` present in the node's cache (download it unless it is there; `stale`: the
-        identity of a cached copy to download again, see `ShardCache.fetch`)."""
-        return self.cache.fetch(self.shards[shard], self._getter(shard), self.shard_url(shard), wait=wait, stale=stale)
+        identity of a cached copy to download again; `held`: its download lock, claimed; see `ShardCache.fetch`)."""
+        return self.cache.fetch(self.shards[shard], self._getter(shard), self.shard_url(shard), wait=wait, stale=stale,
+                                held=held)
 
     def handle(self, shard: int, seen: list | None = None):
         """The shard's LMDB handle, downloaded and mapped first if needed; appends the identity of the cached copy

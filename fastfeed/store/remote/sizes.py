@@ -3,7 +3,6 @@ environment's are resolved at the entry points: `StoreOptions.from_env`)."""
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 from pathlib import Path
 
@@ -58,14 +57,10 @@ def default_limit(root: Path) -> int:
 
 
 def cache_bytes(root: Path) -> int:
-    """Bytes the cache at `root` holds on disk: complete shards and reserved downloads."""
-    total = 0
-    for d in Path(root).glob(f"{STORE_PREFIX}*"):
-        for f in d.iterdir():
-            if f.suffix == ".mdb" or ".mdb.part-" in f.name:
-                with contextlib.suppress(FileNotFoundError):
-                    total += f.stat().st_size
-    return total
+    """Bytes the cache at `root` holds on disk: complete shards and reserved downloads (room's one walk of it)."""
+    from .room import scan
+
+    return scan(Path(root))[0]
 
 
 def gib(n: float) -> str:
