@@ -7,14 +7,10 @@ object's size, so `layout.open_source` reads the bucket's tree as it reads a loc
 label goes with which image) without a byte of image data. The pack workers then read the images from the
 bucket, many requests at once (`RemoteFiles.read`), instead of from the placeholders.
 
-**To a bucket** (`-o s3://bucket/coco.ff`): shards are written locally, one per pack worker as usual, and each is
-uploaded as soon as it is complete and numbered (then removed locally: the local disk holds the shards in
-flight, not the store), under a name that carries this pack's id (`shard-<id>-00000.mdb`); then
-rejects.jsonl; the manifest last, so a store appears only when complete (an object PUT is atomic: a reader
-sees the old manifest or the new one). Under `--force`, the old pack's shards keep their names until the new
-manifest is in place, so a reader holding the old manifest never reads a new shard; they are removed after,
-along with any shard object no manifest names (what an interrupted pack into the URL left). A reader that
-then needs an old shard it has not cached gets an error saying the store was re-packed.
+**To a bucket** (`-o s3://bucket/coco.ff`): shards are written locally, one per pack worker, each uploaded as soon
+as it is complete and numbered (then removed locally: the local disk holds the shards in flight, not the store),
+under a name carrying this pack's id (`shard-<id>-00000.mdb`), then rejects.jsonl, the manifest last, the shards no
+manifest names removed after (docs/design.md, "Publishing to a URL is ordered writes, not a rename").
 
 Both stage in one known place, `<temp>/fastfeed-url-packs/staging/`, in folders named with the pack's pid
 (`pack-PID-x`, `source-PID-x`): removed by the pack when it ends; what a killed pack left (`kill -9`: up to a
