@@ -1,7 +1,7 @@
 """Which epoch order a loader follows unless it is given one (`default_order`), chosen from the store's facts: the
-global shuffle, or for a store whose shards do not fit the node's shard cache the shard-aware
-`windowed.WindowedOrder`, either followed by the store's read-ahead (docs/design.md, "A store in object storage
-reads through a node-local shard cache, and the order follows the cache").
+global shuffle, or for a store at a URL whose shards the node's shard cache cannot hold, the shard-aware
+`windowed.WindowedOrder`; a URL store's order is followed (`windowed.FollowedOrder`) by its read-ahead
+(docs/design.md, "A store in object storage reads through a node-local shard cache, and the order follows the cache").
 """
 
 from __future__ import annotations
