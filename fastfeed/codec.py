@@ -1,11 +1,8 @@
-"""Image decoding and encoding shared by the packer, the store and the loaders.
-
-One place decides how bytes become RGB pixels, so a record that passed the pack-time check decodes
-the same way at training time. JPEGs go through libjpeg-turbo (simplejpeg) with DCT-domain
-downscaling; everything else through OpenCV. Decoders here never apply an EXIF orientation
-themselves: a record carries the orientation the pack read from the file (`fastfeed.exif`), and
-`decode_payload` applies it, the one place that does, so every reader sees the upright frame the
-boxes were drawn in (see docs/design.md).
+"""Image decoding and encoding shared by the packer, the store and the loaders: the one place that decides how bytes
+become RGB pixels, so a record that passed the pack-time check decodes the same way at training time. JPEGs go
+through libjpeg-turbo (simplejpeg) with DCT-domain downscaling, the rest through OpenCV; no decoder here applies an
+EXIF orientation: `decode_payload` does, the record's (docs/design.md, "DCT-scaled JPEG decode", "EXIF orientation
+is data, applied in one place").
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Image containers beyond the fast path: what a file is, its size from the header, and decoding
-the formats that a record cannot hold as they are.
-
-A record's payload must decode with `fastfeed.codec` (libjpeg-turbo, OpenCV) *and* with NVIDIA
-DALI's image decoder: `STORABLE` lists those containers. Anything else that an installed library
-decodes (AVIF and GIF through OpenCV, HEIC through pillow-heif, DNG through rawpy, PFM) is decoded
-at pack time by `decode_other` and stored as PNG; what nothing installed decodes raises
-`UnsupportedFormat` naming the package to install. Pack-time only: readers never come here.
+"""Image containers beyond the fast path: what a file is, its size from the header, and decoding the formats that a
+record cannot hold as they are. Pack-time only: readers never come here. `STORABLE`: the containers both
+`fastfeed.codec` and DALI decode; anything else is decoded by `decode_other` and stored as PNG, or raises
+`UnsupportedFormat` naming the package to install (docs/inputs.md, "Image formats").
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
-"""Starting worker processes: fork with OpenCV's thread pool parked, and children that die with their parent.
-
-Fork is the fast way to start workers (nothing to re-import, the parent's objects are inherited,
-no `if __name__ == "__main__"` needed), but OpenCV's thread pool does not survive it: a child that
-calls a parallel OpenCV function after the parent used the pool waits forever for threads that
-were never copied (the well-known OpenCV-in-DataLoader deadlock). Shrinking the pool to one thread
-around the fork leaves the children single-threaded — what a worker per core wants anyway — and
-the parent gets its threads back afterwards. Where fork does not exist, spawn is used.
-
-Every process started through `worker_context()` (loader workers, the pack's pool, the shm cache
-build, the device loader's planners) exits when the process that started it dies, however it dies
-(SIGKILL, SIGTERM, a crash): an orphaned worker would otherwise sit in `queue.get()` forever, holding
-its memory and any lock it inherited. Linux: `prctl(PR_SET_PDEATHSIG, SIGKILL)` in the child, at
-once. Elsewhere, or when the parent started it from a thread other than its main one (the death
-signal follows the thread, not the process), a watchdog thread in the child polls its parent pid.
-File descriptors registered with `parent_only(fd)` (a lock's) are closed in forked children, so a
-lock is released with the process that took it, never kept by its workers.
+"""Starting worker processes: fork with OpenCV's thread pool parked (spawn where fork does not exist), children
+that die with their parent, and lock fds kept out of them (docs/design.md, "Fork, with OpenCV's thread pool
+parked" and "Workers die with their parent"). The parent gets its OpenCV threads back after the fork.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""A decoded-image cache in shared memory, one per store and imgsz, shared by every process on the node.
-
-The `shm` loader reads its images from here instead of decoding JPEGs: the first process that asks
-builds the slab (all cores), every other one (workers, other ranks, other runs) maps the same
-pages. See lease.py for its use, layout.py for the slab format, users.py for locking and reference counting.
-"""
+"""The shm cache: decoded images in shared memory, one slab per store and imgsz, shared by every process on the
+node (docs/design.md, "The shm cache is one file per node"). lease.py: its use; layout.py: the slab format;
+users.py: locking and reference counting."""
 
 from .budget import CacheBudgetError
 from .layout import CACHE_VERSION, slab_name

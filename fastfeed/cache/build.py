@@ -1,10 +1,6 @@
-"""Building a slab: read every record's size and labels, check the budget, then decode the images
-on every core straight into a temporary file and rename it into place once it is complete.
-
-Images are the loaders' tiles (`Record.decode_tile`: JPEG DCT scaling to the smallest scale that covers the
-target, then an area resize) so the long side is imgsz; smaller images are kept as they are (the
-augmentations scale anyway, and upscaled pixels would only cost memory).
-"""
+"""Building a slab: read every record's size and labels, check the budget, then decode the loaders' tiles
+(`Record.decode_tile`: long side imgsz, never enlarged; docs/design.md, "DCT-scaled JPEG decode") on every core
+straight into a temporary file, renamed into place once it is complete."""
 
 from __future__ import annotations
 

@@ -1,19 +1,6 @@
-"""The layout of a shared decoded-image cache slab: the one place that knows it, and its version.
-
-A slab is one file (in /dev/shm by default) holding the first `n_cached` records of a store,
-decoded and resized so the long side is at most imgsz, with their labels. No pickle: a fixed
-little-endian header, then numpy arrays at the byte offsets the header gives::
-
-    0        header     HEADER below, zero-padded to HEADER_BYTES (one page)
-    shapes   uint32  [K, 2]    (h, w) of each cached image
-    offsets  uint64  [K]       byte offset of each image's pixels from the start of the file
-    box_idx  uint64  [K + 1]   record i's boxes are boxes[box_idx[i]:box_idx[i + 1]]
-    boxes    float32 [B, 4]    training boxes x1, y1, x2, y2 normalised to 0..1 (no crowd boxes)
-    classes  int64   [B]       contiguous class ids
-    pixels   uint8             RGB HWC images, each starting on a 64-byte boundary; page-aligned start
-
-Every table starts on a 64-byte boundary. The state field is written last: a slab whose state
-is not COMPLETE, whose size is not `total_bytes`, or whose magic/version differ is never read.
+"""The layout of a shm cache slab: the one place that knows it, and its version (docs/format.md, "The shared
+decoded-image cache", describes the same for people). No pickle: a fixed little-endian header of one page, then
+numpy tables at the byte offsets it gives, each on a 64-byte boundary; the state field is written last.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
-"""A worker's partner buffer and the batch's plans: the part of building a batch every planning loader shares.
-
-Ultralytics takes mosaic partners from a buffer of recently loaded images; so do the cpu, shm and device
-workers (and the DALI source, through `history`): each keeps the last `partner_buffer` items it loaded,
-the batch's own included, and a batch is
+"""A worker's partner buffer and the batch's plans: the part of building a batch every planning loader shares
+(docs/design.md, "Partners from a buffer, sized like Ultralytics'"). A batch is
 
     load every record of the batch (each appended to the buffer)     PartnerBuffer.load
     draw every sample's plan, partners indexed into the buffer        augment.draw_batch
 
-so the same seed, rank, worker count and buffer size give the same plans whatever the loader holds in the
-buffer (decoded images on the cpu, record indices for the device planner). Batch k is built by worker
-k % W; which records a worker's buffer holds at any batch follows from the epoch order alone
-(`history`), which is what resuming mid-epoch replays and what the DALI source picks partners from.
+so the plans are the same whatever the loader holds in the buffer (decoded images on the cpu, record indices
+for the device planner); `history` gives a worker's buffer at any batch from the order alone.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
-"""`PoolLoader`: the worker-pool loader the cpu, shm and device loaders share.
-
-Batch k of an epoch goes to worker k % W (`workers.WorkerPool`), which builds it straight into one of the
-pool's shared slots with its *builder* (what a loader makes each worker run: `pipeline.BatchBuilder` for
-cpu and shm, the device loader's `Planner`). The main process hands the slot out as the batch and takes
-it back when the next batch is asked for; the next epoch is queued while one drains.
+"""`PoolLoader`: the worker-pool loader the cpu, shm and device loaders share (docs/design.md, "One worker pool,
+hooks instead of overrides", and "Whole batches into shared slots" for batch k on worker k % W).
 
 What differs between the loaders is given, not overridden: `make_builder` (called once in each worker),
 `slot_shape` (uint8 shape of one slot: an image batch, or a byte buffer of payloads), `pin`, and
 `make_batch(slot, count, result, indices)`, which turns a finished slot and what the builder returned
-into what the iteration yields.
-
-Resuming anywhere: each worker's mosaic partners are the images it loaded last (`partners.PartnerBuffer`).
-So that an epoch started anywhere (`set_epoch(e, start)`, a fresh pool on a later epoch, an abandoned
-epoch) gives the batches an uninterrupted run gives, the workers first *load* (no augmentation) the
-records their buffers would hold at that point (`partners.history`): at most partner_buffer records per
-worker, whatever the number of batches skipped.
+into what the iteration yields. An epoch started anywhere first has the workers *load* (no augmentation)
+the records their partner buffers would hold there (`partners.history`: at most partner_buffer per worker).
 """
 
 from __future__ import annotations

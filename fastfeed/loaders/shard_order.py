@@ -1,14 +1,7 @@
-"""Which epoch order a loader follows unless it is given one (`default_order`), chosen here from the store's facts:
-the global shuffle for a store on disk; for a store whose shards are downloaded (a store at a URL) as follows.
-
-The store says what its shard cache can hold (`store.cache_limit`), the most shards to keep downloaded ahead
-(`store.read_ahead`, and whether it was asked for: `store.read_ahead_given`) and gives each order a follower
-(`store.follower()`: the shard read-ahead); the loaders decide. When the cache holds the whole store (with room
-for one more shard), the order is the global shuffle with every shard read ahead (or the read-ahead asked for); else the shard-aware
-`windowed.WindowedOrder`, its window the cache's limit in shards less the read-ahead, the shards the batches in flight
-still read and a spare (a tight cache first shortens a read-ahead it was not asked for, back towards 2, then refuses).
-Either is followed (`windowed.FollowedOrder`): the order tells the store's cache what it reaches, never the other
-way round.
+"""Which epoch order a loader follows unless it is given one (`default_order`), chosen from the store's facts: the
+global shuffle, or for a store at a URL whose shards the node's shard cache cannot hold, the shard-aware
+`windowed.WindowedOrder`; a URL store's order is followed (`windowed.FollowedOrder`) by its read-ahead
+(docs/design.md, "A store in object storage reads through a node-local shard cache, and the order follows the cache").
 """
 
 from __future__ import annotations
@@ -39,7 +32,7 @@ def window_shards(store, ahead: int, lookback_records: int = 0) -> int:
 
 
 def shard_order(store, cfg, rank: int, world_size: int) -> EpochOrder:
-    """The order of a store whose reads download shards (module docstring)."""
+    """The order of a store whose reads download shards (the module docstring's design.md section)."""
     lookback = max(cfg.workers, 1) * cfg.batches_ahead + 1
     note = {"cache_limit": store.cache_limit, "store_bytes": sum(s.bytes for s in store.shards)}
     whole = fits(store)

@@ -1,12 +1,8 @@
-"""The `shm` loader: the `cpu` loader's workers and augmentation, reading decoded images from a cache
-in shared memory instead of decoding JPEGs.
+"""The `shm` loader: the `cpu` loader's workers and augmentation, reading decoded images from the node's shm
+cache (`fastfeed.cache`; docs/design.md, "The shm cache is one file per node") instead of decoding JPEGs.
 
-The cache (fastfeed.cache) is one slab per store and imgsz in the `cache_dir` option (/dev/shm), built
-once by the first process that asks and mapped by every worker of every rank on the node, so the
-node holds one copy however many processes read it. A sample is a zero-copy view into the slab:
-the "read" stage is all there is, "decode" stays 0. With `cache_partial`, records past the cached
-prefix are decoded from the store as the `cpu` loader does.
-
+A sample is a zero-copy view into the slab: the "read" stage is all there is, "decode" stays 0. With
+`cache_partial`, records past the cached prefix are decoded from the store as the `cpu` loader does.
 Options (`create_loader("shm", store, cfg, cache_dir=..., ...)`): see `ShmOptions`.
 """
 

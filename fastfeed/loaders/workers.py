@@ -1,12 +1,5 @@
-"""A persistent pool of batch-building processes writing into shared output slots.
-
-Why not torch's DataLoader: it ships every sample through a pipe (or a fresh shared-memory block)
-and then collates — a copy of every pixel in the main process. Here each worker builds whole batches
-straight into one of `workers x batches_ahead` preallocated shared slots; the main process hands the slot
-out as the batch (zero copy) and reuses it once the next batch is requested. Batch k always goes to
-worker k % W, so per-worker state (the mosaic partner buffer) and hence the batches are
-deterministic for a given seed and worker count.
-"""
+"""A persistent pool of batch-building processes writing whole batches into shared output slots, batch k on
+worker k % W, instead of torch's DataLoader (docs/design.md, "Whole batches into shared slots")."""
 
 from __future__ import annotations
 

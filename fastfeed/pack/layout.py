@@ -1,16 +1,9 @@
 """Tell the dataset layouts apart and pick the split, with errors that say what was expected.
 
-The layouts, as people download them:
-
-    COCO   SRC/annotations/instances_<split>.json + SRC/images/<split>/
-           SRC/<one>.json + SRC/images/ (a flat export, e.g. annotations.json), or --ann FILE --images DIR
-    YOLO   SRC/images/<split>/ + SRC/labels/<split>/, or SRC/images/ + SRC/labels/ (names from SRC/data.yaml)
-    split  SRC/<split>/images/ + SRC/<split>/labels/ (+ SRC/data.yaml): Roboflow's YOLO export;
-    folders  SRC/<split>/<one>.json + its images: Roboflow's COCO export
-    data.yaml  `fastfeed pack data.yaml [--split val]`: the folders its train:/val:/test: name
-
-A folder holding both a COCO JSON and YOLO labels/ (SRC or one of its split folders) is not guessed: the pack
-stops and `--format coco|yolo` chooses.
+The layouts (docs/inputs.md, "Folders"): COCO (`annotations/instances_<split>.json` + `images/<split>/`, a flat
+`<one>.json` + `images/`, or --ann FILE --images DIR), YOLO (`images/[<split>/]` + `labels/[<split>/]`),
+Roboflow's split folders (`<split>/images/` + `<split>/labels/`, or `<split>/<one>.json`) and data.yaml's
+folders. A folder holding both a COCO JSON and YOLO labels/ is not guessed: `--format coco|yolo` chooses.
 """
 
 from __future__ import annotations

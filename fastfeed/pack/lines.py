@@ -9,10 +9,8 @@ line's shape its task's (`fastfeed.tasks`: `read_line`):
     obb      `cls x1 y1 x2 y2 x3 y3 x4 y4` (DOTA order), its box the corners' bounds; a box line becomes its four
              corners (`box_to_obb`)
 
-Every coordinate is a fraction of the image; the geometry is checked afterwards (`clean.py`), as the boxes are.
-A file that cannot be read whole (not UTF-8, a line that is not numbers or has another count of values, a class
-beyond data.yaml's names) raises `LabelsFailed`: its image is rejected, as Ultralytics rejects it, never packed as
-background (its objects are unknown).
+Every coordinate is a fraction of the image, checked afterwards (`clean.py`). A file that cannot be read whole
+raises `LabelsFailed`: its image is rejected, never packed as background (docs/inputs.md, "YOLO label files").
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """A pack part, a pack worker's unit of work: a contiguous run of images written to a shard of its own
-(`plan` cuts the dataset into those parts).
-
-Workers write their shards themselves, in parallel. Nothing but small summaries crosses process
-boundaries, so the main process stays idle whatever the core count (a single writer receiving
-every record through a pipe cost as much CPU as a third of a decode per image). Shard keys are
-shard-relative (see store/format.py), so a shard needs no knowledge of the records before it.
-"""
+(`plan` cuts the dataset into those parts); only small summaries cross process boundaries (docs/design.md,
+"Shard-relative keys")."""
 
 from __future__ import annotations
 

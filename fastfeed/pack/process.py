@@ -1,16 +1,11 @@
-"""The per-image work of a pack, run in worker processes: read, check, convert, encode one record.
+"""The per-image work of a pack, run in worker processes: read, check, convert, encode one record; no one
+file can stop the pack.
 
-Checking: prove one image file decodes and decide what its record holds; no one file can stop the pack.
-
-A record holds the source bytes when both `fastfeed.codec` and NVIDIA DALI decode them
-(`formats.STORABLE`: JPEG, PNG, BMP, TIFF, WebP, JPEG 2000, PNM). Any other format that an
-installed library decodes is decoded here and stored as PNG (a `transcoded` note); one that
-nothing installed decodes is `unsupported_format`, naming what to install. An image over
---max-pixels is refused from its header, before anything is decoded.
-
-Failures the decoders report (`codec.DecodeError`) reject the file as `corrupt_image`; any other
-exception while checking it rejects it as `check_failed` with the exception's type and message,
-and is logged with its traceback: unexpected, so it is named rather than hidden.
+A record holds the source bytes when both `fastfeed.codec` and DALI decode them (`formats.STORABLE`), else
+the image is transcoded to PNG or rejected `unsupported_format` (docs/inputs.md, "Image formats"); an image
+over --max-pixels is refused from its header. A `codec.DecodeError` rejects the file as `corrupt_image`; any
+other exception as `check_failed` with its type and message, logged with its traceback: unexpected, so named
+rather than hidden.
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
-"""Packing from and to object storage.
+"""Packing from and to object storage (the objects, the order of writes, the staging folders: docs/format.md, "A
+store in object storage"; why: docs/design.md, "Publishing to a URL is ordered writes, not a rename").
 
-**From a bucket** (`fastfeed pack s3://bucket/coco -o ...`): the prefix is listed once, its top folders in
-parallel; the small files the layout readers read (annotation JSON, YOLO label .txt, data.yaml) are downloaded
-in parallel into a temporary folder where every other object is a placeholder: an empty sparse file of the
-object's size, so `layout.open_source` reads the bucket's tree as it reads a local one (names, sizes, which
-label goes with which image) without a byte of image data. The pack workers then read the images from the
-bucket, many requests at once (`RemoteFiles.read`), instead of from the placeholders.
-
-**To a bucket** (`-o s3://bucket/coco.ff`): shards are written locally, one per pack worker as usual, and each is
-uploaded as soon as it is complete and numbered (then removed locally: the local disk holds the shards in
-flight, not the store), under a name that carries this pack's id (`shard-<id>-00000.mdb`); then
-rejects.jsonl; the manifest last, so a store appears only when complete (an object PUT is atomic: a reader
-sees the old manifest or the new one). Under `--force`, the old pack's shards keep their names until the new
-manifest is in place, so a reader holding the old manifest never reads a new shard; they are removed after,
-along with any shard object no manifest names (what an interrupted pack into the URL left). A reader that
-then needs an old shard it has not cached gets an error saying the store was re-packed.
-
-Both stage in one known place, `<temp>/fastfeed-url-packs/staging/`, in folders named with the pack's pid
-(`pack-PID-x`, `source-PID-x`): removed by the pack when it ends; what a killed pack left (`kill -9`: up to a
-shard per worker) is removed by the next pack on the machine once that pid runs no more (`publish.alive`,
-the rule of the local pack's lock).
+From a bucket, the small files the layout readers read are downloaded beside sparse placeholders of every other
+object, so `layout.open_source` reads the bucket's tree as a local one; the workers then read the images from the
+bucket, many requests at once (`RemoteFiles.read`). To a bucket, each shard is uploaded as soon as it is complete,
+under this pack's id, the manifest last. Staging folders (`pack-PID-x`, `source-PID-x`) a killed pack left are
+removed by the next pack once that pid runs no more (`publish.alive`, the rule of the local pack's lock).
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
-"""The checks that stop a pack whose boxes could not train, each saying what was found and what to do.
+"""The checks that stop a pack whose boxes could not train, each saying what was found and what to do
+(docs/design.md, "A pack without labels stops"; each case in docs/inputs.md, "Folders").
 
-* `check_labelled` (before any image is read): no image, or under 1%, has a label file or an annotation: a
-  layout mistake (labels in another folder, a COCO set read as YOLO); the error says where labels were looked for.
-* `check_coco_units` (when the annotations are read, before any image is): a COCO set whose every bbox fits
-  in 0..1 on images tens of pixels or more across was written normalised, not in pixels; packed as pixels
-  its boxes would all be specks in the top-left corner. `--coco-boxes normalized` reads them as fractions.
-* `check_kept` (after the workers, before anything is published): under 1% of the packed images kept a
-  box. `check_labelled` counts label files and annotations; this counts what survived the checks, so label
-  files that are empty or boxes in pixels stop here, by name (a line with commas rejects its image: lines.py).
-
-`--allow-background-only` lifts `check_labelled` and `check_kept`, for a set that really is all background.
-
-* `check_dropped` (after the workers, before anything is published): one reason dropping over `--max-dropped`
-  (10%) of the split's images or boxes stops, naming the reason, its share and an example.
-* `unlabelled_share`: a warning when over 10% of a YOLO split's images have no label file (packed as background).
-* `resolve_task`: the task a pack stores (`--task`), from the option and the source; a pose pack with no keypoint
-  shape, or oriented boxes asked of a COCO file, stop.
+`check_labelled` (before any image is read: under 1% with a label), `check_coco_units` (when the annotations are
+read: every COCO bbox in 0..1, `--coco-boxes normalized`), `check_kept` (after the workers, before publishing:
+under 1% kept a box; `--allow-background-only` lifts it and `check_labelled`), `check_dropped` (one reason over
+`--max-dropped` of a split's images or boxes), `unlabelled_share` (the warning: over 10% of a YOLO split without a
+label file) and `resolve_task` (the task a pack stores, `--task`).
 """
 
 from __future__ import annotations

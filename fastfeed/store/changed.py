@@ -1,9 +1,6 @@
-"""A store changed on disk under its readers (a shard truncated or overwritten in place): naming the shard.
-
-A shard is memory-mapped; once it shrinks, touching a lost page is a SIGBUS (a bus error, no message).
-`Store.record` compares the mapped file's size before each read (`under_reader` words the error); a
-change that lands in the middle of a read is named by the SIGBUS handler here, and a worker that dies of
-SIGBUS by its parent (`store_changed_reason`, from the Stores this process knows).
+"""A store changed on disk under its readers (a shard truncated or overwritten in place): naming the shard
+(docs/design.md, "A store changed under its readers is named"). `under_reader` words `Store.record`'s error; the
+SIGBUS handler here names a change in the middle of a read, and `store_changed_reason` a worker's SIGBUS death.
 """
 
 from __future__ import annotations

@@ -1,12 +1,5 @@
-"""The on-disk format of a fastfeed store: the one place that knows file names, keys, the manifest and the version.
-
-A store is a directory::
-
-    manifest.json          what is in the store (see docs/format.md)
-    shard-00000.mdb ...    LMDB files (subdir=False), one record per image
-    rejects.jsonl          what the packer skipped, and why (may be empty)
-
-A record's byte layout and its parsed form (`Record`) are `record.py`'s.
+"""The on-disk format of a fastfeed store: the one place that knows file names, keys, the manifest and the version
+(docs/format.md describes the same for people). A record's byte layout and its `Record` are `record.py`'s.
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
-"""How a store gets into place: the pack lock beside OUT, the atomic swap of a finished store for the old
-one, and the clean-up of what an interrupted pack left.
-
-Beside `OUT` a pack writes only hidden siblings, named after its pid:
-
-    .OUT.lock              the pack lock (`format.pack_lock_path`): an exclusive flock while a pack runs
-    .OUT.incomplete-PID/   the store being written (a manifest appears last: then it is complete)
-    .OUT.old-PID/          the old store, between the two renames of a replacement where no atomic swap exists
-
-`--force` swaps the finished store with the old one in one step where the OS can (Linux `renameat2` with
-RENAME_EXCHANGE): `OUT` is at every instant either the old store or the new one. Elsewhere (or on a file
-system without it) the old store is renamed aside first; a process killed between the two renames leaves no
-`OUT`, the old store in `.OUT.old-PID` and the new one in `.OUT.incomplete-PID`. Whoever next takes the lock
-(the next pack into OUT, or `Store(OUT)`) puts the old store back and removes the rest (`recover`): while
-nobody holds the lock no pack is running, so everything left beside OUT is stale.
+"""How a store gets into place: the pack lock beside OUT, the atomic swap of a finished store for the old one, and
+`recover`, the clean-up of what an interrupted pack left (the files and steps: docs/format.md's opening section;
+why: docs/design.md, "Publishing is one step").
 """
 
 from __future__ import annotations

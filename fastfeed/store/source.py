@@ -1,10 +1,7 @@
-"""What a store is to its readers, as protocols, one declaration per member. `RecordSource`: what loaders, the shm
-cache, the trainers and `verify` need from a store; `Store` implements it over a folder or a URL alike, and so can
-any other source (a test's in-memory stand-in): nothing outside `fastfeed/store/` reads a store in another way. A
-source pickles cheaply (into every worker, with its options) and is safe after fork. `ShardProvider`: what a
-`Store` reads through, a folder's shards (`local.LocalShards`) or a URL's in the node's shard cache
-(`remote.shards.RemoteShards`). Both share `ShardFacts`, which a Store passes on as its own (`PASSED`): the facts the
-loaders choose the order from (the store never chooses one), where shards are and whether they are sound.
+"""What a store is to its readers, as protocols, one declaration per member (docs/design.md, "Data flow"):
+`RecordSource`, what everything outside `fastfeed/store/` reads a store through (pickles cheaply, safe after
+fork); `ShardProvider`, what a `Store` reads through (`local.LocalShards`, `remote.shards.RemoteShards`); and
+`ShardFacts`, which both share and a Store passes on as its own (`PASSED`).
 """
 
 from __future__ import annotations

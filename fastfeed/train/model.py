@@ -1,15 +1,7 @@
-"""YOLOv3 and YOLOv3-tiny, written out layer by layer (no cfg parser), after Darknet's yolov3.cfg and
-yolov3-tiny.cfg.
-
-Every convolution is Conv2d(bias=False) + BatchNorm2d + LeakyReLU(0.1), as in Darknet. BatchNorm
-uses eps 1e-3 and momentum 0.03 (Ultralytics' values, which train from scratch more stably than
-Darknet's). Each head outputs raw logits [B, 3, H, W, 5 + nc] per scale: tx, ty, tw, th, objectness,
-classes; `Detect.decode` turns them into boxes with YOLOv5-style decoding (xy = 2σ - 0.5 + cell,
-wh = (2σ)² · anchor), which is what the loss's neighbour-cell assignment needs (see loss.py).
-
-`model.grad_ckpt = True` recomputes the backbone stages in the backward pass instead of keeping
-their activations (torch.utils.checkpoint, use_reentrant=False). `prepare_model`: what --sync-bn, --freeze-bn
-and --channels-last do to the model, before DDP wraps it.
+"""YOLOv3 and YOLOv3-tiny, written out layer by layer (no cfg parser), after Darknet's yolov3.cfg and yolov3-tiny.cfg;
+their conventions (the layer, BatchNorm's values, the decoding the loss's assignment needs): docs/training.md, "The
+model". `model.grad_ckpt = True` recomputes the backbone stages in backward instead of keeping their activations
+(torch.utils.checkpoint, use_reentrant=False). `prepare_model`: --sync-bn, --freeze-bn, --channels-last, before DDP.
 """
 
 from __future__ import annotations
@@ -112,11 +104,8 @@ class Detect(nn.Module):
 
 @contextmanager
 def _bn_stats_frozen(module: nn.Module):
-    """BatchNorm normalises with batch statistics but leaves its running statistics alone.
-
-    Checkpointed stages run forward twice (once more in backward); without this their BatchNorm
-    layers would update running mean/var twice per step and drift from an uncheckpointed run.
-    """
+    """BatchNorm normalises with batch statistics but leaves its running statistics alone: checkpointed stages run
+    forward twice (once more in backward), which would update them twice per step and drift from a plain run."""
     # momentum 0 makes the update running = 1 x running + 0 x batch: unchanged. (Switching running stats
     # off instead would change which tensors BatchNorm saves, and checkpoint insists they match.)
     bns = [(m, m.momentum, m.num_batches_tracked.clone()) for m in module.modules()
@@ -246,11 +235,8 @@ def count_parameters(model: nn.Module) -> int:
 
 
 def count_flops(name: str, nc: int, imgsz: int) -> float:
-    """Forward GFLOPs for one image at imgsz², counted as 2 x multiply-accumulates of every Conv2d
-    (forward hooks; BatchNorm, activations, bias adds and upsampling are not counted: < 1 %).
-
-    Runs on the meta device: shapes only, no memory and no arithmetic.
-    """
+    """Forward GFLOPs for one image at imgsz², 2 x the multiply-accumulates of every Conv2d (forward hooks on the
+    meta device: shapes only; BatchNorm, activations, bias adds and upsampling, < 1 %, are not counted)."""
     with torch.device("meta"):
         model = build_model(name, nc).eval()
     macs = 0
@@ -269,8 +255,7 @@ def count_flops(name: str, nc: int, imgsz: int) -> float:
 
 
 def sync_batchnorm(model: nn.Module, device: torch.device, world_size: int, backend: str) -> nn.Module:
-    """BatchNorm -> SyncBatchNorm: each layer normalises with statistics over every rank's micro-batch
-    (what a small per-device batch needs). Only nccl (CUDA) and hccl (NPU) can run it."""
+    """BatchNorm -> SyncBatchNorm (docs/training.md, --sync-bn): only nccl (CUDA) and hccl (NPU) can run it."""
     if backend == "gloo" or device.type == "cpu":
         raise TrainError(f"--sync-bn: SyncBatchNorm synchronises BatchNorm statistics between processes with nccl "
                          f"(CUDA) or hccl (Ascend NPU); this run's processes use {backend} on the {device.type}, "
@@ -286,10 +271,8 @@ def _stay_in_eval(module: nn.Module, args) -> None:
 
 
 def freeze_batchnorm(model: nn.Module) -> int:
-    """Every BatchNorm normalises with its running statistics and never updates them (eval mode in
-    every forward, whatever model.train() said), and its affine weights take no gradient. For fine-tuning
-    from --weights: small batches would otherwise overwrite statistics learnt on far more images.
-    Returns the number of layers frozen."""
+    """Every BatchNorm frozen as --freeze-bn asks (docs/training.md: eval mode in every forward, whatever
+    model.train() said; no gradient for its weights). Returns the number of layers frozen."""
     bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     for m in bns:
         m.eval()

@@ -1,11 +1,5 @@
-"""--multi-scale: each optimizer step trains at its own square size, drawn from 0.5-1.5 x imgsz in
-multiples of the model's largest stride, and the loader's batch is resized to it on the device.
-
-Targets are normalised (cx, cy, w, h in 0..1), so they hold at any size; the loss assigns them on the
-grid each size gives. The draw depends only on (seed, step): a resumed run draws what the
-uninterrupted one drew, and every rank draws the same size (DDP needs equal shapes per step).
-Evaluation stays at imgsz.
-"""
+"""--multi-scale: each optimizer step at its own square size drawn from (seed, step) only, the loader's batch resized
+to it on the device (docs/training.md, `--multi-scale`: the range, why targets hold, the same on every rank)."""
 
 from __future__ import annotations
 

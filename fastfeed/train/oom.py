@@ -1,18 +1,8 @@
-"""Micro-batches, out-of-memory recovery, and --batch auto.
+"""Micro-batches, out-of-memory recovery, and --batch auto (docs/training.md, "One optimizer step" and "Out of
+memory": what a replay frees, restores and halves, when it stops, and the DDP ranks' agreement).
 
-The loader keeps its batch (--batch); the trainer slices each loader batch into micro-batches of
-`size` images (--micro-batch) for forward and backward, and accumulates their gradients. The loss is a
-sum over images, so the optimizer step sees the same gradient whatever the slicing (BatchNorm aside:
-it normalises each micro-batch by its own statistics).
-
-An out-of-memory error in any micro-batch of an optimizer step frees what it can (the step's
-gradients, the allocator's cache), restores the BatchNorm statistics the step had updated, halves the
-micro-batch and replays the step from its first loader batch (kept until the step is done). The images
-per optimizer step and their order stay exactly the same: twice the micro-batches per step, the same
-learning dynamics, the same LR schedule (counted in optimizer steps). After MAX_HALVINGS halvings it
-stops with the numbers. Under DDP the ranks agree on it at each micro-batch's loss sync (and before the
-backward that all-reduces), so every rank replays together; an OOM *inside* that all-reducing backward
-cannot be undone (the other ranks are already communicating) and stops the run.
+The loss is a sum over images, so the optimizer step sees the same gradient whatever the slicing (BatchNorm
+aside: it normalises each micro-batch by its own statistics).
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """One optimizer step: `accum` loader batches, each sliced into micro-batches for forward and backward
-(at the step's --multi-scale size, in channels-last if asked), then unscale, clip, step, EMA.
+(at the step's --multi-scale size, in channels-last if asked), then unscale, clip, step, EMA (docs/training.md,
+"One optimizer step", its one sync per micro-batch; "Out of memory", oom.py's replay).
 
-Conventions that shape it:
-- The loss is a *sum* over images (loss.py multiplies the per-term means by the batch size), so
-  micro-batches and DDP ranks add up to the gradient of one big batch; DDP averages over ranks,
-  hence the x world_size.
-- One host-device sync per micro-batch: reading the loss (and the OOM flag). It is needed anyway to
-  catch a NaN *before* the optimizer step spreads it into the weights, and it gives the timers a real end.
-- An out-of-memory error replays the whole step with half the micro-batch (oom.py says how and why).
-- The step's split is timed by clocks: device-side marks for what the host cannot see (a copy the device
-  waited for, the all-reduce backward did not hide: `DeviceClock`), and DDP's all-reduce through a timing
-  comm hook (`CommTimer`).
+The loss is a *sum* over images (loss.py multiplies the per-term means by the batch size), so micro-batches and
+DDP ranks add up to the gradient of one big batch; DDP averages over ranks, hence the x world_size. The split is
+timed by clocks: device-side marks for what the host cannot see (`DeviceClock`), and DDP's all-reduce through a
+timing comm hook (`CommTimer`; docs/training.md, "The bottleneck verdict").
 """
 
 from __future__ import annotations

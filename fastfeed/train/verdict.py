@@ -1,15 +1,5 @@
-"""The bottleneck verdict: where a training step's time goes, judged against the health figures the
-guides this project grew from train by, and what to try.
-
-    accelerator busy >= 85% of the step | memory <= 90% | data <= 5 ms per image | DDP sync <= 15% of the step
-
-The step of one loader batch splits into waiting for data (the host blocked on the loader), the
-host->device copy the device waited for (a copy the prefetcher did not hide), compute, and the DDP
-all-reduce time backward did not hide. The device counts as busy for the compute share (NVML's
-utilisation, where there is one, is reported beside it: a device can be "computing" yet idle between
-small kernels). Compute at >= 85% of the step: the accelerator is the bottleneck (the healthy state);
-otherwise the largest other part is.
-"""
+"""The bottleneck verdict: where a training step's time goes (data, h2d, compute, comm), judged against the health
+figures, and what to try (the parts, the figures and the rule: docs/training.md, "The bottleneck verdict")."""
 
 from __future__ import annotations
 

@@ -1,14 +1,10 @@
 """Per-sample geometry for the DALI graph: fastfeed plans, DALI draws the pixels.
 
-Every random choice is the sample's `augment.DaliSample` (drawn by the source with `PartnerBuffer`'s rule:
-the cpu loader's plans for the same seed); this module turns a plan's geometry into per-sample arguments
-for DALI, and moves the boxes in numpy before DALI sees them. The same numbers move the boxes (here) and
-the pixels (in DALI), so boxes follow pixels by construction.
-
-Pixels take the DALI pipeline's path (loader.py) (resize with a region of interest, multi_paste, warp_affine, flip): the composition
-`augment.render_labels` uses (layout by `augment.sample_layout`, zoom and shift in one map: about S*S pixels
-are produced per sample, not a 2S x 2S canvas). Rotation and shear warp the S x S result; the cpu loader warps
-the tiles themselves, so here the corners that a rotation brings in from outside the S x S frame are grey fill.
+This module turns a sample's `augment.DaliSample` (the cpu loader's plan for the same seed) into per-sample
+arguments for DALI and moves the boxes in numpy before DALI sees them: the same numbers move boxes and pixels,
+through the composition `augment.render_labels` uses (docs/design.md, "Mosaic without a canvas"). Rotation and
+shear warp the S x S result; the cpu loader warps the tiles themselves, so here the corners that a rotation
+brings in from outside the S x S frame are grey fill.
 """
 
 from __future__ import annotations

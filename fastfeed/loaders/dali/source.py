@@ -5,20 +5,12 @@ already initialised) or in the main thread with workers=0. It imports no DALI: a
 BatchInfo (iteration, epoch_idx) and returns one list per output, so it is plain, picklable
 Python over a store (which pickles cheaply and reopens its LMDB maps in each process).
 
-Per batch it takes this rank's indices from the loader's `EpochOrder`, reads each record once, checks its
-CRC (a damaged record raises `RecordCorrupt` naming it and its shard), and takes the batch's plans from
-the one rule every loader follows (`partners.PartnerBuffer`'s): the candidates are the records the cpu
-loader's worker k % W would hold in its partner buffer after loading this batch (`partners.history`,
-W = the workers setting, the buffer `partner_buffer`), the plans `augment.draw_batch`'s. So for a seed,
-world size and worker count the dali loader draws the cpu loader's samples: the same mosaics, partners,
-affines, flips, HSV gains and mixups (the pixels differ by interpolation; rotation fills differ, plan.py).
-
-Partners: a partner that is one of the batch's own images comes from the batch (`fn.permute_batch` of the
-decoded batch); any other is read here and handed to DALI as that sample's own input of that partner slot
-(`p1`..`p3`), so DALI decodes it: about 1 + 3 (1 - B/buffer) decodes per mosaic sample (the cpu loader: 1,
-reusing the decoded images of its buffer). Slots that take nothing hold a tiny placeholder that costs
-nothing to decode. A mixup sample's second geometry (its own image and partners) is read the same way
-(`m0`..`m3`) and rendered beside the first.
+Per batch it takes this rank's indices from the loader's `EpochOrder`, reads each record once (CRC checked:
+`RecordCorrupt` names it), and draws the cpu loader's plans: its partner candidates are what the cpu loader's
+worker k % W would hold (`partners.history`; docs/design.md, "Partners from a buffer"), so the pixels differ
+only by interpolation (rotation fills differ, plan.py). A partner among the batch's own images comes from
+the batch (`fn.permute_batch`); any other is read here as that sample's input of its partner slot (`p1`..`p3`;
+a mixup sample's second geometry: `m0`..`m3`), and a slot that takes nothing holds a tiny placeholder.
 """
 
 from __future__ import annotations

@@ -19,12 +19,10 @@ RATE_SHARDS = 16    # the reads' rate: over this many shards newly offered, the 
 
 
 class ReadAhead:
-    """Calling it is `want(now, upcoming)` (it is the store's `follower()`): pins both in the node's cache and downloads
-    every missing one in daemon threads of this process, the ones needed now first, all at once and alone (a read
-    waits for them: claimed before `want` returns), then the next ones in the order they are first read. How far
-    ahead is the order's offer (the store's `read_ahead`, the room the window left); how many downloads are in
-    flight is `parallel()`, from the link and the reads' rate (docs/design.md). A shard another process is downloading is skipped (it arrives all the
-    same); a failure here is only logged: the read that needs the shard downloads it itself and raises the error."""
+    """Calling it is `want(now, upcoming)` (it is the store's `follower()`): pins both and downloads the missing ones
+    (docs/design.md, "A store in object storage": the order, the claims, `parallel()`). A shard another process is
+    downloading is skipped (it arrives all the same); a failure here is only logged: the read that needs the shard
+    downloads it itself and raises the error."""
 
     def __init__(self, store):
         self.store = store

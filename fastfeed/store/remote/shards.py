@@ -1,8 +1,6 @@
-"""`RemoteShards`: the shards of a store in object storage (`Store("s3://bucket/coco.ff")`), read through the node's
-shard cache: the shard provider `Store` reads a URL through (docs/design.md, "A store in object storage"). The
-manifest is read when the store is opened; a shard is downloaded into the cache the first time a process on the
-node needs it, then opened with LMDB like a local shard, and its records own their bytes (a copy out of the map).
-It chooses no order: it states the cache's limit and the read-ahead, and gives each order a `ReadAhead`.
+"""`RemoteShards`: the shard provider `Store` reads a URL through (`Store("s3://bucket/coco.ff")`): each shard
+downloaded into the node's shard cache when first needed, then opened with LMDB as a local shard is; it chooses no
+order (docs/design.md, "A store in object storage reads through a node-local shard cache").
 """
 
 from __future__ import annotations
@@ -40,7 +38,7 @@ os.register_at_fork(after_in_child=_forget_inherited)
 
 
 class RemoteShards:
-    """A store at a URL (any fsspec protocol), its shards in the node's cache. See the module docstring.
+    """A store at a URL (any fsspec protocol), its shards in the node's cache.
 
     options.shard_cache: the node-local shard cache; options.shard_cache_limit: bytes or a size such as "50G" / "40%";
     options.storage_options: fsspec options (credentials, endpoint; never written anywhere); options.read_ahead:
