@@ -21,7 +21,7 @@ from fastfeed import Store
 from fastfeed.loaders import LoaderConfig, create_loader
 from fastfeed.pack import PackConfig, pack
 from fastfeed.store.objstore import RemoteError
-from fastfeed.store.remote.sizes import cache_bytes
+from fastfeed.store.remote.room import cache_bytes
 
 
 @pytest.fixture(autouse=True)

@@ -66,7 +66,7 @@ class ReadAhead:
                 if lock is None:
                     continue
                 self._inflight.add(k)
-            threading.Thread(target=self._fetch, args=(k, lock), name="fastfeed-read-ahead-shard", daemon=True).start()
+            threading.Thread(target=self._fetch, args=(k, lock), name="fastfeed-read-ahead-now", daemon=True).start()
 
     def _count_new(self, upcoming: list[int]) -> None:
         """The reads' rate: shards first offered a second, the quickest stretch of RATE_SHARDS (a stall, which slows

@@ -16,7 +16,7 @@ from ..publish import alive
 from .errors import CacheFull
 from .locks import evict, flocked
 from .pins import pins_of
-from .sizes import CACHE_ENV, LIMIT_ENV, STORE_PREFIX, gib
+from .sizes import CACHE_ENV, DEFAULT_DISK_SHARE, LIMIT_ENV, STORE_PREFIX, existing, gib
 
 
 def reserve(cache, info: fmt.ShardInfo, part: Path, urgent: bool) -> int | None:
@@ -99,3 +99,14 @@ def _full_message(cache, info: fmt.ShardInfo) -> str:
             + (f" (pinned by pid {', '.join(pids)})" if pids else "")
             + f". Raise the limit ({LIMIT_ENV} or Store(url, shard_cache_limit=...)), run fewer ranks or workers "
               "per node, or re-pack with a smaller --shard-mb")
+
+
+def default_limit(root: Path) -> int:
+    """DEFAULT_DISK_SHARE of what the disk could give the cache (the limit when none is given)."""
+    held = cache_bytes(root) if Path(root).is_dir() else 0
+    return int((shutil.disk_usage(existing(root)).free + held) * DEFAULT_DISK_SHARE)
+
+
+def cache_bytes(root: Path) -> int:
+    """Bytes the cache at `root` holds on disk: complete shards and reserved downloads (room's one walk of it)."""
+    return scan(Path(root))[0]

@@ -17,8 +17,9 @@ from ..options import StoreOptions
 from ..record import Record
 from . import damaged
 from .link import Link
+from .room import default_limit
 from .shard_cache import ShardCache
-from .sizes import default_dir, default_limit, parse_size
+from .sizes import default_dir, parse_size
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ def parse_size(text, root: Path | None = None) -> int:
                 share = float(s[:-1]) / 100
             except ValueError:
                 raise ValueError(f"shard cache limit {text!r} is not a size (e.g. 50G, 500M, 40%)") from None
-            total = shutil.disk_usage(_existing(root or default_dir())).total
+            total = shutil.disk_usage(existing(root or default_dir())).total
             value = int(total * share)
         else:
             num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
@@ -43,24 +43,11 @@ def parse_size(text, root: Path | None = None) -> int:
     return value
 
 
-def _existing(p: Path) -> Path:
+def existing(p: Path) -> Path:
     p = Path(p)
     while not p.exists() and p != p.parent:
         p = p.parent
     return p
-
-
-def default_limit(root: Path) -> int:
-    """DEFAULT_DISK_SHARE of what the disk could give the cache (the limit when none is given)."""
-    held = cache_bytes(root) if Path(root).is_dir() else 0
-    return int((shutil.disk_usage(_existing(root)).free + held) * DEFAULT_DISK_SHARE)
-
-
-def cache_bytes(root: Path) -> int:
-    """Bytes the cache at `root` holds on disk: complete shards and reserved downloads (room's one walk of it)."""
-    from .room import scan
-
-    return scan(Path(root))[0]
 
 
 def gib(n: float) -> str:
