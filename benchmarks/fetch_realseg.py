@@ -1,6 +1,6 @@
 """A real public segmentation set for `ultralytics_ab.py --task segment --data PATH/data.yaml` (issue 34).
 
-    python benchmarks/fetch_realseg.py MIRROR_GIT_DIR [--dst /work/data/realseg] [--train 320] [--val 96]
+    python benchmarks/fetch_realseg.py MIRROR_GIT_DIR [--dst /work/data/realseg] [--train 400] [--val 96]
 
 Source: a Roboflow YOLOv8 instance-segmentation export with its images in the repository
 github.com/aysebingol/yolov8-shoe-sole-segmentation at commit 1345aab0c74058be680fc825665ca0c314550079
@@ -75,7 +75,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("git_dir", type=Path)
     ap.add_argument("--dst", type=Path, default=Path("/work/data/realseg"))
-    ap.add_argument("--train", type=int, default=320, help="train photos (of the first 75%% of the day)")
+    ap.add_argument("--train", type=int, default=400, help="train photos (of the first 75%% of the day)")
     ap.add_argument("--val", type=int, default=96, help="val photos (of the last 25%%), besides the export's 22")
     args = ap.parse_args()
     fetch(args.git_dir, args.dst.resolve(), args.train, args.val)
