@@ -14,7 +14,8 @@ identically). Runs alternate seed by seed, each in a fresh process. Reported per
 spent waiting for the next batch (from `on_train_batch_end` to the next `on_train_batch_start`, and
 from the epoch start to its first batch), and the final mAPs; the seeds show Ultralytics' own spread.
 
-Data: `shapes` (default) is a detection set a from-scratch model learns in minutes on a CPU: coco128
+Data: a path (`--data DIR/data.yaml`) trains on that YOLO set as it is: e.g. `fetch_realseg.py`'s real
+Roboflow segmentation export (one class, shoe soles; see that script for the source and licence). `shapes` (default) is a detection set a from-scratch model learns in minutes on a CPU: coco128
 photos as backgrounds with 1-4 filled squares, discs and triangles of random colour and size (3
 classes), 192 train and 64 held-out val images, JPEG. `coco128` is coco128 itself (train = val, as
 Ultralytics' coco128.yaml): the realistic input, but a from-scratch model needs far more epochs than a
@@ -213,10 +214,11 @@ def summarise(results: list[dict], contenders) -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", choices=tuple(TASK_RUNS), default="detect")
-    ap.add_argument("--data", choices=("shapes", "coco128"), default="shapes",
+    ap.add_argument("--data", default="shapes",
                     help="shapes: painted shapes a scratch model learns on a CPU (segment, pose, obb: task_sets' "
                          "shapes-seg, shapes-pose, shapes-obb); coco128: real (segment: its polygons; pose, obb: "
-                         "task_sets' sets DERIVED from them, see above)")
+                         "task_sets' sets DERIVED from them, see above); or the path of a YOLO data.yaml of the "
+                         "task's labels (e.g. fetch_realseg.py's), used as it is")
     ap.add_argument("--imgsz", type=int, default=160)
     ap.add_argument("--epochs", type=int, default=30)
     ap.add_argument("--batch", type=int, default=16)
@@ -236,6 +238,8 @@ def main() -> int:
     ap.add_argument("--run", nargs=3, metavar=("CONTENDER", "DATA_YAML", "SEED"), help=argparse.SUPPRESS)
     ap.add_argument("--project", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.data not in ("shapes", "coco128") and not Path(args.data).is_file():
+        ap.error(f"--data {args.data!r}: neither shapes, coco128 nor an existing data.yaml")
     if args.run:
         contender, data, seed = args.run
         print("RESULT " + json.dumps(run_one(contender, data, int(seed), args)), flush=True)
@@ -248,7 +252,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="ff-ulab-") as tmp:
         tmp = Path(tmp)
         src = default_source()
-        if args.task != "detect":
+        if args.data not in ("shapes", "coco128"):
+            data = Path(args.data).resolve()
+        elif args.task != "detect":
             painted = {"segment": "shapes-seg", "pose": "shapes-pose", "obb": "shapes-obb"}[args.task]
             data = (PAINTED[painted](tmp / painted, src) if args.data == "shapes"
                     else make_task_set(args.task, tmp / f"coco128-{args.task}", src))
