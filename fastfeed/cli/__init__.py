@@ -7,12 +7,11 @@ This package is the only place that prints. One module per subcommand; each has
 from __future__ import annotations
 
 import argparse
-import functools
 import logging
 
 from .. import __version__
 from . import bench, cache, loaders, pack, store, train
-from .common import EXIT_USAGE, fail
+from .common import EXIT_USAGE, exact, fail
 
 # name -> (one-line help, the function that adds its full parser). A command's full parser (which may
 # import its configs, and with them torch) is built only when that command runs, so `fastfeed --help`
@@ -34,8 +33,6 @@ def _command_in(argv) -> str | None:
 
 def build_parser(argv=None) -> argparse.ArgumentParser:
     """The parser; `argv` says which command to build in full (all of them when None)."""
-    # Every parser, the subcommands' too: a flag only as spelled (`--epoch 1` is no `--epochs`).
-    exact = functools.partial(argparse.ArgumentParser, allow_abbrev=False)
     parser = exact(
         prog="fastfeed", description="Keep a detection trainer's accelerator fed: pack a dataset, "
                                      "check it, and serve it fast.")

@@ -7,7 +7,7 @@ import json
 import os
 
 from ..renamed import old_flag
-from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, add_remote_args, defaults, fail, store_options, store_path
+from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, add_remote_args, defaults, exact, fail, store_options, store_path
 
 HELP = "list, remove or pre-build the shm loader's decoded-image caches (in /dev/shm) and the shard caches of stores in object storage"
 
@@ -36,7 +36,7 @@ def add_parser(sub) -> None:
                "  fastfeed cache build s3://bucket/coco.ff    # the same from object storage (shards streamed)\n"
                "  fastfeed cache clear --shards              # downloaded shards no running process uses")
     p.set_defaults(func=lambda args: (p.print_help(), EXIT_USAGE)[1])
-    actions = p.add_subparsers(dest="action", metavar="ACTION")
+    actions = p.add_subparsers(dest="action", metavar="ACTION", parser_class=exact)
     shm = argparse.ArgumentParser(add_help=False)
     shm.add_argument("--shm-dir", default=DEFAULT_DIR, help=f"the shm caches' folder (default {DEFAULT_DIR})")
     old_flag(shm, "--dir", "--shm-dir")

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
 import sys
 from dataclasses import MISSING, fields
 
 from ..preempt import EXIT_PREEMPTED  # noqa: F401  (75: stopped by a signal, checkpoint written: resume)
+
+# Every parser, the subcommands' too (add_subparsers(parser_class=exact)): a flag only as spelled (`--epoch 1` is
+# no `--epochs`, `--shard` no `--shards`).
+exact = functools.partial(argparse.ArgumentParser, allow_abbrev=False)
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
