@@ -73,8 +73,8 @@ def draw(rng: np.random.Generator, encoded: tuple[str, ...]) -> Albu | None:
 
 def apply(res: np.ndarray, albu: Albu, encoded: tuple[str, ...]) -> None:
     """Run the transforms `albu` names, in order, on `res` (HWC RGB uint8, changed in place) as BGR pixels."""
-    img = np.ascontiguousarray(res[..., ::-1])
+    img, transforms = np.ascontiguousarray(res[..., ::-1]), built(encoded)
     for k, i in enumerate(albu.which):
-        built(encoded)[i].set_random_seed(albu.seed + k)
-        img = built(encoded)[i](image=img, force_apply=True)["image"]
+        transforms[i].set_random_seed(albu.seed + k)
+        img = transforms[i](image=img, force_apply=True)["image"]
     res[...] = img[..., ::-1]

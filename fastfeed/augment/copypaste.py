@@ -14,7 +14,7 @@ import numpy as np
 from .boxes import box_ioa
 from .labels import Labels
 from .masks import rasterise
-from .paste import _place_matrix, paste_tile, region_crop
+from .paste import paste_tile, place_matrix, region_crop
 from .points import paste_labels
 
 MODES = ("flip", "mixup")
@@ -42,7 +42,7 @@ def flip_in(out: np.ndarray, labels: Labels, tiles, layout, matrix: np.ndarray, 
     w, h = frame
     side = int(np.ceil(max(w, h)))
     crops = [region_crop(place, region, img.shape[:2]) for (img, _), (place, region) in zip(tiles, layout)]
-    mid = paste_labels([t[1] for t in tiles[:n]], [_place_matrix(place) for place, _ in layout], crops, side, hyp)
+    mid = paste_labels([t[1] for t in tiles[:n]], [place_matrix(place) for place, _ in layout], crops, side, hyp)
     if not len(mid):
         return out, labels
     mirror = np.array([[-1.0, 0.0, w], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])

@@ -33,7 +33,8 @@ Place = tuple[float, float, float]
 Rect = tuple[float, float, float, float]
 
 
-def _place_matrix(place: Place) -> np.ndarray:
+def place_matrix(place: Place) -> np.ndarray:
+    """The 3x3 map of a tile's pixels into the mid frame: scale r, then offset (ox, oy)."""
     r, ox, oy = place
     return np.array([[r, 0.0, ox], [0.0, r, oy], [0.0, 0.0, 1.0]])
 
@@ -54,7 +55,7 @@ def paste_tile(out: np.ndarray, img: np.ndarray, place: Place, region: Rect,
     is what the tile's boxes must be clipped to and then mapped by.
     """
     h, w = img.shape[:2]
-    full = matrix @ _place_matrix(place)
+    full = matrix @ place_matrix(place)
     x1, y1, x2, y2 = region
     projective = matrix[2, 0] != 0 or matrix[2, 1] != 0
     if matrix[0, 1] == 0 and matrix[1, 0] == 0 and not projective:
