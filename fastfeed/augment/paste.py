@@ -7,12 +7,12 @@ canvas'). Two paths:
   cheaper than warpAffine and reads only real tile pixels, so seams are clean. The source crop is
   snapped to whole pixels, which perturbs the drawn scale by under a pixel; the returned matrix is
   the realised one, so boxes still match pixels exactly.
-* rotated/sheared maps: `cv2.warpAffine` (`cv2.warpPerspective` under perspective) into the bounding rectangle of the mapped quad with
-  BORDER_TRANSPARENT. OpenCV blends a bilinear sample that straddles the source edge with the
-  pixel already in the output (grey or another tile); a 1 px replicated border around the crop
-  keeps that blend outside the tile's own region, so the region itself is never smeared. The
-  price is an anti-aliased fringe of <= 2 source px just outside the region: at a seam the tile
-  drawn later covers that much of its neighbour, much like bilinear sampling across a canvas seam.
+* rotated/sheared/projective maps: `cv2.warpAffine` (`cv2.warpPerspective` under perspective) of the crop, with
+  its edge replicated, into a scratch the size of the bounding rectangle of the mapped quad, with a constant
+  border (2-3x cheaper than BORDER_TRANSPARENT, which takes OpenCV's per-pixel path for 3 channels); then only the
+  quad, widened by half a pixel, is copied into the output (`cv2.fillConvexPoly` mask). Every pixel whose centre
+  lies in the region shows the tile, never the border; at a seam the tile drawn later covers under a pixel of its
+  neighbour, much like bilinear sampling across a canvas seam.
 
 Downscaling by more than 2x aliases with bilinear sampling (the resize path switches to INTER_AREA,
 the warp path cannot): callers should decode within 2x of the drawn size, e.g. by JPEG DCT scaling.
@@ -31,6 +31,8 @@ from .hyp import AugmentHyp
 # Placement of a tile into the intermediate ("mid", e.g. mosaic canvas) frame: u_mid = r*u + (ox, oy).
 Place = tuple[float, float, float]
 Rect = tuple[float, float, float, float]
+EDGE = 8       # source pixels around a warped tile's crop (see paste_tile)
+SUBPIXEL = 8   # fractional bits of the quad's corners when it is filled
 
 
 def place_matrix(place: Place) -> np.ndarray:
@@ -62,28 +64,45 @@ def paste_tile(out: np.ndarray, img: np.ndarray, place: Place, region: Rect,
         return _paste_resize(out, img, full, (matrix[0, 0] * x1 + matrix[0, 2], matrix[0, 0] * x2 + matrix[0, 2]),
                              (matrix[1, 1] * y1 + matrix[1, 2], matrix[1, 1] * y2 + matrix[1, 2]))
     crop = region_crop(place, region, (h, w))
-    corners = matrix @ np.array([[x1, x2, x1, x2], [y1, y1, y2, y2], [1.0, 1.0, 1.0, 1.0]])
+    if crop[2] <= crop[0] or crop[3] <= crop[1]:
+        return full, (0.0, 0.0, 0.0, 0.0)
+    xs, ys = [crop[0], crop[2], crop[2], crop[0]], [crop[1], crop[1], crop[3], crop[3]]   # the drawn part, in turn
+    corners = full @ np.array([xs, ys, [1.0] * 4])
     corners = corners[:2] / corners[2]
     j0, j1 = pixel_span(corners[0].min(), corners[0].max(), out.shape[1])
     i0, i1 = pixel_span(corners[1].min(), corners[1].max(), out.shape[0])
-    # Source pixels whose bilinear footprint the region needs: index floor(x1-0.5) .. ceil(x2-0.5)
-    # (inclusive; pixel centres sit at index + 0.5). Outside the image, replicate the edge pixel.
-    fx, fy = math.floor(crop[0] - 0.5), math.floor(crop[1] - 0.5)
-    lx, ly = math.ceil(crop[2] - 0.5), math.ceil(crop[3] - 0.5)
-    if j1 <= j0 or i1 <= i0 or lx < fx or ly < fy or crop[2] <= crop[0] or crop[3] <= crop[1]:
+    if j1 <= j0 or i1 <= i0:
         return full, (0.0, 0.0, 0.0, 0.0)
-    vx0, vy0, vx1, vy1 = max(fx, 0), max(fy, 0), min(lx, w - 1) + 1, min(ly, h - 1) + 1
+    # The crop widened by EDGE source pixels (the tile's own where it has them, its edge replicated beyond), so
+    # every pixel the quad's fill takes samples the tile, never the warp's border.
+    fx, fy = math.floor(crop[0]) - EDGE, math.floor(crop[1]) - EDGE
+    lx, ly = math.ceil(crop[2]) + EDGE, math.ceil(crop[3]) + EDGE
+    vx0, vy0, vx1, vy1 = max(fx, 0), max(fy, 0), min(lx, w), min(ly, h)
     src = img[vy0:vy1, vx0:vx1]
-    pads = (vy0 - fy, ly + 1 - vy1, vx0 - fx, lx + 1 - vx1)  # top, bottom, left, right: 0 or 1
+    pads = (vy0 - fy, ly - vy1, vx0 - fx, lx - vx1)   # top, bottom, left, right
     if any(pads):
         src = cv2.copyMakeBorder(src, *pads, cv2.BORDER_REPLICATE)
     # src pixel index -> src continuous (+0.5, the crop's origin) -> out continuous -> roi pixel index (-0.5)
     m = np.array([[1.0, 0.0, -j0 - 0.5], [0.0, 1.0, -i0 - 0.5], [0.0, 0.0, 1.0]]) @ full @ np.array(
         [[1.0, 0.0, fx + 0.5], [0.0, 1.0, fy + 0.5], [0.0, 0.0, 1.0]])
+    drawn = np.empty((i1 - i0, j1 - j0, out.shape[2]), out.dtype)
     warp = (cv2.warpPerspective, m) if projective else (cv2.warpAffine, m[:2])
-    warp[0](src, warp[1], (j1 - j0, i1 - i0), dst=out[i0:i1, j0:j1], flags=cv2.INTER_LINEAR,
-            borderMode=cv2.BORDER_TRANSPARENT)
+    warp[0](src, warp[1], (j1 - j0, i1 - i0), dst=drawn, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
+    inside = np.zeros(drawn.shape[:2], np.uint8)
+    quad = np.round((widened(corners.T, 0.5) - (j0 + 0.5, i0 + 0.5)) * (1 << SUBPIXEL)).astype(np.int32)
+    cv2.fillConvexPoly(inside, quad, 1, cv2.LINE_8, SUBPIXEL)
+    cv2.copyTo(drawn, inside, out[i0:i1, j0:j1])
     return full, crop
+
+
+def widened(quad: np.ndarray, d: float) -> np.ndarray:
+    """A convex polygon [N,2] (in turn) with every edge moved out by d (each corner where its moved edges meet)."""
+    e = np.roll(quad, -1, 0) - quad
+    n = np.stack([e[:, 1], -e[:, 0]], 1) / np.maximum(np.hypot(e[:, 0], e[:, 1]), 1e-12)[:, None]
+    cross = e[:, 0] * np.roll(e[:, 1], -1) - e[:, 1] * np.roll(e[:, 0], -1)
+    n *= 1.0 if cross.sum() > 0 else -1.0   # outward whichever way the polygon turns
+    prev = np.roll(n, 1, 0)   # corner k joins edge k-1 and edge k
+    return quad + d * (prev + n) / np.maximum(1.0 + (prev * n).sum(1), 1e-3)[:, None]
 
 
 def _axis(a: float, b: float, p0: float, p1: float, n_out: int, n_src: int):
