@@ -3,7 +3,7 @@ reference ratio, same images, same cores, one run.
 
     python benchmarks/tasks_vs_ultralytics.py [--images 1024] [--seconds 15] [--rounds 2] [--task segment ...]
                                               [--loader cpu --loader shm] [--ultra-cache none|ram]
-                                              [--mask-rule centre|ultralytics] [--json F]
+                                              [--mask-rule centre|ultralytics] [--aug copy_paste=0.5 ...] [--json F]
 
 Data: `task_sets.py`'s sets from coco128's real photos, replicated to --images real JPEG files: segment =
 coco128's own polygons, obb = their minimum-area rectangles (derived), pose = the persons with 17 keypoints
@@ -11,7 +11,8 @@ derived from their outlines, detect = the boxes. Ultralytics reads the YOLO labe
 same labels packed with `fastfeed pack DATA.yaml --task TASK`.
 Set-up, identical on both sides: imgsz 640, batch 16, 2 workers, training augmentation with mosaic,
 masks at 1/4 (mask_ratio 4) in one overlap mask per image (overlap_mask), no image cache (or Ultralytics'
-cache="ram" for the shm comparison). Ultralytics runs `build_yolo_dataset` + `build_dataloader` as its
+cache="ram" for the shm comparison), no Albumentations on either side, and `--aug KEY=VALUE` (repeatable; e.g.
+copy_paste=0.5 copy_paste_mode=mixup) on both: a new augmentation's ratio is read against the ratio without it. Ultralytics runs `build_yolo_dataset` + `build_dataloader` as its
 trainer does for the task (task=segment|pose|obb sets use_segments|use_keypoints|use_obb) in its own venv
 (`.venv-ultralytics`); fastfeed runs in this one. Per round, per task, the contenders run one after the
 other, each in a fresh process, each --seconds after --warmup batches; the medians over --rounds are compared.
@@ -32,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import default_source, machine  # noqa: E402
 from task_sets import TASKS, make_task_set  # noqa: E402
-from vs_ultralytics import ensure_ultralytics_venv, run  # noqa: E402
+from vs_ultralytics import aug_json, ensure_ultralytics_venv, run  # noqa: E402
 
 # What each task's batch must carry on each side, or the run measured something else.
 ULTRA_KEYS = {"detect": [], "segment": ["masks"], "pose": ["keypoints"], "obb": []}
@@ -43,14 +44,15 @@ ULTRA_RUNNER = textwrap.dedent("""
     from ultralytics.cfg import get_cfg
     from ultralytics.data.build import build_dataloader, build_yolo_dataset
     from ultralytics.utils import DEFAULT_CFG
-    data_yaml, task, imgsz, batch, workers, seconds, warmup, cache = sys.argv[1:9]
+    data_yaml, task, imgsz, batch, workers, seconds, warmup, aug, cache = sys.argv[1:10]
     imgsz, batch, workers, seconds, warmup = int(imgsz), int(batch), int(workers), float(seconds), int(warmup)
     cache = False if cache == "none" else cache
     y = yaml.safe_load(open(data_yaml))
     data = {"names": y["names"], "nc": len(y["names"]), "channels": 3}
     data |= {k: y[k] for k in ("kpt_shape", "flip_idx") if k in y}
     cfg = get_cfg(DEFAULT_CFG, overrides={"task": task, "imgsz": imgsz, "batch": batch, "workers": workers,
-                                          "cache": cache, "mask_ratio": 4, "overlap_mask": True})
+                                          "cache": cache, "mask_ratio": 4, "overlap_mask": True,
+                                          "augmentations": [], **json.loads(aug)})
     ds = build_yolo_dataset(cfg, y["path"] + "/" + y["train"], batch, data, mode="train")
     dl = build_dataloader(ds, batch=batch, workers=workers, shuffle=True, rank=-1, pin_memory=False, device="cpu")
     t0 = time.perf_counter(); n = 0; marks = []; first = None
@@ -69,11 +71,12 @@ ULTRA_RUNNER = textwrap.dedent("""
 FF_RUNNER = textwrap.dedent("""
     import json, sys, time
     from fastfeed import Store
+    from fastfeed.augment import AugmentHyp
     from fastfeed.loaders import LoaderConfig, create_loader
-    path, name, imgsz, batch, workers, seconds, warmup, rule = sys.argv[1:9]
+    path, name, imgsz, batch, workers, seconds, warmup, aug, rule = sys.argv[1:10]
     imgsz, batch, workers, seconds, warmup = int(imgsz), int(batch), int(workers), float(seconds), int(warmup)
     cfg = LoaderConfig(imgsz=imgsz, batch_size=batch, workers=workers, mask_ratio=4, overlap_mask=True,
-                       mask_rule=rule)
+                       mask_rule=rule, hyp=AugmentHyp(**json.loads(aug)))
     loader = create_loader(name, Store(path), cfg)
     t0 = time.perf_counter(); n = 0; marks = []; epoch = 0; first = None
     while not marks or marks[-1][0] - t0 < seconds:
@@ -133,6 +136,8 @@ def main() -> int:
     ap.add_argument("--mask-rule", default="centre", choices=("centre", "ultralytics"),
                     help="fastfeed's masks: centre (exact, the loaders' default) or ultralytics (as Ultralytics draws "
                          "them; what FastfeedSegmentationTrainer uses)")
+    ap.add_argument("--aug", action="append", metavar="KEY=VALUE", help="an augmentation on for both sides, e.g. "
+                    "copy_paste=0.5 (repeatable; Ultralytics' argument and fastfeed's AugmentHyp field)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     tasks = [t for t in TASKS if t in (args.task or TASKS)]
@@ -152,7 +157,8 @@ def main() -> int:
             sets[t] = (data, store)
         (tmp / "ultra.py").write_text(ULTRA_RUNNER)
         (tmp / "ff.py").write_text(FF_RUNNER)
-        common = [str(args.imgsz), str(args.batch), str(args.workers), str(args.seconds), str(args.warmup)]
+        common = [str(args.imgsz), str(args.batch), str(args.workers), str(args.seconds), str(args.warmup),
+                  aug_json(args.aug)]
         for r in range(args.rounds):
             rnd = {}
             for t in tasks:
@@ -171,7 +177,8 @@ def main() -> int:
                                   for k in ["ultralytics", *loaders]} for t in tasks}
     cache = "" if args.ultra_cache == "none" else f', Ultralytics cache="{args.ultra_cache}"'
     print(f"\n{args.images} images per task, imgsz {args.imgsz}, batch {args.batch}, {args.workers} workers, mosaic on, "
-          f"mask_ratio 4, overlap_mask, fastfeed mask rule {args.mask_rule}{cache}; median of {args.rounds} rounds of {args.seconds:g} s "
+          f"mask_ratio 4, overlap_mask, fastfeed mask rule {args.mask_rule}{cache}"
+          f"{''.join(f', {a}' for a in args.aug or [])}; median of {args.rounds} rounds of {args.seconds:g} s "
           f"({time.perf_counter() - t0:.0f} s in all)\n")
     res["table"] = table(res, tasks, loaders, args)
     print("\n".join(res["table"]))

@@ -104,6 +104,16 @@ def run(cmd: list[str], cwd: Path) -> dict:
     return json.loads(lines[-1][7:])
 
 
+def aug_json(pairs: list[str] | None) -> str:
+    """`--aug KEY=VALUE ...` as the JSON both runners read: numbers as numbers, anything else (a mode) as text."""
+    def value(v: str):
+        try:
+            return float(v)
+        except ValueError:
+            return v
+    return json.dumps({k: value(v) for k, _, v in (a.partition("=") for a in pairs or [])})
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=int, default=1024)
@@ -121,9 +131,15 @@ def main() -> int:
     ap.add_argument("--albumentations", choices=("default", "none"), default="default",
                     help="Ultralytics' default Albumentations on both sides (default; needs albumentations in both "
                          "venvs), or on neither")
+    ap.add_argument("--paired", action="store_true", help="each round also runs both sides without the --aug "
+                    "augmentations, and prints the ratio with them over the ratio without, round by round")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    aug = json.dumps({k: float(v) for k, _, v in (a.partition("=") for a in args.aug or [])})
+    if args.paired and not args.aug:
+        ap.error("--paired compares runs with and without --aug: give at least one --aug KEY=VALUE")
+    if args.paired:
+        return paired(args)
+    aug = aug_json(args.aug)
     loaders = args.loader or ["cpu"]
     ultra_py = ensure_ultralytics_venv()
     src = default_source()
@@ -136,15 +152,8 @@ def main() -> int:
                        check=True, capture_output=True)
         files = sorted(str(p) for p in (data / "images" / "train2017").glob("*.jpg"))
         res["decode_only_img_s"] = len(files) / decode_floor(files, len(os.sched_getaffinity(0)))
-        (tmp / "ultra.py").write_text(ULTRA_RUNNER)
-        (tmp / "ff.py").write_text(FF_RUNNER)
-        common = [str(args.imgsz), str(args.batch), str(args.workers), str(args.seconds), str(args.warmup), aug,
-                  args.albumentations]
         for r in range(args.rounds):
-            rnd = {"ultralytics": run([str(ultra_py), str(tmp / "ultra.py"), str(data / "images" / "train2017"),
-                                       *common, args.ultra_cache], tmp)}
-            for name in loaders:
-                rnd[name] = run([sys.executable, str(tmp / "ff.py"), str(store), name, *common], tmp)
+            rnd = one_round(args, aug, loaders, ultra_py, data, store, tmp)
             res["rounds"].append(rnd)
             print(f"round {r + 1}: " + ", ".join(f"{k} {v['images_s']:.0f} img/s" for k, v in rnd.items()), flush=True)
     med = {k: statistics.median(rnd[k]["images_s"] for rnd in res["rounds"]) for k in res["rounds"][0]}
@@ -159,6 +168,52 @@ def main() -> int:
     for name in loaders:
         print(f"  {'fastfeed ' + name:34} {med[name]:7.0f} images/s  {med[name] / base:.2f}x ultralytics, "
               f"{med[name] / res['decode_only_img_s']:.0%} of decode-only")
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1))
+    return 0
+
+
+def one_round(args, aug: str, loaders, ultra_py, data: Path, store: Path, tmp: Path) -> dict:
+    """Ultralytics, then each fastfeed loader, each in a fresh process: name -> its RESULT."""
+    (tmp / "ultra.py").write_text(ULTRA_RUNNER)
+    (tmp / "ff.py").write_text(FF_RUNNER)
+    common = [str(args.imgsz), str(args.batch), str(args.workers), str(args.seconds), str(args.warmup), aug,
+              args.albumentations]
+    rnd = {"ultralytics": run([str(ultra_py), str(tmp / "ultra.py"), str(data / "images" / "train2017"),
+                               *common, args.ultra_cache], tmp)}
+    for name in loaders:
+        rnd[name] = run([sys.executable, str(tmp / "ff.py"), str(store), name, *common], tmp)
+    return rnd
+
+
+def paired(args) -> int:
+    """`--paired`: per round, both sides without the augmentations and then with them; each round's ratio with
+    them over its ratio without (>= 1: the augmentation costs fastfeed no more of its lead), and the median."""
+    loaders = args.loader or ["cpu"]
+    ultra_py = ensure_ultralytics_venv()
+    res = {"machine": machine(), "config": vars(args) | {"json": None, "loader": loaders}, "rounds": []}
+    with tempfile.TemporaryDirectory(prefix="ffvsul-") as tmp:
+        tmp = Path(tmp)
+        data = replicate_coco(default_source(), tmp / "data", args.images)
+        store = tmp / "data.ff"
+        subprocess.run([sys.executable, "-m", "fastfeed", "pack", str(data), "--format", "coco", "-o", str(store),
+                        "--quiet"], check=True, capture_output=True)
+        for r in range(args.rounds):
+            rnd = {side: one_round(args, a, loaders, ultra_py, data, store, tmp)
+                   for side, a in (("without", "{}"), ("with", aug_json(args.aug)))}
+            res["rounds"].append(rnd)
+            print(f"round {r + 1}: " + "; ".join(f"{side}: " + ", ".join(f"{k} {v['images_s']:.0f}" for k, v in
+                                                                       x.items()) for side, x in rnd.items()), flush=True)
+    print(f"\n{args.images} images, imgsz {args.imgsz}, batch {args.batch}, {args.workers} workers, mosaic on, "
+          f"Albumentations {args.albumentations}; with: {', '.join(args.aug)}; {args.rounds} rounds of "
+          f"{args.seconds:.0f} s, each side with and without")
+    for name in loaders:
+        ratios = [{side: x[name]["images_s"] / x["ultralytics"]["images_s"] for side, x in rnd.items()}
+                  for rnd in res["rounds"]]
+        print(f"  fastfeed {name} / ultralytics, without: " + ", ".join(f"{q['without']:.2f}x" for q in ratios) +
+              "; with: " + ", ".join(f"{q['with']:.2f}x" for q in ratios))
+        print("  with / without, by round: " + ", ".join(f"{q['with'] / q['without']:.3f}" for q in ratios) +
+              f"; median {statistics.median(q['with'] / q['without'] for q in ratios):.3f}")
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))
     return 0

@@ -21,6 +21,7 @@ the warp path cannot): callers should decode within 2x of the drawn size, e.g. b
 from __future__ import annotations
 
 import math
+import threading
 
 import cv2
 import numpy as np
@@ -85,23 +86,39 @@ def paste_tile(out: np.ndarray, img: np.ndarray, place: Place, region: Rect,
     # src pixel index -> src continuous (+0.5, the crop's origin) -> out continuous -> roi pixel index (-0.5)
     m = np.array([[1.0, 0.0, -j0 - 0.5], [0.0, 1.0, -i0 - 0.5], [0.0, 0.0, 1.0]]) @ full @ np.array(
         [[1.0, 0.0, fx + 0.5], [0.0, 1.0, fy + 0.5], [0.0, 0.0, 1.0]])
-    drawn = np.empty((i1 - i0, j1 - j0, out.shape[2]), out.dtype)
+    drawn, inside = _scratch(i1 - i0, j1 - j0, out.shape[2])
     warp = (cv2.warpPerspective, m) if projective else (cv2.warpAffine, m[:2])
     warp[0](src, warp[1], (j1 - j0, i1 - i0), dst=drawn, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
-    inside = np.zeros(drawn.shape[:2], np.uint8)
+    inside.fill(0)
     quad = np.round((widened(corners.T, 0.5) - (j0 + 0.5, i0 + 0.5)) * (1 << SUBPIXEL)).astype(np.int32)
     cv2.fillConvexPoly(inside, quad, 1, cv2.LINE_8, SUBPIXEL)
     cv2.copyTo(drawn, inside, out[i0:i1, j0:j1])
     return full, crop
 
 
+_NEXT, _PREV = [1, 2, 3, 0], [3, 0, 1, 2]
+_LOCAL = threading.local()
+
+
+def _scratch(h: int, w: int, c: int) -> tuple[np.ndarray, np.ndarray]:
+    """This thread's (h, w, c) uint8 and (h, w) uint8 scratch, views of buffers kept between calls (fresh pages
+    for every tile cost more than the copy they hold)."""
+    img, mask = getattr(_LOCAL, "bufs", (np.empty((0, 0, c), np.uint8), np.empty((0, 0), np.uint8)))
+    if img.shape[0] < h or img.shape[1] < w or img.shape[2] != c:
+        img, mask = np.empty((max(h, img.shape[0]), max(w, img.shape[1]), c), np.uint8), np.empty(
+            (max(h, img.shape[0]), max(w, img.shape[1])), np.uint8)
+        _LOCAL.bufs = img, mask
+    return img[:h, :w], mask[:h, :w]
+
+
 def widened(quad: np.ndarray, d: float) -> np.ndarray:
-    """A convex polygon [N,2] (in turn) with every edge moved out by d (each corner where its moved edges meet)."""
-    e = np.roll(quad, -1, 0) - quad
-    n = np.stack([e[:, 1], -e[:, 0]], 1) / np.maximum(np.hypot(e[:, 0], e[:, 1]), 1e-12)[:, None]
-    cross = e[:, 0] * np.roll(e[:, 1], -1) - e[:, 1] * np.roll(e[:, 0], -1)
-    n *= 1.0 if cross.sum() > 0 else -1.0   # outward whichever way the polygon turns
-    prev = np.roll(n, 1, 0)   # corner k joins edge k-1 and edge k
+    """A convex quadrilateral [4,2] (corners in turn) with every edge moved out by d (each corner where its moved
+    edges meet)."""
+    e = quad[_NEXT] - quad
+    n = e[:, ::-1] * (1.0, -1.0) / np.maximum(np.hypot(e[:, 0], e[:, 1]), 1e-12)[:, None]
+    if (e[:, 0] * e[_NEXT, 1] - e[:, 1] * e[_NEXT, 0]).sum() < 0:
+        n = -n   # outward whichever way the polygon turns
+    prev = n[_PREV]   # corner k joins edge k-1 and edge k
     return quad + d * (prev + n) / np.maximum(1.0 + (prev * n).sum(1), 1e-3)[:, None]
 
 
