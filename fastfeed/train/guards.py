@@ -35,7 +35,8 @@ class DataSourceFailed(RemoteError):
 
 class RankSourceFailed(Exception):
     """Under DDP: some rank's data source failed for good, learnt by every rank at the same micro-batch through the
-    loss all-reduce (docs/design.md, 'Under DDP the ranks stop together'); `loop.lost_source` saves and names it."""
+    loss all-reduce (docs/design.md, 'Under DDP the ranks stop together'); `loop.lost_source` saves and names it
+    (`ranks_lost`, as FastfeedTrainer's ranks do)."""
 
 
 # --- an --out that holds a run ---------------------------------------------------------------------------------
@@ -151,6 +152,13 @@ def source_failure(e: BaseException) -> str | None:
     except (ImportError, AttributeError, ValueError):
         return None
     return m["msg"] if isinstance(cls, type) and issubclass(cls, RemoteError) else None
+
+
+def ranks_lost(message: str | None, d: distributed.Dist) -> str:
+    """Every rank, where they all learnt that some rank's source failed (`message`: this rank's `source_failure`, or
+    None): which ranks' failed and why, the same line on every rank (one all_gather_object)."""
+    got = distributed.gather(message, d)
+    return "; ".join(f"rank {r}: {m}" for r, m in enumerate(got) if m) + " (the other ranks stopped at the same step)"
 
 
 def resume_hint(last: Path) -> str:
