@@ -35,8 +35,7 @@ class DataSourceFailed(RemoteError):
 
 class RankSourceFailed(Exception):
     """Under DDP: some rank's data source failed for good, learnt by every rank at the same micro-batch through the
-    loss all-reduce (docs/design.md, 'Under DDP the ranks stop together'); `loop.lost_source` saves and names it
-    (`ranks_lost`, as FastfeedTrainer's ranks do)."""
+    loss all-reduce (docs/design.md, 'Under DDP the ranks stop together'); `loop.lost_source` saves and names it."""
 
 
 # --- an --out that holds a run ---------------------------------------------------------------------------------

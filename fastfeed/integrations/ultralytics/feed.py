@@ -3,14 +3,13 @@
 The trainer reads `len(loader)`, `loader.batch_size`, `loader.drop_last`, `loader.num_workers`,
 `len(loader.sampler)` (samples this rank draws), `loader.sampler.set_epoch()` (DDP), `loader.reset()`,
 `loader.close()`, and from `loader.dataset`: `len()`, `labels` (plots, class weights, the max_det
-check) and `mosaic` / `close_mosaic(hyp)` (its close_mosaic epochs). Everything else is iteration. Under DDP a data
-source lost for good on this rank hands out blank batches (`lost`) until the ranks agree to stop (stopping.py).
+check) and `mosaic` / `close_mosaic(hyp)` (its close_mosaic epochs). Everything else is iteration.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from time import perf_counter
@@ -68,15 +67,6 @@ class EpochSampler:
         self._feed.epoch = int(epoch)
 
 
-@dataclass
-class LostSource:
-    """Under DDP: this rank's data source failed for good (`message`, `guards.source_failure`'s); the feed reads no
-    more and hands out blank batches, counted in `position` (batches of the epoch), until every rank stops."""
-
-    message: str
-    position: int
-
-
 class FastfeedTrainLoader:
     """Iterating gives one epoch of trainer batches (dicts) from `create_loader(name, store, cfg)`.
 
@@ -84,8 +74,8 @@ class FastfeedTrainLoader:
     A batch's `img` is the loader's uint8 buffer: valid until the next batch is requested; after a
     non-blocking device copy, call `copy_issued()` so the buffer is not reused before the copy is done.
     From a loader that is `on_device` (the device loader) it is float images on the device, fresh each batch.
-    Under DDP (world_size > 1) a data source lost for good does not raise: the rest of the epoch is blank batches of
-    the same shapes and keys without objects (`lost` says why), so this rank's collectives still meet the others'.
+    Under DDP a data source lost for good does not raise: `lost` is its message, and the batches are blank (a real
+    one's shapes and keys, no object), so this rank's collectives meet the others' until all stop (stopping.py).
     """
 
     def __init__(self, name: str, store, cfg: LoaderConfig, *, epoch_of: Callable[[], int] | None = None,
@@ -101,7 +91,8 @@ class FastfeedTrainLoader:
         self.mosaic_closed = False
         self._epoch_of = epoch_of
         self._copy_event = None
-        self.lost: LostSource | None = None
+        self.lost: str | None = None
+        self._blanks = 0   # once lost: the batches of the epoch handed out
         t0 = perf_counter()
         self.loader = create_loader(name, store, cfg, **self.options)   # the fastfeed Loader (stage_times(), ...)
         self.shm_cache_line = shm_cache_line(self.loader, perf_counter() - t0)   # the shm cache's size and build time
@@ -123,9 +114,8 @@ class FastfeedTrainLoader:
 
     @property
     def position(self) -> int:
-        """Batches of `epoch` handed out so far (a mid-epoch checkpoint's position): the loader's own count (once
-        the source is lost, blank ones counted on)."""
-        return self.loader.handed if self.lost is None else self.lost.position
+        """Batches of `epoch` handed out so far (a mid-epoch checkpoint's position): the loader's count, or blanks."""
+        return self.loader.handed if self.lost is None else self._blanks
 
     def __iter__(self):
         return self._batches()   # a generator: nothing runs until the first batch is asked for
@@ -144,53 +134,44 @@ class FastfeedTrainLoader:
         start = loader.start if resumed is not None and loader.epoch == epoch else 0
         clock = self.clock = FeedClock.started()
         asked = clock.start
-        if self.lost is not None:   # lost in an earlier epoch: blank batches only
-            self.lost.position = 0
-        else:
+        self._blanks = 0   # (lost in an earlier epoch: blank batches only)
+        if self.lost is None:
             try:
                 loader.set_epoch(epoch, start)
                 for batch in loader:   # im_file, ori_shape...: of the records the batch says it holds, in its order
-                    out = self._collate(batch)
-                    clock.batch(perf_counter() - asked, len(batch.images))
+                    images, targets, indices = batch.images, batch.targets, getattr(batch, "indices", None)
+                    if indices is None or len(indices) != len(images):
+                        raise RuntimeError(f"fastfeed {self.name} loader gave a batch of {len(images)} images without "
+                                           f"the record index of each (Batch.indices: {indices!r}); FastfeedTrainer "
+                                           "needs them to name the images")
+                    out = collate(images, targets, indices.tolist(), self.info, self.class_filter, batch.extras(),
+                                  self.cfg.overlap_mask)
+                    clock.batch(perf_counter() - asked, len(images))
                     yield out
                     asked = clock.resumed()
                     self._wait_copy()    # the next request lets the loader reuse this batch's buffer
                 return
             except Exception as e:
-                message = source_failure(e)
-                if message is None or self.world_size == 1:
+                if (message := source_failure(e)) is None or self.world_size == 1:
                     raise   # one process: the trainer saves and raises (stopping.py)
-                self.lost = LostSource(message, loader.handed)
-                log.warning(f"fastfeed: rank {self.rank}: {message}; training blank batches until every rank stops "
-                            "at the next optimizer step")
-        while self.lost.position < len(self):
-            self.lost.position += 1
+                self.lost, self._blanks = message, loader.handed
+                log.warning(f"fastfeed: rank {self.rank}: {message}; blank batches until the ranks stop together")
+        while self._blanks < len(self):
+            self._blanks += 1
             yield self._blank()
 
-    def _collate(self, batch) -> dict:
-        images, targets, indices = batch.images, batch.targets, getattr(batch, "indices", None)
-        if indices is None or len(indices) != len(images):
-            raise RuntimeError(f"fastfeed {self.name} loader gave a batch of {len(images)} images without the "
-                               f"record index of each (Batch.indices: {indices!r}); FastfeedTrainer needs them "
-                               "to name the images")
-        return collate(images, targets, indices.tolist(), self.info, self.class_filter, batch.extras(),
-                       self.cfg.overlap_mask)
-
     def _blank(self) -> dict:
-        """A trainer batch of blank images without objects: the shapes, dtypes and keys of a real one (the task's
-        extras empty, as a batch without objects has them)."""
-        cfg, n, s = self.cfg, self.cfg.batch_size, self.cfg.imgsz
-        if self.on_device:
-            images = torch.zeros((n, 3, s, s), dtype=getattr(torch, self.options["dtype"]), device=cfg.device)
-        else:
-            images = torch.zeros((n, 3, s, s), dtype=torch.uint8)
-        spec, extras = tasks.get(self.loader.task), {}
-        if spec.extra is not None:
-            side = mask_side(s, cfg.mask_ratio)
-            extras[spec.extra] = (torch.zeros((n, side, side), dtype=torch.int16) if spec.extra == "masks"
-                                  and cfg.overlap_mask else torch.from_numpy(
-                                      spec.empty_extra(getattr(self.store.manifest, "kpt_shape", None), side)))
-        return collate(images, torch.zeros((0, 6)), [0] * n, self.info, self.class_filter, extras, cfg.overlap_mask)
+        """Blank images without objects: a real batch's shapes, dtypes and keys (the task's extras as empty)."""
+        cfg, n, s, spec = self.cfg, self.cfg.batch_size, self.cfg.imgsz, tasks.get(self.loader.task)
+        dtype, on = (getattr(torch, self.options["dtype"]), cfg.device) if self.on_device else (torch.uint8, "cpu")
+        side, extras = mask_side(s, cfg.mask_ratio), {}
+        if spec.extra == "masks" and cfg.overlap_mask:
+            extras["masks"] = torch.zeros((n, side, side), dtype=torch.int16, device=on)
+        elif spec.extra is not None:
+            kpt_shape = getattr(self.store.manifest, "kpt_shape", None)
+            extras[spec.extra] = torch.from_numpy(spec.empty_extra(kpt_shape, side)).to(on)
+        return collate(torch.zeros((n, 3, s, s), dtype=dtype, device=on), torch.zeros((0, 6), device=on), [0] * n,
+                       self.info, self.class_filter, extras, cfg.overlap_mask)
 
     def copy_issued(self, device: torch.device) -> None:
         """The trainer has queued this batch's copy to `device`; wait for it before the buffer is reused."""

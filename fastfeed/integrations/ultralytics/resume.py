@@ -25,8 +25,7 @@ from .exact import STATE_KEY
 
 SAVE_ENV = "FASTFEED_SAVE_EVERY_MIN"
 KEY = "fastfeed"                      # the position's entry in a mid-epoch last.pt
-STOP_FILE = "fastfeed_stopped.json"   # in save_dir: rank 0 says a signal or a lost source stopped the run (for the
-#                                       DDP launcher)
+STOP_FILE = "fastfeed_stopped.json"   # in save_dir: rank 0 says what stopped the ranks (for the DDP launcher)
 
 
 class Preempted(SystemExit):

@@ -47,8 +47,7 @@ class StoppableMixin:
     _ff_done = (-1, 0)   # (epoch, batches) at the last optimizer step
     ff_last_step = -1   # the loop's batch count (epoch x batches per epoch + batch) at the last optimizer step
     ff_rhythm = None    # after a mid-epoch resume: the uninterrupted run's step schedule, continued (exact.py)
-    _ff_buffers = None  # BatchNorm statistics and ...
-    _ff_began = None    # ... random generators at the last optimizer step (or the epoch's start): a lost source's
+    _ff_buffers = _ff_began = None   # BatchNorm statistics, generators at the last step (or epoch's start): _ff_mark
 
     def __init__(self, cfg=DEFAULT_CFG, overrides=None, _callbacks=None):
         self._ff_every = save_every_min()   # a bad value fails here, before anything is built
@@ -75,8 +74,7 @@ class StoppableMixin:
             if message is None:
                 raise
             self._ff_close()
-            raise DataSourceFailed(self._ff_lost_source(message)) from None   # (one process: under DDP the feed
-            #                                                                     trains blank batches instead)
+            raise DataSourceFailed(self._ff_lost_source(message)) from None   # (one process; DDP: _ff_agree)
 
     def _ff_close(self) -> None:
         for loader in (getattr(self, "train_loader", None), getattr(self, "test_loader", None)):
@@ -123,44 +121,36 @@ class StoppableMixin:
             self.ff_rhythm.on_event(self, event)
         if event == "on_train_epoch_start":
             self._ff_mark()
-        elif event == "on_train_epoch_end" and self._ff_world() > 1:   # batches after the epoch's last step: a source
-            d = distributed.Dist(RANK, self._ff_world())                # lost there stops every rank here
-            if distributed.any_true(getattr(self.train_loader, "lost", None) is not None, d, self.device):
-                self._ff_source_lost(d)
+        elif event == "on_train_epoch_end":   # a source lost after the epoch's last step stops every rank here (a
+            self._ff_agree(epoch_end=True)    # signal is acted on after validation)
         super().run_callbacks(event)
         if event == "on_fit_epoch_end":   # every rank, after validation and the epoch's save_model
             self._ff_act(*self._ff_agree(epoch_end=True), epoch_end=True)
 
-    def _ff_world(self) -> int:
-        return self.world_size if RANK != -1 else 1
+    def _ff_dist(self) -> distributed.Dist:
+        return distributed.Dist(max(RANK, 0), self.world_size if RANK != -1 else 1)
 
     def _ff_agree(self, epoch_end: bool) -> tuple[bool, bool]:
         """(stop, save) as every rank agrees: a signal to any rank, rank 0's --save-every-min timer (not at an
         epoch's end). Under DDP one all-reduce of three numbers per optimizer step, the third a data source lost on
-        any rank (its feed trains blank batches meanwhile): then no rank applies the step and all raise here."""
-        signals, timer = self._ff_signals, self._ff_timer   # (None: _do_train called without train())
+        any rank (its feed trains blank batches meanwhile): then no rank applies the step, rank 0 writes last.pt
+        and the stop file (which the launching process reads), and every rank raises the same DataSourceFailed."""
+        signals, timer, d = self._ff_signals, self._ff_timer, self._ff_dist()   # (None: _do_train without train())
         stop = signals is not None and signals.requested is not None
         save = not epoch_end and RANK in (-1, 0) and timer is not None and timer.due()
-        if self._ff_world() > 1:
-            d = distributed.Dist(RANK, self._ff_world())
-            lost = getattr(self.train_loader, "lost", None) is not None
-            agreed = distributed.all_mean(torch.tensor([stop, save, lost], dtype=torch.float32, device=self.device),
-                                          d).tolist()
+        if d.world_size > 1:
+            lost = getattr(self.train_loader, "lost", None)
+            agreed = distributed.all_mean(torch.tensor([stop, save, lost is not None], dtype=torch.float32,
+                                                       device=self.device), d).tolist()
             if agreed[2] > 0:
-                self._ff_source_lost(d)
+                message = self._ff_lost_source(ranks_lost(lost, d))
+                if RANK == 0:
+                    write_stop_file(self.save_dir, {"why": "data source failed", "message": message,
+                                                    "saved_at": time.time()})
+                distributed.barrier(d)   # nobody leaves before last.pt is on disk
+                raise DataSourceFailed(message)
             stop, save = agreed[0] > 0, agreed[1] > 0
         return stop, save
-
-    def _ff_source_lost(self, d: distributed.Dist) -> None:
-        """Every rank, at the step (or epoch's end) where they learnt that some rank's source failed for good: the
-        same DataSourceFailed on each, naming the rank, after rank 0 wrote last.pt (and the stop file that tells the
-        launching process)."""
-        lost = getattr(self.train_loader, "lost", None)
-        message = self._ff_lost_source(ranks_lost(lost.message if lost else None, d))
-        if RANK == 0:
-            write_stop_file(self.save_dir, {"why": "data source failed", "message": message, "saved_at": time.time()})
-        distributed.barrier(d)   # nobody leaves before last.pt is on disk
-        raise DataSourceFailed(message)
 
     def _ff_act(self, stop: bool, save: bool, epoch_end: bool) -> None:
         """After an optimizer step (or an epoch's end): stop on an agreed signal, or save on the timer."""
@@ -177,7 +167,7 @@ class StoppableMixin:
     def _ff_rngs(self) -> list:
         """Every rank's random generators, for the checkpoint (every rank calls it where they meet: one
         all_gather_object under DDP)."""
-        return distributed.gather(rng_state(torch.device(self.device)), distributed.Dist(max(RANK, 0), self._ff_world()))
+        return distributed.gather(rng_state(torch.device(self.device)), self._ff_dist())
 
     def _ff_position(self, why: str, epoch_end: bool) -> dict:
         feed = self.train_loader
@@ -210,7 +200,7 @@ class StoppableMixin:
             elif self.args.save:
                 mid_epoch_checkpoint(self, super().save_model, pos, training_state(self, rngs))
             write_stop_file(self.save_dir, pos)
-        distributed.barrier(distributed.Dist(max(RANK, 0), self._ff_world()))   # nobody leaves before last.pt is on disk
+        distributed.barrier(self._ff_dist())   # nobody leaves before last.pt is on disk
         message = describe_stop(pos, self.last, type(self).__name__)
         if RANK in (-1, 0):
             log.warning(message)
