@@ -184,7 +184,9 @@ def test_under_ddp_a_lost_source_gives_blank_batches_the_tasks_loss_takes(tmp_pa
         feed.close()
 
 
-def test_under_ddp_an_error_that_is_not_the_sources_still_raises(sample_yolo, tmp_path, monkeypatch):  # noqa: F811
+@pytest.fixture
+def rank_1_feed(sample_yolo, tmp_path, monkeypatch):  # noqa: F811
+    """A FastfeedTrainer's feed as rank 1 of 2 (16 images, batch 2: 4 batches an epoch)."""
     from dataclasses import replace
 
     from ultra_data import train_loader_of
@@ -195,15 +197,27 @@ def test_under_ddp_an_error_that_is_not_the_sources_still_raises(sample_yolo, tm
     _, one = train_loader_of(FastfeedTrainer, sample_yolo, tmp_path, imgsz=64, batch=2)
     one.close()
     feed = FastfeedTrainLoader(one.name, one.store, replace(one.cfg, rank=1, world_size=2), options=one.options)
+    yield feed
+    feed.close()
 
+
+def test_under_ddp_an_error_that_is_not_the_sources_still_raises(rank_1_feed):
     def broken():
         raise ValueError("a bug, not an outage")
         yield
 
-    feed.loader.iter_batches = broken
-    try:
-        with pytest.raises(ValueError, match="a bug, not an outage"):
-            next(iter(feed))
-        assert feed.lost is None
-    finally:
-        feed.close()
+    rank_1_feed.loader.iter_batches = broken
+    with pytest.raises(ValueError, match="a bug, not an outage"):
+        next(iter(rank_1_feed))
+    assert rank_1_feed.lost is None
+
+
+def test_under_ddp_a_source_lost_as_the_epoch_is_set_gives_the_whole_epoch_blank(rank_1_feed):
+    from fastfeed.store.objstore import RemoteError
+
+    def lost(epoch, start=0):
+        raise RemoteError("s3://bucket/train.ff: unreachable (test)")
+
+    rank_1_feed.loader.set_epoch = lost
+    got = [(b["cls"].shape[0], rank_1_feed.position) for b in rank_1_feed]
+    assert got == [(0, 1), (0, 2), (0, 3), (0, 4)] and rank_1_feed.lost.startswith("s3://bucket/train.ff")

@@ -92,7 +92,7 @@ class FastfeedTrainLoader:
         self._epoch_of = epoch_of
         self._copy_event = None
         self.lost: str | None = None
-        self._blanks = 0   # once lost: the batches of the epoch handed out
+        self._given = 0   # batches of the epoch given (`position` once lost: the loader counts them otherwise)
         t0 = perf_counter()
         self.loader = create_loader(name, store, cfg, **self.options)   # the fastfeed Loader (stage_times(), ...)
         self.shm_cache_line = shm_cache_line(self.loader, perf_counter() - t0)   # the shm cache's size and build time
@@ -115,7 +115,7 @@ class FastfeedTrainLoader:
     @property
     def position(self) -> int:
         """Batches of `epoch` handed out so far (a mid-epoch checkpoint's position): the loader's count, or blanks."""
-        return self.loader.handed if self.lost is None else self._blanks
+        return self.loader.handed if self.lost is None else self._given
 
     def __iter__(self):
         return self._batches()   # a generator: nothing runs until the first batch is asked for
@@ -134,7 +134,7 @@ class FastfeedTrainLoader:
         start = loader.start if resumed is not None and loader.epoch == epoch else 0
         clock = self.clock = FeedClock.started()
         asked = clock.start
-        self._blanks = 0   # (lost in an earlier epoch: blank batches only)
+        self._given = 0 if self.lost is not None else start   # (lost in an earlier epoch: blank batches only)
         if self.lost is None:
             try:
                 loader.set_epoch(epoch, start)
@@ -147,6 +147,7 @@ class FastfeedTrainLoader:
                     out = collate(images, targets, indices.tolist(), self.info, self.class_filter, batch.extras(),
                                   self.cfg.overlap_mask)
                     clock.batch(perf_counter() - asked, len(images))
+                    self._given += 1
                     yield out
                     asked = clock.resumed()
                     self._wait_copy()    # the next request lets the loader reuse this batch's buffer
@@ -154,10 +155,10 @@ class FastfeedTrainLoader:
             except Exception as e:
                 if (message := source_failure(e)) is None or self.world_size == 1:
                     raise   # one process: the trainer saves and raises (stopping.py)
-                self.lost, self._blanks = message, loader.handed
+                self.lost = message
                 log.warning(f"fastfeed: rank {self.rank}: {message}; blank batches until the ranks stop together")
-        while self._blanks < len(self):
-            self._blanks += 1
+        while self._given < len(self):
+            self._given += 1
             yield self._blank()
 
     def _blank(self) -> dict:
