@@ -177,7 +177,7 @@ class StoppableMixin:
                 "stopped_by": self._ff_signals.reason() if why == "signal" else None, "why": why,
                 "saved_at": time.time()}
 
-    def _ff_save(self, why: str, rngs: list | None = None) -> dict:
+    def _ff_save(self, why: str, rngs: list) -> dict:
         """Rank 0: a mid-epoch last.pt at the loader's position (`rngs`: every rank's generators)."""
         pos = self._ff_position(why, epoch_end=False)
         if not self.args.save:
