@@ -18,11 +18,17 @@ from ultra_task_data import make_set
 pytest.importorskip("ultralytics")
 pytest.importorskip("cloudpickle")
 
-from ddp_trainer import CpuDdpTrainer, RecordingTrainer  # noqa: E402
+from ddp_trainer import CpuDdpTrainer, RecordingTrainer, lose_at  # noqa: E402
 from ultralytics import YOLO  # noqa: E402
 from ultralytics.nn.tasks import load_checkpoint  # noqa: E402
 
-from fastfeed.integrations.ultralytics import FastfeedTrainer  # noqa: E402
+from fastfeed.integrations.ultralytics import (  # noqa: E402
+    FastfeedOBBTrainer,
+    FastfeedPoseTrainer,
+    FastfeedSegmentationTrainer,
+    FastfeedTrainer,
+    FastfeedTrainLoader,
+)
 from fastfeed.integrations.ultralytics.exact import STATE_KEY  # noqa: E402
 from fastfeed.integrations.ultralytics.resume import KEY  # noqa: E402
 from fastfeed.train.guards import DataSourceFailed  # noqa: E402
@@ -32,6 +38,8 @@ from fastfeed.train.guards import DataSourceFailed  # noqa: E402
 # its own Python generator, so a resumed rank draws the uninterrupted run's only with its generator as the step left it.
 RUN = dict(imgsz=96, batch=2, epochs=1, close_mosaic=0, device="cpu", plots=False, workers=0, seed=0, val=False,
            warmup_epochs=0, multi_scale=0.3)
+TRAINERS = {"detect": (FastfeedTrainer, "yolov8n.yaml"), "segment": (FastfeedSegmentationTrainer, "yolov8n-seg.yaml"),
+            "pose": (FastfeedPoseTrainer, "yolov8n-pose.yaml"), "obb": (FastfeedOBBTrainer, "yolov8n-obb.yaml")}
 LOST = "DataSourceFailed: rank 1: s3://bucket/train.ff: unreachable (test) (the other ranks stopped at the same step)"
 
 
@@ -143,19 +151,13 @@ def test_under_ddp_a_lost_source_gives_blank_batches_the_tasks_loss_takes(tmp_pa
     and the next epoch is blank too; the task's loss takes them."""
     from dataclasses import replace
 
-    from ddp_trainer import lose_at
-    from test_ultralytics_tasks import MODELS, TRAINERS
-
-    from fastfeed.integrations.ultralytics import FastfeedTrainLoader
-
     monkeypatch.setenv("FASTFEED_LOADER", loader)
     monkeypatch.setenv("FF_LOSE", "0:3")   # (this process is Ultralytics' RANK -1: FF_LOSE's rank 0)
     data = make_set(tmp_path / "set", "segment" if task == "detect" else task, n=16)   # 4 batches of 2 a rank
-    cls = FastfeedTrainer if task == "detect" else TRAINERS[task]
-    trainer = cls(overrides=dict(model=MODELS.get(task, "yolov8n.yaml"), data=str(data / "data.yaml"), imgsz=64, batch=2,
-                                 epochs=2, device="cpu", workers=0, plots=False, project=str(tmp_path), name="t",
-                                 seed=0, close_mosaic=0, **over))
-    trainer.model = trainer.get_model(cfg=MODELS.get(task, "yolov8n.yaml"), verbose=False)
+    cls, model = TRAINERS[task]
+    trainer = cls(overrides=dict(model=model, data=str(data / "data.yaml"), imgsz=64, batch=2, epochs=2, device="cpu",
+                                 workers=0, plots=False, project=str(tmp_path), name="t", seed=0, close_mosaic=0, **over))
+    trainer.model = trainer.get_model(cfg=model, verbose=False)
     one = trainer.get_dataloader(trainer.data["train"], batch_size=2, rank=-1, mode="train")
     one.close()
     feed = FastfeedTrainLoader(one.name, one.store, replace(one.cfg, rank=1, world_size=2), options=one.options,
@@ -190,8 +192,6 @@ def rank_1_feed(sample_yolo, tmp_path, monkeypatch):  # noqa: F811
     from dataclasses import replace
 
     from ultra_data import train_loader_of
-
-    from fastfeed.integrations.ultralytics import FastfeedTrainLoader
 
     monkeypatch.delenv("FASTFEED_LOADER", raising=False)
     _, one = train_loader_of(FastfeedTrainer, sample_yolo, tmp_path, imgsz=64, batch=2)

@@ -164,7 +164,7 @@ class FastfeedTrainLoader:
     def _blank(self) -> dict:
         """Blank images without objects: a real batch's shapes, dtypes and keys (the task's extras as empty)."""
         cfg, n, s, spec = self.cfg, self.cfg.batch_size, self.cfg.imgsz, tasks.get(self.loader.task)
-        dtype, on = (getattr(torch, self.options["dtype"]), cfg.device) if self.on_device else (torch.uint8, "cpu")
+        dtype, on = (self.loader.dtype, cfg.device) if self.on_device else (torch.uint8, "cpu")   # (the device loader's)
         side, extras = mask_side(s, cfg.mask_ratio), {}
         if spec.extra == "masks" and cfg.overlap_mask:
             extras["masks"] = torch.zeros((n, side, side), dtype=torch.int16, device=on)
