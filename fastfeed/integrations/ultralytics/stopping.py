@@ -102,7 +102,7 @@ class StoppableMixin:
 
     def _ff_mark(self) -> None:
         """The BatchNorm statistics and random generators now (after an optimizer step, at an epoch's start): what
-        a lost source puts back (one fused copy and the generators' state, tens of microseconds)."""
+        a lost source puts back (one fused copy and the generators' state: 0.1-0.2 ms for yolov8n on a CPU)."""
         if self._ff_buffers is None:
             self._ff_buffers = BufferSnapshot(unwrap_model(self.model))
         self._ff_buffers.take()
