@@ -7,11 +7,12 @@ process stops as before: the loader's error, never a blank batch."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
-import psutil
 import pytest
 import torch
+from proc_checks import descendants, kill_all, wait_gone
 from ultra_data import _names, sample_yolo, sample_yolo_master, write_data_yaml  # noqa: F401  (fixtures)
 from ultra_task_data import make_set
 
@@ -63,6 +64,7 @@ def _launch(data, out, monkeypatch, name, lose=None, **over):
         monkeypatch.delenv("FF_LOSE", raising=False)
     for r in (0, 1):
         (out / f"rank{r}.json").unlink(missing_ok=True)
+    before = {p.pid for p in descendants(os.getpid())}
     try:
         if name == "resume":
             YOLO(str(over.pop("last"))).train(resume=True, trainer=CpuDdpTrainer)
@@ -70,7 +72,8 @@ def _launch(data, out, monkeypatch, name, lose=None, **over):
             YOLO("yolov8n.yaml").train(data=str(data / "data.yaml"), trainer=CpuDdpTrainer, project=str(out),
                                        name=name, **(RUN | over))
     finally:
-        left = [p for p in psutil.Process().children(recursive=True) if p.is_running()]
+        left = wait_gone([p for p in descendants(os.getpid()) if p.pid not in before], timeout=10)
+        kill_all(left)
         assert not left, f"processes left behind: {left}"
     return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)], torch.load(out / "weights.pt")
 
