@@ -153,5 +153,12 @@ def source_failure(e: BaseException) -> str | None:
     return m["msg"] if isinstance(cls, type) and issubclass(cls, RemoteError) else None
 
 
+def ranks_lost(message: str | None, d: distributed.Dist) -> str:
+    """Every rank, where they all learnt that some rank's source failed (`message`: this rank's `source_failure`, or
+    None): which ranks' failed and why, the same line on every rank (one all_gather_object)."""
+    got = distributed.gather(message, d)
+    return "; ".join(f"rank {r}: {m}" for r, m in enumerate(got) if m) + " (the other ranks stopped at the same step)"
+
+
 def resume_hint(last: Path) -> str:
     return f"{last} holds the last finished step: continue with the same command and --resume once it is reachable"

@@ -21,7 +21,7 @@ from . import distributed
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .evaluate import evaluate
-from .guards import DataSourceFailed, RankSourceFailed, estimate, pace, resume_hint, source_failure
+from .guards import DataSourceFailed, RankSourceFailed, estimate, pace, ranks_lost, resume_hint, source_failure
 from .model import build_model
 from .report import Reporter
 from .resume import checkpoint_state, gather_rngs, load_weights, resolve_imgsz, start_from
@@ -129,8 +129,7 @@ def lost_source(run, e: Exception, done: int, began: dict) -> None:
     run.snapshot.restore()   # the BatchNorm statistics the unfinished step's forwards had moved
     set_rng_state(began, run.device)
     if agreed:   # every rank is here: which failed, and each rank's generators for last.pt
-        message = "; ".join(f"rank {r}: {m}" for r, m in enumerate(distributed.gather(message, run.dd)) if m)
-        message += " (the other ranks stopped at the same step)"
+        message = ranks_lost(message, run.dd)
         gather_rngs(run)
     if run.dd.main:
         write_last(run, "data source failed", batches=done)   # the step in flight is undone

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from ultralytics.utils.torch_utils import unwrap_model
 
-from ...devices import rng_state, set_rng_state
+from ...devices import set_rng_state
 
 STATE_KEY = "fastfeed_state"   # beside Ultralytics' entries and the position (resume.KEY) in a mid-epoch last.pt
 NO_STEP = sys.maxsize           # an accumulation no batch count reaches: the loop takes no step at this batch
@@ -30,14 +30,14 @@ def _cpu(value):
     return value
 
 
-def training_state(trainer, rngs: list | None = None) -> dict:
+def training_state(trainer, rngs: list) -> dict:
     """The state a mid-epoch last.pt of FastfeedTrainer `trainer` keeps for an exact resume (`rngs`: every rank's
-    generators, gathered where the ranks met; else this process's)."""
+    generators, gathered where the ranks met)."""
     rhythm, feed = trainer.ff_rhythm, trainer.train_loader
     epoch_loss = rhythm.epoch_mean(trainer.epoch, trainer.tloss, feed.position) if rhythm else trainer.tloss
     return {"model": _cpu(unwrap_model(trainer.model).state_dict()), "ema": _cpu(trainer.ema.ema.state_dict()),
             "updates": int(trainer.ema.updates), "optimizer": _cpu(trainer.optimizer.state_dict()),
-            "scaler": trainer.scaler.state_dict(), "rng": rngs or [rng_state(torch.device(trainer.device))],
+            "scaler": trainer.scaler.state_dict(), "rng": rngs,
             "last_step": int(trainer.ff_last_step),
             "epoch_loss": _cpu(epoch_loss),   # and the gradients of batches after the last step (at an epoch's end)
             "grads": [_cpu(p.grad) for p in unwrap_model(trainer.model).parameters()]}

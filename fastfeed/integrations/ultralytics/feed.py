@@ -16,9 +16,12 @@ from time import perf_counter
 
 import torch
 
+from ... import tasks
+from ...augment.masks import mask_side
 from ...devices import copy_fence
 from ...loaders import LoaderConfig, create_loader
 from ...loaders.base import MIXING
+from ...train.guards import source_failure
 from .args import log
 from .batches import ClassFilter, collate, labels, read_records
 from .report import FeedClock, shm_cache_line
@@ -71,6 +74,8 @@ class FastfeedTrainLoader:
     A batch's `img` is the loader's uint8 buffer: valid until the next batch is requested; after a
     non-blocking device copy, call `copy_issued()` so the buffer is not reused before the copy is done.
     From a loader that is `on_device` (the device loader) it is float images on the device, fresh each batch.
+    Under DDP a data source lost for good does not raise: `lost` is its message, and the batches are blank (a real
+    one's shapes and keys, no object), so this rank's collectives meet the others' until all stop (stopping.py).
     """
 
     def __init__(self, name: str, store, cfg: LoaderConfig, *, epoch_of: Callable[[], int] | None = None,
@@ -86,6 +91,8 @@ class FastfeedTrainLoader:
         self.mosaic_closed = False
         self._epoch_of = epoch_of
         self._copy_event = None
+        self.lost: str | None = None
+        self._given = 0   # batches of the epoch given (`position` once lost: the loader counts them otherwise)
         t0 = perf_counter()
         self.loader = create_loader(name, store, cfg, **self.options)   # the fastfeed Loader (stage_times(), ...)
         self.shm_cache_line = shm_cache_line(self.loader, perf_counter() - t0)   # the shm cache's size and build time
@@ -107,8 +114,8 @@ class FastfeedTrainLoader:
 
     @property
     def position(self) -> int:
-        """Batches of `epoch` handed out so far (a mid-epoch checkpoint's position): the loader's own count."""
-        return self.loader.handed
+        """Batches of `epoch` handed out so far (a mid-epoch checkpoint's position): the loader's count, or blanks."""
+        return self.loader.handed if self.lost is None else self._given
 
     def __iter__(self):
         return self._batches()   # a generator: nothing runs until the first batch is asked for
@@ -127,19 +134,45 @@ class FastfeedTrainLoader:
         start = loader.start if resumed is not None and loader.epoch == epoch else 0
         clock = self.clock = FeedClock.started()
         asked = clock.start
-        loader.set_epoch(epoch, start)
-        for batch in loader:   # im_file, ori_shape...: of the records the batch says it holds, in its order
-            images, targets, indices = batch.images, batch.targets, getattr(batch, "indices", None)
-            if indices is None or len(indices) != len(images):
-                raise RuntimeError(f"fastfeed {self.name} loader gave a batch of {len(images)} images without the "
-                                   f"record index of each (Batch.indices: {indices!r}); FastfeedTrainer needs them "
-                                   "to name the images")
-            out = collate(images, targets, indices.tolist(), self.info, self.class_filter, batch.extras(),
-                          self.cfg.overlap_mask)
-            clock.batch(perf_counter() - asked, len(images))
-            yield out
-            asked = clock.resumed()
-            self._wait_copy()    # the next request lets the loader reuse this batch's buffer
+        self._given = 0 if self.lost is not None else start   # (lost in an earlier epoch: blank batches only)
+        if self.lost is None:
+            try:
+                loader.set_epoch(epoch, start)
+                for batch in loader:   # im_file, ori_shape...: of the records the batch says it holds, in its order
+                    images, targets, indices = batch.images, batch.targets, getattr(batch, "indices", None)
+                    if indices is None or len(indices) != len(images):
+                        raise RuntimeError(f"fastfeed {self.name} loader gave a batch of {len(images)} images without "
+                                           f"the record index of each (Batch.indices: {indices!r}); FastfeedTrainer "
+                                           "needs them to name the images")
+                    out = collate(images, targets, indices.tolist(), self.info, self.class_filter, batch.extras(),
+                                  self.cfg.overlap_mask)
+                    clock.batch(perf_counter() - asked, len(images))
+                    self._given += 1
+                    yield out
+                    asked = clock.resumed()
+                    self._wait_copy()    # the next request lets the loader reuse this batch's buffer
+                return
+            except Exception as e:
+                if (message := source_failure(e)) is None or self.world_size == 1:
+                    raise   # one process: the trainer saves and raises (stopping.py)
+                self.lost = message
+                log.warning(f"fastfeed: rank {self.rank}: {message}; blank batches until the ranks stop together")
+        while self._given < len(self):
+            self._given += 1
+            yield self._blank()
+
+    def _blank(self) -> dict:
+        """Blank images without objects: a real batch's shapes, dtypes and keys (the task's extras as empty)."""
+        cfg, n, s, spec = self.cfg, self.cfg.batch_size, self.cfg.imgsz, tasks.get(self.loader.task)
+        dtype, on = (self.loader.dtype, cfg.device) if self.on_device else (torch.uint8, "cpu")   # (the device loader's)
+        side, extras = mask_side(s, cfg.mask_ratio), {}
+        if spec.extra == "masks" and cfg.overlap_mask:
+            extras["masks"] = torch.zeros((n, side, side), dtype=torch.int16, device=on)
+        elif spec.extra is not None:
+            kpt_shape = getattr(self.store.manifest, "kpt_shape", None)
+            extras[spec.extra] = torch.from_numpy(spec.empty_extra(kpt_shape, side)).to(on)
+        return collate(torch.zeros((n, 3, s, s), dtype=dtype, device=on), torch.zeros((0, 6), device=on), [0] * n,
+                       self.info, self.class_filter, extras, cfg.overlap_mask)
 
     def copy_issued(self, device: torch.device) -> None:
         """The trainer has queued this batch's copy to `device`; wait for it before the buffer is reused."""

@@ -2,7 +2,7 @@
 the stop file and the DDP launcher. `epoch` is set to the epoch before the interrupted one (Ultralytics resumes at
 the one after; 0 in the first) and `fastfeed` holds the position and the loader's state (`saved_state`). Under DDP
 the launching process forwards SIGTERM/SIGUSR1 to the ranks and turns their failure into `Preempted` when a signal
-stopped them (`STOP_FILE`).
+stopped them, into their `DataSourceFailed` when a lost data source did (`STOP_FILE`).
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ import torch
 
 from ...preempt import EXIT_PREEMPTED
 from ...train.checkpoint import write_atomically
+from ...train.guards import DataSourceFailed
 from .exact import STATE_KEY
 
 SAVE_ENV = "FASTFEED_SAVE_EVERY_MIN"
 KEY = "fastfeed"                      # the position's entry in a mid-epoch last.pt
-STOP_FILE = "fastfeed_stopped.json"   # in save_dir: rank 0 says a signal stopped the run (for the DDP launcher)
+STOP_FILE = "fastfeed_stopped.json"   # in save_dir: rank 0 says what stopped the ranks (for the DDP launcher)
 
 
 class Preempted(SystemExit):
@@ -205,7 +206,7 @@ class RankForwarder:
 
 def launch_ranks(trainer, run) -> object:
     """`run()` (Ultralytics' DDP launch) with signals forwarded; its failure after ranks stopped for a signal
-    becomes `Preempted`."""
+    becomes `Preempted`, after they stopped for a lost data source their `DataSourceFailed`."""
     started = time.time() - 1.0   # the stop file's clock is the ranks' (same host or a shared one)
     with RankForwarder() as fwd:
         try:
@@ -215,6 +216,8 @@ def launch_ranks(trainer, run) -> object:
             pos = stopped_since(trainer.save_dir, started)
             if pos is None:
                 raise
+            if pos.get("why") == "data source failed":
+                raise DataSourceFailed(pos["message"]) from None
             raise Preempted(describe_stop(pos, trainer.last, type(trainer).__name__)) from None
 
 
