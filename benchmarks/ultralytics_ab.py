@@ -251,8 +251,8 @@ def main() -> int:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ff-ulab-") as tmp:
         tmp = Path(tmp)
-        src = default_source()
-        if args.data not in ("shapes", "coco128"):
+        src = default_source() if args.data in ("shapes", "coco128") else None   # a data.yaml needs no coco128
+        if src is None:
             data = Path(args.data).resolve()
         elif args.task != "detect":
             painted = {"segment": "shapes-seg", "pose": "shapes-pose", "obb": "shapes-obb"}[args.task]
