@@ -13,7 +13,7 @@ import torch
 from .. import __version__
 from ..devices import resolve_device, synchronize
 from ..loaders import LoaderConfig
-from ..loaders.tasks import batch_task
+from ..loaders.renders import batch_task
 from ..procs import usable_cores
 from ..store.reader import Store
 from ..store.verify import task_summary

@@ -28,9 +28,8 @@ from .registry import (
     register_loader,
     unregister_loader,
 )
-from .renders import UnsupportedAugmentation
+from .renders import UnsupportedAugmentation, UnsupportedTask
 from .sampler import EpochOrder, ShuffledOrder
-from .tasks import UnsupportedTask
 from .workers import WorkerError
 
 __all__ = ["Batch", "EpochOrder", "Loader", "LoaderConfig", "LoaderInfo", "ShuffledOrder", "StageTimes", "UnsupportedAugmentation", "UnsupportedTask",

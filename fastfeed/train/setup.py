@@ -138,7 +138,7 @@ def resuming(run: Run) -> bool:
 def set_up(cfg: TrainConfig, stack) -> Run:
     """A Run ready for its first step (a checkpoint to resume from is read here, restored by resume.py)."""
     from ..loaders import LoaderConfig, create_loader
-    from ..loaders.tasks import store_task
+    from ..loaders.renders import store_task
 
     run = open_run(cfg, stack)
     device, dd, nc = run.device, run.dd, len(run.store.class_names)
