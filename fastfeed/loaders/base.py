@@ -12,9 +12,8 @@ import torch
 from ..augment.hyp import AugmentHyp
 from ..augment.masks import MASK_RULES
 from ..batch import Batch, BatchFeed, counted
-from ..checks import field_need
+from ..checks import check_imgsz, field_need
 from ..devices import has_cuda, parse_device, resolve_device
-from ..imgsz import check_imgsz
 from ..procs import usable_cores
 from ..renamed import renamed
 from ..tasks import TASKS
