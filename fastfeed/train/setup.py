@@ -18,11 +18,10 @@ from ..preempt import SaveTimer, StopSignals
 from . import distributed
 from .checkpoint import CheckpointError, load_checkpoint, remove_stale_temporaries
 from .config import NOMINAL_BATCH, TrainConfig
-from .device import AMP_DTYPES, TrainError, device_batches, grad_scaler
+from .device import AMP_DTYPES, TrainError, device_batches, grad_scaler, size_range
 from .guards import check_out
 from .loss import YoloLoss
 from .model import build_model, count_flops, count_parameters, prepare_model
-from .multiscale import size_range
 from .oom import BufferSnapshot, MicroBatches
 from .optim import ModelEMA, build_optimizer
 from .resume import resolve_imgsz

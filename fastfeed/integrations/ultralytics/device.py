@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ...train.multiscale import resize, step_size
+from ...train.device import resize, step_size
 from .args import log
 
 NAME = "device"
