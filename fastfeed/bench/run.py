@@ -18,8 +18,8 @@ from ..procs import usable_cores
 from ..store.reader import Store
 from ..store.verify import task_summary
 from .config import BenchConfig
-from .machine import machine_info
 from .measure import measure
+from .monitor import machine_info
 from .result import BenchResult, LoaderResult, Sweep
 
 log = logging.getLogger(__name__)
