@@ -42,8 +42,7 @@ from .args import (
 from .batches import ClassFilter, read_records
 from .device import NAME as DEVICE_LOADER
 from .device import finish_batch, for_plots, loader_setup
-from .feed import FastfeedTrainLoader
-from .report import FEED_CSV, append_row, epoch_line
+from .feed import FEED_CSV, FastfeedTrainLoader, append_row, epoch_line
 from .stopping import StoppableMixin
 from .store import check_boxes, check_classes, check_task, prepare_store
 
@@ -66,11 +65,11 @@ def _feed_epoch_end(trainer) -> None:
 
 class FastfeedMixin(StoppableMixin):
     """An Ultralytics trainer whose train loader is fastfeed's (put it first in the bases, before the trainer class;
-    `fastfeed_task`: the store task it trains on, see the task trainers below): `cache=False|'disk'` -> the `cpu` loader,
-    `cache=True|'ram'` -> `shm` (one decoded copy per node), `FASTFEED_LOADER=cpu|shm|dali|device` overrides
+    `fastfeed_task`: the store task it trains on, set by the task trainers below): `cache=False|'disk'` -> the `cpu`
+    loader, `cache=True|'ram'` -> `shm` (one decoded copy per node), `FASTFEED_LOADER=cpu|shm|dali|device` overrides
     (device: batches decoded and augmented on the trainer's device, device.py).
-    The train split is packed on first use (store.py; `FASTFEED_STORE=PATH`: use that one); the feed's report is
-    report.py's, stopping and mid-epoch resume stopping.py's.
+    The train split is packed on first use (store.py; `FASTFEED_STORE=PATH`: use that one); the feed and its report are
+    feed.py's, stopping and mid-epoch resume stopping.py's.
     `store_options` (a `StoreOptions`: shard cache, its limit, read-ahead, storage options) says how a store at
     a URL (FASTFEED_STORE=s3://...) is read; None, or a field left None, takes the environment's (resolved here, at
     the door: `StoreOptions.from_env`), else the built-in default.
