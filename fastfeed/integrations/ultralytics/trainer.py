@@ -2,10 +2,7 @@
 the same before any task's trainer (the segment, pose and OBB ones below, each packing and accepting only its task's
 stores; the pose trainer takes the store's keypoint shape and flip order, which must be data.yaml's). Only the train
 loader changes (docs/design.md, 'Ultralytics through a subclass, never a copy'), and checkpoints gain a mid-epoch
-form (resume.py).
-
-    YOLO("yolov8n.yaml").train(data="data.yaml", trainer=FastfeedTrainer, epochs=100, imgsz=640, batch=16)
-    YOLO("yolov8n-seg.yaml").train(data="data.yaml", trainer=FastfeedSegmentationTrainer, imgsz=640)   # Pose, OBB
+form (resume.py). How to call them: the package's docstring.
 
 Under DDP, Ultralytics rebuilds the trainer in every rank process (8.4 cloudpickles the class, which pickles by
 reference: this module must be importable there, as it is wherever fastfeed is installed); local rank 0 packs
