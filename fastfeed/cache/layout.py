@@ -161,12 +161,9 @@ def temp_path(slab: Path, pid: int) -> Path:
 
 
 def temp_files(slab: Path) -> list[tuple[Path, int]]:
-    """(path, builder pid) of every temporary build file of `slab`."""
-    out = []
-    for p in slab.parent.glob(slab.name + ".tmp-*"):
-        pid = p.name.rsplit("-", 1)[-1]
-        out.append((p, int(pid) if pid.isdigit() else -1))
-    return out
+    """(path, builder pid) of every temporary build file of `slab` (`temp_path`'s names; -1: no pid in it)."""
+    named = ((p, p.name.rsplit("-", 1)[-1]) for p in slab.parent.glob(slab.name + ".tmp-*"))
+    return [(p, int(pid) if pid.isdigit() else -1) for p, pid in named]
 
 
 def probe(slab: Path, fingerprint: str | None = None, imgsz: int | None = None) -> tuple[Header | None, str]:
