@@ -44,7 +44,7 @@ def child(a: dict) -> None:
     import torch
 
     from fastfeed.train import TrainConfig, train
-    from fastfeed.train.multiscale import size_range, step_size
+    from fastfeed.train.device import size_range, step_size
 
     torch.set_num_threads(int(a["threads"]))
     out = {}

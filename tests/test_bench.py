@@ -157,7 +157,7 @@ def test_workers_auto_sweeps_and_says_why(store):
 def run_result(r):
     """A minimal BenchResult around one LoaderResult, for format_table."""
     from fastfeed.bench import BenchResult
-    from fastfeed.bench.machine import machine_info
+    from fastfeed.bench.monitor import machine_info
 
     cfg = BenchConfig(data=".", imgsz=128, batch_size=2).to_dict() | {"stall_mode": False}
     return BenchResult(created="", fastfeed_version=fastfeed.__version__, machine=machine_info(), config=cfg,

@@ -17,7 +17,7 @@ from cache_helpers import dead_pid, jpeg_store, painted_store, processes, shm_di
 from fastfeed import Store, codec
 from fastfeed.cache import CacheBudgetError, CacheError, acquire, layout, list_caches, users
 from fastfeed.cache import build as cache_build
-from fastfeed.cache.files import users_path
+from fastfeed.cache.layout import users_path
 from fastfeed.loaders.pipeline import StoreSource
 from fastfeed.loaders.shm import ShmSource
 

@@ -13,7 +13,7 @@ from cache_helpers import painted_store, shm_dir  # noqa: F401  (fixtures)
 from proc_checks import read_line, start_script
 
 from fastfeed.cache import acquire, build, layout
-from fastfeed.cache.files import users_path
+from fastfeed.cache.layout import users_path
 from fastfeed.cli import main
 
 

@@ -18,8 +18,7 @@ from cache_helpers import (  # noqa: F401  (fixtures)
 )
 
 from fastfeed.cache import acquire, clear_caches, layout, list_caches, users
-from fastfeed.cache import build as cache_build
-from fastfeed.cache.files import users_path
+from fastfeed.cache.layout import users_path
 from fastfeed.cli import main
 
 # --- reference counting and cleanup --------------------------------------------------------------
@@ -112,7 +111,7 @@ def test_cli_cache_build_ls_clear(painted_store, jpeg_store, shm_dir, capsys):
 
 def test_cli_clear_removes_leftovers_of_crashed_builds(painted_store, shm_dir, capsys):
     slab = layout.slab_path(shm_dir, painted_store.fingerprint, 96)
-    cache_build.temp_path(slab, dead_pid()).write_bytes(b"half")
+    layout.temp_path(slab, dead_pid()).write_bytes(b"half")
     users_path(slab).write_text(f"{dead_pid()} 1.0\n")
     (info,) = list_caches(shm_dir)
     assert info.state == "stale" and "left half-written by pid" in info.note

@@ -262,7 +262,7 @@ def test_the_device_decode_path_turns_by_exif_and_fits_to_the_cpu_loaders_size(t
 def test_payloads_that_do_not_fit_the_slot_travel_through_the_queue(painted, monkeypatch):
     cfg = LoaderConfig(imgsz=96, batch_size=4, workers=2, hyp=NO_COLOUR, seed=2)
     want = run(painted, cfg)
-    import fastfeed.loaders.device.host as host_mod
+    import fastfeed.loaders.device.plan as host_mod
 
     monkeypatch.setattr(host_mod, "slot_bytes", lambda store, cfg, ship: 30_000)   # about one image of four
     with create_loader("device", painted, cfg) as loader:

@@ -1,4 +1,4 @@
-"""One rule for imgsz, said the same way by every command and config that takes one (fastfeed/imgsz.py)."""
+"""One rule for imgsz, said the same way by every command and config that takes one (fastfeed/checks.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from fastfeed.bench.config import BenchConfig
+from fastfeed.checks import check_imgsz, imgsz_error
 from fastfeed.cli import main
-from fastfeed.imgsz import check_imgsz, imgsz_error
 from fastfeed.loaders import LoaderConfig
 from fastfeed.train import TrainConfig
 

@@ -255,7 +255,7 @@ def test_loader_info_says_what_runs_here_and_its_options():
 
 
 def test_the_partner_buffer_is_sized_like_ultralytics():
-    from fastfeed.loaders.cpu import CpuOptions
+    from fastfeed.loaders.pool import CpuOptions
 
     assert CpuOptions().resolved(24, 2).partner_buffer == 16            # 8 x batch
     assert CpuOptions().resolved(10, 16).partner_buffer == 10           # the whole store

@@ -65,7 +65,7 @@ def test_uint8_is_kept_but_still_copied_out_of_the_loader_buffer(thread):
 
 @both_drivers
 def test_host_buffers_are_reused_only_once_the_consumer_lets_go(thread):
-    from fastfeed.prefetch import host
+    from fastfeed.prefetch import prefetcher as host
 
     if host._use_count is None:
         pytest.skip("this torch has no storage use count: every batch gets fresh memory")
@@ -84,7 +84,7 @@ def test_host_buffers_are_reused_only_once_the_consumer_lets_go(thread):
 
 
 def test_host_buffer_pool():
-    from fastfeed.prefetch.host import HostBuffers, _use_count
+    from fastfeed.prefetch.prefetcher import HostBuffers, _use_count
 
     pool = HostBuffers(keep=2)
     a = pool.get((2, 3), torch.float32)

@@ -12,8 +12,8 @@ from train_helpers import TINY, fixed_batch, packed_sample, rows
 import fastfeed.train.setup as setup_mod
 from fastfeed.devices import NPU_FORMAT_NC1HWC0, to_channels_last
 from fastfeed.train import TrainConfig, TrainError, build_model, load_checkpoint, train
+from fastfeed.train.device import size_range, step_size
 from fastfeed.train.loss import YoloLoss
-from fastfeed.train.multiscale import size_range, step_size
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import cv2
 import numpy as np
 
 from fastfeed import Store
-from fastfeed.imgsz import imgsz_error
+from fastfeed.checks import imgsz_error
 from fastfeed.loaders import LoaderConfig, create_loader, list_loaders
 from fastfeed.store.format import FormatError
 

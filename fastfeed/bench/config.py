@@ -7,9 +7,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import tasks
-from ..checks import is_int, is_num, need
+from ..checks import check_imgsz, is_int, is_num, need
 from ..devices import DEVICES
-from ..imgsz import check_imgsz
 from ..store.urls import location
 from ..tasks import TASKS
 from ..train.config import MODELS

@@ -13,13 +13,13 @@ import torch
 from .. import __version__
 from ..devices import resolve_device, synchronize
 from ..loaders import LoaderConfig
-from ..loaders.tasks import batch_task
+from ..loaders.renders import batch_task
 from ..procs import usable_cores
 from ..store.reader import Store
 from ..store.verify import task_summary
 from .config import BenchConfig
-from .machine import machine_info
 from .measure import measure
+from .monitor import machine_info
 from .result import BenchResult, LoaderResult, Sweep
 
 log = logging.getLogger(__name__)

@@ -25,10 +25,6 @@ from . import budget, layout
 log = logging.getLogger(__name__)
 
 
-def temp_path(slab: Path, pid: int) -> Path:
-    return slab.with_name(f"{slab.name}.tmp-{pid}")
-
-
 def scan(store: Store, imgsz: int):
     """(target shapes uint32 [N, 2], box counts [N], boxes float32 [B, 4], classes int64 [B])."""
     n = len(store)
@@ -122,7 +118,7 @@ def _build(store: Store, imgsz: int, slab: Path, partial: bool, workers: int | N
     lay = layout.plan(shapes[:k], counts[:k], n_records=n, imgsz=imgsz, fingerprint=store.fingerprint,
                       builder_pid=os.getpid(), created=time.time())
     h = lay.header
-    tmp = temp_path(slab, os.getpid())
+    tmp = layout.temp_path(slab, os.getpid())
     try:
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     except OSError as e:   # a tmpfs out of inodes says ENOSPC too

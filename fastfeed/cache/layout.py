@@ -1,15 +1,20 @@
 """The layout of a shm cache slab: the one place that knows it, and its version (docs/format.md, "The shared
 decoded-image cache", describes the same for people). No pickle: a fixed little-endian header of one page, then
-numpy tables at the byte offsets it gives, each on a 64-byte boundary; the state field is written last.
+numpy tables at the byte offsets it gives, each on a 64-byte boundary; the state field is written last. And a
+slab's files, read without attaching (what attaching, `lease.py`, and listing or clearing, `manage.py`, both
+read): its users lock (`users_path`), its builders' temporary files (`temp_files`), whether it is usable (`probe`).
 """
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
+
+from ..procs import alive
 
 CACHE_VERSION = 1
 MAGIC = b"FFCACHE\x00"
@@ -145,3 +150,41 @@ class View:
         o = int(self.offsets[i])
         b0, b1 = int(self.box_idx[i]), int(self.box_idx[i + 1])
         return self.mem[o:o + int(h) * int(w) * 3].reshape(h, w, 3), self.boxes[b0:b1], self.classes[b0:b1]
+
+
+def users_path(slab: Path) -> Path:
+    return slab.with_name(slab.name + ".users")
+
+
+def temp_path(slab: Path, pid: int) -> Path:
+    return slab.with_name(f"{slab.name}.tmp-{pid}")
+
+
+def temp_files(slab: Path) -> list[tuple[Path, int]]:
+    """(path, builder pid) of every temporary build file of `slab` (`temp_path`'s names; -1: no pid in it)."""
+    named = ((p, p.name.rsplit("-", 1)[-1]) for p in slab.parent.glob(slab.name + ".tmp-*"))
+    return [(p, int(pid) if pid.isdigit() else -1) for p, pid in named]
+
+
+def probe(slab: Path, fingerprint: str | None = None, imgsz: int | None = None) -> tuple[Header | None, str]:
+    """(header, "") of a usable slab; (None, why not) otherwise; (None, "") when there is none."""
+    try:
+        with open(slab, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(HEADER.size)
+    except FileNotFoundError:
+        return None, ""
+    try:
+        h = read_header(head)
+    except CacheFormatError as e:
+        return None, str(e)
+    if h.state != STATE_COMPLETE:
+        who = "alive" if alive(h.builder_pid) else "dead"
+        return None, f"half-written (state {h.state}, builder pid {h.builder_pid}, {who})"
+    if size != h.total_bytes:
+        return None, f"{size} bytes, the header says {h.total_bytes}: truncated or overwritten"
+    if fingerprint is not None and h.fingerprint != fingerprint:
+        return None, f"holds store {h.fingerprint}, not {fingerprint}"
+    if imgsz is not None and h.imgsz != imgsz:
+        return None, f"built for imgsz {h.imgsz}, not {imgsz}"
+    return h, ""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..store.reader import Store
 from . import budget, build, layout, users
-from .files import probe, temp_files, users_path
+from .layout import probe, temp_files, users_path
 from .manage import reclaim
 from .users import CacheError
 

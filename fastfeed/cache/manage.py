@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import layout, users
-from .files import probe, temp_files, users_path
+from .layout import probe, temp_files, users_path
 from .users import CacheError
 
 _NAME = re.compile(rf"^{layout.PREFIX}(?P<fp>[0-9A-Za-z]+)-(?P<imgsz>\d+)-v(?P<v>\d+){re.escape(layout.SUFFIX)}$")

@@ -169,7 +169,7 @@ def cmd_clear(args) -> int:
 
 def cmd_build(args) -> int:
     from ..cache import CacheError, acquire
-    from ..imgsz import imgsz_error
+    from ..checks import imgsz_error
     from ..store import Store
     from ..store.format import FormatError
     from ..store.remote.sizes import human_bytes

@@ -68,23 +68,19 @@ def config_of(cls, args, **fixed):
     return cls(**{f.name: v for f in fields(cls) if (v := getattr(args, f.name, None)) is not None} | fixed)
 
 
-class _LineFormat(logging.Formatter):
-    """INFO records are the command's own progress lines, printed as they are; others say what they are."""
-
-    def format(self, record):
-        msg = super().format(record)
-        return msg if record.levelno == logging.INFO else f"fastfeed: {record.levelname.lower()}: {msg}"
-
-
 class _Lines(logging.Handler):
     """Each record as a line on stderr, written through tqdm so that it lands above a progress bar on a terminal
-    (and as a plain line in a log file, where tqdm draws no bar)."""
+    (and as a plain line in a log file, where tqdm draws no bar). INFO records are the command's own progress
+    lines, printed as they are; others say what they are."""
 
     def emit(self, record):
         try:
             from tqdm import tqdm
 
-            tqdm.write(self.format(record), file=sys.stderr)
+            msg = self.format(record)
+            if record.levelno != logging.INFO:
+                msg = f"fastfeed: {record.levelname.lower()}: {msg}"
+            tqdm.write(msg, file=sys.stderr)
         except Exception:   # never let a log line stop the command
             self.handleError(record)
 
@@ -96,7 +92,6 @@ def progress_lines(verbose: bool = False, name: str = "fastfeed"):
     logger = logging.getLogger(name)
     old = logger.level, logger.propagate
     handler = _Lines()
-    handler.setFormatter(_LineFormat())
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if verbose else min(logger.getEffectiveLevel(), logging.INFO))
     logger.propagate = False

@@ -10,8 +10,8 @@ protocol) into `Batch`es (see docs/design.md).
 
 Modules: base.py (the contract: Loader, LoaderConfig, Batch), registry.py (register_loader, create_loader),
 sampler.py (the epoch order: EpochOrder, ShuffledOrder), partners.py (partner buffers and a batch's plans),
-pool.py + workers.py (the worker-pool loader cpu, shm and device share), pipeline.py (the cpu workers' batch
-builder), cpu.py, shm.py, dali/, device/ (the built-in loaders).
+pool.py + workers.py (the worker-pool loader cpu, shm and device share; the cpu loader), pipeline.py (the cpu
+workers' batch builder), shm.py, dali/, device/ (the other built-in loaders).
 
 Importing this package imports torch, numpy and OpenCV (through the augmentation the planners share) only;
 the built-in loaders (cpu, shm, dali, device; LMDB, simplejpeg, DALI) register themselves the first time the
@@ -28,9 +28,8 @@ from .registry import (
     register_loader,
     unregister_loader,
 )
-from .renders import UnsupportedAugmentation
+from .renders import UnsupportedAugmentation, UnsupportedTask
 from .sampler import EpochOrder, ShuffledOrder
-from .tasks import UnsupportedTask
 from .workers import WorkerError
 
 __all__ = ["Batch", "EpochOrder", "Loader", "LoaderConfig", "LoaderInfo", "ShuffledOrder", "StageTimes", "UnsupportedAugmentation", "UnsupportedTask",

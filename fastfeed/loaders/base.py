@@ -12,17 +12,15 @@ import torch
 from ..augment.hyp import AugmentHyp
 from ..augment.masks import MASK_RULES
 from ..batch import Batch, BatchFeed, counted
-from ..checks import field_need
+from ..checks import check_imgsz, field_need
 from ..devices import has_cuda, parse_device, resolve_device
-from ..imgsz import check_imgsz
 from ..procs import usable_cores
 from ..renamed import renamed
 from ..tasks import TASKS
 from ..tasks import get as task_spec
-from .renders import Renders
+from .renders import Renders, UnsupportedTask, batch_task
 from .sampler import EpochOrder, batches_per_epoch
 from .shard_order import default_order
-from .tasks import UnsupportedTask, batch_task
 
 log = logging.getLogger(__name__)
 MIXING = ("mixup", "cutmix", "copy_paste")   # the augmentations Ultralytics closes with mosaic (close_mosaic)

@@ -1,5 +1,7 @@
 """`PoolLoader`: the worker-pool loader the cpu, shm and device loaders share (docs/design.md, "One worker pool,
-hooks instead of overrides", and "Whole batches into shared slots" for batch k on worker k % W).
+hooks instead of overrides", and "Whole batches into shared slots" for batch k on worker k % W). The `cpu` loader is
+the pool with `pipeline.BatchBuilder` over the store as each worker's builder: workers decode from the store, apply
+YOLO augmentation, and write whole batches into shared (pinned, when for a CUDA GPU) buffers.
 
 What differs between the loaders is given, not overridden: `make_builder` (called once in each worker),
 `slot_shape` (uint8 shape of one slot: an image batch, or a byte buffer of payloads), `pin`, and
@@ -13,6 +15,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import torch
 
@@ -20,6 +23,8 @@ from ..augment.masks import mask_side
 from ..tasks import get as task_spec
 from .base import Batch, Loader, LoaderConfig
 from .partners import history
+from .pipeline import BatchBuilder, StoreSource
+from .registry import register_loader
 from .renders import CPU
 from .sampler import EpochOrder
 from .workers import WorkerPool
@@ -242,3 +247,16 @@ class PoolLoader(Loader):
         self._local = None
         self._ahead = None
         self._pos = (0, 0)   # a new pool starts with empty partner buffers
+
+
+def _store_builder(store, cfg: LoaderConfig, rank: int, opts: CpuOptions) -> BatchBuilder:
+    return BatchBuilder(StoreSource(store, cfg.imgsz, cfg.task), cfg, rank, opts.partner_buffer, store.manifest)
+
+
+@register_loader("cpu", options=CpuOptions,
+                 summary="worker processes decode JPEGs (DCT-scaled) and augment into shared batch buffers")
+def create_cpu_loader(store, cfg: LoaderConfig, opts: CpuOptions, order=None) -> PoolLoader:
+    cfg = cfg.for_store(store)   # what the workers build with (a pose store without flip_idx does not flip)
+    opts = opts.resolved(len(store), cfg.batch_size)
+    rank, _ = cfg.resolved_rank()
+    return PoolLoader(store, cfg, opts, partial(_store_builder, store, cfg, rank, opts), order=order)

@@ -35,16 +35,18 @@ class _Entry:
 
 
 _LOADERS: dict[str, _Entry] = {}
-_BUILTIN = ("cpu", "shm", "dali", "device")   # registered on first use of the registry: importing fastfeed.loaders
-_builtins_loaded = False             # stays light (torch + numpy), so device code imports the Loader ABC
+# name -> the module that registers it, imported on first use of the registry: importing fastfeed.loaders stays
+# light (torch + numpy), so device code imports the Loader ABC
+_BUILTIN = {"cpu": "pool", "shm": "shm", "dali": "dali", "device": "device"}
+_builtins_loaded = False
 
 
 def _load_builtins() -> None:
     global _builtins_loaded
     if not _builtins_loaded:
         _builtins_loaded = True
-        for name in _BUILTIN:
-            import_module(f"fastfeed.loaders.{name}")
+        for module in _BUILTIN.values():
+            import_module(f"fastfeed.loaders.{module}")
 
 
 def register_loader(name: str, factory: Callable | None = None, *, options: type | None = None, summary: str = "",

@@ -1,4 +1,5 @@
-"""What each renderer draws, and every refusal a loader makes from it (`Renders.refuse`, called by `Loader.__init__`
+"""Which task a loader's batches carry (`batch_task`: the store's own, or detection's boxes alone), what each
+renderer draws, and every refusal a loader makes from them (`Renders.refuse`, called by `Loader.__init__`
 before any set-up): docs/design.md, 'One declaration per renderer'. `OPTIONAL` are the `AugmentHyp` fields beyond
 the base plan (mosaic, the affine, flips, HSV) that a renderer may not draw. (`fraction` is no renderer's: a subset
 of the records, the loader's order, which every loader takes.)
@@ -10,7 +11,30 @@ from dataclasses import dataclass
 
 from ..tasks import TASKS
 from ..tasks import get as task_spec
-from .tasks import UnsupportedTask, batch_task
+
+
+class UnsupportedTask(ValueError):
+    """A loader asked to read a store whose task geometry (polygons, keypoints, oriented boxes) it cannot carry."""
+
+
+def store_task(store) -> str:
+    """The task of `store`'s records (its manifest's; 'detect' for a source that says nothing)."""
+    return getattr(getattr(store, "manifest", None), "task", None) or "detect"
+
+
+def batch_task(store, cfg=None, setting: str = "LoaderConfig.task") -> str:
+    """The task of the batches a loader of `store` makes under `cfg` (a LoaderConfig, or None): `cfg.task` when
+    given, else the store's. 'detect' reads boxes only from a store of any task (a detection model trained on a
+    segment, pose or OBB store: nothing drawn that it would not use); any other task must be the store's (a
+    ValueError naming both, and the `setting` that asked: a command names its flag)."""
+    held = store_task(store)
+    asked = getattr(cfg, "task", None)
+    if asked is None or asked == held or task_spec(asked, setting).field is None:   # boxes alone: from any store
+        return asked or held
+    raise ValueError(f"{setting} {asked!r}: {getattr(store, 'path', None) or store} is a {held} store; its "
+                     f"batches can carry its own task ({held}) or boxes alone ('detect'); pack the dataset with "
+                     f"--task {asked} for {task_spec(asked).words}")
+
 
 # The AugmentHyp fields (a probability or gain; 0: off) that not every renderer draws.
 OPTIONAL = ("mixup", "cutmix", "copy_paste", "perspective", "bgr", "albumentations")

@@ -7,8 +7,9 @@
                 ...
 
 How (the side stream, the ready events, the buffer-reuse hazard): docs/design.md, 'The prefetcher copies on a side
-stream'. `prefetcher.py` handles one batch (produce / release / hand-out), `drivers.py` runs them (inline, or the
-fastfeed-device-prefetch thread), `streams.py` is the accelerator API, `augment.py` picks the device augmentation.
+stream'. `prefetcher.py` handles one batch (produce / release / hand-out), picks the device augmentation and
+pools host buffers, `drivers.py` runs them (inline, or the fastfeed-device-prefetch thread), `streams.py` is the
+accelerator API.
 """
 
 from ..device_augment import DeviceAugment

@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from ..checks import is_int, is_num, need
-from ..imgsz import check_imgsz
+from ..checks import check_imgsz, is_int, is_num, need
 from ..store.urls import location
 
 MODELS = ("yolov3", "yolov3-tiny")   # the networks model.build_model builds

@@ -18,11 +18,10 @@ from ..preempt import SaveTimer, StopSignals
 from . import distributed
 from .checkpoint import CheckpointError, load_checkpoint, remove_stale_temporaries
 from .config import NOMINAL_BATCH, TrainConfig
-from .device import AMP_DTYPES, TrainError, device_batches, grad_scaler
+from .device import AMP_DTYPES, TrainError, device_batches, grad_scaler, size_range
 from .guards import check_out
 from .loss import YoloLoss
 from .model import build_model, count_flops, count_parameters, prepare_model
-from .multiscale import size_range
 from .oom import BufferSnapshot, MicroBatches
 from .optim import ModelEMA, build_optimizer
 from .resume import resolve_imgsz
@@ -138,7 +137,7 @@ def resuming(run: Run) -> bool:
 def set_up(cfg: TrainConfig, stack) -> Run:
     """A Run ready for its first step (a checkpoint to resume from is read here, restored by resume.py)."""
     from ..loaders import LoaderConfig, create_loader
-    from ..loaders.tasks import store_task
+    from ..loaders.renders import store_task
 
     run = open_run(cfg, stack)
     device, dd, nc = run.device, run.dd, len(run.store.class_names)

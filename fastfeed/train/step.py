@@ -18,9 +18,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from ..devices import accelerator_module, empty_cache, is_out_of_memory, memory_report, to_channels_last, utilization
 from . import distributed
-from .device import TrainError, autocast
+from .device import TrainError, autocast, resize, step_size
 from .guards import RankSourceFailed, source_failure
-from .multiscale import resize, step_size
 from .oom import slice_batch
 from .optim import set_lr
 

@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("ultralytics")
 
-from fastfeed.integrations.ultralytics.report import FeedClock, epoch_line  # noqa: E402
+from fastfeed.integrations.ultralytics.feed import FeedClock, epoch_line  # noqa: E402
 
 
 def test_the_feed_line_adds_the_link_of_a_url_store():

@@ -15,8 +15,13 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 
 from .feed import FastfeedTrainLoader
 from .resume import Preempted
-from .tasks import FastfeedOBBTrainer, FastfeedPoseTrainer, FastfeedSegmentationTrainer
-from .trainer import FastfeedMixin, FastfeedTrainer
+from .trainer import (
+    FastfeedMixin,
+    FastfeedOBBTrainer,
+    FastfeedPoseTrainer,
+    FastfeedSegmentationTrainer,
+    FastfeedTrainer,
+)
 
 __all__ = ["FastfeedMixin", "FastfeedOBBTrainer", "FastfeedPoseTrainer", "FastfeedSegmentationTrainer",
            "FastfeedTrainLoader", "FastfeedTrainer", "Preempted"]

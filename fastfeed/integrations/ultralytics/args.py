@@ -18,7 +18,7 @@ from ...loaders.renders import OPTIONAL, renderer
 log = logging.getLogger("ultralytics").getChild("fastfeed")
 
 LOADER_ENV = "FASTFEED_LOADER"
-_RAM = {"true", "ram"}
+RAM_CACHE = {"true", "ram"}   # Ultralytics cache= values meaning a decoded copy in memory
 _NO_CACHE = {"false", "disk", "none", ""}
 
 # Ultralytics' augmentation arguments that fastfeed's AugmentHyp has under the same name and meaning.
@@ -50,7 +50,7 @@ def loader_name(cache) -> str:
             raise ValueError(f"{LOADER_ENV}={name!r}: {why}; valid: {', '.join(TRAINER_LOADERS)}")
         return name
     key = str(cache).strip().lower() if cache is not None else ""
-    if key in _RAM:
+    if key in RAM_CACHE:
         return "shm"      # one decoded copy per node, mapped by every rank and worker
     if key in _NO_CACHE:
         return "cpu"

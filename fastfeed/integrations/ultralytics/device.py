@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from ...train.multiscale import resize, step_size
-from .args import log
+from ...train.device import resize, step_size
+from .args import RAM_CACHE, log
 
 NAME = "device"
-_RAM = {"true", "ram"}
 
 
 def training_dtype(trainer) -> torch.dtype:
@@ -34,7 +33,7 @@ def loader_setup(trainer, hyp):
     """(hyp, options) for the device loader from Ultralytics' arguments, each difference said by name."""
     dtype = training_dtype(trainer)
     options = {"dtype": str(dtype).removeprefix("torch.")}
-    if str(trainer.args.cache).strip().lower() in _RAM:
+    if str(trainer.args.cache).strip().lower() in RAM_CACHE:
         options["cache"] = "device"
         log.info(f"fastfeed: cache={trainer.args.cache}: the device loader keeps the decoded store in "
                  f"{trainer.device.type} memory (its VRAM cache)")

@@ -1,5 +1,5 @@
-"""`StoppableMixin`: an Ultralytics trainer (any task's) that stops between optimizer steps and resumes mid-epoch
-(`StoppableTrainer`: on DetectionTrainer); FASTFEED_SAVE_EVERY_MIN=N saves every N minutes. What a checkpoint holds
+"""`StoppableMixin`: an Ultralytics trainer (any task's) that stops between optimizer steps and resumes mid-epoch;
+FASTFEED_SAVE_EVERY_MIN=N saves every N minutes. What a checkpoint holds
 is resume.py's, an exact resume exact.py's. `train_loader` must be a `FastfeedTrainLoader` (its `position` and its
 loader's state are what is saved). A data source lost for good stops the run with last.pt at the last optimizer step,
 under DDP every rank at the same step (docs/design.md, 'Under DDP the ranks stop together').
@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import torch
-from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.utils import DEFAULT_CFG, RANK
 from ultralytics.utils.torch_utils import unwrap_model
 
@@ -242,7 +241,3 @@ class StoppableMixin:
             log.info(f"fastfeed: {line} ({len(self.train_loader)} batches an epoch)")
         if state is not None and exact:   # the loop counts from 0 again: continue the uninterrupted run's steps
             self.ff_last_step, self.ff_rhythm = state["last_step"], Rhythm.resumed(self, state, epoch, batches)
-
-
-class StoppableTrainer(StoppableMixin, DetectionTrainer):
-    """Ultralytics' DetectionTrainer with `StoppableMixin`."""

@@ -1,8 +1,8 @@
 """`FastfeedTrainer`: Ultralytics' DetectionTrainer with its training batches from a fastfeed loader; `FastfeedMixin`:
-the same for any task's trainer (tasks.py). Only the train loader changes (docs/design.md, 'Ultralytics through a
-subclass, never a copy'), and checkpoints gain a mid-epoch form (resume.py).
-
-    YOLO("yolov8n.yaml").train(data="data.yaml", trainer=FastfeedTrainer, epochs=100, imgsz=640, batch=16)
+the same before any task's trainer (the segment, pose and OBB ones below, each packing and accepting only its task's
+stores; the pose trainer takes the store's keypoint shape and flip order, which must be data.yaml's). Only the train
+loader changes (docs/design.md, 'Ultralytics through a subclass, never a copy'), and checkpoints gain a mid-epoch
+form (resume.py). How to call them: the package's docstring.
 
 Under DDP, Ultralytics rebuilds the trainer in every rank process (8.4 cloudpickles the class, which pickles by
 reference: this module must be importable there, as it is wherever fastfeed is installed); local rank 0 packs
@@ -16,6 +16,9 @@ import weakref
 from pathlib import Path
 
 from ultralytics.models.yolo.detect import DetectionTrainer
+from ultralytics.models.yolo.obb import OBBTrainer
+from ultralytics.models.yolo.pose import PoseTrainer
+from ultralytics.models.yolo.segment import SegmentationTrainer
 from ultralytics.utils import DEFAULT_CFG, RANK
 from ultralytics.utils.torch_utils import torch_distributed_zero_first
 
@@ -36,8 +39,7 @@ from .args import (
 from .batches import ClassFilter, read_records
 from .device import NAME as DEVICE_LOADER
 from .device import finish_batch, for_plots, loader_setup
-from .feed import FastfeedTrainLoader
-from .report import FEED_CSV, append_row, epoch_line
+from .feed import FEED_CSV, FastfeedTrainLoader, append_row, epoch_line
 from .stopping import StoppableMixin
 from .store import check_boxes, check_classes, check_task, prepare_store
 
@@ -60,18 +62,18 @@ def _feed_epoch_end(trainer) -> None:
 
 class FastfeedMixin(StoppableMixin):
     """An Ultralytics trainer whose train loader is fastfeed's (put it first in the bases, before the trainer class;
-    `fastfeed_task`: the store task it trains on, see tasks.py): `cache=False|'disk'` -> the `cpu` loader,
-    `cache=True|'ram'` -> `shm` (one decoded copy per node), `FASTFEED_LOADER=cpu|shm|dali|device` overrides
+    `fastfeed_task`: the store task it trains on, set by the task trainers below): `cache=False|'disk'` -> the `cpu`
+    loader, `cache=True|'ram'` -> `shm` (one decoded copy per node), `FASTFEED_LOADER=cpu|shm|dali|device` overrides
     (device: batches decoded and augmented on the trainer's device, device.py).
-    The train split is packed on first use (store.py; `FASTFEED_STORE=PATH`: use that one); the feed's report is
-    report.py's, stopping and mid-epoch resume stopping.py's.
+    The train split is packed on first use (store.py; `FASTFEED_STORE=PATH`: use that one); the feed and its report are
+    feed.py's, stopping and mid-epoch resume stopping.py's.
     `store_options` (a `StoreOptions`: shard cache, its limit, read-ahead, storage options) says how a store at
     a URL (FASTFEED_STORE=s3://...) is read; None, or a field left None, takes the environment's (resolved here, at
     the door: `StoreOptions.from_env`), else the built-in default.
     Ultralytics builds the trainer from its class, so give them on one: `FastfeedTrainer.with_store_options(...)`."""
 
     store_options: StoreOptions | None = None
-    fastfeed_task: str = "detect"   # the store task this trainer trains on (tasks.py sets the others)
+    fastfeed_task: str = "detect"   # the store task this trainer trains on (the task trainers below set theirs)
     _ff_store = None
 
     @classmethod
@@ -167,3 +169,21 @@ class FastfeedMixin(StoppableMixin):
 
 class FastfeedTrainer(FastfeedMixin, DetectionTrainer):
     """Ultralytics' DetectionTrainer fed by fastfeed (`FastfeedMixin`)."""
+
+
+class FastfeedSegmentationTrainer(FastfeedMixin, SegmentationTrainer):
+    """Ultralytics' SegmentationTrainer fed by fastfeed from a segment store."""
+
+    fastfeed_task = "segment"
+
+
+class FastfeedPoseTrainer(FastfeedMixin, PoseTrainer):
+    """Ultralytics' PoseTrainer fed by fastfeed from a pose store (kpt_shape and flip_idx: data.yaml's)."""
+
+    fastfeed_task = "pose"
+
+
+class FastfeedOBBTrainer(FastfeedMixin, OBBTrainer):
+    """Ultralytics' OBBTrainer fed by fastfeed from an OBB store (rotated boxes)."""
+
+    fastfeed_task = "obb"

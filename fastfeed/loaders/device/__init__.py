@@ -3,12 +3,11 @@
 
     loader = create_loader("device", store, LoaderConfig(imgsz=640, batch_size=64, device="cuda"))
     loader = create_loader("device", store, cfg, cache="device", dtype="bfloat16")   # the VRAM cache
-    for epoch in range(epochs):
-        loader.set_epoch(epoch)
-        for images, targets in loader:     # on the device: images [B,3,S,S] in [0,1], targets [M,6]
-            ...
 
-Plain PyTorch: the same code runs on CUDA, Ascend NPUs (host decode) and the CPU (tests). plan.py, host.py and
+Iterated as every loader is (`fastfeed.loaders`); its batches are on the device: images [B,3,S,S] in [0,1],
+targets [M,6].
+
+Plain PyTorch: the same code runs on CUDA, Ascend NPUs (host decode) and the CPU (tests). plan.py and
 labels.py are the host's; decode.py, render.py, vram_cache.py and feed.py the device's; loader.py the Loader.
 """
 

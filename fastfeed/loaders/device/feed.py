@@ -23,8 +23,7 @@ from ...prefetch import DevicePrefetcher
 from ...prefetch.streams import InFlight
 from ..workers import WorkerError
 from .decode import load_items
-from .host import HostBatch
-from .plan import Item, Plan, read_item
+from .plan import HostBatch, Item, Plan, read_item
 from .render import Params, render
 
 

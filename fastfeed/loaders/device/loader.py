@@ -12,8 +12,7 @@ from ..renders import DEVICE
 from . import DTYPES
 from .decode import make_decoder
 from .feed import DeviceFeed
-from .host import HostLoader
-from .plan import SHIP_DECODED, SHIP_ENCODED, SHIP_NONE
+from .plan import SHIP_DECODED, SHIP_ENCODED, SHIP_NONE, HostLoader
 from .vram_cache import build_vram_cache
 
 log = logging.getLogger(__name__)

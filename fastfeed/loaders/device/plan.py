@@ -6,7 +6,10 @@ every plan exactly as the cpu loader's `BatchBuilder.build` does (the whole batc
 What travels to the device per batch (`Plan`, through the pool's result queue), and the new
 records' payloads, written into the batch's shared slot (`Item`): JPEG bytes for a device decoder,
 pixels otherwise (raw stores; other codecs and decoder='host' are decoded here with `Record.decode`),
-nothing at all when the VRAM cache holds the pixels.
+nothing at all when the VRAM cache holds the pixels. `HostLoader` runs the planners: the worker-pool loader
+(docs/design.md, 'One worker pool, hooks instead of overrides') with byte slots for the payloads; a `HostBatch`'s
+slot is valid until the next host batch is asked for, as are a segment store's overlap masks beside it (rasterised
+by the planner into the pool's mask slot).
 """
 
 from __future__ import annotations
@@ -14,16 +17,20 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
+from functools import partial
 from time import perf_counter
 from typing import NamedTuple
 
 import numpy as np
+import torch
 
 from ...augment import SamplePlan, letterbox_geometry, sample_layout
 from ...augment.labels import Labels
+from ...store.reader import Store
 from ...store.record import Record
 from ..base import LoaderConfig
 from ..partners import PartnerBuffer
+from ..pool import CpuOptions, PoolLoader
 from .labels import TaskGeometry
 
 SHIP_ENCODED, SHIP_DECODED, SHIP_NONE = "encoded", "decoded", "none"
@@ -184,3 +191,49 @@ class Planner:
         tiles = [tile] + [self.partners[k] for k in geometry.partners or ()]
         layout, _, m = sample_layout(geometry, [t.hw for t in tiles], S, self.hyp)
         return tiles, layout, m, geometry.centre if geometry.mosaic else (math.inf, math.inf)
+
+
+@dataclass
+class HostBatch:
+    slot: torch.Tensor       # uint8 [slot_bytes]: the payloads the plan's items point into
+    plan: Plan
+    indices: torch.Tensor    # int64 [B]: the batch's records
+    masks: torch.Tensor | None = None   # a segment store's overlap masks: int16 [B, S/r, S/r], a view of the pool's slot
+
+
+def slot_bytes(store: Store, cfg: LoaderConfig, ship: str) -> int:
+    """Bytes of one batch's slot: what a batch's payloads take, with room to spare. A batch that needs more
+    sends the rest through the result queue (correct, a little slower)."""
+    b, s = cfg.batch_size, cfg.imgsz
+    if ship == SHIP_NONE:
+        return 64
+    raw = store.manifest.store_mode == "raw"
+    if ship == SHIP_DECODED and not raw:   # pixels at the decoded size: about imgsz^2 x 3 at most, as the cpu loader's
+        return b * 3 * s * s
+    total = store.manifest.stats.get("record_bytes") or sum(sh.bytes for sh in store.shards)
+    per = int(total / max(len(store), 1) * (1.25 if raw else 2.0))   # raw pixels, or JPEG bytes
+    return b * max(per, 64 << 10)
+
+
+def _planner(store: Store, cfg: LoaderConfig, rank: int, opts: CpuOptions, ship: str) -> Planner:
+    return Planner(store, cfg, rank, opts.partner_buffer, ship)
+
+
+def _host_batch(slot: torch.Tensor, count: int, plan: Plan, indices: torch.Tensor) -> HostBatch:
+    return HostBatch(slot, plan, indices)
+
+
+class HostLoader(PoolLoader):
+    """Plans (not images) from the worker pool; `ship` says what the workers send (plan.SHIP_*)."""
+
+    def __init__(self, store: Store, cfg: LoaderConfig, opts: CpuOptions, ship: str, order=None):
+        rank, _ = cfg.resolved_rank()
+        super().__init__(store, cfg, opts, partial(_planner, store, cfg, rank, opts, ship), order=order,
+                         slot_shape=(slot_bytes(store, cfg, ship),), pin=cfg.pin() and ship != SHIP_NONE,
+                         make_batch=_host_batch)
+        self.ship = ship
+        self.slot_bytes = self.slot_shape[0]
+
+    @property
+    def device_hyp(self):
+        return None   # the device loader does all the augmentation itself
