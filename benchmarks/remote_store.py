@@ -2,9 +2,12 @@
 
     python benchmarks/remote_store.py [--images 1024] [--shard-mb 4] [--epochs 2] [--rounds 2] [--workers 1] [--bandwidth-mb 100]
 
-A real S3 API (moto's server, `pip install -e '.[dev]'`) runs on 127.0.0.1 in a child process, behind the test
-helpers' fault proxy (`tests/s3_helpers.py`), which adds latency (and jitter) per request, a bandwidth cap
-shared by every connection (the node's link) and, in one case, reset connections. The `cpu` loader (batch
+A real S3 API (moto's server, `pip install -e '.[dev]'`) runs on 127.0.0.1 in a child process and takes the pack;
+the store is then read from a plain object server of its objects in that child (`s3_helpers.ObjectServer`: GET
+and HEAD with a range, moto's CPU per request left out; `--moto` reads from moto), behind the test helpers' fault
+proxy (`tests/s3_helpers.py`), which adds latency (and jitter) per request, a bandwidth cap shared by every
+connection (the node's link) and, in one case, reset connections. With two cores or more, the loader's worker has
+one of its own from its fork, everything else (this process, the read-ahead, the child) another (`--no-pin`). The `cpu` loader (batch
 16, `--workers`) reads a replicated coco128 packed twice, locally and into the bucket, the shard cache held to
 40% of the store (`--cache-share`, so the windowed order runs). The cases run back to back in this one process
 (their ratios are of the same harness on the same machine), `--rounds` times, interleaved:
@@ -40,7 +43,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 from common import default_source, machine, replicate_coco  # noqa: E402
-from s3_helpers import FaultProxy, S3Server, moto_missing  # noqa: E402
+from s3_helpers import FaultProxy, ObjectServer, S3Server, moto_missing  # noqa: E402
 
 import fastfeed.store.objstore as objstore  # noqa: E402
 from fastfeed import Store  # noqa: E402
@@ -54,15 +57,19 @@ from fastfeed.store.remote.link import link_words  # noqa: E402
 
 
 def _network(conn) -> None:
-    """In a child process (its own GIL): the S3 server, and fault proxies made and
-    stopped on request through `conn`."""
+    """In a child process (its own GIL): the S3 server, and fault proxies made and stopped on request through
+    `conn`, in front of it or, once asked to `serve` buckets, of an `ObjectServer` of their objects."""
 
     server, proxies = S3Server(), {}
+    target = server.port
     conn.send(server.port)
     while True:
         cmd, arg = conn.recv()
-        if cmd == "proxy":
-            p = FaultProxy(server.port, **arg)
+        if cmd == "serve":
+            target = ObjectServer.copy_of(server.endpoint, arg).port
+            conn.send(target)
+        elif cmd == "proxy":
+            p = FaultProxy(target, **arg)
             proxies[p.port] = p
             conn.send(p.url)
         elif cmd == "stop":
@@ -91,6 +98,11 @@ class Network:
 
     def use(self, endpoint: str) -> None:
         S3Server.use(self, endpoint)
+
+    def serve(self, *buckets: str) -> None:
+        """Proxies made from now on read `buckets` (as they are now) from a plain object server, not moto."""
+        self.conn.send(("serve", list(buckets)))
+        self.conn.recv()
 
     def proxy(self, **kw) -> str:
         self.conn.send(("proxy", kw))
@@ -154,8 +166,6 @@ def run_epochs(store, cfg, epochs: int, window_batches: int | None = None) -> di
                     first = now - t0
                     at_first = loader.stage_times()
                     at_first = (dict(at_first.seconds), at_first.samples)
-                    for pid in loader.memory_pids() if PIN else ():
-                        os.sched_setaffinity(pid, {PIN["worker"]})
                 n += len(b.indices)
                 seen[e].append(b.indices.numpy().copy())
                 if window_batches is not None and e == 0 and k == window_batches:
@@ -223,6 +233,10 @@ def main() -> int:
                     help="leave the loader's worker unpinned (by default it gets a core of its own and everything else "
                          "- this process, the read-ahead threads, the S3 server and proxy - the other: the work a remote "
                          "store adds never takes the worker's core, as on a node with cores to spare)")
+    ap.add_argument("--moto", action="store_true",
+                    help="read the store from moto's S3 server (by default moto takes the pack, then a plain object "
+                         "server in the same child process serves its objects: moto's CPU per request, on the core "
+                         "the read-ahead uses, was the harness's own cost)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if (why := moto_missing()) is not None:
@@ -241,12 +255,17 @@ def run(args, work: Path) -> int:
         cores = sorted(os.sched_getaffinity(0))
         PIN.update(worker=cores[0], rest=cores[1])
         os.sched_setaffinity(0, {cores[1]})
+        # each loader worker on its core from its fork (the S3 server, spawned, is not forked from here): pinned
+        # after its first batch, it built that batch on the core of the read-ahead, the S3 server and the proxy
+        os.register_at_fork(after_in_child=lambda: os.sched_setaffinity(0, {PIN["worker"]}))
     objstore.PART_BYTES = 1 << 20   # a 4 MB shard in 4 ranged reads, as a 128 MB one is 8 of 16 MB
     server = Network()
     bucket = server.bucket("bench")
     url = f"s3://{bucket}/coco.ff"
     for out in (work / "local.ff", url):
         pack(PackConfig(src=src, out=out, format="coco", shard_mb=args.shard_mb, progress=False))
+    if not args.moto:
+        server.serve(bucket)
     local = Store(work / "local.ff")
     size = sum(s.bytes for s in local.shards)
     largest = max(s.bytes for s in local.shards)
@@ -255,7 +274,8 @@ def run(args, work: Path) -> int:
     bw = args.bandwidth_mb * 1e6
     res = {"machine": machine(), "images": len(local), "store_bytes": size, "shards": len(local.shards),
            "largest_shard": largest, "cache_limit": limit, "bandwidth_bytes_per_s": bw, "epochs": args.epochs,
-           "workers": args.workers, "imgsz": args.imgsz, "pinned": dict(PIN), "runs": {}}
+           "workers": args.workers, "imgsz": args.imgsz, "pinned": dict(PIN),
+           "server": "moto" if args.moto else "plain", "runs": {}}
     print(f"store: {len(local)} images, {len(local.shards)} shards, {size / 2**20:.1f} MiB; shard cache limit "
           f"{limit / 2**20:.1f} MiB ({args.cache_share:.0%}); cap {args.bandwidth_mb:g} MB/s; cpu loader, "
           f"{args.workers} workers, imgsz {args.imgsz}, batch 16, {args.epochs} epochs")

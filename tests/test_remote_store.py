@@ -18,7 +18,7 @@ from fastfeed.cli import main
 from fastfeed.loaders import LoaderConfig, create_loader
 from fastfeed.loaders.shard_order import default_order
 from fastfeed.pack import PackConfig, PackError, pack
-from fastfeed.store import FormatError
+from fastfeed.store import FormatError, objstore
 from fastfeed.store.format import StoreChanged
 from fastfeed.store.objstore import RemoteError
 from fastfeed.store.options import StoreOptions
@@ -104,6 +104,28 @@ def test_pack_from_a_bucket_as_from_the_folder(layout, coco_src, s3, tmp_path):
     assert there.manifest.source["fingerprint"] == here.manifest.source["fingerprint"]
     both = run_pack(f"s3://{bucket}/data", f"s3://{bucket}/out.ff")   # bucket to bucket
     assert both.manifest.fingerprint == here.manifest.fingerprint
+
+
+def test_the_benchmarks_plain_object_server_serves_a_store_as_s3_does(url_store, local_store, s3, tmp_path):
+    """`benchmarks/remote_store.py` reads its store from `s3_helpers.ObjectServer` (a copy of the bucket, GET and HEAD
+    with a range): the records equal the local pack's, a missing object is a missing object, an empty one empty."""
+    from s3_helpers import ObjectServer
+
+    bucket = url_store.split("/")[2]
+    s3.client().put_object(Bucket=bucket, Key="empty", Body=b"")
+    server = ObjectServer.copy_of(s3.endpoint, [bucket])
+    s3.use(server.endpoint)
+    try:
+        store = Store(url_store, shard_cache=tmp_path / "c")
+        records_equal(store, local_store)
+        fs, _ = objstore.filesystem(url_store)
+        assert objstore.whole(fs, f"{bucket}/empty") == b""
+        with pytest.raises(FormatError, match="is not a fastfeed store"):
+            Store(f"s3://{bucket}/nothing.ff", shard_cache=tmp_path / "c")
+        store.close()
+    finally:
+        s3.use(s3.endpoint)
+        server.stop()
 
 
 def test_every_loader_reads_a_url_store(url_store, local_store, tmp_path):
