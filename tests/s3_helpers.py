@@ -139,8 +139,13 @@ class ObjectServer:
                 self.end_headers()
                 self.wfile.write(payload)
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request, client_address):   # a connection the proxy reset: nothing to say
+                pass
+
+        self._server = Server(("127.0.0.1", 0), Handler)
         self.port = self._server.server_address[1]
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self._server.serve_forever, name="object-server", daemon=True)

@@ -176,12 +176,11 @@ def _samples(saved: dict, ours: dict) -> list[str]:
 
 
 def _ramp(state: dict, ours: dict) -> list[str]:
-    """A windowed order saved before its first window ramped (`windowed.RAMP`), named: the old order is rebuilt for
-    the rest of its epoch, the new one follows."""
-    saved = identity_at(state["order"], int(state["epoch"]))
-    if saved.get("kind") == ours["order"].get("kind") == "windowed" and saved.get("ramp") != ours["order"].get("ramp"):
-        return [f"the windowed order's first window ramp {saved.get('ramp', 'none')} -> {ours['order'].get('ramp', 'none')}"]
-    return []
+    """A windowed order saved before its first window ramped (`windowed.RAMP`), named (its epoch's rest is its own)."""
+    old, new = identity_at(state["order"], int(state["epoch"])), ours["order"]
+    same = old.get("kind") == new.get("kind") == "windowed" and old.get("ramp") == new.get("ramp")
+    return [] if same or new.get("kind") != "windowed" else [
+        f"the windowed order's first window ramp {old.get('ramp', 'none')} -> {new.get('ramp', 'none')}"]
 
 
 def same_order(loader, state: dict) -> bool:

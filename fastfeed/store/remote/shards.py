@@ -5,6 +5,7 @@ order (docs/design.md, "A store in object storage reads through a node-local sha
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -96,10 +97,8 @@ class RemoteShards:
         """In a forked child: the parent's maps and locks are not ours (closing our copy of a lock's fd leaves
         the parent's lock alone); nothing is released, everything reopens on use."""
         for fd, _, _ in self.maps.values():
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
         self.maps = OrderedDict()
         self._read_aheads = []
         self._fs = None
