@@ -351,7 +351,7 @@ def test_a_read_ahead_asked_for_is_kept_when_the_cache_holds_the_whole_store(url
         asked.close()
 
 
-def test_the_shards_a_read_waits_for_download_alone_then_the_next_ones(url_store, tmp_path):
+def test_the_shards_a_read_waits_for_download_first_alone_at_the_start_then_beside_the_next_ones(url_store, tmp_path):
     import threading
     import time
 
@@ -371,19 +371,31 @@ def test_the_shards_a_read_waits_for_download_alone_then_the_next_ones(url_store
         return True
 
     store.provider.fetch = slow_fetch
-    p = ReadAhead(store.provider)
-    try:
-        p.want([0, 1], [2, 3, 4])
+
+    def run(p, now, upcoming):
+        events.clear()
+        p.want(now, upcoming)
         deadline = time.monotonic() + 20
-        while sum(e == "end" for e, _ in events) < 5 and time.monotonic() < deadline:
+        while sum(e == "end" for e, _ in events) < len(now) + len(upcoming) and time.monotonic() < deadline:
             time.sleep(0.02)
-    finally:
-        p.stop()
-    starts = [k for e, k in events if e == "start"]
-    assert sorted(starts[:2]) == [0, 1] and starts[2:] == [2, 3, 4]      # needed now first, then in reading order
-    last_now_done = max(events.index(("end", 0)), events.index(("end", 1)))
-    assert events.index(("start", 2)) > last_now_done                  # the next ones wait for the link
-    assert all(store.cache.present(store.shards[k]) for k in range(5))
+        return [k for e, k in events if e == "start"]
+
+    # (downloads kept in flight, whether one ended before: the start) -> whether the next ones wait for a needed-now
+    for parallel, started, waits in ((3, False, True), (3, True, False), (2, True, True)):
+        p = ReadAhead(store.provider)
+        p.parallel = lambda n=parallel: n
+        try:
+            if started:
+                run(p, [], [5])
+            starts = run(p, [0, 1], [2, 3, 4])
+        finally:
+            p.stop()
+        assert sorted(starts[:2]) == [0, 1] and starts[2:] == [2, 3, 4]      # needed now first, then in reading order
+        now_done = min(events.index(("end", 0)), events.index(("end", 1)))
+        assert (events.index(("start", 2)) > now_done) == waits, (parallel, started)
+        assert all(store.cache.present(store.shards[k]) for k in range(5))
+        for k in range(6):
+            store.cache.file(store.shards[k]).unlink(missing_ok=True)
     store.close()
 
 
@@ -413,6 +425,25 @@ def test_a_worker_reading_what_the_read_ahead_needs_now_waits_for_its_download(u
             store.close()
         finally:
             s3.use(s3.endpoint)
+
+
+def test_the_pool_loader_starts_the_first_batchs_downloads_before_it_forks_its_workers(local_store):
+    """The order hears where the loader starts before the workers start (the first batch's downloads run while they
+    fork), and again as each batch is handed out."""
+    from fastfeed.loaders.sampler import ShuffledOrder
+    from fastfeed.loaders.windowed import FollowedOrder
+
+    cfg = LoaderConfig(imgsz=64, batch_size=4, workers=1)
+    heard, box = [], {}
+    order = FollowedOrder(ShuffledOrder.for_loader(len(local_store), cfg, 0, 1), [s.start for s in local_store.shards],
+                          read_ahead=0, lookback=0, follow=lambda now, nxt: heard.append((now, box["ld"]._pool)))
+    with create_loader("cpu", local_store, cfg, order=order) as loader:
+        box["ld"] = loader
+        loader.set_epoch(0)
+        next(iter(loader))
+    first = sorted(set(np.searchsorted([s.start for s in local_store.shards], order.batches(0)[0], side="right") - 1))
+    assert sorted(heard[0][0]) == first and heard[0][1] is None     # batch 0's shards, no worker yet
+    assert any(pool is not None for _, pool in heard[1:])           # then as batches are handed out
 
 
 def _read_records(store, shards):

@@ -32,6 +32,7 @@ class ReadAhead:
         self._thread: threading.Thread | None = None
         self._stopped = self._warned = False
         self._inflight: set[int] = set()
+        self._done = 0                                 # downloads ended (0: the first shards are still coming)
         self.ahead, self.rate = 0, 0.0                 # shards offered ahead; the reads' quickest shards a second
         self._offered: dict[int, None] = {}            # shards offered lately (insertion-ordered, bounded)
         self._new: deque = deque(maxlen=RATE_SHARDS)   # when each newly offered shard was first offered
@@ -108,9 +109,10 @@ class ReadAhead:
                 if self._stopped:
                     return
                 (now, upcoming), self._want = self._want, None
-                first = set(now)   # claimed by want(): a read waits for them, they get the link first
-                self._cv.wait_for(lambda f=first: not f & self._inflight or self._want is not None or self._stopped)
-            for k in upcoming:
+                if not self._done:   # the start: the first shards a read waits for get the link alone
+                    first = set(now)
+                    self._cv.wait_for(lambda f=first: not f & self._inflight or self._want is not None or self._stopped)
+            for k in upcoming:   # then within parallel(), which counts the needed-now ones want() started first
                 with self._cv:
                     if self._want is not None or self._stopped:
                         break   # the loader moved on: start over with what it needs now
@@ -132,5 +134,6 @@ class ReadAhead:
                 self._warned = True
         finally:
             with self._cv:
+                self._done += 1
                 self._inflight.discard(k)
                 self._cv.notify_all()
