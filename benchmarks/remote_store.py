@@ -334,8 +334,8 @@ def run(args, work: Path) -> int:
             row["vs_0ms"] = row["vs_local"] / zero["vs_local"] if zero else 1.0
             # The same with the CPU divided out: the worker's time a sample at the local runs' work (every stage but
             # the read) plus this run's read, which holds each wait for a download, against the 0 ms run's read
-            work = np.mean([sum(r["stage_ms_per_sample"].values()) - r["read_ms_per_sample"] for r in locals_[-2:]])
-            row["vs_0ms_waits_only"] = ((work + (zero or row)["read_ms_per_sample"]) / (work + row["read_ms_per_sample"]))
+            busy = np.mean([sum(r["stage_ms_per_sample"].values()) - r["read_ms_per_sample"] for r in locals_[-2:]])
+            row["vs_0ms_waits_only"] = (busy + (zero or row)["read_ms_per_sample"]) / (busy + row["read_ms_per_sample"])
             rows[case.name].append(row)
             link = row["order"].get("link") or {}
             print(f"round {rnd} {case.name:>14} ({case.limit / size:.0%} cache, {case.drop:.0%} resets): "
