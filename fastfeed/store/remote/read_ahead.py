@@ -110,8 +110,7 @@ class ReadAhead:
                     return
                 (now, upcoming), self._want = self._want, None
                 if not self._done:   # the start: the first shards a read waits for get the link alone
-                    first = set(now)
-                    self._cv.wait_for(lambda f=first: not f & self._inflight or self._want is not None or self._stopped)
+                    self._cv.wait_for(lambda f=set(now): not f & self._inflight or self._want is not None or self._stopped)
             for k in upcoming:   # then within parallel(), which counts the needed-now ones want() started first
                 with self._cv:
                     if self._want is not None or self._stopped:
