@@ -154,6 +154,8 @@ def test_a_position_saved_before_the_ramp_resumes_the_old_order_for_the_rest_of_
     assert "the windowed order's first window ramp none -> 2" in line and "records of the epoch not yet trained" in line
     once(first + trained(new, 1), np.concatenate([np.concatenate(o.order.batches(1)) for o in old]))   # exact
     assert all(np.array_equal(a, b) for a, b in zip(trained(new, 2, 0), trained(loaders(n, 2, order=windowed(2)), 2, 0)))
+    shuffled = loaders(n, 2)[0].state_dict(1, 40)   # from the global shuffle: another order, no ramp to name
+    assert "ramp" not in resumed(shuffled, n, 2, order=windowed(2))[1]
     state = new[0].state_dict(2, 10)   # saved under the ramp: the exact continuation
     again, line = resumed(state, n, 2, order=windowed(2))
     assert "uninterrupted run" in line and "ramp" not in line and all(ld.start == 10 for ld in again)

@@ -178,9 +178,9 @@ def _samples(saved: dict, ours: dict) -> list[str]:
 def _ramp(state: dict, ours: dict) -> list[str]:
     """A windowed order saved before its first window ramped (`windowed.RAMP`), named (its epoch's rest is its own)."""
     old, new = identity_at(state["order"], int(state["epoch"])), ours["order"]
-    same = old.get("kind") == new.get("kind") == "windowed" and old.get("ramp") == new.get("ramp")
-    return [] if same or new.get("kind") != "windowed" else [
-        f"the windowed order's first window ramp {old.get('ramp', 'none')} -> {new.get('ramp', 'none')}"]
+    if not old.get("kind") == new.get("kind") == "windowed" or old.get("ramp") == new.get("ramp"):
+        return []
+    return [f"the windowed order's first window ramp {old.get('ramp', 'none')} -> {new.get('ramp', 'none')}"]
 
 
 def same_order(loader, state: dict) -> bool:
