@@ -22,10 +22,9 @@ def fits(store) -> bool:
 
 
 def window_shards(store, ahead: int, lookback_records: int = 0) -> int:
-    """Shards the windowed order reads at once: what the cache's limit holds of the largest shard once the ones read
-    ahead (`ahead`, at the mean size: a read-ahead that finds no room leaves the shard to the read) have theirs,
-    less those still read by the batches in flight (`lookback_records` of the node's stream, and one being left) and
-    a spare."""
+    """Shards the windowed order reads at once: the largest shards the cache's limit holds besides `ahead` read ahead
+    (at the mean size: one that finds no room is left to the read), less those the batches in flight still read
+    (`lookback_records` of the node's stream, and one being left) and a spare."""
     largest = max((s.bytes for s in store.shards), default=1)
     mean = sum(s.bytes for s in store.shards) / max(len(store.shards), 1)
     per_shard = max(len(store) / max(len(store.shards), 1), 1)

@@ -2,10 +2,8 @@
 in object storage reads through a node-local shard cache").
 
 `WindowedOrder`: the shard-aware order, for a store the cache cannot hold whole (deterministic for seed, epoch, world
-size, local ranks and window), its first window ramped (it opens at one shard and widens by one every `ramp` shards:
-an epoch's first batch reads few shards, so it waits for few downloads). `FollowedOrder`: any order with a position
-for a cache to follow (`reached`), which tells `follow(now, next)` (the store's read-ahead) the shards needed now and
-next when that changes.
+size, local ranks and window; its first window ramps, `RAMP`). `FollowedOrder`: any order with a position for a cache
+to follow (`reached`), which tells `follow(now, next)` (the store's read-ahead) the shards needed now and next.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ import numpy as np
 
 from .sampler import EpochOrder, batches_per_epoch
 
-RAMP = 2   # a ramped window widens by one shard every RAMP shards of the node's part, from one
+RAMP = 2   # the window opens at one shard and widens by one every RAMP shards: an epoch's first batch reads few
 
 
 def node_layout(rank: int, world_size: int, local_world: int) -> tuple[int, int, int, int]:

@@ -226,8 +226,7 @@ class RemoteShards:
     def default_read_ahead(self) -> int:
         """Shards downloaded ahead when nobody says (the room the windowed order leaves them): 2, or as many as make
         READ_AHEAD_BYTES when the shards are smaller (16 MB: a 1.3 Gb/s link's bandwidth x 100 ms), but never more
-        than fill READ_AHEAD_SHARE of the cache's bytes at the mean shard's size (the rest is the window, which is
-        what mixes; a read-ahead that finds no room leaves that shard to the read)."""
+        than fill READ_AHEAD_SHARE of the cache's bytes at the mean size (the rest is the window, which mixes)."""
         sizes = [s.bytes for s in self.shards]
         if not sizes:
             return DEFAULT_READ_AHEAD
