@@ -396,6 +396,20 @@ def test_the_shards_a_read_waits_for_download_first_alone_at_the_start_then_besi
         assert all(store.cache.present(store.shards[k]) for k in range(5))
         for k in range(6):
             store.cache.file(store.shards[k]).unlink(missing_ok=True)
+    # The next batches' shards, claimed at the start, download after the first batch's; later claims at once.
+    p = ReadAhead(store.provider)
+    try:
+        events.clear()
+        p.want([0], [])
+        p.want([0, 1], [])
+        deadline = time.monotonic() + 20
+        while sum(e == "end" for e, _ in events) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert events.index(("start", 1)) > events.index(("end", 0))
+        starts = run(p, [0, 1, 2, 3], [])
+        assert sorted(starts) == [2, 3] and events.index(("start", 3)) < events.index(("end", 2))
+    finally:
+        p.stop()
     store.close()
 
 
