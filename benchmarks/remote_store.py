@@ -2,9 +2,12 @@
 
     python benchmarks/remote_store.py [--images 1024] [--shard-mb 4] [--epochs 2] [--rounds 2] [--workers 1] [--bandwidth-mb 100]
 
-A real S3 API (moto's server, `pip install -e '.[dev]'`) runs on 127.0.0.1 in a child process, behind the test
-helpers' fault proxy (`tests/s3_helpers.py`), which adds latency (and jitter) per request, a bandwidth cap
-shared by every connection (the node's link) and, in one case, reset connections. The `cpu` loader (batch
+A real S3 API (moto's server, `pip install -e '.[dev]'`) runs on 127.0.0.1 in a child process and takes the pack;
+the store is then read from a plain object server of its objects in that child (`s3_helpers.ObjectServer`: GET
+and HEAD with a range, moto's CPU per request left out; `--moto` reads from moto), behind the test helpers' fault
+proxy (`tests/s3_helpers.py`), which adds latency (and jitter) per request, a bandwidth cap shared by every
+connection (the node's link) and, in one case, reset connections. With two cores or more, the loader's worker has
+one of its own from its fork, everything else (this process, the read-ahead, the child) another (`--no-pin`). The `cpu` loader (batch
 16, `--workers`) reads a replicated coco128 packed twice, locally and into the bucket, the shard cache held to
 40% of the store (`--cache-share`, so the windowed order runs). The cases run back to back in this one process
 (their ratios are of the same harness on the same machine), `--rounds` times, interleaved:
@@ -13,7 +16,9 @@ shared by every connection (the node's link) and, in one case, reset connections
   at 0 ms and at 100 ms with 1% of requests' connections reset mid-response;
 - each remote run against the mean of the local runs just before and just after it ("of local"), and against the
   0 ms case with the same cache in the same round ("of 0 ms": what latency alone costs, the harness's own cost
-  - the S3 server and proxy on this machine's cores - divided out);
+  - the S3 server and proxy on this machine's cores - divided out), and that once more by the worker's own clock
+  ("by the worker's waits": the local runs' time a sample in every stage but the read, plus the run's read, which
+  holds every wait for a download; a machine shared with other work moves the rates, not the waits);
 - time to the first batch from a cold cache, against the local first batch plus one request and one shard's
   transfer at the cap;
 - whether every epoch delivered its order's batches, each record once (records exact), and the requests cut;
@@ -40,7 +45,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 from common import default_source, machine, replicate_coco  # noqa: E402
-from s3_helpers import FaultProxy, S3Server, moto_missing  # noqa: E402
+from s3_helpers import FaultProxy, ObjectServer, S3Server, moto_missing  # noqa: E402
 
 import fastfeed.store.objstore as objstore  # noqa: E402
 from fastfeed import Store  # noqa: E402
@@ -54,15 +59,19 @@ from fastfeed.store.remote.link import link_words  # noqa: E402
 
 
 def _network(conn) -> None:
-    """In a child process (its own GIL): the S3 server, and fault proxies made and
-    stopped on request through `conn`."""
+    """In a child process (its own GIL): the S3 server, and fault proxies made and stopped on request through
+    `conn`, in front of it or, once asked to `serve` buckets, of an `ObjectServer` of their objects."""
 
     server, proxies = S3Server(), {}
+    target = server.port
     conn.send(server.port)
     while True:
         cmd, arg = conn.recv()
-        if cmd == "proxy":
-            p = FaultProxy(server.port, **arg)
+        if cmd == "serve":
+            target = ObjectServer.copy_of(server.endpoint, arg).port
+            conn.send(target)
+        elif cmd == "proxy":
+            p = FaultProxy(target, **arg)
             proxies[p.port] = p
             conn.send(p.url)
         elif cmd == "stop":
@@ -91,6 +100,11 @@ class Network:
 
     def use(self, endpoint: str) -> None:
         S3Server.use(self, endpoint)
+
+    def serve(self, *buckets: str) -> None:
+        """Proxies made from now on read `buckets` (as they are now) from a plain object server, not moto."""
+        self.conn.send(("serve", list(buckets)))
+        self.conn.recv()
 
     def proxy(self, **kw) -> str:
         self.conn.send(("proxy", kw))
@@ -154,8 +168,6 @@ def run_epochs(store, cfg, epochs: int, window_batches: int | None = None) -> di
                     first = now - t0
                     at_first = loader.stage_times()
                     at_first = (dict(at_first.seconds), at_first.samples)
-                    for pid in loader.memory_pids() if PIN else ():
-                        os.sched_setaffinity(pid, {PIN["worker"]})
                 n += len(b.indices)
                 seen[e].append(b.indices.numpy().copy())
                 if window_batches is not None and e == 0 and k == window_batches:
@@ -165,7 +177,8 @@ def run_epochs(store, cfg, epochs: int, window_batches: int | None = None) -> di
     total = time.perf_counter() - t0
     later = max(st.samples - at_first[1], 1)
     ms = {k: 1e3 * (v - at_first[0].get(k, 0.0)) / later for k, v in st.seconds.items()}
-    out = {"read_ms_per_sample": ms["read"], "decode_ms_per_sample": ms["decode"], "first_batch_s": first,
+    out = {"read_ms_per_sample": ms["read"], "decode_ms_per_sample": ms["decode"], "stage_ms_per_sample": ms,
+           "first_batch_s": first,
            "images_per_s": n / (total - first) if total > first else None,
            "order": described, "exact": exact(order, seen, len(store), cfg.batch_size)}
     if after_t is not None:
@@ -223,6 +236,10 @@ def main() -> int:
                     help="leave the loader's worker unpinned (by default it gets a core of its own and everything else "
                          "- this process, the read-ahead threads, the S3 server and proxy - the other: the work a remote "
                          "store adds never takes the worker's core, as on a node with cores to spare)")
+    ap.add_argument("--moto", action="store_true",
+                    help="read the store from moto's S3 server (by default moto takes the pack, then a plain object "
+                         "server in the same child process serves its objects: moto's CPU per request, on the core "
+                         "the read-ahead uses, was the harness's own cost)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     if (why := moto_missing()) is not None:
@@ -241,12 +258,17 @@ def run(args, work: Path) -> int:
         cores = sorted(os.sched_getaffinity(0))
         PIN.update(worker=cores[0], rest=cores[1])
         os.sched_setaffinity(0, {cores[1]})
+        # each loader worker on its core from its fork (the S3 server, spawned, is not forked from here): pinned
+        # after its first batch, it built that batch on the core of the read-ahead, the S3 server and the proxy
+        os.register_at_fork(after_in_child=lambda: os.sched_setaffinity(0, {PIN["worker"]}))
     objstore.PART_BYTES = 1 << 20   # a 4 MB shard in 4 ranged reads, as a 128 MB one is 8 of 16 MB
     server = Network()
     bucket = server.bucket("bench")
     url = f"s3://{bucket}/coco.ff"
     for out in (work / "local.ff", url):
         pack(PackConfig(src=src, out=out, format="coco", shard_mb=args.shard_mb, progress=False))
+    if not args.moto:
+        server.serve(bucket)
     local = Store(work / "local.ff")
     size = sum(s.bytes for s in local.shards)
     largest = max(s.bytes for s in local.shards)
@@ -255,7 +277,8 @@ def run(args, work: Path) -> int:
     bw = args.bandwidth_mb * 1e6
     res = {"machine": machine(), "images": len(local), "store_bytes": size, "shards": len(local.shards),
            "largest_shard": largest, "cache_limit": limit, "bandwidth_bytes_per_s": bw, "epochs": args.epochs,
-           "workers": args.workers, "imgsz": args.imgsz, "pinned": dict(PIN), "runs": {}}
+           "workers": args.workers, "imgsz": args.imgsz, "pinned": dict(PIN),
+           "server": "moto" if args.moto else "plain", "runs": {}}
     print(f"store: {len(local)} images, {len(local.shards)} shards, {size / 2**20:.1f} MiB; shard cache limit "
           f"{limit / 2**20:.1f} MiB ({args.cache_share:.0%}); cap {args.bandwidth_mb:g} MB/s; cpu loader, "
           f"{args.workers} workers, imgsz {args.imgsz}, batch 16, {args.epochs} epochs")
@@ -278,12 +301,14 @@ def run(args, work: Path) -> int:
         r = run_epochs(store, cfg, args.epochs, window_batches)
         net_cores = (server.cpu_seconds() - net0) / (time.perf_counter() - t0)
         fetched = store.cache.fetched()
+        by_worker = sum(f["pid"] != os.getpid() for f in fetched)   # the read-ahead was late: the read downloaded it
         store.close()
         server.use(server.endpoint)
         counts = server.stop_proxy(proxy)
         return r | {"case": case.name, "latency_ms": ms, "jitter_ms": ms / 4, "drop": case.drop,
                             "cache_limit": case.limit, "round": rnd, **counts,
                             "fetched_bytes_per_epoch": sum(f["bytes"] for f in fetched) / args.epochs,
+                            "downloads": len(fetched), "downloaded_by_the_worker": by_worker,
                             "network_process_cores": net_cores,
                             "one_shard_download_s": largest / bw + ms / 1e3, "store_download_s": size / bw}
 
@@ -307,25 +332,32 @@ def run(args, work: Path) -> int:
                     "local_first_batch_s": ref_first}
             zero = next((r for r in rows[case.zero] if r["round"] == rnd), None)
             row["vs_0ms"] = row["vs_local"] / zero["vs_local"] if zero else 1.0
+            # The same with the CPU divided out: the worker's time a sample at the local runs' work (every stage but
+            # the read) plus this run's read, which holds each wait for a download, against the 0 ms run's read
+            busy = np.mean([sum(r["stage_ms_per_sample"].values()) - r["read_ms_per_sample"] for r in locals_[-2:]])
+            row["vs_0ms_waits_only"] = (busy + (zero or row)["read_ms_per_sample"]) / (busy + row["read_ms_per_sample"])
             rows[case.name].append(row)
             link = row["order"].get("link") or {}
             print(f"round {rnd} {case.name:>14} ({case.limit / size:.0%} cache, {case.drop:.0%} resets): "
-                  f"{row['images_per_s']:.1f} images/s, {row['vs_0ms']:.2f} of 0 ms, {row['vs_local']:.2f} of local "
+                  f"{row['images_per_s']:.1f} images/s, {row['vs_0ms']:.2f} of 0 ms ({row['vs_0ms_waits_only']:.2f} by "
+                  f"the worker's waits), {row['vs_local']:.2f} of local "
                   f"({ref:.1f}); first batch {row['first_batch_s']:.2f} s (local {ref_first:.2f} + one request and one "
                   f"shard {row['one_shard_download_s']:.2f}); records {'exact' if row['exact'] else 'NOT EXACT'}; "
-                  f"{row['dropped']} of {row['requests']} requests cut; window {row['order'].get('window_shards')} "
+                  f"{row['dropped']} of {row['requests']} requests cut; {row['downloaded_by_the_worker']} of "
+                  f"{row['downloads']} downloads by the worker; window {row['order'].get('window_shards')} "
                   f"shards, {row['order'].get('read_ahead_shards')} ahead; link {link_words(link) if link else '-'}; "
                   f"S3 server and proxy {row['network_process_cores']:.2f} cores")
     res["runs"].update(rows)
     res["summary"] = {}
     for case in cases:
         rs = rows[case.name]
-        v, z = [r["vs_local"] for r in rs], [r["vs_0ms"] for r in rs]
+        v, z, w = [r["vs_local"] for r in rs], [r["vs_0ms"] for r in rs], [r["vs_0ms_waits_only"] for r in rs]
         late = [r["first_batch_s"] - r["local_first_batch_s"] - r["one_shard_download_s"] for r in rs]
-        res["summary"][case.name] = {"vs_0ms_median": float(np.median(z)), "vs_0ms": z,
+        res["summary"][case.name] = {"vs_0ms_median": float(np.median(z)), "vs_0ms": z, "vs_0ms_waits_only": w,
                                      "vs_local_median": float(np.median(v)), "vs_local": v,
                                      "first_batch_late_s": late, "exact": all(r["exact"] for r in rs)}
-        print(f"{case.name:>14}: {np.median(z):.2f} of 0 ms ({min(z):.2f}-{max(z):.2f}), {np.median(v):.2f} of local "
+        print(f"{case.name:>14}: {np.median(z):.2f} of 0 ms ({min(z):.2f}-{max(z):.2f}; by the worker's waits "
+              f"{min(w):.2f}-{max(w):.2f}), {np.median(v):.2f} of local "
               f"({min(v):.2f}-{max(v):.2f}); first batch beyond local + one request and one shard: "
               f"{max(late):+.2f} s at most; records {'exact' if res['summary'][case.name]['exact'] else 'NOT EXACT'} "
               f"in all {len(rs)} runs")

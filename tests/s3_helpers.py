@@ -6,6 +6,11 @@ imported) on 127.0.0.1, on a free port, in this process; it stops with `stop()` 
 sets the standard environment s3fs and boto3 read (dummy AWS credentials, a region, AWS_ENDPOINT_URL), so
 child processes (torchrun, `fastfeed` subprocesses) reach it too, and puts the old values back at the end.
 
+`ObjectServer`: the objects of some buckets, copied out of an S3 server once, served read-only (GET and HEAD, one
+byte range or whole, 404 NoSuchKey; a bucket lists empty) by a plain threaded HTTP server: what reading a store asks of S3, at a fraction
+of moto's CPU (the benchmarks read through it, so that the server's work on this machine's cores stays small, as a
+real S3's costs the node nothing).
+
 `FaultProxy`: a TCP proxy on 127.0.0.1 in front of it: each request delayed by `latency` (plus up to
 `jitter`, uniformly, either way; a round trip: the response's bytes are not delayed again), a new connection's
 first request by one more `latency` (TCP's handshake; no TLS), responses through one shared token bucket of `bandwidth` bytes/s (the
@@ -88,6 +93,79 @@ class S3Server:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+class ObjectServer:
+    """See the module docstring. `objects`: {"bucket/key": bytes}; `port`, `endpoint`; `stop()`."""
+
+    def __init__(self, objects: dict):
+        import http.server
+
+        data = dict(objects)
+        buckets = {k.split("/", 1)[0] for k in data}
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"   # keep-alive, as S3
+
+            def log_message(self, *args):
+                pass
+
+            def do_HEAD(self):
+                self.do_GET(body=False)
+
+            def do_GET(self, body=True):
+                name = self.path.split("?", 1)[0].strip("/")
+                blob = data.get(name)
+                if blob is None and name in buckets:   # a bucket (asked whether it exists): listed empty
+                    blob = b"<?xml version='1.0'?><ListBucketResult><KeyCount>0</KeyCount></ListBucketResult>"
+                if blob is None:
+                    err = b"<?xml version='1.0'?><Error><Code>NoSuchKey</Code><Message>not found</Message></Error>"
+                    return self._send(404, err if body else b"", {"Content-Type": "application/xml"}, len(err))
+                a, b, headers = 0, len(blob), {"ETag": '"0"', "Accept-Ranges": "bytes"}
+                rng = self.headers.get("Range", "")
+                if rng.startswith("bytes="):
+                    lo, _, hi = rng[6:].partition("-")
+                    a, b = int(lo), min(int(hi) + 1 if hi else len(blob), len(blob))
+                    if a >= len(blob):
+                        err = b"<?xml version='1.0'?><Error><Code>InvalidRange</Code><Message>range</Message></Error>"
+                        return self._send(416, err if body else b"", {"Content-Type": "application/xml"}, len(err))
+                    headers["Content-Range"] = f"bytes {a}-{b - 1}/{len(blob)}"
+                self._send(206 if "Content-Range" in headers else 200, blob[a:b] if body else b"", headers, b - a)
+
+            def _send(self, code, payload, headers, length):
+                self.send_response(code)
+                for k, v in (headers | {"Content-Length": str(length)}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(payload)
+
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request, client_address):   # a connection the proxy reset: nothing to say
+                pass
+
+        self._server = Server(("127.0.0.1", 0), Handler)
+        self.port = self._server.server_address[1]
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, name="object-server", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def copy_of(cls, endpoint: str, buckets) -> ObjectServer:
+        """A server of every object in `buckets` of the S3 server at `endpoint`."""
+        import boto3
+
+        client, objects = boto3.client("s3", endpoint_url=endpoint), {}
+        for bucket in buckets:
+            for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+                for o in page.get("Contents", []):
+                    objects[f"{bucket}/{o['Key']}"] = client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
+        return cls(objects)
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
 
 
 def _forget_filesystems() -> None:

@@ -18,7 +18,7 @@ from fastfeed.cli import main
 from fastfeed.loaders import LoaderConfig, create_loader
 from fastfeed.loaders.shard_order import default_order
 from fastfeed.pack import PackConfig, PackError, pack
-from fastfeed.store import FormatError
+from fastfeed.store import FormatError, objstore
 from fastfeed.store.format import StoreChanged
 from fastfeed.store.objstore import RemoteError
 from fastfeed.store.options import StoreOptions
@@ -104,6 +104,28 @@ def test_pack_from_a_bucket_as_from_the_folder(layout, coco_src, s3, tmp_path):
     assert there.manifest.source["fingerprint"] == here.manifest.source["fingerprint"]
     both = run_pack(f"s3://{bucket}/data", f"s3://{bucket}/out.ff")   # bucket to bucket
     assert both.manifest.fingerprint == here.manifest.fingerprint
+
+
+def test_the_benchmarks_plain_object_server_serves_a_store_as_s3_does(url_store, local_store, s3, tmp_path):
+    """`benchmarks/remote_store.py` reads its store from `s3_helpers.ObjectServer` (a copy of the bucket, GET and HEAD
+    with a range): the records equal the local pack's, a missing object is a missing object, an empty one empty."""
+    from s3_helpers import ObjectServer
+
+    bucket = url_store.split("/")[2]
+    s3.client().put_object(Bucket=bucket, Key="empty", Body=b"")
+    server = ObjectServer.copy_of(s3.endpoint, [bucket])
+    s3.use(server.endpoint)
+    try:
+        store = Store(url_store, shard_cache=tmp_path / "c")
+        records_equal(store, local_store)
+        fs, _ = objstore.filesystem(url_store)
+        assert objstore.whole(fs, f"{bucket}/empty") == b""
+        with pytest.raises(FormatError, match="is not a fastfeed store"):
+            Store(f"s3://{bucket}/nothing.ff", shard_cache=tmp_path / "c")
+        store.close()
+    finally:
+        s3.use(s3.endpoint)
+        server.stop()
 
 
 def test_every_loader_reads_a_url_store(url_store, local_store, tmp_path):
@@ -253,10 +275,13 @@ def test_the_read_ahead_is_at_least_16_mb_by_default_and_a_quarter_of_the_cache_
 
     probe = Store(url_store, shard_cache=tmp_path / "c")
     largest = max(s.bytes for s in probe.shards)
+    mean = sum(s.bytes for s in probe.shards) / len(probe.shards)
     assert READ_AHEAD_BYTES // largest > len(probe.shards)          # tiny shards: the read-ahead wants more
-    # Capped by a quarter of the shards the cache holds (the rest is the window), never below 2 ...
-    assert Store(url_store, shard_cache=tmp_path / "c", shard_cache_limit=12 * largest).read_ahead == 3
-    assert Store(url_store, shard_cache=tmp_path / "c", shard_cache_limit=3 * largest).read_ahead == DEFAULT_READ_AHEAD
+    # Capped by what fills a quarter of the cache's bytes at the mean shard size (the rest is the window), never
+    # below 2 ...
+    assert 2 < int(3 * largest / mean) < len(probe.shards)
+    assert Store(url_store, shard_cache=tmp_path / "c", shard_cache_limit=12 * largest).read_ahead == int(3 * largest / mean)
+    assert Store(url_store, shard_cache=tmp_path / "c", shard_cache_limit=4 * int(mean)).read_ahead == DEFAULT_READ_AHEAD
     # ... and by the store's shards.
     assert Store(url_store, shard_cache=tmp_path / "c", shard_cache_limit=400 * largest).read_ahead == len(probe.shards)
     # Shards of the URL default (128 MB): two ahead are already seconds of training.
@@ -326,7 +351,7 @@ def test_a_read_ahead_asked_for_is_kept_when_the_cache_holds_the_whole_store(url
         asked.close()
 
 
-def test_the_shards_a_read_waits_for_download_alone_then_the_next_ones(url_store, tmp_path):
+def test_the_shards_a_read_waits_for_download_first_alone_at_the_start_then_beside_the_next_ones(url_store, tmp_path):
     import threading
     import time
 
@@ -346,19 +371,45 @@ def test_the_shards_a_read_waits_for_download_alone_then_the_next_ones(url_store
         return True
 
     store.provider.fetch = slow_fetch
+
+    def run(p, now, upcoming):
+        events.clear()
+        p.want(now, upcoming)
+        deadline = time.monotonic() + 20
+        while sum(e == "end" for e, _ in events) < len(now) + len(upcoming) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return [k for e, k in events if e == "start"]
+
+    # (downloads kept in flight, whether one ended before: the start) -> whether the next ones wait for a needed-now
+    for parallel, started, waits in ((3, False, True), (3, True, False), (2, True, True)):
+        p = ReadAhead(store.provider)
+        p.parallel = lambda n=parallel: n
+        try:
+            if started:
+                run(p, [], [5])
+            starts = run(p, [0, 1], [2, 3, 4])
+        finally:
+            p.stop()
+        assert sorted(starts[:2]) == [0, 1] and starts[2:] == [2, 3, 4]      # needed now first, then in reading order
+        now_done = min(events.index(("end", 0)), events.index(("end", 1)))
+        assert (events.index(("start", 2)) > now_done) == waits, (parallel, started)
+        assert all(store.cache.present(store.shards[k]) for k in range(5))
+        for k in range(6):
+            store.cache.file(store.shards[k]).unlink(missing_ok=True)
+    # The next batches' shards, claimed at the start, download after the first batch's; later claims at once.
     p = ReadAhead(store.provider)
     try:
-        p.want([0, 1], [2, 3, 4])
+        events.clear()
+        p.want([0], [])
+        p.want([0, 1], [])
         deadline = time.monotonic() + 20
-        while sum(e == "end" for e, _ in events) < 5 and time.monotonic() < deadline:
+        while sum(e == "end" for e, _ in events) < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
+        assert events.index(("start", 1)) > events.index(("end", 0))
+        starts = run(p, [0, 1, 2, 3], [])
+        assert sorted(starts) == [2, 3] and events.index(("start", 3)) < events.index(("end", 2))
     finally:
         p.stop()
-    starts = [k for e, k in events if e == "start"]
-    assert sorted(starts[:2]) == [0, 1] and starts[2:] == [2, 3, 4]      # needed now first, then in reading order
-    last_now_done = max(events.index(("end", 0)), events.index(("end", 1)))
-    assert events.index(("start", 2)) > last_now_done                  # the next ones wait for the link
-    assert all(store.cache.present(store.shards[k]) for k in range(5))
     store.close()
 
 
@@ -388,6 +439,25 @@ def test_a_worker_reading_what_the_read_ahead_needs_now_waits_for_its_download(u
             store.close()
         finally:
             s3.use(s3.endpoint)
+
+
+def test_the_pool_loader_starts_the_first_batchs_downloads_before_it_forks_its_workers(local_store):
+    """The order hears where the loader starts before the workers start (the first batch's downloads run while they
+    fork), and again as each batch is handed out."""
+    from fastfeed.loaders.sampler import ShuffledOrder
+    from fastfeed.loaders.windowed import FollowedOrder
+
+    cfg = LoaderConfig(imgsz=64, batch_size=4, workers=1)
+    heard, box = [], {}
+    order = FollowedOrder(ShuffledOrder.for_loader(len(local_store), cfg, 0, 1), [s.start for s in local_store.shards],
+                          read_ahead=0, lookback=0, follow=lambda now, nxt: heard.append((now, box["ld"]._pool)))
+    with create_loader("cpu", local_store, cfg, order=order) as loader:
+        box["ld"] = loader
+        loader.set_epoch(0)
+        next(iter(loader))
+    first = sorted(set(np.searchsorted([s.start for s in local_store.shards], order.batches(0)[0], side="right") - 1))
+    assert sorted(heard[0][0]) == first and heard[0][1] is None     # batch 0's shards, no worker yet
+    assert any(pool is not None for _, pool in heard[1:])           # then as batches are handed out
 
 
 def _read_records(store, shards):

@@ -103,3 +103,59 @@ def test_followed_order_reports_now_and_next_as_the_loader_moves():
     f2 = FollowedOrder(ShuffledOrder(N, 8), starts, read_ahead=None, follow=lambda *a: None)
     assert len(f2.needed(0, 0)[0]) + len(f2.needed(0, 0)[1]) == 24   # fits: everything, first-needed first
     assert "read_ahead_shards" in f.describe() and f.describe()["window_shards"] == 3
+
+
+SMALL = [(k * 8 // 3, (k + 1) * 8 // 3 - k * 8 // 3) for k in range(141)]   # 141 shards of 2-3 records (2.67 a shard)
+
+
+def first_batch_bound(o, epoch):
+    """The most shards a ramped order's first batch can read: with m the fewest leading shards of the stream holding a
+    batch, shard u's records sort before key u + 1 + u / ramp, so the batch's records come from the shards before
+    (m - 1)(1 + 1 / ramp) + 1."""
+    _, unit = o.node_part(epoch)
+    m = int(np.searchsorted(np.cumsum(np.bincount(unit)), o.batch_size * o.local_world)) + 1
+    return int(np.ceil((m - 1) * (1 + 1 / o.ramp) + 1))
+
+
+def test_the_ramped_first_window_bounds_the_first_batchs_shards_and_keeps_records_exact():
+    def shards_of(b):
+        return len(set(np.searchsorted([a for a, _ in SMALL], b, side="right").tolist()))
+
+    n = SMALL[-1][0] + SMALL[-1][1]
+    ramped, flat = [], []
+    for seed in range(30):
+        o = WindowedOrder(SMALL, 16, window=19, seed=seed)
+        old = WindowedOrder(SMALL, 16, window=19, seed=seed, ramp=0)   # the order before the ramp
+        assert o.identity()["ramp"] == 2 and "ramp" not in old.identity()
+        for epoch in (0, 1):
+            got = np.concatenate(o.batches(epoch))
+            assert len(got) == len(np.unique(got)) == n // 16 * 16   # records exact: each once
+            assert shards_of(o.batches(epoch)[0]) <= first_batch_bound(o, epoch) <= 10   # 6-7 shards hold 16
+        ramped.append(shards_of(o.batches(0)[0]))
+        flat.append(shards_of(old.batches(0)[0]))
+        if seed < 3:   # over the epoch, batches still mix the window (the issue: at least 8.8 shards a batch)
+            assert np.mean([shards_of(b) for b in o.batches(0)]) >= 8.8
+    assert max(flat) > 10 and np.mean(ramped) <= np.mean(flat) - 2   # without the ramp: 10 a first batch, up to 12
+
+
+def test_a_position_saved_before_the_ramp_resumes_the_old_order_for_the_rest_of_its_epoch_and_says_so():
+    from test_loader_position import loaders, once, resumed, trained
+
+    n, shards = 24 * 37, [(37 * k, 37) for k in range(24)]
+
+    def windowed(ramp):
+        return lambda r, w: WindowedOrder(shards, 4, window=4, seed=5, rank=r, world_size=w, ramp=ramp)
+
+    old = loaders(n, 2, order=windowed(0))
+    first = trained(old, 1, start=0, stop=40)
+    state = old[0].state_dict(1, 40)
+    assert "ramp" not in state["order"]
+    new, line = resumed(state, n, 2, order=windowed(2))
+    assert "the windowed order's first window ramp none -> 2" in line and "records of the epoch not yet trained" in line
+    once(first + trained(new, 1), np.concatenate([np.concatenate(o.order.batches(1)) for o in old]))   # exact
+    assert all(np.array_equal(a, b) for a, b in zip(trained(new, 2, 0), trained(loaders(n, 2, order=windowed(2)), 2, 0)))
+    shuffled = loaders(n, 2)[0].state_dict(1, 40)   # from the global shuffle: another order, no ramp to name
+    assert "ramp" not in resumed(shuffled, n, 2, order=windowed(2))[1]
+    state = new[0].state_dict(2, 10)   # saved under the ramp: the exact continuation
+    again, line = resumed(state, n, 2, order=windowed(2))
+    assert "uninterrupted run" in line and "ramp" not in line and all(ld.start == 10 for ld in again)

@@ -210,6 +210,8 @@ class PoolLoader(Loader):
             ep.submitted += 1
 
     def _iter_pool(self) -> Iterator:
+        if self._pool is None:   # a shard cache following the order starts the first downloads while workers start
+            self.order.reached(self.epoch, self.start)
         pool = self._start_pool()
         cur = self._begin(pool)
         self._active = True

@@ -32,7 +32,7 @@ def build_order(identity: dict, rank: int) -> EpochOrder:
     if kind == "windowed":
         return WindowedOrder([tuple(s) for s in i["shards"]], i["batch_size"], window=i["window"], seed=i["seed"],
                              rank=rank, world_size=i["world_size"], local_world=i["local_world"],
-                             drop_last=i["drop_last"])
+                             drop_last=i["drop_last"], ramp=i.get("ramp", 0))
     if kind == "remainder":
         return Remainder(build_order(i["base"], rank), i["epoch"], i["prior"], i["done"])
     raise ResumeError(f"the checkpoint's epoch order ({kind}) cannot be rebuilt here: resume on the same topology "
@@ -175,6 +175,14 @@ def _samples(saved: dict, ours: dict) -> list[str]:
     return out
 
 
+def _ramp(state: dict, ours: dict) -> list[str]:
+    """A windowed order saved before its first window ramped (`windowed.RAMP`), named (its epoch's rest is its own)."""
+    old, new = identity_at(state["order"], int(state["epoch"])), ours["order"]
+    if not old.get("kind") == new.get("kind") == "windowed" or old.get("ramp") == new.get("ramp"):
+        return []
+    return [f"the windowed order's first window ramp {old.get('ramp', 'none')} -> {new.get('ramp', 'none')}"]
+
+
 def same_order(loader, state: dict) -> bool:
     """Whether `state`'s epoch goes on in `loader`'s own order (the exact continuation `resume` takes for it)."""
     epoch = int(state["epoch"])
@@ -201,7 +209,7 @@ def resume(loader, state: dict) -> str:
                 "the same records in the same batches; mosaic partners and plans as an uninterrupted run with the new "
                 "settings draws them")
         return f"resuming {where}: " + "; ".join(plans + samples + [what])
-    changed = _changes(state, ours, ("world_size", "batch_size", "seed")) + plans
+    changed = _changes(state, ours, ("world_size", "batch_size", "seed")) + _ramp(state, ours) + plans
     said = "".join(f"; {s}" for s in samples)
     if not done:
         loader.set_epoch(epoch, 0)

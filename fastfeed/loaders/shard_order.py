@@ -22,13 +22,14 @@ def fits(store) -> bool:
 
 
 def window_shards(store, ahead: int, lookback_records: int = 0) -> int:
-    """Shards the windowed order reads at once: the cache's limit in shards, less the ones read ahead (`ahead`),
-    those still read by the batches in flight (`lookback_records` of the node's stream, and one being left) and a
-    spare."""
+    """Shards the windowed order reads at once: the largest shards the cache's limit holds besides `ahead` read ahead
+    (at the mean size: one that finds no room is left to the read), less those the batches in flight still read
+    (`lookback_records` of the node's stream, and one being left) and a spare."""
     largest = max((s.bytes for s in store.shards), default=1)
+    mean = sum(s.bytes for s in store.shards) / max(len(store.shards), 1)
     per_shard = max(len(store) / max(len(store.shards), 1), 1)
     leaving = 1 + math.ceil(lookback_records / per_shard)
-    return store.cache_limit // max(largest, 1) - ahead - leaving - SPARE_SHARDS
+    return int((store.cache_limit - ahead * mean) // max(largest, 1)) - leaving - SPARE_SHARDS
 
 
 def shard_order(store, cfg, rank: int, world_size: int) -> EpochOrder:
@@ -43,12 +44,12 @@ def shard_order(store, cfg, rank: int, world_size: int) -> EpochOrder:
         local = cfg.local_world_size or 1
         ahead = store.read_ahead
         window = window_shards(store, ahead, lookback * cfg.batch_size * local)
-        if window < 1 and not store.read_ahead_given and ahead > MIN_READ_AHEAD:   # tight cache: shorter
-            give = min(ahead - MIN_READ_AHEAD, 1 - window)
-            ahead, window = ahead - give, window + give
+        while window < 1 and not store.read_ahead_given and ahead > MIN_READ_AHEAD:   # tight cache: shorter
+            ahead -= 1
+            window = window_shards(store, ahead, lookback * cfg.batch_size * local)
         if window < 1:
             largest = max(s.bytes for s in store.shards)
-            need = (store.cache_limit // largest - window + 1) * largest
+            need = store.cache_limit + (1 - window) * largest
             raise ValueError(f"the shard cache limit ({store.cache_limit} bytes) holds fewer shards of {store.path} "
                              f"than the windowed order needs: {ahead} read ahead (read_ahead), those the "
                              f"{lookback} batches in flight read, one read now and a spare: at least {need} bytes at "

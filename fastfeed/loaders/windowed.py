@@ -2,8 +2,8 @@
 in object storage reads through a node-local shard cache").
 
 `WindowedOrder`: the shard-aware order, for a store the cache cannot hold whole (deterministic for seed, epoch, world
-size, local ranks and window). `FollowedOrder`: any order with a position for a cache to follow (`reached`), which
-tells `follow(now, next)` (the store's read-ahead) the shards needed now and next when that changes.
+size, local ranks and window; its first window ramps, `RAMP`). `FollowedOrder`: any order with a position for a cache
+to follow (`reached`), which tells `follow(now, next)` (the store's read-ahead) the shards needed now and next.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from collections.abc import Callable
 import numpy as np
 
 from .sampler import EpochOrder, batches_per_epoch
+
+RAMP = 2   # the window opens at one shard and widens by one every RAMP shards: an epoch's first batch reads few
 
 
 def node_layout(rank: int, world_size: int, local_world: int) -> tuple[int, int, int, int]:
@@ -27,11 +29,12 @@ class WindowedOrder(EpochOrder):
     """The shard-aware order (module docstring). `shards`: (start, count) of each shard in store order."""
 
     def __init__(self, shards, batch_size: int, *, window: int, seed: int = 0, rank: int = 0, world_size: int = 1,
-                 local_world: int = 1, drop_last: bool = True, shard_bytes=None):
+                 local_world: int = 1, drop_last: bool = True, shard_bytes=None, ramp: int = RAMP):
         self.shards = [(int(a), int(c)) for a, c in shards]
         self.n = sum(c for _, c in self.shards)
         self.batch_size, self.seed, self.window = int(batch_size), int(seed), max(1, int(window))
         self.rank, self.world_size, self.drop_last = int(rank), int(world_size), bool(drop_last)
+        self.ramp = max(0, int(ramp))   # 0: none, the order of checkpoints written before it (`position.build_order`)
         self.node, self.nodes, self.local, self.local_world = node_layout(self.rank, self.world_size, int(local_world))
         sizes = [int(b) for b in shard_bytes] if shard_bytes is not None else []
         self.window_bytes = int(np.mean(sizes) * min(self.window, len(sizes))) if sizes else None
@@ -59,7 +62,8 @@ class WindowedOrder(EpochOrder):
     def stream(self, epoch: int) -> np.ndarray:
         """This node's records of `epoch` in reading order (before they are dealt to the local ranks)."""
         seq, unit = self.node_part(epoch)
-        keys = unit + np.random.default_rng([self.seed, epoch, self.node, 7]).random(len(seq)) * self.window
+        width = np.minimum(1 + unit / self.ramp, self.window) if self.ramp else self.window   # shard u's records:
+        keys = unit + np.random.default_rng([self.seed, epoch, self.node, 7]).random(len(seq)) * width   # in [u, u + width)
         return seq[np.argsort(keys, kind="stable")]
 
     def batches(self, epoch: int) -> list[np.ndarray]:
@@ -87,7 +91,7 @@ class WindowedOrder(EpochOrder):
     def identity(self) -> dict:
         return {"kind": "windowed", "shards": [list(s) for s in self.shards], "batch_size": self.batch_size,
                 "seed": self.seed, "window": self.window, "world_size": self.world_size,
-                "local_world": self.local_world, "drop_last": self.drop_last}
+                "local_world": self.local_world, "drop_last": self.drop_last} | ({"ramp": self.ramp} if self.ramp else {})
 
 
 class FollowedOrder(EpochOrder):

@@ -32,6 +32,7 @@ class ReadAhead:
         self._thread: threading.Thread | None = None
         self._stopped = self._warned = False
         self._inflight: set[int] = set()
+        self._first: frozenset | None = None           # the first batch's shards (None: not asked for yet)
         self.ahead, self.rate = 0, 0.0                 # shards offered ahead; the reads' quickest shards a second
         self._offered: dict[int, None] = {}            # shards offered lately (insertion-ordered, bounded)
         self._new: deque = deque(maxlen=RATE_SHARDS)   # when each newly offered shard was first offered
@@ -41,6 +42,8 @@ class ReadAhead:
         self.ahead = len(upcoming)
         self._count_new(upcoming)
         self.pins.write([self.store.shards[k].file for k in (*now, *upcoming)])
+        if self._first is None:
+            self._first = frozenset(now)
         self._claim(now)
         with self._cv:
             self._want, self._stopped = (list(now), list(upcoming)), False
@@ -107,10 +110,9 @@ class ReadAhead:
                 self._cv.wait_for(lambda: self._want is not None or self._stopped)
                 if self._stopped:
                     return
-                (now, upcoming), self._want = self._want, None
-                first = set(now)   # claimed by want(): a read waits for them, they get the link first
-                self._cv.wait_for(lambda f=first: not f & self._inflight or self._want is not None or self._stopped)
-            for k in upcoming:
+                (_, upcoming), self._want = self._want, None
+                self._cv.wait_for(lambda: not self._starting() or self._want is not None or self._stopped)
+            for k in upcoming:   # then within parallel(), which counts the needed-now ones want() started first
                 with self._cv:
                     if self._want is not None or self._stopped:
                         break   # the loader moved on: start over with what it needs now
@@ -123,8 +125,15 @@ class ReadAhead:
                 # a daemon thread a download: the process's exit never waits out a download's retries
                 threading.Thread(target=self._fetch, args=(k,), name="fastfeed-read-ahead-shard", daemon=True).start()
 
+    def _starting(self) -> bool:
+        """Whether the first batch's shards are still downloading: they get the link alone (the run waits for them)."""
+        return bool(self._first and self._first & self._inflight)
+
     def _fetch(self, k: int, held: int | None = None) -> None:
         try:
+            if held is not None and k not in self._first:   # another batch's, claimed at the start: after the first's
+                with self._cv:
+                    self._cv.wait_for(lambda: not self._starting() or self._stopped)
             self.store.fetch(k, wait=False, held=held)
         except Exception as e:   # noqa: BLE001 - the read that needs it raises it
             if not self._warned and not self._stopped:
@@ -133,4 +142,6 @@ class ReadAhead:
         finally:
             with self._cv:
                 self._inflight.discard(k)
+                if not self._starting():   # the start is over (the same shards later are just needed-now ones)
+                    self._first = frozenset()
                 self._cv.notify_all()

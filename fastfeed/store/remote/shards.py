@@ -5,6 +5,7 @@ order (docs/design.md, "A store in object storage reads through a node-local sha
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -96,13 +97,12 @@ class RemoteShards:
         """In a forked child: the parent's maps and locks are not ours (closing our copy of a lock's fd leaves
         the parent's lock alone); nothing is released, everything reopens on use."""
         for fd, _, _ in self.maps.values():
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
         self.maps = OrderedDict()
         self._read_aheads = []
         self._fs = None
+        self.link = Link()   # the parent's read-ahead may hold its lock across the fork (and measures its own link)
         self._pid = os.getpid()
 
     def _filesystem(self):
@@ -226,12 +226,13 @@ class RemoteShards:
     def default_read_ahead(self) -> int:
         """Shards downloaded ahead when nobody says (the room the windowed order leaves them): 2, or as many as make
         READ_AHEAD_BYTES when the shards are smaller (16 MB: a 1.3 Gb/s link's bandwidth x 100 ms), but never more
-        than READ_AHEAD_SHARE of the shards the cache holds (the rest is the window, which is what mixes)."""
+        than fill READ_AHEAD_SHARE of the cache's bytes at the mean size (the rest is the window, which mixes)."""
         sizes = [s.bytes for s in self.shards]
         if not sizes:
             return DEFAULT_READ_AHEAD
-        want = math.ceil(READ_AHEAD_BYTES / max(sum(sizes) / len(sizes), 1))
-        room = int(self.cache.limit // max(max(sizes), 1) * READ_AHEAD_SHARE)
+        mean = max(sum(sizes) / len(sizes), 1)
+        want = math.ceil(READ_AHEAD_BYTES / mean)
+        room = int(self.cache.limit * READ_AHEAD_SHARE / mean)
         return max(DEFAULT_READ_AHEAD, min(want, room, len(sizes)))
 
     def follower(self):
