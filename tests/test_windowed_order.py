@@ -136,26 +136,3 @@ def test_the_ramped_first_window_bounds_the_first_batchs_shards_and_keeps_record
         if seed < 3:   # over the epoch, batches still mix the window (the issue: at least 8.8 shards a batch)
             assert np.mean([shards_of(b) for b in o.batches(0)]) >= 8.8
     assert max(flat) > 10 and np.mean(ramped) <= np.mean(flat) - 2   # without the ramp: 10 a first batch, up to 12
-
-
-def test_a_position_saved_before_the_ramp_resumes_the_old_order_for_the_rest_of_its_epoch_and_says_so():
-    from test_loader_position import loaders, once, resumed, trained
-
-    n, shards = 24 * 37, [(37 * k, 37) for k in range(24)]
-
-    def windowed(ramp):
-        return lambda r, w: WindowedOrder(shards, 4, window=4, seed=5, rank=r, world_size=w, ramp=ramp)
-
-    old = loaders(n, 2, order=windowed(0))
-    first = trained(old, 1, start=0, stop=40)
-    state = old[0].state_dict(1, 40)
-    assert "ramp" not in state["order"]
-    new, line = resumed(state, n, 2, order=windowed(2))
-    assert "the windowed order's first window ramp none -> 2" in line and "records of the epoch not yet trained" in line
-    once(first + trained(new, 1), np.concatenate([np.concatenate(o.order.batches(1)) for o in old]))   # exact
-    assert all(np.array_equal(a, b) for a, b in zip(trained(new, 2, 0), trained(loaders(n, 2, order=windowed(2)), 2, 0)))
-    shuffled = loaders(n, 2)[0].state_dict(1, 40)   # from the global shuffle: another order, no ramp to name
-    assert "ramp" not in resumed(shuffled, n, 2, order=windowed(2))[1]
-    state = new[0].state_dict(2, 10)   # saved under the ramp: the exact continuation
-    again, line = resumed(state, n, 2, order=windowed(2))
-    assert "uninterrupted run" in line and "ramp" not in line and all(ld.start == 10 for ld in again)
