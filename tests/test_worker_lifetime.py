@@ -158,3 +158,26 @@ def test_fastfeed_train_stopped_with_sigterm_leaves_no_worker(tmp_path_factory, 
 
 if sys.platform != "linux":   # pragma: no cover
     pytestmark = pytest.mark.skip(reason="process lifetimes are checked on Linux")
+
+
+def _write_slot(slots, k: int) -> None:
+    slots[k] = k + 1
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_the_pools_shared_slots_start_zeroed_and_carry_a_childs_writes_to_the_parent(method):
+    """Under fork the slots are an anonymous shared mapping the children inherit (no copy into /dev/shm before the
+    fork); under spawn torch's shared memory, passed by handle. Either way the parent reads what a child wrote."""
+    import multiprocessing as mp
+
+    import torch
+
+    from fastfeed.loaders.workers import shared_zeros
+
+    slots = shared_zeros((3, 2, 5), torch.int16, method == "fork")
+    assert slots.shape == (3, 2, 5) and slots.dtype == torch.int16 and not slots.any()
+    child = mp.get_context(method).Process(target=_write_slot, args=(slots, 1))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    assert slots[1].eq(2).all() and not slots[0].any() and not slots[2].any()
