@@ -5,6 +5,7 @@ child, `fastfeed train` stopped with SIGTERM; and a worker stopped with SIGSTOP 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import time
@@ -181,3 +182,32 @@ def test_the_pools_shared_slots_start_zeroed_and_carry_a_childs_writes_to_the_pa
     child.join(60)
     assert child.exitcode == 0
     assert slots[1].eq(2).all() and not slots[0].any() and not slots[2].any()
+
+
+SMALL_SHM = """
+import sys
+from fastfeed import Store
+from fastfeed.loaders import LoaderConfig, create_loader
+with create_loader("cpu", Store(sys.argv[1]), LoaderConfig(imgsz=320, batch_size=4, workers=2)) as loader:
+    print("records", sum(len(b.indices) for b in loader))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("unshare"),
+                    reason="needs root and unshare(1) to give one process a small /dev/shm")
+def test_the_cpu_loader_runs_with_a_4mb_dev_shm(tmp_path_factory, tmp_path):
+    """A container's small /dev/shm (Docker gives 64 MB) holds none of the workers' slots: two workers' 320-pixel
+    slots (2.5 MB each) beside a 4 MB /dev/shm, in a mount namespace of the test's own. Before the slots were a shared
+    mapping, `share_memory_()` failed there ('unable to allocate shared memory ... No space left on device')."""
+    import subprocess
+
+    store = packed_sample(tmp_path_factory)
+    script = tmp_path / "small_shm.py"
+    script.write_text(SMALL_SHM)
+    mount = "mount -t tmpfs -o size=4m tmpfs /dev/shm"
+    if subprocess.run(["unshare", "-m", "sh", "-c", mount], capture_output=True).returncode != 0:
+        pytest.skip("this machine does not let a mount namespace mount a tmpfs")
+    done = subprocess.run(["unshare", "-m", "sh", "-c", f'{mount} && exec "$0" "$1" "$2"', sys.executable, str(script),
+                           str(store)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["records", "16"]
