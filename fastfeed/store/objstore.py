@@ -225,6 +225,8 @@ def download(fs, path: str, url: str, fd: int, size: int, *, part: int | None = 
 
         os.pwrite(fd, retry(get, url, "downloading", fs=fs, tries=tries), a)
 
+    if len(parts) == 1:   # in this thread: a pool's thread started and joined for each shard costs more than it hides
+        return fetch(parts[0])
     with ThreadPoolExecutor(min(PART_THREADS, len(parts)), thread_name_prefix="fastfeed-range") as pool:
         for f in [pool.submit(fetch, s) for s in parts]:
             f.result()
