@@ -67,11 +67,10 @@ def paste_tile(out: np.ndarray, img: np.ndarray, place: Place, region: Rect,
     crop = region_crop(place, region, (h, w))
     if crop[2] <= crop[0] or crop[3] <= crop[1]:
         return full, (0.0, 0.0, 0.0, 0.0)
-    xs, ys = [crop[0], crop[2], crop[2], crop[0]], [crop[1], crop[1], crop[3], crop[3]]   # the drawn part, in turn
-    corners = full @ np.array([xs, ys, [1.0] * 4])
-    corners = corners[:2] / corners[2]
-    j0, j1 = pixel_span(corners[0].min(), corners[0].max(), out.shape[1])
-    i0, i1 = pixel_span(corners[1].min(), corners[1].max(), out.shape[0])
+    f = full.tolist()   # plain floats: a tile's few corners cost less than numpy's per-call overhead
+    corners = [_apply(f, crop[i], crop[k]) for i, k in ((0, 1), (2, 1), (2, 3), (0, 3))]   # the drawn part
+    j0, j1 = pixel_span(min(c[0] for c in corners), max(c[0] for c in corners), out.shape[1])
+    i0, i1 = pixel_span(min(c[1] for c in corners), max(c[1] for c in corners), out.shape[0])
     if j1 <= j0 or i1 <= i0:
         return full, (0.0, 0.0, 0.0, 0.0)
     # The crop widened by EDGE source pixels (the tile's own where it has them, its edge replicated beyond), so
@@ -90,13 +89,13 @@ def paste_tile(out: np.ndarray, img: np.ndarray, place: Place, region: Rect,
     warp = (cv2.warpPerspective, m) if projective else (cv2.warpAffine, m[:2])
     warp[0](src, warp[1], (j1 - j0, i1 - i0), dst=drawn, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
     inside.fill(0)
-    quad = np.round((widened(corners.T, 0.5) - (j0 + 0.5, i0 + 0.5)) * (1 << SUBPIXEL)).astype(np.int32)
-    cv2.fillConvexPoly(inside, quad, 1, cv2.LINE_8, SUBPIXEL)
+    quad = [(round((x - j0 - 0.5) * (1 << SUBPIXEL)), round((y - i0 - 0.5) * (1 << SUBPIXEL)))
+            for x, y in widened(corners, 0.5)]
+    cv2.fillConvexPoly(inside, np.array(quad, np.int32), 1, cv2.LINE_8, SUBPIXEL)
     cv2.copyTo(drawn, inside, out[i0:i1, j0:j1])
     return full, crop
 
 
-_NEXT, _PREV = [1, 2, 3, 0], [3, 0, 1, 2]
 _LOCAL = threading.local()
 
 
@@ -111,15 +110,24 @@ def _scratch(h: int, w: int, c: int) -> tuple[np.ndarray, np.ndarray]:
     return img[:h, :w], mask[:h, :w]
 
 
-def widened(quad: np.ndarray, d: float) -> np.ndarray:
-    """A convex quadrilateral [4,2] (corners in turn) with every edge moved out by d (each corner where its moved
+def _apply(f, x: float, y: float) -> tuple[float, float]:
+    """Point (x, y) mapped by the 3x3 map f (nested lists)."""
+    d = f[2][0] * x + f[2][1] * y + f[2][2]
+    return (f[0][0] * x + f[0][1] * y + f[0][2]) / d, (f[1][0] * x + f[1][1] * y + f[1][2]) / d
+
+
+def widened(quad: list, d: float) -> list[tuple[float, float]]:
+    """A convex quadrilateral (4 (x, y) corners in turn) with every edge moved out by d (each corner where its moved
     edges meet)."""
-    e = quad[_NEXT] - quad
-    n = e[:, ::-1] * (1.0, -1.0) / np.maximum(np.hypot(e[:, 0], e[:, 1]), 1e-12)[:, None]
-    if (e[:, 0] * e[_NEXT, 1] - e[:, 1] * e[_NEXT, 0]).sum() < 0:
-        n = -n   # outward whichever way the polygon turns
-    prev = n[_PREV]   # corner k joins edge k-1 and edge k
-    return quad + d * (prev + n) / np.maximum(1.0 + (prev * n).sum(1), 1e-3)[:, None]
+    e = [(x1 - x0, y1 - y0) for (x0, y0), (x1, y1) in zip(quad, quad[1:] + quad[:1])]
+    n = [(ey / max(math.hypot(ex, ey), 1e-12), -ex / max(math.hypot(ex, ey), 1e-12)) for ex, ey in e]
+    if sum(a[0] * b[1] - a[1] * b[0] for a, b in zip(e, e[1:] + e[:1])) < 0:
+        n = [(-x, -y) for x, y in n]   # outward whichever way the polygon turns
+    out = []
+    for (x, y), (px, py), (nx, ny) in zip(quad, n[-1:] + n[:-1], n):   # corner k joins edge k-1 and edge k
+        k = max(1.0 + px * nx + py * ny, 1e-3)
+        out.append((x + d * (px + nx) / k, y + d * (py + ny) / k))
+    return out
 
 
 def _axis(a: float, b: float, p0: float, p1: float, n_out: int, n_src: int):
