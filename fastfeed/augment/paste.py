@@ -74,9 +74,10 @@ def paste_tile(out: np.ndarray, img: np.ndarray, place: Place, region: Rect,
     if j1 <= j0 or i1 <= i0:
         return full, (0.0, 0.0, 0.0, 0.0)
     # The crop widened by EDGE source pixels (the tile's own where it has them, its edge replicated beyond), so
-    # every pixel the quad's fill takes samples the tile, never the warp's border.
-    fx, fy = math.floor(crop[0]) - EDGE, math.floor(crop[1]) - EDGE
-    lx, ly = math.ceil(crop[2]) + EDGE, math.ceil(crop[3]) + EDGE
+    # every pixel the quad's fill takes samples the tile, never the warp's border; of those, only the ones the output
+    # rectangle samples (a mosaic shows about a third of each tile, and the padding copies what it keeps).
+    fx, fy, lx, ly = _sampled(f, (j0, i0, j1, i1), (math.floor(crop[0]) - EDGE, math.floor(crop[1]) - EDGE,
+                                                    math.ceil(crop[2]) + EDGE, math.ceil(crop[3]) + EDGE), w, h)
     vx0, vy0, vx1, vy1 = max(fx, 0), max(fy, 0), min(lx, w), min(ly, h)
     src = img[vy0:vy1, vx0:vx1]
     pads = (vy0 - fy, ly - vy1, vx0 - fx, lx - vx1)   # top, bottom, left, right
@@ -114,6 +115,29 @@ def _apply(f, x: float, y: float) -> tuple[float, float]:
     """Point (x, y) mapped by the 3x3 map f (nested lists)."""
     d = f[2][0] * x + f[2][1] * y + f[2][2]
     return (f[0][0] * x + f[0][1] * y + f[0][2]) / d, (f[1][0] * x + f[1][1] * y + f[1][2]) / d
+
+
+def _sampled(f, rect, box, w: int, h: int) -> tuple[int, int, int, int]:
+    """The part of `box` (x0, y0, x1, y1: source pixel indices, ends excluded) that out rectangle `rect` (j0, i0,
+    j1, i1) samples through the 3x3 map f (source -> out, nested lists) with bilinear taps, where that keeps some of
+    the w x h source; else all of `box`."""
+    inv = _inverse(f)
+    corners = ((rect[0], rect[1]), (rect[2], rect[1]), (rect[2], rect[3]), (rect[0], rect[3]))
+    if min(inv[2][0] * x + inv[2][1] * y + inv[2][2] for x, y in corners) <= 0:
+        return box   # part of the rectangle maps from beyond the horizon
+    xs, ys = zip(*(_apply(inv, x, y) for x, y in corners))
+    g = (max(box[0], math.floor(min(xs)) - 2), max(box[1], math.floor(min(ys)) - 2),
+         min(box[2], math.ceil(max(xs)) + 2), min(box[3], math.ceil(max(ys)) + 2))
+    return g if max(g[0], 0) < min(g[2], w) and max(g[1], 0) < min(g[3], h) else box
+
+
+def _inverse(f):
+    """The inverse of the 3x3 map f (nested lists)."""
+    (a, b, c), (d, e, g), (p, q, r) = f
+    det = a * (e * r - g * q) - b * (d * r - g * p) + c * (d * q - e * p)
+    return [[(e * r - g * q) / det, (c * q - b * r) / det, (b * g - c * e) / det],
+            [(g * p - d * r) / det, (a * r - c * p) / det, (c * d - a * g) / det],
+            [(d * q - e * p) / det, (b * p - a * q) / det, (a * e - b * d) / det]]
 
 
 def widened(quad: list, d: float) -> list[tuple[float, float]]:
