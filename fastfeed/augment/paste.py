@@ -7,10 +7,10 @@ canvas'). Two paths:
   cheaper than warpAffine and reads only real tile pixels, so seams are clean. The source crop is
   snapped to whole pixels, which perturbs the drawn scale by under a pixel; the returned matrix is
   the realised one, so boxes still match pixels exactly.
-* rotated/sheared/projective maps: `cv2.warpAffine` (`cv2.warpPerspective` under perspective) of the crop, with
-  its edge replicated, into a scratch the size of the bounding rectangle of the mapped quad, with a constant
-  border (2-3x cheaper than BORDER_TRANSPARENT, which takes OpenCV's per-pixel path for 3 channels); then only the
-  quad, widened by half a pixel, is copied into the output (`cv2.fillConvexPoly` mask). Every pixel whose centre
+* rotated/sheared/projective maps: `cv2.warpAffine` (`cv2.warpPerspective` under perspective) of the part of the
+  crop the output samples, its edge replicated, into a scratch the size of the mapped quad's bounding rectangle
+  within the output, with a constant border (2-3x cheaper than BORDER_TRANSPARENT, OpenCV's per-pixel path for 3
+  channels); then only the quad, widened by half a pixel, is copied into the output (`cv2.fillConvexPoly` mask). Every pixel whose centre
   lies in the region shows the tile, never the border; at a seam the tile drawn later covers under a pixel of its
   neighbour, much like bilinear sampling across a canvas seam.
 
@@ -121,7 +121,11 @@ def _sampled(f, rect, box, w: int, h: int) -> tuple[int, int, int, int]:
     """The part of `box` (x0, y0, x1, y1: source pixel indices, ends excluded) that out rectangle `rect` (j0, i0,
     j1, i1) samples through the 3x3 map f (source -> out, nested lists) with bilinear taps, where that keeps some of
     the w x h source; else all of `box`."""
-    inv = _inverse(f)
+    (a, b, c), (d, e, g), (p, q, r) = f   # its inverse: the adjugate over the determinant
+    det = a * (e * r - g * q) - b * (d * r - g * p) + c * (d * q - e * p)
+    inv = [[v / det for v in row] for row in ((e * r - g * q, c * q - b * r, b * g - c * e),
+                                              (g * p - d * r, a * r - c * p, c * d - a * g),
+                                              (d * q - e * p, b * p - a * q, a * e - b * d))]
     corners = ((rect[0], rect[1]), (rect[2], rect[1]), (rect[2], rect[3]), (rect[0], rect[3]))
     if min(inv[2][0] * x + inv[2][1] * y + inv[2][2] for x, y in corners) <= 0:
         return box   # part of the rectangle maps from beyond the horizon
@@ -131,20 +135,11 @@ def _sampled(f, rect, box, w: int, h: int) -> tuple[int, int, int, int]:
     return g if max(g[0], 0) < min(g[2], w) and max(g[1], 0) < min(g[3], h) else box
 
 
-def _inverse(f):
-    """The inverse of the 3x3 map f (nested lists)."""
-    (a, b, c), (d, e, g), (p, q, r) = f
-    det = a * (e * r - g * q) - b * (d * r - g * p) + c * (d * q - e * p)
-    return [[(e * r - g * q) / det, (c * q - b * r) / det, (b * g - c * e) / det],
-            [(g * p - d * r) / det, (a * r - c * p) / det, (c * d - a * g) / det],
-            [(d * q - e * p) / det, (b * p - a * q) / det, (a * e - b * d) / det]]
-
-
 def widened(quad: list, d: float) -> list[tuple[float, float]]:
     """A convex quadrilateral (4 (x, y) corners in turn) with every edge moved out by d (each corner where its moved
     edges meet)."""
     e = [(x1 - x0, y1 - y0) for (x0, y0), (x1, y1) in zip(quad, quad[1:] + quad[:1])]
-    n = [(ey / max(math.hypot(ex, ey), 1e-12), -ex / max(math.hypot(ex, ey), 1e-12)) for ex, ey in e]
+    n = [(ey / k, -ex / k) for ex, ey in e for k in (max(math.hypot(ex, ey), 1e-12),)]
     if sum(a[0] * b[1] - a[1] * b[0] for a, b in zip(e, e[1:] + e[:1])) < 0:
         n = [(-x, -y) for x, y in n]   # outward whichever way the polygon turns
     out = []
