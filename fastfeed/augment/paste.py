@@ -83,9 +83,10 @@ def paste_tile(out: np.ndarray, img: np.ndarray, place: Place, region: Rect,
     pads = (vy0 - fy, ly - vy1, vx0 - fx, lx - vx1)   # top, bottom, left, right
     if any(pads):
         src = cv2.copyMakeBorder(src, *pads, cv2.BORDER_REPLICATE)
-    # src pixel index -> src continuous (+0.5, the crop's origin) -> out continuous -> roi pixel index (-0.5)
-    m = np.array([[1.0, 0.0, -j0 - 0.5], [0.0, 1.0, -i0 - 0.5], [0.0, 0.0, 1.0]]) @ full @ np.array(
-        [[1.0, 0.0, fx + 0.5], [0.0, 1.0, fy + 0.5], [0.0, 0.0, 1.0]])
+    # src pixel index -> src continuous (+0.5, the window's origin) -> out continuous -> roi pixel index (-0.5): `full`
+    # between two shifts, in plain floats
+    rows = [[u + t * v for u, v in zip(f[k], f[2])] for k, t in ((0, -j0 - 0.5), (1, -i0 - 0.5))] + [f[2]]
+    m = np.array([[p, q, p * (fx + 0.5) + q * (fy + 0.5) + r] for p, q, r in rows])
     drawn, inside = _scratch(i1 - i0, j1 - j0, out.shape[2])
     warp = (cv2.warpPerspective, m) if projective else (cv2.warpAffine, m[:2])
     warp[0](src, warp[1], (j1 - j0, i1 - i0), dst=drawn, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
