@@ -10,9 +10,9 @@ canvas'). Two paths:
 * rotated/sheared/projective maps: `cv2.warpAffine` (`cv2.warpPerspective` under perspective) of the part of the
   crop the output samples, its edge replicated, into a scratch the size of the mapped quad's bounding rectangle
   within the output, with a constant border (2-3x cheaper than BORDER_TRANSPARENT, OpenCV's per-pixel path for 3
-  channels); then only the quad, widened by half a pixel, is copied into the output (`cv2.fillConvexPoly` mask). Every pixel whose centre
-  lies in the region shows the tile, never the border; at a seam the tile drawn later covers under a pixel of its
-  neighbour, much like bilinear sampling across a canvas seam.
+  channels); then only the quad, widened by half a pixel, is copied into the output (`cv2.fillConvexPoly` mask).
+  Every pixel whose centre lies in the region shows the tile, never the border; at a seam the tile drawn later
+  covers under a pixel of its neighbour, much like bilinear sampling across a canvas seam.
 
 Downscaling by more than 2x aliases with bilinear sampling (the resize path switches to INTER_AREA,
 the warp path cannot): callers should decode within 2x of the drawn size, e.g. by JPEG DCT scaling.
@@ -75,7 +75,7 @@ def paste_tile(out: np.ndarray, img: np.ndarray, place: Place, region: Rect,
         return full, (0.0, 0.0, 0.0, 0.0)
     # The crop widened by EDGE source pixels (the tile's own where it has them, its edge replicated beyond), so
     # every pixel the quad's fill takes samples the tile, never the warp's border; of those, only the ones the output
-    # rectangle samples (a mosaic shows about a third of each tile, and the padding copies what it keeps).
+    # rectangle samples (a mosaic shows about half of each tile's crop, and the padding copies what it keeps).
     fx, fy, lx, ly = _sampled(f, (j0, i0, j1, i1), (math.floor(crop[0]) - EDGE, math.floor(crop[1]) - EDGE,
                                                     math.ceil(crop[2]) + EDGE, math.ceil(crop[3]) + EDGE), w, h)
     vx0, vy0, vx1, vy1 = max(fx, 0), max(fy, 0), min(lx, w), min(ly, h)
