@@ -7,12 +7,12 @@ canvas'). Two paths:
   cheaper than warpAffine and reads only real tile pixels, so seams are clean. The source crop is
   snapped to whole pixels, which perturbs the drawn scale by under a pixel; the returned matrix is
   the realised one, so boxes still match pixels exactly.
-* rotated/sheared/projective maps: `cv2.warpAffine` (`cv2.warpPerspective` under perspective) of the crop, with
-  its edge replicated, into a scratch the size of the bounding rectangle of the mapped quad, with a constant
-  border (2-3x cheaper than BORDER_TRANSPARENT, which takes OpenCV's per-pixel path for 3 channels); then only the
-  quad, widened by half a pixel, is copied into the output (`cv2.fillConvexPoly` mask). Every pixel whose centre
-  lies in the region shows the tile, never the border; at a seam the tile drawn later covers under a pixel of its
-  neighbour, much like bilinear sampling across a canvas seam.
+* rotated/sheared/projective maps: `cv2.warpAffine` (`cv2.warpPerspective` under perspective) of the part of the
+  crop the output samples, its edge replicated, into a scratch the size of the mapped quad's bounding rectangle
+  within the output, with a constant border (2-3x cheaper than BORDER_TRANSPARENT, OpenCV's per-pixel path for 3
+  channels); then only the quad, widened by half a pixel, is copied into the output (`cv2.fillConvexPoly` mask).
+  Every pixel whose centre lies in the region shows the tile, never the border; at a seam the tile drawn later
+  covers under a pixel of its neighbour, much like bilinear sampling across a canvas seam.
 
 Downscaling by more than 2x aliases with bilinear sampling (the resize path switches to INTER_AREA,
 the warp path cannot): callers should decode within 2x of the drawn size, e.g. by JPEG DCT scaling.
@@ -67,36 +67,37 @@ def paste_tile(out: np.ndarray, img: np.ndarray, place: Place, region: Rect,
     crop = region_crop(place, region, (h, w))
     if crop[2] <= crop[0] or crop[3] <= crop[1]:
         return full, (0.0, 0.0, 0.0, 0.0)
-    xs, ys = [crop[0], crop[2], crop[2], crop[0]], [crop[1], crop[1], crop[3], crop[3]]   # the drawn part, in turn
-    corners = full @ np.array([xs, ys, [1.0] * 4])
-    corners = corners[:2] / corners[2]
-    j0, j1 = pixel_span(corners[0].min(), corners[0].max(), out.shape[1])
-    i0, i1 = pixel_span(corners[1].min(), corners[1].max(), out.shape[0])
+    f = full.tolist()   # plain floats: a tile's few corners cost less than numpy's per-call overhead
+    corners = [_apply(f, crop[i], crop[k]) for i, k in ((0, 1), (2, 1), (2, 3), (0, 3))]   # the drawn part
+    j0, j1 = pixel_span(min(c[0] for c in corners), max(c[0] for c in corners), out.shape[1])
+    i0, i1 = pixel_span(min(c[1] for c in corners), max(c[1] for c in corners), out.shape[0])
     if j1 <= j0 or i1 <= i0:
         return full, (0.0, 0.0, 0.0, 0.0)
     # The crop widened by EDGE source pixels (the tile's own where it has them, its edge replicated beyond), so
-    # every pixel the quad's fill takes samples the tile, never the warp's border.
-    fx, fy = math.floor(crop[0]) - EDGE, math.floor(crop[1]) - EDGE
-    lx, ly = math.ceil(crop[2]) + EDGE, math.ceil(crop[3]) + EDGE
+    # every pixel the quad's fill takes samples the tile, never the warp's border; of those, only the ones the output
+    # rectangle samples (a mosaic shows about half of each tile's crop, and the padding copies what it keeps).
+    fx, fy, lx, ly = _sampled(f, (j0, i0, j1, i1), (math.floor(crop[0]) - EDGE, math.floor(crop[1]) - EDGE,
+                                                    math.ceil(crop[2]) + EDGE, math.ceil(crop[3]) + EDGE), w, h)
     vx0, vy0, vx1, vy1 = max(fx, 0), max(fy, 0), min(lx, w), min(ly, h)
     src = img[vy0:vy1, vx0:vx1]
     pads = (vy0 - fy, ly - vy1, vx0 - fx, lx - vx1)   # top, bottom, left, right
     if any(pads):
         src = cv2.copyMakeBorder(src, *pads, cv2.BORDER_REPLICATE)
-    # src pixel index -> src continuous (+0.5, the crop's origin) -> out continuous -> roi pixel index (-0.5)
-    m = np.array([[1.0, 0.0, -j0 - 0.5], [0.0, 1.0, -i0 - 0.5], [0.0, 0.0, 1.0]]) @ full @ np.array(
-        [[1.0, 0.0, fx + 0.5], [0.0, 1.0, fy + 0.5], [0.0, 0.0, 1.0]])
+    # src pixel index -> src continuous (+0.5, the window's origin) -> out continuous -> roi pixel index (-0.5): `full`
+    # between two shifts, in plain floats
+    rows = [[u + t * v for u, v in zip(f[k], f[2])] for k, t in ((0, -j0 - 0.5), (1, -i0 - 0.5))] + [f[2]]
+    m = np.array([[p, q, p * (fx + 0.5) + q * (fy + 0.5) + r] for p, q, r in rows])
     drawn, inside = _scratch(i1 - i0, j1 - j0, out.shape[2])
     warp = (cv2.warpPerspective, m) if projective else (cv2.warpAffine, m[:2])
     warp[0](src, warp[1], (j1 - j0, i1 - i0), dst=drawn, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
     inside.fill(0)
-    quad = np.round((widened(corners.T, 0.5) - (j0 + 0.5, i0 + 0.5)) * (1 << SUBPIXEL)).astype(np.int32)
-    cv2.fillConvexPoly(inside, quad, 1, cv2.LINE_8, SUBPIXEL)
+    quad = [(round((x - j0 - 0.5) * (1 << SUBPIXEL)), round((y - i0 - 0.5) * (1 << SUBPIXEL)))
+            for x, y in widened(corners, 0.5)]
+    cv2.fillConvexPoly(inside, np.array(quad, np.int32), 1, cv2.LINE_8, SUBPIXEL)
     cv2.copyTo(drawn, inside, out[i0:i1, j0:j1])
     return full, crop
 
 
-_NEXT, _PREV = [1, 2, 3, 0], [3, 0, 1, 2]
 _LOCAL = threading.local()
 
 
@@ -111,15 +112,42 @@ def _scratch(h: int, w: int, c: int) -> tuple[np.ndarray, np.ndarray]:
     return img[:h, :w], mask[:h, :w]
 
 
-def widened(quad: np.ndarray, d: float) -> np.ndarray:
-    """A convex quadrilateral [4,2] (corners in turn) with every edge moved out by d (each corner where its moved
+def _apply(f, x: float, y: float) -> tuple[float, float]:
+    """Point (x, y) mapped by the 3x3 map f (nested lists)."""
+    d = f[2][0] * x + f[2][1] * y + f[2][2]
+    return (f[0][0] * x + f[0][1] * y + f[0][2]) / d, (f[1][0] * x + f[1][1] * y + f[1][2]) / d
+
+
+def _sampled(f, rect, box, w: int, h: int) -> tuple[int, int, int, int]:
+    """The part of `box` (x0, y0, x1, y1: source pixel indices, ends excluded) that out rectangle `rect` (j0, i0,
+    j1, i1) samples through the 3x3 map f (source -> out, nested lists) with bilinear taps, where that keeps some of
+    the w x h source; else all of `box`."""
+    (a, b, c), (d, e, g), (p, q, r) = f   # its inverse: the adjugate over the determinant
+    det = a * (e * r - g * q) - b * (d * r - g * p) + c * (d * q - e * p)
+    inv = [[v / det for v in row] for row in ((e * r - g * q, c * q - b * r, b * g - c * e),
+                                              (g * p - d * r, a * r - c * p, c * d - a * g),
+                                              (d * q - e * p, b * p - a * q, a * e - b * d))]
+    corners = ((rect[0], rect[1]), (rect[2], rect[1]), (rect[2], rect[3]), (rect[0], rect[3]))
+    if min(inv[2][0] * x + inv[2][1] * y + inv[2][2] for x, y in corners) <= 0:
+        return box   # part of the rectangle maps from beyond the horizon
+    xs, ys = zip(*(_apply(inv, x, y) for x, y in corners))
+    g = (max(box[0], math.floor(min(xs)) - 2), max(box[1], math.floor(min(ys)) - 2),
+         min(box[2], math.ceil(max(xs)) + 2), min(box[3], math.ceil(max(ys)) + 2))
+    return g if max(g[0], 0) < min(g[2], w) and max(g[1], 0) < min(g[3], h) else box
+
+
+def widened(quad: list, d: float) -> list[tuple[float, float]]:
+    """A convex quadrilateral (4 (x, y) corners in turn) with every edge moved out by d (each corner where its moved
     edges meet)."""
-    e = quad[_NEXT] - quad
-    n = e[:, ::-1] * (1.0, -1.0) / np.maximum(np.hypot(e[:, 0], e[:, 1]), 1e-12)[:, None]
-    if (e[:, 0] * e[_NEXT, 1] - e[:, 1] * e[_NEXT, 0]).sum() < 0:
-        n = -n   # outward whichever way the polygon turns
-    prev = n[_PREV]   # corner k joins edge k-1 and edge k
-    return quad + d * (prev + n) / np.maximum(1.0 + (prev * n).sum(1), 1e-3)[:, None]
+    e = [(x1 - x0, y1 - y0) for (x0, y0), (x1, y1) in zip(quad, quad[1:] + quad[:1])]
+    n = [(ey / k, -ex / k) for ex, ey in e for k in (max(math.hypot(ex, ey), 1e-12),)]
+    if sum(a[0] * b[1] - a[1] * b[0] for a, b in zip(e, e[1:] + e[:1])) < 0:
+        n = [(-x, -y) for x, y in n]   # outward whichever way the polygon turns
+    out = []
+    for (x, y), (px, py), (nx, ny) in zip(quad, n[-1:] + n[:-1], n):   # corner k joins edge k-1 and edge k
+        k = max(1.0 + px * nx + py * ny, 1e-3)
+        out.append((x + d * (px + nx) / k, y + d * (py + ny) / k))
+    return out
 
 
 def _axis(a: float, b: float, p0: float, p1: float, n_out: int, n_src: int):
