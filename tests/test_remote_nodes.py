@@ -5,6 +5,7 @@ windowed order, and `fastfeed train` from s3:// (one process; torchrun --nnodes 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ from fastfeed import Store
 from fastfeed.loaders import LoaderConfig, create_loader
 from fastfeed.pack import PackConfig, pack
 from fastfeed.store.objstore import RemoteError
+from fastfeed.store.remote.locks import flocked
 from fastfeed.store.remote.room import cache_bytes
 
 
@@ -60,7 +62,8 @@ def store_bytes(store) -> int:
 
 
 class Watch:
-    """The most a cache folder held, sampled every 10 ms while inside."""
+    """The most a cache folder held, sampled every 10 ms while inside, each sample under the cache's space lock (as
+    the cache's own scans: a listing beside a rename could see the shard twice)."""
 
     def __init__(self, root):
         self.root, self.most, self._stop = root, 0, threading.Event()
@@ -69,7 +72,8 @@ class Watch:
         def run():
             while not self._stop.is_set():
                 if self.root.exists():
-                    self.most = max(self.most, cache_bytes(self.root))
+                    with flocked(self.root / ".space.lock", fcntl.LOCK_EX):
+                        self.most = max(self.most, cache_bytes(self.root))
                 time.sleep(0.01)
         self._t = threading.Thread(target=run, daemon=True)
         self._t.start()

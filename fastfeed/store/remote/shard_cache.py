@@ -21,7 +21,7 @@ from ..format import sha256_file
 from ..objstore import shown
 from . import room
 from .errors import CacheFull, CacheReadOnly, ShardDamaged
-from .locks import fetched_in, log_line, open_lock
+from .locks import fetched_in, flocked, log_line, open_lock
 from .pins import pins_of
 from .sizes import CACHE_ENV, STORE_PREFIX
 
@@ -160,7 +160,10 @@ class ShardCache:
                     size = os.stat(part).st_size
                     digest = sha256_file(part) if info.sha256 else None
                     if size == info.bytes and digest == info.sha256:
-                        os.rename(part, self.file(info))   # over a stale copy: its mappers keep their map
+                        # under the space lock, as room's scans run: a scan beside the rename could count the shard
+                        # twice (one needless eviction) or not at all (one shard over the limit)
+                        with flocked(self.root / ".space.lock", fcntl.LOCK_EX):
+                            os.rename(part, self.file(info))   # over a stale copy: its mappers keep their map
                 except FileNotFoundError:   # `fastfeed cache clear --force` removed the store's folder meanwhile
                     raise CacheFull(f"the shard cache {self.root} was cleared (fastfeed cache clear --force) while "
                                     f"shard {where} was downloading into it: read it again") from None
