@@ -7,7 +7,8 @@ with rank=r, world_size=R and iterating batches with training augmentation; each
 worker processes. Measured while every rank is still attached:
 
   /dev/shm growth     statvfs of /dev/shm before the loaders exist and after the batches: the one cache
-                      slab plus the loaders' shared batch slots (torch keeps those in /dev/shm too)
+                      slab (the loaders' batch slots are an anonymous shared mapping since 8297a71, not in
+                      /dev/shm: a page of them shared by a rank and its worker is in neither USS; PSS counts it)
   private growth      the sum over every rank and worker of USS growth (pages only that process maps),
                       leaving out its maps of /dev/shm files, which the line above already counts once
                       (a cache page touched by one worker only is "private" to it in USS terms, but it
@@ -156,14 +157,15 @@ def main() -> int:
               f"over {rep['batches']} batches (incl. set-up)")
     print(f"  one copy of the cache (slab size)   {one / MiB:9.1f} MiB")
     print(f"  /dev/shm growth (statvfs)              {shm_growth / MiB:9.1f} MiB  "
-          f"(expected: the cache {one / MiB:.1f} + the loaders' batch slots {slots / MiB:.1f})")
+          f"(expected: the cache {one / MiB:.1f}; the loaders' batch slots, {slots / MiB:.1f}, live outside it)")
     print(f"  private growth (USS, {len(pids)} processes)   {uss_private / MiB:9.1f} MiB  (/dev/shm maps left out)")
     print(f"  node total                             {node / MiB:9.1f} MiB  = {node / one:.2f}x one copy (goal <= 1.3x; "
-          f"without the batch slots, which any loader has: {(node - slots) / one:.2f}x; a copy per rank: "
+          f"the batch slots, which any loader has, are in the PSS line below; a copy per rank: "
           f">= {args.ranks}x)")
     print(f"  cross-check with PSS instead of USS: {pss / MiB:.1f} MiB growth, node total "
-          f"{(shm_growth + pss) / MiB:.1f} MiB = {(shm_growth + pss) / one:.2f}x one copy (a USS sum misses pages the ranks "
-          "now share with their forked workers; a PSS sum counts each page once)")
+          f"{(shm_growth + pss) / MiB:.1f} MiB = {(shm_growth + pss) / one:.2f}x one copy, "
+          f"{(shm_growth + pss - slots) / one:.2f}x without the batch slots (a USS sum misses pages the ranks "
+          "share with their forked workers; a PSS sum counts each page once)")
     print(f"  (USS with /dev/shm maps included, as psutil reports it: {uss_total / MiB:.1f} MiB; it counts a cache page "
           "as private to the one process that touched it, though it is a page of the one slab)")
     print(f"  left in /dev/shm after every rank closed: {left or 'nothing'}")
