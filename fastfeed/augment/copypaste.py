@@ -18,8 +18,6 @@ from .masks import rasterise
 from .paste import paste_tile, place_matrix, region_crop
 from .points import paste_labels
 
-MODES = ("flip", "mixup")
-
 
 def pick(labels: Labels, labels2: Labels, share: float) -> np.ndarray:
     """Which of labels2's objects are pasted: those whose box covers under 30% of each of labels' boxes (as a share

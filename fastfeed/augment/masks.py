@@ -108,7 +108,7 @@ def _resampled(rings: list) -> list:
     return np.split(pts, np.searchsorted(ring, np.arange(1, len(rings))))
 
 
-def _filled(polygons, size: int, ratio: int, side: int):
+def _filled(polygons, size: int, ratio: int):
     """The `ultralytics` rule: (object, reduced row, reduced column) of every mask pixel, and each object's area
     in mask pixels (see the module docstring)."""
     area = np.zeros(len(polygons))
@@ -155,7 +155,7 @@ def rasterise(polygons, size: int, ratio: int, overlap: bool, out: np.ndarray | 
     if overlap and m > np.iinfo(np.int16).max:
         raise ValueError(f"{m} objects in one image do not fit an int16 overlap mask (at most 32767)")
     if rule == "ultralytics":
-        return _paint_pixels(out, *_filled(polygons, size, ratio, side), overlap, side)
+        return _paint_pixels(out, *_filled(polygons, size, ratio), overlap)
     if rule != "centre":
         raise ValueError(f"mask rule must be one of {', '.join(MASK_RULES)}, got {rule!r}")
     (obj, row, j0, j1), area = _spans(polygons, ratio, side)
@@ -175,7 +175,7 @@ def rasterise(polygons, size: int, ratio: int, overlap: bool, out: np.ndarray | 
     return out
 
 
-def _paint_pixels(out, pixels, area, overlap: bool, side: int):
+def _paint_pixels(out, pixels, area, overlap: bool):
     obj, row, col = pixels
     if not len(obj):
         return out

@@ -35,7 +35,7 @@ def join_parts(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(ring)
 
 
-def _decode_rle(rle: dict, size) -> np.ndarray | None:
+def _decode_rle(rle: dict) -> np.ndarray | None:
     """The mask of an RLE (column-major runs, starting with background); None when compressed counts cannot be
     decoded here (no pycocotools)."""
     counts = rle["counts"]
@@ -83,7 +83,7 @@ def segmentation_points(seg, size, unit, name: str, ann_id, problems: list[Probl
                                                                   f"{seg['size'][0]} on a {w}x{h} image"))
             return None
         try:
-            mask = _decode_rle(seg, size)
+            mask = _decode_rle(seg)
         except (ValueError, TypeError) as e:
             problems.append(Problem("malformed_annotation", name, f"{where}: RLE: {e}"[:300]))
             return None
