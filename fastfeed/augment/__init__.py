@@ -21,8 +21,6 @@ from .hsv import draw_hsv, hsv_to_planes, hue_rotation
 from .hyp import AugmentHyp
 from .labels import Labels
 from .letterbox import LetterboxGeometry, letterbox, letterbox_boxes, letterbox_geometry, letterbox_labels
-from .mixup import blend, draw_mixup_weight
-from .mosaic import draw_mosaic_centre, mosaic_layout
 from .plan import (
     Cut,
     Geometry,
@@ -32,12 +30,15 @@ from .plan import (
     batch_rng,
     draw_batch,
     draw_geometry,
+    draw_mixup_weight,
+    draw_mosaic_centre,
     draw_sample,
+    mosaic_layout,
     sample_layout,
     single_layout,
 )
 from .points import batch_rows, clip_polygons, corners_to_rboxes, paste_labels
-from .render import finish_pixels, mix_in, render_labels
+from .render import blend, finish_pixels, mix_in, render_labels
 
 __all__ = [
     "AffineDraw", "AugmentHyp", "Cut", "Geometry", "Labels", "LetterboxGeometry", "Mix", "Paste", "SamplePlan", "affine_matrix",

@@ -5,6 +5,7 @@ holds only draws (indices into the candidate list, numbers), never pixels or sha
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,8 +16,6 @@ from .albu import draw as draw_albu
 from .cutmix import draw_cut_rects
 from .hsv import draw_hsv
 from .hyp import AugmentHyp
-from .mixup import draw_mixup_weight
-from .mosaic import draw_mosaic_centre, mosaic_layout
 
 
 def batch_rng(seed: int, rank: int, epoch: int, batch: int) -> np.random.Generator:
@@ -90,6 +89,18 @@ class SamplePlan:
         return out
 
 
+def draw_mosaic_centre(rng: np.random.Generator, size: int) -> tuple[float, float]:
+    """The mosaic centre in the virtual 2S x 2S canvas: uniform in [S/2, 3S/2] on both axes (drawn
+    before the affine, on every path that builds mosaics)."""
+    x, y = rng.uniform(0.5 * size, 1.5 * size, 2)
+    return float(x), float(y)
+
+
+def draw_mixup_weight(rng: np.random.Generator) -> float:
+    """The weight of the first image in a mixup: Beta(32, 32), close to 0.5 (as YOLO does)."""
+    return float(rng.beta(32.0, 32.0))
+
+
 def draw_geometry(rng: np.random.Generator, hyp: AugmentHyp, size: int, mosaic_on: bool, candidates: int,
                   paste_flip: bool = False) -> Geometry:
     """Mosaic or not (with probability hyp.mosaic when `mosaic_on`), its partners among `candidates` items and
@@ -143,6 +154,27 @@ def draw_batch(rng: np.random.Generator, n: int, hyp: AugmentHyp, size: int, *, 
 
 Place = tuple[float, float, float]          # tile pixel u -> mid frame r*u + (ox, oy)
 Rect = tuple[float, float, float, float]    # x1, y1, x2, y2
+
+
+def mosaic_layout(shapes: Sequence[tuple[int, int]], size: int, centre: tuple[float, float]):
+    """Canvas placement of 4 tiles around `centre` in the virtual 2S x 2S canvas, only a coordinate frame: the
+    tiles are drawn straight into the output (docs/design.md, 'Mosaic without a canvas').
+
+    Tile k goes top-left, top-right, bottom-left, bottom-right of the centre, scaled so its long
+    side is S, touching the centre with one corner; its region is its placed rectangle cut to the
+    canvas. Returns [(place, region)]: place = (scale, ox, oy) maps tile pixels into the canvas.
+    """
+    xc, yc = centre
+    limit = 2.0 * size
+    layout = []
+    for k, (h, w) in enumerate(shapes):
+        r = size / max(h, w)
+        pw, ph = w * r, h * r
+        ox = xc - pw if k in (0, 2) else xc
+        oy = yc - ph if k in (0, 1) else yc
+        region = (max(ox, 0.0), max(oy, 0.0), min(ox + pw, limit), min(oy + ph, limit))
+        layout.append(((r, ox, oy), region))
+    return layout
 
 
 def single_layout(hw: tuple[int, int], size: int) -> tuple[list[tuple[Place, Rect]], tuple[float, float]]:

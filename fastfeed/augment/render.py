@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import cv2
 import numpy as np
 
 from .albu import apply as apply_albu
@@ -15,7 +16,6 @@ from .cutmix import cut_in
 from .hsv import hsv_to_planes
 from .hyp import AugmentHyp
 from .labels import Labels
-from .mixup import blend
 from .paste import paste_boxes, paste_tile, region_crop
 from .plan import Geometry, SamplePlan, sample_layout
 from .points import paste_labels
@@ -74,6 +74,13 @@ def mix_in(res: np.ndarray, labels: Labels, plan: SamplePlan, second, hyp: Augme
     if plan.albu is not None:
         apply_albu(res, plan.albu, hyp.albumentations)
     return res, labels
+
+
+def blend(a_img: np.ndarray, b_img: np.ndarray, weight: float, out: np.ndarray) -> np.ndarray:
+    """weight * a + (1 - weight) * b, rounded, into `out` (may be `a_img`): the pixels of a mixup whose weight
+    a plan drew (`plan.Mix.weight`)."""
+    cv2.addWeighted(a_img, weight, b_img, 1.0 - weight, 0.0, dst=out)
+    return out
 
 
 def finish_pixels(res: np.ndarray, slot: np.ndarray, plan: SamplePlan, scratch: np.ndarray) -> None:
