@@ -16,7 +16,7 @@ import numbers
 import cv2
 import numpy as np
 
-from fastfeed.augment._validate import check_image
+from fastfeed.augment.letterbox import check_image
 
 _LEVELS = np.arange(256, dtype=np.float64)
 _IDENTITY = np.arange(256, dtype=np.uint8)
