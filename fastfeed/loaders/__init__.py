@@ -8,10 +8,7 @@ protocol) into `Batch`es (see docs/design.md).
         for images, targets in loader: ...        # each Batch also has .indices: its records
     loader.close()
 
-Modules: base.py (the contract: Loader, LoaderConfig, Batch), registry.py (register_loader, create_loader),
-sampler.py (the epoch order: EpochOrder, ShuffledOrder), partners.py (partner buffers and a batch's plans),
-pool.py + workers.py (the worker-pool loader cpu, shm and device share; the cpu loader), pipeline.py (the cpu
-workers' batch builder), shm.py, dali/, device/ (the other built-in loaders).
+Which module holds what: docs/design.md, 'Who owns what' (loaders/).
 
 Importing this package imports torch, numpy and OpenCV (through the augmentation the planners share) only;
 the built-in loaders (cpu, shm, dali, device; LMDB, simplejpeg, DALI) register themselves the first time the

@@ -7,8 +7,8 @@
 Iterated as every loader is (`fastfeed.loaders`); its batches are on the device: images [B,3,S,S] in [0,1],
 targets [M,6].
 
-Plain PyTorch: the same code runs on CUDA, Ascend NPUs (host decode) and the CPU (tests). plan.py and
-labels.py are the host's; decode.py, render.py, vram_cache.py and feed.py the device's; loader.py the Loader.
+Plain PyTorch: the same code runs on CUDA, Ascend NPUs (host decode) and the CPU (tests). plan.py is the host's;
+decode.py, render.py, vram_cache.py and feed.py the device's; loader.py the Loader.
 """
 
 from __future__ import annotations
