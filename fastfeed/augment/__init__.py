@@ -7,7 +7,6 @@ package defines once for every loader (the plan, the geometry, the box filter, e
 conversions): docs/design.md, 'Who owns what' (augment/) and 'One sample plan'.
 """
 
-from .affine import AffineDraw, affine_matrix, draw_affine
 from .boxes import (
     box_candidates,
     clip_boxes,
@@ -22,12 +21,15 @@ from .hyp import AugmentHyp
 from .labels import Labels
 from .letterbox import LetterboxGeometry, letterbox, letterbox_boxes, letterbox_geometry, letterbox_labels
 from .plan import (
+    AffineDraw,
     Cut,
     Geometry,
     Mix,
     Paste,
     SamplePlan,
+    affine_matrix,
     batch_rng,
+    draw_affine,
     draw_batch,
     draw_geometry,
     draw_mixup_weight,
