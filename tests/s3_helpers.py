@@ -15,8 +15,9 @@ real S3's costs the node nothing).
 `jitter`, uniformly, either way; a round trip: the response's bytes are not delayed again), a new connection's
 first request by one more `latency` (TCP's handshake; no TLS), responses through one shared token bucket of `bandwidth` bytes/s (the
 node's link), and with probability `drop` per request the connection reset part-way through the response (within
-its first `cut_within` bytes: a response shorter than the point drawn is not cut).
-Every thread is a daemon; `stop()` closes every socket and joins them.
+its first `cut_within` bytes: a response shorter than the point drawn is not cut). Every socket has Nagle's
+algorithm off, as a real store's chunks are not held for a delayed ACK (40 ms on a reused connection here).
+`requests`, `connections`, `dropped`, `bytes_down`: what it saw. Every thread is a daemon; `stop()` closes every socket and joins them.
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ class ObjectServer:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"   # keep-alive, as S3
+            disable_nagle_algorithm = True   # headers and body are two writes: Nagle held the body for a delayed ACK
 
             def log_message(self, *args):
                 pass
@@ -141,6 +143,7 @@ class ObjectServer:
 
         class Server(http.server.ThreadingHTTPServer):
             daemon_threads = True
+            request_queue_size = 128   # socketserver's 5 drops a burst of new connections (a second's SYN retry)
 
             def handle_error(self, request, client_address):   # a connection the proxy reset: nothing to say
                 pass
@@ -194,7 +197,7 @@ class FaultProxy:
         self._rng_lock = threading.Lock()
         self._bucket_lock = threading.Lock()
         self._next_free = 0.0
-        self.requests = self.dropped = self.bytes_down = 0
+        self.requests = self.dropped = self.bytes_down = self.connections = 0
         self._stats = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
@@ -223,6 +226,10 @@ class FaultProxy:
             except OSError:
                 client.close()
                 continue
+            with self._stats:
+                self.connections += 1
+            for sock in (client, server):   # each chunk out when it is due (Nagle: a delayed ACK's 40 ms on reuse)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._socks.update((client, server))
             state = {"cut_after": None, "fresh": True}
             for a, b, up in ((client, server, True), (server, client, False)):
