@@ -293,7 +293,9 @@ def run(args, work: Path) -> int:
         ms = case.ms
         proxy = server.proxy(latency=ms / 1e3, jitter=ms / 4e3, bandwidth=bw, drop=case.drop, seed=ms + 1000 * rnd)
         server.use(proxy)
+        t_open = time.perf_counter()
         store = Store(url, shard_cache=work / f"cache-{case.name}-{rnd}", shard_cache_limit=case.limit)   # cold: its own
+        open_s = time.perf_counter() - t_open
         probe = default_order(store, cfg, 0, 1)
         per_shard = len(store) / len(store.shards)
         window_batches = int(np.ceil(probe.describe().get("window_shards", 1) * per_shard / cfg.batch_size))
@@ -305,7 +307,7 @@ def run(args, work: Path) -> int:
         store.close()
         server.use(server.endpoint)
         counts = server.stop_proxy(proxy)
-        return r | {"case": case.name, "latency_ms": ms, "jitter_ms": ms / 4, "drop": case.drop,
+        return r | {"case": case.name, "latency_ms": ms, "jitter_ms": ms / 4, "drop": case.drop, "open_s": open_s,
                             "cache_limit": case.limit, "round": rnd, **counts,
                             "fetched_bytes_per_epoch": sum(f["bytes"] for f in fetched) / args.epochs,
                             "downloads": len(fetched), "downloaded_by_the_worker": by_worker,
@@ -342,7 +344,7 @@ def run(args, work: Path) -> int:
                   f"{row['images_per_s']:.1f} images/s, {row['vs_0ms']:.2f} of 0 ms ({row['vs_0ms_waits_only']:.2f} by "
                   f"the worker's waits), {row['vs_local']:.2f} of local "
                   f"({ref:.1f}); first batch {row['first_batch_s']:.2f} s (local {ref_first:.2f} + one request and one "
-                  f"shard {row['one_shard_download_s']:.2f}); records {'exact' if row['exact'] else 'NOT EXACT'}; "
+                  f"shard {row['one_shard_download_s']:.2f}; the store opened in {row['open_s']:.2f} s); records {'exact' if row['exact'] else 'NOT EXACT'}; "
                   f"{row['dropped']} of {row['requests']} requests cut; {row['downloaded_by_the_worker']} of "
                   f"{row['downloads']} downloads by the worker; window {row['order'].get('window_shards')} "
                   f"shards, {row['order'].get('read_ahead_shards')} ahead; link {link_words(link) if link else '-'}; "

@@ -460,6 +460,29 @@ def test_the_pool_loader_starts_the_first_batchs_downloads_before_it_forks_its_w
     assert any(pool is not None for _, pool in heard[1:])           # then as batches are handed out
 
 
+def test_a_batch_reads_first_what_is_here_then_each_shard_as_its_download_ends(url_store, tmp_path):
+    """`Store.arrival`: a record whose shard is cached, or missing with nobody downloading it (its read downloads
+    it), comes before one whose shard another download is bringing; that one comes once the download ends."""
+    import threading
+
+    store = Store(url_store, shard_cache=tmp_path / "c", shard_cache_limit="1G")
+    start = [s.start for s in store.shards]
+    store.fetch(0)                                                   # here
+    held = store.cache.claim(store.shards[1], store.shard_url(1))   # downloading (this test holds its lock)
+    indices = [start[1], start[2], start[0], start[1] + 1, start[0] + 1]
+    assert [store.provider.waiting(k) for k in range(3)] == [False, True, False]
+    order = store.arrival(indices)
+    assert [next(order) for _ in range(3)] == [1, 2, 4]              # shard 2 (nobody's), then shard 0's records
+    assert store.provider.waiting(1)
+    done = threading.Thread(target=store.provider.fetch, args=(1,), kwargs={"held": held})
+    done.start()                                                     # the download ends (and lets go of its lock)
+    assert list(order) == [0, 3]
+    done.join()
+    assert store.cache.present(store.shards[1]) and not store.provider.waiting(1)
+    assert list(store.arrival(indices)) == [0, 1, 2, 3, 4]          # no download under way: the batch's order
+    store.close()
+
+
 def _read_records(store, shards):
     for k in shards:
         store.record(store.shards[k].start)
@@ -517,17 +540,47 @@ def test_a_shard_download_and_a_whole_object_read_are_one_request_each(url_store
         s3.use(proxy.url)
         try:
             store = Store(url_store, cache_dir=tmp_path / "c")
-            assert proxy.requests == 1                              # the manifest
+            opened = proxy.requests                                 # the manifest, and the connections' HEADs
             for k in range(len(store.shards)):
                 store.fetch(k)
-            assert proxy.requests == 1 + len(store.shards)          # one GET a shard
+            assert proxy.requests == opened + len(store.shards)     # one GET a shard
             records_equal(store, local_store)
             store.close()
             fs, _ = objstore.filesystem(url_store)
             assert objstore.read_bytes(fs, f"{url_store.split('/')[2]}/empty", "s3://x/empty") == b""
-            assert proxy.requests == 2 + len(store.shards)
+            assert proxy.requests == opened + 1 + len(store.shards)
         finally:
             s3.use(s3.endpoint)
+
+
+def test_a_store_opens_the_connections_its_first_downloads_use(url_store, local_store, s3, tmp_path, monkeypatch):
+    """Beside the manifest's read, a URL store opens WARM - 1 more connections (a HEAD each): the first batch's
+    downloads, started together, find them open instead of each paying a new connection's handshake."""
+    import threading
+
+    from s3_helpers import FaultProxy, ObjectServer
+
+    server = ObjectServer.copy_of(s3.endpoint, [url_store.split("/")[2]])   # keeps connections alive, as S3 does
+    with FaultProxy(server.port, latency=0.02) as proxy:
+        s3.use(proxy.url)
+        try:
+            store = Store(url_store, shard_cache=tmp_path / "c")
+            assert proxy.connections == proxy.requests == objstore.WARM
+            fetches = [threading.Thread(target=store.fetch, args=(k,)) for k in range(objstore.WARM)]
+            for t in fetches:
+                t.start()
+            for t in fetches:
+                t.join()
+            assert proxy.connections == objstore.WARM and proxy.requests == 2 * objstore.WARM   # no new connection
+            records_equal(store, local_store)
+            store.close()
+            monkeypatch.setattr(objstore, "WARM", 1)
+            before = proxy.connections
+            Store(url_store, shard_cache=tmp_path / "c").close()
+            assert proxy.connections - before <= 1                  # WARM 1: the manifest's read alone
+        finally:
+            s3.use(s3.endpoint)
+            server.stop()
 
 
 def test_storage_options_from_the_cli_and_python_are_never_written(coco_src, s3, tmp_path, monkeypatch, capsys):

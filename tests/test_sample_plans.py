@@ -81,13 +81,29 @@ def test_plan_batch_loads_the_batch_then_draws_with_the_buffer_as_candidates():
                           mosaic_on=True, mixup_on=True)[1] is None   # evaluation batches draw nothing
 
 
+def test_a_batch_loaded_in_another_order_is_kept_and_planned_in_its_own():
+    """`order` (a store's `arrival`: records as their shards arrive) changes when each record loads, never the
+    loaded list, the buffer or the plans."""
+    calls = []
+
+    def load(i, times):
+        calls.append(i)
+        return i * 10
+
+    plain, turned = PartnerBuffer(6, load, keep=True), PartnerBuffer(6, load, keep=True, order=lambda ix: [2, 0, 1])
+    got = [b.plan_batch([7, 8, 9], {}, seed=1, rank=0, epoch=0, batch=0, hyp=AugmentHyp(mosaic=1.0), size=64,
+                        augment=True, mosaic_on=True, mixup_on=False) for b in (plain, turned)]
+    assert calls == [7, 8, 9, 9, 7, 8]
+    assert got[0] == got[1] and got[1][0] == [70, 80, 90] and list(turned.items) == [70, 80, 90]
+
+
 # --- the same plans from every path ---------------------------------------------------------------------
 
 def _spy_plans(monkeypatch, module):
     """Record (records each sample shows, plan) for every batch `module`'s draw_batch is called for; the candidate
     records come from the PartnerBuffer loads (cpu, device) or the DALI source's history."""
     seen, loads = [], []
-    real_draw, real_load = module.draw_batch, PartnerBuffer.load
+    real_draw, real_load = module.draw_batch, PartnerBuffer.read
 
     def load(self, index, times):
         loads.append((id(self), int(index), self.items.maxlen))
@@ -99,7 +115,7 @@ def _spy_plans(monkeypatch, module):
         return plans
 
     monkeypatch.setattr(module, "draw_batch", draw)
-    monkeypatch.setattr(PartnerBuffer, "load", load)
+    monkeypatch.setattr(PartnerBuffer, "read", load)
     return seen, loads
 
 

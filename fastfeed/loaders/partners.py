@@ -19,11 +19,14 @@ from ..augment import AugmentHyp, SamplePlan, batch_rng, draw_batch
 
 
 class PartnerBuffer:
-    """The last `size` items `load(index, times)` returned (kept only when `keep`: training batches)."""
+    """The last `size` items `load(index, times)` returned (kept only when `keep`: training batches). `order(indices)`:
+    the positions of a batch's indices in the order to load them (`Store.arrival`: as their shards arrive); they are
+    kept in the batch's order whatever it is."""
 
-    def __init__(self, size: int, load: Callable, keep: bool):
+    def __init__(self, size: int, load: Callable, keep: bool, order: Callable | None = None):
         self.items: deque = deque(maxlen=size)
         self._load, self.keep = load, keep
+        self._order = order or (lambda indices: range(len(indices)))
 
     def __len__(self) -> int:
         return len(self.items)
@@ -31,8 +34,12 @@ class PartnerBuffer:
     def __getitem__(self, k: int):
         return self.items[k]
 
+    def read(self, index: int, times: dict):
+        """Record `index` loaded, not kept."""
+        return self._load(int(index), times)
+
     def load(self, index: int, times: dict):
-        item = self._load(int(index), times)
+        item = self.read(index, times)
         if self.keep:
             self.items.append(item)
         return item
@@ -50,7 +57,11 @@ class PartnerBuffer:
                    size: int, augment: bool, mosaic_on: bool, mixup_on: bool) -> tuple[list, list[SamplePlan] | None]:
         """Load batch `batch` of `epoch` (the whole batch first: partners may be any of it), then draw its plans
         (None for evaluation batches, which draw nothing). Returns (the loaded items, the plans)."""
-        loaded = [self.load(i, times) for i in indices]
+        loaded = [None] * len(indices)
+        for p in self._order(indices):
+            loaded[p] = self.read(indices[p], times)
+        if self.keep:
+            self.items.extend(loaded)
         if not augment:
             return loaded, None
         plans = draw_batch(batch_rng(seed, rank, epoch, batch), len(loaded), hyp, size, mosaic_on=mosaic_on,

@@ -37,6 +37,9 @@ class StoreSource:
         times["decode"] += perf_counter() - t1
         return img, augment.Labels.of_record(r, img.shape[1], img.shape[0], self.task)
 
+    def arrival(self, indices):
+        return self.store.arrival(indices)
+
 
 class BatchExtras:
     """A batch's task extras (`tasks.Task.extra`), built sample by sample in the targets' row order: keypoints and
@@ -82,7 +85,7 @@ class BatchBuilder:
         self.scratch = np.empty((self.size, self.size, 3), np.uint8)
         self.plane_scratch = np.empty((self.size, self.size), np.uint8)
         self.mix_scratch = None    # a second sample (mixup, cutmix), allocated on first use
-        self.partners = PartnerBuffer(partner_buffer, source.load, keep=cfg.augment)
+        self.partners = PartnerBuffer(partner_buffer, source.load, keep=cfg.augment, order=source.arrival)
         self.flip_idx = getattr(manifest, "flip_idx", None)
         self.extras = BatchExtras(source.task, cfg, tuple(getattr(manifest, "kpt_shape", None) or (0, 3)))
 

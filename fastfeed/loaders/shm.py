@@ -61,6 +61,13 @@ class ShmSource:
         self.fallback = StoreSource(store, imgsz, task)
         self.geometry = task_spec(task).field is not None
 
+    def arrival(self, indices):
+        """`StoreSource.arrival` where a load reads the store (a record past the cached prefix, or a task's
+        geometry); else the batch's order."""
+        if self.geometry or any(int(i) >= self.n_cached for i in indices):
+            return self.fallback.arrival(indices)
+        return range(len(indices))
+
     def load(self, index: int, times: dict) -> tuple[np.ndarray, Labels]:
         """(image HWC RGB, its `augment.Labels` in its pixels) of record `index`."""
         if index >= self.n_cached:

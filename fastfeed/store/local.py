@@ -143,6 +143,9 @@ class LocalShards:
     def fetch(self, shard: int, wait: bool = True) -> bool:
         return True   # a local shard is readable here
 
+    def waiting(self, shard: int) -> bool:
+        return False
+
     def shard_entries(self, shard: int) -> int:
         h = self.handle(shard)
         try:

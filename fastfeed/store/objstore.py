@@ -15,11 +15,13 @@ line that says what to do (`RemoteError`).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
 import os
 import random
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +37,8 @@ BACKOFF_S = (0.2, 8.0)       # the first wait, the longest
 PART_BYTES = 16 << 20        # ranged reads of a large object: parts of this size, fetched in parallel
 PART_THREADS = 8
 CONNECTIONS = 32             # an S3 client's connection pool: the most downloads in flight at once
+WARM = 8                     # connections to an S3 bucket a store opens while it reads its manifest (`warming`)
+WARM_WAIT_S = 1.0            # ... and waits for at most this long after the manifest's read
 _EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure",
            "adl": "azure"}
 
@@ -191,6 +195,40 @@ def whole(fs, path: str) -> bytes:
         if e.errno == errno.EINVAL and "range" in str(e).lower():
             return b""
         raise
+
+
+@contextlib.contextmanager
+def warming(fs, url: str, path: str, n: int | None = None):
+    """While the body runs (a store's first request), open n - 1 more connections to the bucket (a HEAD of `path`
+    each, as quick as the body's own request) and wait for them at most WARM_WAIT_S more: the requests that follow
+    (a first batch's downloads, started together) find them open in the client's pool instead of each paying a new
+    connection's handshake (TCP and TLS: one to three round trips). The pool keeps idle ones 12 s (aiobotocore's
+    keep-alive). S3 only, its client made first so that all share it; a HEAD that fails is left to the requests
+    that follow. `n`: WARM by default."""
+    n = WARM if n is None else n
+    ready = _extra(url) == "s3" and n > 1 and hasattr(fs, "connect")
+    if ready:
+        try:
+            fs.connect()   # s3fs's client, made once, before the threads share it
+        except Exception:   # noqa: BLE001 - the body's request meets it and says what to do
+            ready = False
+    if not ready:
+        yield
+        return
+
+    def head():
+        with contextlib.suppress(Exception):
+            fs.info(path)
+
+    threads = [threading.Thread(target=head, name="fastfeed-warm", daemon=True) for _ in range(n - 1)]
+    for t in threads:
+        t.start()
+    try:
+        yield
+    finally:
+        end = time.monotonic() + WARM_WAIT_S
+        for t in threads:
+            t.join(max(0.0, end - time.monotonic()))
 
 
 def read_bytes(fs, path: str, url: str, what: str = "reading", *, tries: int = RETRIES) -> bytes:

@@ -4,6 +4,8 @@ a local folder's (`local.LocalShards`) or, for a URL, the node's shard cache (`r
 from __future__ import annotations
 
 import bisect
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,6 +15,8 @@ from . import urls
 from .options import StoreOptions
 from .record import Record
 from .source import PASSED, ShardProvider
+
+POLL_S = 0.002   # how often `arrival` looks again while every shard it needs is downloading
 
 
 @dataclass(slots=True)
@@ -125,6 +129,21 @@ class Store:
         if not 0 <= index < self._len:
             raise IndexError(f"record {index} out of range: the store holds {self._len} records")
         return bisect.bisect_right(self._starts, index) - 1
+
+    def arrival(self, indices) -> Iterator[int]:
+        """Positions into `indices` in an order that never waits for one shard's download while another record is
+        readable: first those readable now (local, in the node's cache, or with no download under way: the read
+        downloads it), then each as its download ends (looked at every POLL_S). A batch from a bucket is then
+        decoded as its shards arrive, not after the slowest (docs/design.md, "A store in object storage")."""
+        shards = [self.shard_of(i) for i in indices]
+        pending = list(range(len(shards)))
+        while pending:
+            ready = {k: not self.provider.waiting(k) for k in dict.fromkeys(shards[p] for p in pending)}
+            if not any(ready.values()):
+                time.sleep(POLL_S)
+                continue
+            yield from (p for p in pending if ready[shards[p]])
+            pending = [p for p in pending if not ready[shards[p]]]
 
     def shard_name(self, index: int) -> str:
         """File name of the shard holding record `index`."""

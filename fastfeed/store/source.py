@@ -26,6 +26,8 @@ class ShardFacts(Protocol):
 
     def fetch(self, shard: int, wait: bool = True) -> bool: ...   # make it readable here (a URL's: downloaded)
 
+    def waiting(self, shard: int) -> bool: ...           # a read now would wait for a download under way
+
     def shard_entries(self, shard: int) -> int: ...      # the records LMDB holds in it (verify: the manifest's?)
 
     def missing(self) -> list: ...                       # the shards (ShardInfo) whose file is not there
@@ -39,7 +41,7 @@ class ShardFacts(Protocol):
     def close(self) -> None: ...                         # release this process's handles; reads reopen them
 
 
-PASSED = ("remote", "cache", "cache_limit", "read_ahead", "read_ahead_given", "shard_url", "fetch", "shard_entries",
+PASSED = ("remote", "cache", "cache_limit", "read_ahead", "read_ahead_given", "shard_url", "fetch", "waiting", "shard_entries",
           "missing", "check_source", "stored_bytes", "follower")
 
 

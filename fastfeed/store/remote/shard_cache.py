@@ -127,6 +127,20 @@ class ShardCache:
             return None
         return lock
 
+    def downloading(self, info: fmt.ShardInfo) -> bool:
+        """Whether a process (this one included) holds the shard's download lock: a shared lock tried without
+        waiting, let go at once (a claim in that instant finds it held and leaves the download to the read)."""
+        fd = open_lock(self.dir / f"{info.file}.dl", self.prepare)
+        if fd < 0:   # a read-only cache: nobody downloads into it
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
     def fetch(self, info: fmt.ShardInfo, get: Callable[[int], None], where: str, *, wait: bool,
               stale: tuple | None = None, held: int | None = None) -> bool:
         """Make the shard present: download it with `get(fd)` unless it is there. `wait` (a read that needs it

@@ -58,10 +58,10 @@ class RemoteShards:
         self.link = Link()
         fs, root = self._filesystem()
         where = urls.join(self.path, fmt.MANIFEST)
-        try:
-            with self.link.timed():   # a small request: a sample of the link's delay
-                data = objstore.read_bytes(fs, urls.join(root, fmt.MANIFEST), where, "reading the manifest",
-                                           tries=self.tries)
+        manifest = urls.join(root, fmt.MANIFEST)
+        try:   # a sample of the link's delay; beside it, the connections the first batch's downloads will use open
+            with objstore.warming(fs, self.url, manifest), self.link.timed():
+                data = objstore.read_bytes(fs, manifest, where, "reading the manifest", tries=self.tries)
         except objstore.RemoteMissing:
             raise fmt.FormatError(f"{self.path} is not a fastfeed store: it has no {fmt.MANIFEST} (it is being "
                                   f"packed, or was never packed: `fastfeed pack SRC -o {self.path}`)") from None
@@ -143,6 +143,11 @@ class RemoteShards:
         identity of a cached copy to download again; `held`: its download lock, claimed; see `ShardCache.fetch`)."""
         return self.cache.fetch(self.shards[shard], self._getter(shard), self.shard_url(shard), wait=wait, stale=stale,
                                 held=held)
+
+    def waiting(self, shard: int) -> bool:
+        """Whether reading the shard now would wait for a download under way (here or in another process)."""
+        info = self.shards[shard]
+        return not self.cache.present(info) and self.cache.downloading(info)
 
     def handle(self, shard: int, seen: list | None = None):
         """The shard's LMDB handle, downloaded and mapped first if needed; appends the identity of the cached copy
