@@ -1,5 +1,5 @@
 """The shard cache's lock files: opening one (in a cache whose store folder was removed under it, or on a read-only
-disk), the exclusive flock an evictor takes, and the download log."""
+disk), whether one is held, the exclusive flock an evictor takes, and the download log."""
 
 from __future__ import annotations
 
@@ -46,6 +46,25 @@ def open_lock(path: Path, remake) -> int:
         return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return -1
+
+
+def held(path: Path, how: int, remake=lambda: None) -> bool:
+    """Whether a process (this one included) holds a lock on the lock file `path` that taking `how` (LOCK_SH,
+    LOCK_EX) would wait for: tried without waiting, let go at once (a taker in that instant finds it held). A lock
+    file that cannot be opened (a read-only cache without it) is held by nobody."""
+    try:
+        fd = open_lock(path, remake)
+    except OSError:
+        return False
+    if fd < 0:
+        return False
+    try:
+        fcntl.flock(fd, how | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def evict(path: Path) -> bool:

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..publish import alive
-from .locks import evict, fetched_in, open_lock
+from .locks import evict, fetched_in, held
 from .sizes import STORE_PREFIX, default_dir
 
 
@@ -31,22 +30,6 @@ class ShardCacheInfo:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
 
 
-def _in_use(shard: Path) -> bool:
-    try:
-        fd = open_lock(shard.with_name(shard.name + ".lock"), lambda: None)
-    except OSError:
-        return False
-    if fd < 0:   # a read-only cache without the lock file: nobody has marked it
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
 def list_shard_caches(root=None) -> list[ShardCacheInfo]:
     """Every store in the shard cache at `root` (default: default_dir())."""
     root = Path(root or default_dir())
@@ -60,7 +43,7 @@ def list_shard_caches(root=None) -> list[ShardCacheInfo]:
         for f in d.glob("*.mdb"):
             info.shards += 1
             info.bytes += f.stat().st_size
-            info.in_use += _in_use(f)
+            info.in_use += held(f.with_name(f.name + ".lock"), fcntl.LOCK_EX)
         for f in (d / "pins").glob("*.json"):
             pid = f.name.split("-", 1)[0]
             if pid.isdigit() and alive(int(pid)):

@@ -21,7 +21,7 @@ from ..format import sha256_file
 from ..objstore import shown
 from . import room
 from .errors import CacheFull, CacheReadOnly, ShardDamaged
-from .locks import fetched_in, flocked, log_line, open_lock
+from .locks import fetched_in, flocked, held, log_line, open_lock
 from .pins import pins_of
 from .sizes import CACHE_ENV, STORE_PREFIX
 
@@ -128,18 +128,8 @@ class ShardCache:
         return lock
 
     def downloading(self, info: fmt.ShardInfo) -> bool:
-        """Whether a process (this one included) holds the shard's download lock: a shared lock tried without
-        waiting, let go at once (a claim in that instant finds it held and leaves the download to the read)."""
-        fd = open_lock(self.dir / f"{info.file}.dl", self.prepare)
-        if fd < 0:   # a read-only cache: nobody downloads into it
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
-        return False
+        """Whether a process (this one included) is downloading the shard (holds its download lock)."""
+        return held(self.dir / f"{info.file}.dl", fcntl.LOCK_SH, self.prepare)
 
     def fetch(self, info: fmt.ShardInfo, get: Callable[[int], None], where: str, *, wait: bool,
               stale: tuple | None = None, held: int | None = None) -> bool:
