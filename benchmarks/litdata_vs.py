@@ -122,7 +122,7 @@ def fastfeed_read(url: str, cache: Path, limit: int, args) -> dict:
     from fastfeed import Store
     from fastfeed.loaders import LoaderConfig, create_loader
 
-    store = Store(url, cache_dir=cache, cache_limit=limit)
+    store = Store(url, shard_cache=cache, shard_cache_limit=limit)
     cfg = LoaderConfig(imgsz=args.imgsz, batch_size=16, workers=1, seed=0, augment=False)
     rates, seen = [], []
     with create_loader("cpu", store, cfg) as loader:
