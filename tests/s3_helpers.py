@@ -300,6 +300,8 @@ class FaultProxy:
     def stop(self) -> None:
         self._stopping.set()
         with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)   # wakes the accept() in _serve (a close alone does not)
+        with contextlib.suppress(OSError):
             self._listener.close()
         for s in list(self._socks):
             with contextlib.suppress(OSError):
