@@ -198,15 +198,14 @@ def whole(fs, path: str) -> bytes:
 
 
 @contextlib.contextmanager
-def warming(fs, url: str, path: str, n: int | None = None):
-    """While the body runs (a store's first request), open n - 1 more connections to the bucket (a HEAD of `path`
+def warming(fs, url: str, path: str):
+    """While the body runs (a store's first request), open WARM - 1 more connections to the bucket (a HEAD of `path`
     each, as quick as the body's own request) and wait for them at most WARM_WAIT_S more: the requests that follow
     (a first batch's downloads, started together) find them open in the client's pool instead of each paying a new
     connection's handshake (TCP and TLS: one to three round trips). The pool keeps idle ones 12 s (aiobotocore's
     keep-alive). S3 only, its client made first so that all share it; a HEAD that fails is left to the requests
-    that follow. `n`: WARM by default."""
-    n = WARM if n is None else n
-    ready = _extra(url) == "s3" and n > 1 and hasattr(fs, "connect")
+    that follow."""
+    ready = _extra(url) == "s3" and WARM > 1 and hasattr(fs, "connect")
     if ready:
         try:
             fs.connect()   # s3fs's client, made once, before the threads share it
@@ -220,7 +219,7 @@ def warming(fs, url: str, path: str, n: int | None = None):
         with contextlib.suppress(Exception):
             fs.info(path)
 
-    threads = [threading.Thread(target=head, name="fastfeed-warm", daemon=True) for _ in range(n - 1)]
+    threads = [threading.Thread(target=head, name="fastfeed-warm", daemon=True) for _ in range(WARM - 1)]
     for t in threads:
         t.start()
     try:
