@@ -164,15 +164,19 @@ def free_port() -> int:
 def gloo_rank(rank: int, world: int, port: int):
     """This process as rank `rank` of a `world`-process gloo group on 127.0.0.1:`port` (one torch thread each,
     so runs compare bit for bit)."""
+    import gc
     import os
 
     import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
 
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         yield
+        # what train() wrapped in DDP is gone before the group is (not merely unreachable: no collection ran)
+        assert not [o for o in gc.get_objects() if isinstance(o, DistributedDataParallel)], "a DDP outlived the run"
     finally:
         dist.destroy_process_group()
 

@@ -214,10 +214,19 @@ def start(run: Run, stack) -> None:
         run.model = DDP(run.raw_model, device_ids=[device.index] if device.type != "cpu" else None)
         run.comm = CommTimer(run.clock)
         run.model.register_comm_hook(None, run.comm.hook)
+        stack.callback(_release_ddp, run)
     run.raw_model.grad_ckpt = cfg.grad_ckpt
     dtype = AMP_DTYPES[cfg.amp] if cfg.amp else torch.float32
     run.feed = device_batches(run.loader, device, dtype, channels_last=cfg.channels_last)
     stack.callback(run.feed.close)
+
+
+def _release_ddp(run: Run) -> None:
+    """Let DDP go when the run ends, before its process group is destroyed (by teardown, or by the caller that owns
+    it): `run` outlives train() in reference cycles until a garbage collection, and its DDP with it (the reducer,
+    the gloo group it holds, the comm hook's futures). One left to the interpreter's exit aborted a rank now and then
+    ("terminate called without an active exception", SIGABRT: a run that had finished failed under torchrun)."""
+    run.model = run.raw_model
 
 
 def measure_batch(run: Run) -> int:
