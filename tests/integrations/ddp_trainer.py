@@ -16,6 +16,7 @@ rank 0 its final weights to $FF_DDP_OUT/weights.pt.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -46,6 +47,7 @@ class RecordingTrainer(FastfeedTrainer):
         super().__init__(cfg, overrides, _callbacks)
         self._seen = []
         self.img_sizes = []
+        self._trained_by = None   # the model's class while it trained (DDP's, let go once the run ends)
 
     def get_dataloader(self, dataset_path, batch_size=16, rank=0, mode="train"):
         feed = super().get_dataloader(dataset_path, batch_size, rank, mode)
@@ -56,6 +58,7 @@ class RecordingTrainer(FastfeedTrainer):
     def preprocess_batch(self, batch):
         blank = self.train_loader.lost is not None
         self._seen.append([self.epoch, ["blank"] if blank else list(batch["im_file"]), int(len(batch["img"]))])
+        self._trained_by = type(self.model).__name__
         signal_at(self)
         out = super().preprocess_batch(batch)
         self.img_sizes.append(int(out["img"].shape[-1]))   # after multi_scale
@@ -90,7 +93,10 @@ class CpuDdpTrainer(RecordingTrainer):
         lease = getattr(feed.loader, "lease", None)
         report = {"rank": RANK, "loader": feed.name, "loader_rank": feed.rank, "loader_world": feed.world_size,
                   "batch_size": feed.batch_size, "batches": len(feed), "seen": self._seen, "img_sizes": self.img_sizes,
-                  "ddp_model": type(self.model).__name__, "cache": str(lease.path) if lease else None,
+                  "ddp_model": self._trained_by, "cache": str(lease.path) if lease else None,
+                  # left for the interpreter's exit: a DDP object (not merely unreachable: no collection ran), the group
+                  "ddp_left": any(isinstance(o, torch.nn.parallel.DistributedDataParallel) for o in gc.get_objects()),
+                  "group_left": dist.is_initialized(),
                   "built": bool(lease.built) if lease else None,
                   "metrics": {k: float(v) for k, v in (self.metrics or {}).items()}, "error": self._error}
         Path(os.environ["FF_DDP_OUT"], f"rank{RANK}.json").write_text(json.dumps(report))

@@ -28,6 +28,7 @@ def test_two_ranks_on_cpu_read_disjoint_halves(sample_yolo, tmp_path, monkeypatc
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["loader_rank"] for r in ranks] == [0, 1] and {r["loader_world"] for r in ranks} == {2}
     assert {r["loader"] for r in ranks} == {loader} and {r["ddp_model"] for r in ranks} == {"_CpuDDP"}
+    assert not any(r["ddp_left"] or r["group_left"] for r in ranks)   # let go before the exit (StoppableMixin)
     assert {r["batch_size"] for r in ranks} == {4} and {r["batches"] for r in ranks} == {2}   # batch 8 over 2 ranks
     for epoch in (0, 1):
         halves = [[f for e, files, _ in r["seen"] if e == epoch for f in files] for r in ranks]

@@ -110,6 +110,7 @@ def test_a_source_lost_on_rank_1_stops_both_ranks_at_one_step_and_resume_continu
     assert str(lost.value).startswith(LOST.removeprefix("DataSourceFailed: ")) and said in str(lost.value)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["error"] == ranks[1]["error"] == f"DataSourceFailed: {lost.value}"   # the same on both
+    assert not any(r["ddp_left"] or r["group_left"] for r in ranks)   # let go before the exit, stopped as they are
     assert sorted(p.name for p in last.parent.iterdir()) == ["last.pt"]                  # one checkpoint
     _, ckpt = load_checkpoint(last)
     assert (ckpt[KEY]["epoch"], ckpt[KEY]["batches"], ckpt[KEY]["why"]) == (0, kept, "data source failed")

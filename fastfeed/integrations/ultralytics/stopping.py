@@ -64,9 +64,10 @@ class StoppableMixin:
         if RANK in (-1, 0):
             (Path(self.save_dir) / STOP_FILE).unlink(missing_ok=True)   # a previous stop's, now resumed
         try:
-            return super()._do_train()
+            done = super()._do_train()
         except (Preempted, DataSourceFailed):   # every rank stopped together, last.pt written
             self._ff_close()
+            self._ff_let_go()
             raise
         except Exception as e:
             message = source_failure(e)   # the store failed for good (object storage out): save first, as a stop does
@@ -74,6 +75,16 @@ class StoppableMixin:
                 raise
             self._ff_close()
             raise DataSourceFailed(self._ff_lost_source(message)) from None   # (one process; DDP: _ff_agree)
+        self._ff_let_go()
+        return done
+
+    def _ff_let_go(self) -> None:
+        """A DDP rank whose training ended (or that stopped with the others): the DDP wrapper dropped and the process
+        group Ultralytics made destroyed, which Ultralytics 8.4 leaves to the interpreter's exit, where a collective
+        backend's thread freeing its last all-reduce can abort the rank (train/setup._release_ddp says how)."""
+        if self.world_size > 1 and RANK != -1 and torch.distributed.is_initialized():
+            self.model = unwrap_model(self.model)
+            torch.distributed.destroy_process_group()
 
     def _ff_close(self) -> None:
         for loader in (getattr(self, "train_loader", None), getattr(self, "test_loader", None)):
