@@ -148,6 +148,7 @@ class Case:
     zero: str = "0ms"
 
 
+CASES = ("0ms", "20ms", "50ms", "3x-0ms", "3x-100ms-reset")   # `run`'s cases, by name
 PIN: dict = {}   # {"worker": core, "rest": core}: the loader's worker on a core of its own (--pin)
 
 
@@ -240,8 +241,12 @@ def main() -> int:
                     help="read the store from moto's S3 server (by default moto takes the pack, then a plain object "
                          "server in the same child process serves its objects: moto's CPU per request, on the core "
                          "the read-ahead uses, was the harness's own cost)")
+    ap.add_argument("--cases", help="only these cases, comma-separated (0ms, 20ms, 50ms, 3x-0ms, 3x-100ms-reset), each with "
+                    "the 0 ms case it is measured against: a quicker look at one latency")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    if args.cases and (unknown := set(args.cases.split(",")) - set(CASES)):
+        ap.error(f"--cases: no case {', '.join(sorted(unknown))}; the cases are {', '.join(CASES)}")
     if (why := moto_missing()) is not None:
         print(why)
         return 1
@@ -320,6 +325,9 @@ def run(args, work: Path) -> int:
     small = max(int(size / 3), 1)
     cases = [Case("0ms", 0, limit), Case("20ms", 20, limit), Case("50ms", 50, limit),
              Case("3x-0ms", 0, small), Case("3x-100ms-reset", 100, small, drop=0.01, zero="3x-0ms")]
+    if args.cases:   # the named ones, and each one's 0 ms reference
+        named = set(args.cases.split(","))
+        cases = [c for c in cases if c.name in named or any(d.zero == c.name for d in cases if d.name in named)]
     rows: dict[str, list] = {c.name: [] for c in cases}
     for rnd in range(args.rounds):
         for case in cases:
