@@ -71,6 +71,36 @@ def test_a_pack_killed_mid_way_stops_its_workers_and_the_next_pack_starts_at_onc
         proc.wait()
 
 
+def test_a_ctrl_c_stops_a_pack_with_its_one_line_and_no_workers_traceback(yolo_builder, tmp_path):
+    """A Ctrl-C reaches the terminal's whole process group: the pool's workers leave it to the pack, which says one line
+    (exit 130), ends them and removes what it wrote."""
+    yolo = yolo_builder()
+    for k in range(40):
+        yolo.add(f"{k:02d}", ["0 0.5 0.5 0.2 0.2"], seed=k)
+    stuck = yolo.root / "images" / "train" / "20.jpg"
+    stuck.unlink()
+    os.mkfifo(stuck)   # a worker blocks on it: the pack is certainly under way when the signal comes
+    out = tmp_path / "out.ff"
+    proc = start_script("import sys; from fastfeed.cli import main; sys.exit(main(sys.argv[1:]))",
+                        "pack", yolo.root, "-o", out, "--workers", "2", "--shards", "4", "--quiet",
+                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    workers = []
+    try:
+        deadline = time.monotonic() + 120
+        while len(workers := descendants(proc.pid)) < 2 or not list(tmp_path.glob(".out.ff.incomplete-*")):
+            assert proc.poll() is None and time.monotonic() < deadline, "the pack never started its workers"
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)   # as the terminal sends it
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+        assert err.strip().splitlines()[-1] == "fastfeed: error: interrupted; nothing was left half-written", err
+        assert not wait_gone(workers, 5.0) and not out.exists() and _siblings(out) == []
+    finally:
+        kill_all([proc, *running(workers)])
+        proc.wait()
+
+
 # --- a full disk --------------------------------------------------------------------------------------------
 
 @pytest.fixture

@@ -52,6 +52,21 @@ BAD_LINES = {"short": ("1 0.5 0.5 0.2", "malformed_line", "short.txt:2: 4 values
              "beyond": ("5 0.5 0.5 0.2 0.2", "unknown_class", "beyond.txt:2: class 5, but data.yaml names 2 class(es)")}
 
 
+def test_without_names_a_huge_class_id_is_a_named_typo_not_a_store_of_that_many_classes(yolo_builder, tmp_path):
+    b = yolo_builder()   # no data.yaml: the classes are the ids used
+    for k in range(30):
+        b.add(f"good{k:02d}", [f"{k % 3} 0.5 0.5 0.2 0.2"])
+    b.add("typo", ["1 0.5 0.5 0.2 0.2", "99999999999 0.5 0.5 0.2 0.2"])
+    b.add("edge", ["9999 0.5 0.5 0.2 0.2"])   # the largest id still taken as a class
+    res = run_pack(b.root, tmp_path / "out")
+    assert res.report.counts["unknown_class"] == 1
+    row = next(r for r in rejects(tmp_path / "out") if r["file"] == "typo.jpg")
+    assert row["reason"] == "unknown_class" and row["detail"].startswith(
+        "typo.txt:2: class 99999999999, and no data.yaml names the classes"), row
+    store = Store(tmp_path / "out")
+    assert len(store) == 31 and len(store.manifest.classes) == 10000
+
+
 def test_an_image_whose_label_file_cannot_be_read_is_rejected_whole_by_name_not_kept_as_background(
         yolo_builder, tmp_path, capsys):
     from fastfeed.cli import main
@@ -64,7 +79,7 @@ def test_an_image_whose_label_file_cannot_be_read_is_rejected_whole_by_name_not_
     assert main(["pack", str(b.root), "-o", str(tmp_path / "out"), "--workers", "1", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "6 image(s) skipped" in out and "malformed_line: label line that is not numbers" in out
-    assert "unknown_class: label line whose class id is beyond data.yaml's names (image skipped" in out
+    assert "unknown_class: label line whose class id is beyond data.yaml's names, or 10000 or more without names" in out
     store = Store(tmp_path / "out")
     assert len(store) == 60 and not set(BAD_LINES) & {n.split(".")[0] for n in by_name(store)}
     rows = {r["file"]: r for r in rejects(tmp_path / "out")}

@@ -107,6 +107,22 @@ def test_a_child_of_either_start_method_dies_with_its_parent(method):
         proc.wait()
 
 
+def _leaves_sigint(_) -> bool:
+    return signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+
+
+def test_a_pools_workers_leave_a_ctrl_c_to_the_parent():
+    """A Ctrl-C reaches the terminal's whole process group: a pool's worker (pack, cache build, verify) ignores it, so
+    that only the parent reacts (one line, the pool ended) instead of every worker printing a traceback."""
+    from fastfeed.procs import worker_context
+
+    with worker_context() as ctx:   # spawn's children run the same initializer
+        pool = ctx.Pool(2)
+    with pool:
+        assert pool.map(_leaves_sigint, range(4)) == [True] * 4
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler   # the parent's own is untouched
+
+
 @pytest.mark.slow
 def test_a_stopped_worker_is_a_worker_error_and_close_still_returns(painted_store):
     cfg = LoaderConfig(imgsz=64, batch_size=4, workers=2, timeout=3)

@@ -24,6 +24,8 @@ import numpy as np
 from .. import tasks
 from .report import Problem
 
+UNNAMED_CLASSES = 10_000   # without data.yaml's names, a class id this large or more is taken for a typo
+
 
 class LabelsFailed(Exception):
     """An image's label file cannot be read whole: `problem` names the first line that fails (and how many do)."""
@@ -46,7 +48,7 @@ def parse_label(path: Path, name: str, nc: int | None, task: Task = Task()):
     """Parse one label file into (cxcywh normalised [N,4] float64, classes [N], problems, `file:line` of each box,
     the geometry of each box: a float64 array for `task`, or None for detect).
 
-    With `nc` (class names known) a class >= nc is unknown; without, any class >= 0 is accepted. Raises
+    With `nc` (class names known) a class >= nc is unknown; without, any class in 0..UNNAMED_CLASSES-1. Raises
     `LabelsFailed` when the file or one of its lines cannot be read.
     """
     problems, failed = [], []
@@ -74,6 +76,11 @@ def parse_label(path: Path, name: str, nc: int | None, task: Task = Task()):
         cls = int(vals[0])
         if nc is not None and cls >= nc:
             failed.append(("unknown_class", f"{where}: class {cls}, but data.yaml names {nc} class(es): ids 0..{nc - 1}"))
+            continue
+        if nc is None and cls >= UNNAMED_CLASSES:
+            failed.append(("unknown_class", f"{where}: class {cls}, and no data.yaml names the classes: the classes are "
+                           f"then the ids used (0..max), and an id over {UNNAMED_CLASSES - 1} is taken for a typo; "
+                           "correct it, or give data.yaml `names`"))
             continue
         found = tasks.get(task.name).read_line(vals[1:], task.kpt_shape,
                                                lambda reason, where=where: problems.append(Problem(reason, name, where)))

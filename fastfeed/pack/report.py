@@ -30,8 +30,8 @@ ERRORS = {
     "malformed_annotation": "malformed JSON annotation or image entry (dropped)",
     "malformed_line": "label line that is not numbers or has another count of values (image skipped, as Ultralytics "
                       "skips it: its objects are unknown, so it is not packed as background)",
-    "unknown_class": "label line whose class id is beyond data.yaml's names (image skipped, as Ultralytics skips it: "
-                     "not packed as background)",
+    "unknown_class": "label line whose class id is beyond data.yaml's names, or 10000 or more without names (image "
+                     "skipped, as Ultralytics skips it: not packed as background)",
     "unknown_category": "COCO annotation with a category_id not in the categories (dropped)",
     "box_degenerate": "box with zero or negative width/height (dropped)",
     "box_outside": "box entirely outside the image (dropped)",
