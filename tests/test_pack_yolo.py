@@ -52,6 +52,28 @@ BAD_LINES = {"short": ("1 0.5 0.5 0.2", "malformed_line", "short.txt:2: 4 values
              "beyond": ("5 0.5 0.5 0.2 0.2", "unknown_class", "beyond.txt:2: class 5, but data.yaml names 2 class(es)")}
 
 
+def test_a_file_name_that_is_not_utf8_packs_under_an_escaped_name(yolo_builder, tmp_path):
+    """A zip made on another system can hold names whose bytes are not UTF-8: the image packs (its name written with
+    \\xNN escapes), a label file without an image is rejected by that name, and the rest of the set packs."""
+    b = yolo_builder(names=["a"])
+    for k in range(10):
+        b.add(f"good{k}", ["0 0.5 0.5 0.2 0.2"])
+    images, labels = (bytes(d) for d in (b.images_dir, b.labels_dir))
+    with open(images + b"/bad\xffname.jpg", "wb") as f:
+        f.write((b.images_dir / "good0.jpg").read_bytes())
+    with open(labels + b"/bad\xffname.txt", "w") as f:
+        f.write("0 0.25 0.25 0.1 0.1\n")
+    with open(labels + b"/lonely\xfe.txt", "w") as f:
+        f.write("0 0.5 0.5 0.2 0.2\n")
+    res = run_pack(b.root, tmp_path / "out")
+    store = Store(tmp_path / "out")
+    names = by_name(store)
+    assert len(store) == 11 and "bad\\xffname.jpg" in names
+    np.testing.assert_allclose(names["bad\\xffname.jpg"].boxes, [[0.2, 0.2, 0.3, 0.3]], atol=1e-6)
+    assert res.report.counts["label_without_image"] == 1
+    assert [r["file"] for r in rejects(tmp_path / "out")] == ["lonely\\xfe.txt"]
+
+
 def test_without_names_a_huge_class_id_is_a_named_typo_not_a_store_of_that_many_classes(yolo_builder, tmp_path):
     b = yolo_builder()   # no data.yaml: the classes are the ids used
     for k in range(30):

@@ -83,6 +83,15 @@ IMAGE_REJECTS = {"missing_image", "unreadable_image", "corrupt_image", "size_mis
 EXAMPLES_KEPT = 20
 
 
+def utf8_name(name: str) -> str:
+    """A file name as text UTF-8 can hold (records, the manifest, rejects.jsonl): a name's bytes that are not UTF-8 (a
+    zip made on another system; Python reads them as lone surrogates) written as \\xNN; other names unchanged."""
+    try:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:   # a lone surrogate that is not an undecodable byte (a JSON "\\udXXX")
+        return name.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 @dataclass(frozen=True, slots=True)
 class Problem:
     reason: str
@@ -91,6 +100,7 @@ class Problem:
 
     def __post_init__(self):
         assert self.reason in ERRORS or self.reason in NOTES, self.reason
+        object.__setattr__(self, "file", utf8_name(self.file))
 
     @property
     def is_error(self) -> bool:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .report import Problem
+from .report import Problem, utf8_name
 
 # File names listed as images: every extension Ultralytics accepts (its IMG_FORMATS), plus .jpe and
 # .pfm. What a file holds is told from its bytes, never its name (see fastfeed/formats.py).
@@ -48,6 +48,9 @@ class Item:
                                               # `segmentation` or `keypoints` as in the JSON, None where absent)
     label_path: Path | None = None
     problems: list[Problem] = field(default_factory=list)   # found while reading the annotations
+
+    def __post_init__(self):
+        self.name = utf8_name(self.name)
 
 
 @dataclass(slots=True)
