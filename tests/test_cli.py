@@ -43,6 +43,35 @@ def test_pack_reports_problems_and_exit_codes(tmp_path, capsys, coco_builder):
     assert "max_side applies" in capsys.readouterr().err
 
 
+def test_verify_names_the_shard_whose_checksum_changed(tmp_path, capsys):
+    out = tmp_path / "s.ff"
+    assert main(["pack", "-o", str(out), "--quiet", "--shards", "2"]) == 0
+    shard = sorted(out.glob("shard-*.mdb"))[1]
+    with open(shard, "r+b") as f:   # LMDB's first page holds its meta record in its first ~150 bytes; the rest is
+        f.seek(3000)                # unused: every record still reads, the file is as long, its sha256 differs
+        f.write(b"x")
+    capsys.readouterr()
+    assert main(["verify", str(out), "--quiet"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith(f"  {shard.name}: sha256 ") and lines[1].endswith("the shard changed"), lines
+
+
+def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
+    """`fastfeed inspect S | head -1`: the reader goes away; the command stops without a traceback."""
+    import os
+
+    out = tmp_path / "s.ff"
+    assert main(["pack", "-o", str(out), "--quiet"]) == 0
+    r, w = os.pipe()
+    os.close(r)   # nobody will read: the first write fails (EPIPE), whenever it comes
+    try:
+        p = subprocess.run([sys.executable, "-m", "fastfeed", "inspect", str(out)], stdout=w, stderr=subprocess.PIPE,
+                           text=True, timeout=120)
+    finally:
+        os.close(w)
+    assert p.returncode == 141 and p.stderr == "", p.stderr
+
+
 def test_verify_and_inspect_on_a_non_store(tmp_path, capsys):
     assert main(["verify", str(tmp_path)]) == 1
     assert "not a fastfeed store" in capsys.readouterr().err

@@ -63,6 +63,11 @@ def main(argv=None) -> int:
         return args.func(args)
     except KeyboardInterrupt:
         return fail("interrupted; nothing was left half-written", 130)
+    except BrokenPipeError:   # what reads the output went away (`fastfeed inspect S | head`): stop, as a filter does
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # the exit's last flush writes nowhere
+        return 128 + 13   # as a process that SIGPIPE ended
 
 
 __all__ = ["main", "build_parser"]

@@ -82,7 +82,8 @@ def cmd_verify(args) -> int:
         return EXIT_OK
     print(f"{res.path}: {len(res.damaged)} damaged record(s) or shard(s):")
     for d in res.damaged[:50]:
-        print(f"  {d['shard']} record {d['index']}: {d['error']}" if d["index"] is not None else f"  {d['error']}")
+        print(f"  {d['shard']} record {d['index']}: {d['error']}" if d["index"] is not None else
+              f"  {d['error']}" if d["shard"] in d["error"] else f"  {d['shard']}: {d['error']}")
     if len(res.damaged) > 50:
         print(f"  ... and {len(res.damaged) - 50} more")
     if urls.is_url(args.store):
