@@ -72,6 +72,14 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
     assert p.returncode == 141 and p.stderr == "", p.stderr
 
 
+def test_an_output_whose_parent_is_not_a_folder_is_one_line(tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    assert main(["pack", "-o", str(tmp_path / "afile" / "x.ff"), "--quiet"]) == 1
+    assert f"its parent folder {tmp_path / 'afile'} is a file, not a folder" in capsys.readouterr().err
+    assert main(["pack", "-o", str(tmp_path / "none" / "x.ff"), "--quiet"]) == 1
+    assert f"its parent folder {tmp_path / 'none'} does not exist" in capsys.readouterr().err
+
+
 def test_verify_and_inspect_on_a_non_store(tmp_path, capsys):
     assert main(["verify", str(tmp_path)]) == 1
     assert "not a fastfeed store" in capsys.readouterr().err

@@ -120,7 +120,8 @@ def pack(cfg: PackConfig) -> PackResult:
 def _pack_local(cfg: PackConfig, src, files) -> PackResult:
     t0 = time.perf_counter()
     if not cfg.out.parent.is_dir():
-        raise PackError(f"cannot write {cfg.out}: its parent folder {cfg.out.parent} does not exist")
+        what = "is a file, not a folder" if cfg.out.parent.exists() else "does not exist"
+        raise PackError(f"cannot write {cfg.out}: its parent folder {cfg.out.parent} {what}")
     with pack_lock(cfg.out):  # before any work: a second pack into OUT stops here
         replace = _check_out(cfg)
         source, report = _open(cfg, src)
