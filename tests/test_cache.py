@@ -216,9 +216,18 @@ def test_a_cache_that_does_not_fit_fails_with_both_numbers_and_the_options(paint
     msg = str(e.value)
     assert f"needs {needed / 2**20:.1f} MiB ({needed} bytes) at imgsz 320" in msg
     assert f"{shm_dir} has " in msg and f"({free} bytes) free" in msg and f"({ram} bytes) of RAM available" in msg
-    for option in ("a smaller imgsz", "cache_partial=True", "the `cpu` loader", "mount -o remount,size="):
+    for option in ("a smaller imgsz", "cache_partial=True", "`fastfeed cache build --partial`", "the `cpu` loader",
+                   f"mount -o remount,size=1G {shm_dir}`"):
         assert option in msg
     assert not list(shm_dir.iterdir())        # nothing left behind: no slab, temp file or lock
+
+
+def test_a_cache_folder_that_is_missing_or_a_file_says_which(painted_store, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    for where, what in (("afile", "is a file, not a folder"), ("none", "does not exist")):
+        with pytest.raises(CacheError) as e:
+            acquire(painted_store, 320, tmp_path / where)
+        assert f"the shm cache's folder {tmp_path / where} {what}" in str(e.value) and "--shm-dir" in str(e.value)
 
 
 def test_a_partial_cache_holds_a_prefix_and_the_rest_comes_from_the_store(painted_store, shm_dir, monkeypatch, caplog):

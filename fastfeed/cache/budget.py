@@ -62,9 +62,9 @@ def too_big(needed: int, budget: Budget, cache_dir, imgsz: int, smaller: dict[in
         f"({budget.free} bytes) free and the machine {gib(budget.ram)} ({budget.ram} bytes) of RAM available "
         f"(the cache may use {1 - RAM_HEADROOM:.0%} of it). Options: a smaller imgsz"
         + (f" ({alternatives} would fit)" if alternatives else "")
-        + "; the shm option cache_partial=True (create_loader(\"shm\", store, cfg, cache_partial=True)) to cache the first images that fit and decode "
-          "the rest on the fly; the `cpu` loader, which needs no cache; or a larger /dev/shm: "
-          f"`sudo mount -o remount,size={size_g}G /dev/shm` (RAM permitting).")
+        + "; a partial cache (the shm loader's option cache_partial=True, `fastfeed cache build --partial`) to cache "
+          "the first images that fit and decode the rest on the fly; the `cpu` loader, which needs no cache; or a "
+          f"larger tmpfs: `sudo mount -o remount,size={size_g}G {cache_dir}` (RAM permitting).")
 
 
 def _used(cache_dir) -> int | None:
@@ -86,5 +86,5 @@ def disk_full(cache_dir, needed: int | None, e: OSError) -> CacheBudgetError:
         f"the shm cache's filesystem {cache_dir} filled up while the cache was built ({e.strerror}; "
         + (f"the slab needs {gib(needed)} ({needed} bytes), " if needed else "")
         + f"{free}); the partial slab was removed. Free space there, use a smaller cache (a smaller imgsz, or "
-          "cache_partial=True), point the shm loader's cache_dir (`fastfeed cache build --dir`) at a larger tmpfs, "
+          "cache_partial=True, `--partial`), point the shm loader's cache_dir (`--shm-dir`) at a larger tmpfs, "
           f"or enlarge it: `sudo mount -o remount,size={size_g}G {cache_dir}` (RAM permitting)")

@@ -133,8 +133,9 @@ def acquire(store: Store, imgsz: int, cache_dir="/dev/shm", *, partial: bool = F
     """Attach to the cache of `store` at `imgsz` in `cache_dir`, building it first if needed."""
     cache_dir = Path(cache_dir)
     if not cache_dir.is_dir():
-        raise CacheError(f"cache directory {cache_dir} does not exist (ShmOptions.cache_dir; /dev/shm is a tmpfs "
-                         "on Linux)")
+        what = "is a file, not a folder" if cache_dir.exists() else "does not exist"
+        raise CacheError(f"the shm cache's folder {cache_dir} {what}: give an existing folder on a tmpfs (the shm "
+                         "loader's option cache_dir, `--shm-dir`; /dev/shm is one on Linux)")
     slab = layout.slab_path(cache_dir, store.fingerprint, imgsz)
     for info in reclaim(cache_dir, spare=slab):   # a restarted run reuses its own
         log.warning("the shm cache %s: %s", info.path, info.note)
