@@ -71,6 +71,19 @@ def test_a_pack_killed_mid_way_stops_its_workers_and_the_next_pack_starts_at_onc
         proc.wait()
 
 
+def test_a_pack_starts_no_more_workers_than_it_has_parts(yolo_builder, tmp_path, monkeypatch):
+    """`--workers 64` on a set of two parts: two processes, not 64 (each would cost a fork and its start-up)."""
+    from fastfeed.procs import GuardedContext
+
+    yolo = yolo_builder()
+    for k in range(6):
+        yolo.add(f"{k}", ["0 0.5 0.5 0.2 0.2"], seed=k)
+    sizes, pool = [], GuardedContext.Pool
+    monkeypatch.setattr(GuardedContext, "Pool", lambda self, n=None, *a, **kw: sizes.append(n) or pool(self, n, *a, **kw))
+    assert len(Store(run_pack(yolo.root, tmp_path / "out", workers=64, shards=2).out)) == 6
+    assert sizes == [2]
+
+
 def test_a_ctrl_c_stops_a_pack_with_its_one_line_and_no_workers_traceback(yolo_builder, tmp_path):
     """A Ctrl-C reaches the terminal's whole process group: the pool's workers leave it to the pack, which says one line
     (exit 130), ends them and removes what it wrote."""

@@ -60,6 +60,7 @@ def _run_parts(jobs: list[part.PartJob], workers: int, progress: bool, total: in
     with progress_bar(progress=progress, total=total, unit="img", desc="pack") as bar:
         with worker_context() as ctx:
             counter, abort = ctx.Value("q", 0), ctx.Event()
+            workers = min(workers, len(jobs))   # a process per part at most (--workers 1000 on 30 images: one part)
             pool = ctx.Pool(workers, part.init, (counter, abort)) if workers > 1 else None
         if pool is None:
             part.init(counter, abort)
