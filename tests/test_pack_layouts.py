@@ -106,6 +106,10 @@ def test_data_yaml_errors_name_the_entry(tmp_path, capsys):
     (root / "data.yaml").write_text(text.replace("nc: 2", "nc: 3"))
     assert pack_cli(root / "data.yaml", "-o", tmp_path / "x.ff") == 1
     assert "nc is 3 but 'names' lists 2 classes" in capsys.readouterr().err
+    for names, shown in (("[cat, null]", "None"), ("[cat, '']", "''"), ("{0: cat, 1: [x]}", "['x']")):
+        (root / "data.yaml").write_text(text.replace("names: ['cat', 'dog']", f"names: {names}"))
+        assert pack_cli(root / "data.yaml", "-o", tmp_path / "x.ff") == 1
+        assert f"data.yaml: class 1's name is {shown}; give every class in 'names' a name" in capsys.readouterr().err
     assert pack_cli(root / "data.yaml", "--format", "coco", "-o", tmp_path / "x.ff") == 1
     assert "a YOLO dataset; drop --format coco" in capsys.readouterr().err
 

@@ -54,6 +54,9 @@ def names_of(cfg: dict, file: Path) -> list[str] | None:
     nc = cfg.get("nc")
     if nc is not None and nc != len(names):
         raise PackError(f"{file}: nc is {nc} but 'names' lists {len(names)} classes; make them agree")
+    for k, n in enumerate(names):   # a name is text (or a number, read as text): not empty, not a list or mapping
+        if n is None or isinstance(n, (list, dict)) or not str(n).strip():
+            raise PackError(f"{file}: class {k}'s name is {n!r}; give every class in 'names' a name")
     return [str(n) for n in names]
 
 
