@@ -101,12 +101,15 @@ def test_compressed_rle_without_pycocotools_is_dropped_by_name(tmp_path, monkeyp
 
 def test_coco_keypoints_pack_with_their_visibility_and_a_flip_from_their_names(tmp_path):
     b = _coco(tmp_path, keypoints=True)
-    b.add_image("a.jpg", H, W, boxes=[(1, [16, 24, 64, 48]), (1, [80, 10, 40, 40]), (1, [10, 60, 60, 40])])
-    _annotate(b, 1, key="keypoints", values=[[40, 30, 2, 50, 30, 1, 0, 0, 0], [90, 20, 2], None])
+    b.add_image("a.jpg", H, W, boxes=[(1, [16, 24, 64, 48]), (1, [80, 10, 40, 40]), (1, [10, 60, 60, 40]),
+                                      (1, [5, 5, 20, 20])])
+    _annotate(b, 1, key="keypoints", values=[[40, 30, 2, 50, 30, 1, 0, 0, 0], [90, 20, 2], None, ["a"] * 9])
     res = run_pack(b.write(), tmp_path / "o", task="pose")
     m = res.manifest
     assert (m.task, m.kpt_shape, m.flip_idx) == ("pose", [3, 3], [0, 2, 1])
     assert res.report.counts["keypoint_count"] == 1 and res.report.counts["box_without_keypoints"] == 1
+    assert res.report.counts["malformed_annotation"] == 1   # nine values, not numbers: not a count to fix
+    assert "keypoints that are not all numbers" in res.report.examples["malformed_annotation"][0]
     r = Store(tmp_path / "o").record(0)
     np.testing.assert_allclose(r.keypoints[0], [[40 / W, 30 / H, 2], [50 / W, 30 / H, 1], [0, 0, 0]], rtol=1e-6)
     assert len(r.boxes) == 2 and (r.keypoints[1] == 0).all()

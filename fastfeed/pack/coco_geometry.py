@@ -113,6 +113,9 @@ def keypoint_values(kp, unit, k: int, name: str, ann_id, problems: list[Problem]
     if kp is None:
         problems.append(Problem("box_without_keypoints", name, f"annotation {ann_id}"))
         return np.zeros((k, 3))
+    if isinstance(kp, list) and len(kp) == 3 * k and not _numbers(kp):
+        problems.append(Problem("malformed_annotation", name, f"annotation {ann_id}: keypoints that are not all numbers"))
+        return None
     if not _numbers(kp) or len(kp) != 3 * k:
         n = len(kp) if isinstance(kp, list) else type(kp).__name__
         problems.append(Problem("keypoint_count", name, f"annotation {ann_id}: keypoints of {n} values, expected "
