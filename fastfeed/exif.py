@@ -50,9 +50,9 @@ def exif_orientation(data) -> int:
         if head.startswith(b"\xff\xd8"):
             tiff = _jpeg_exif(data)
         elif head.startswith(b"\x89PNG\r\n\x1a\n"):
-            tiff = _png_exif(data)
+            tiff = _chunk(data, png=True)
         elif head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-            tiff = _webp_exif(data)
+            tiff = _chunk(data, png=False)
         elif head[:4] in (b"II*\x00", b"MM\x00*"):
             tiff = data
         else:
@@ -101,26 +101,18 @@ def _jpeg_exif(data):
     return None
 
 
-def _png_exif(data):
-    i, n = 8, len(data)
+def _chunk(data, png: bool):
+    """The EXIF chunk of a PNG (`eXIf`, after its 8-byte signature: length, kind, data, CRC) or a WebP (`EXIF`, after
+    its 12-byte RIFF header: kind, little-endian length, data padded to even; maybe with JPEG's Exif header)."""
+    i, n = (8, len(data)) if png else (12, len(data))
     while i + 8 <= n:
-        length, kind = struct.unpack_from(">I4s", data, i)
-        if kind == b"eXIf":
-            return data[i + 8:i + 8 + length]
-        if kind == b"IEND":
-            return None
-        i += 12 + length
-    return None
-
-
-def _webp_exif(data):
-    i, n = 12, len(data)
-    while i + 8 <= n:
-        kind, length = struct.unpack_from("<4sI", data, i)
-        if kind == b"EXIF":
+        length, kind = struct.unpack_from(">I4s", data, i) if png else struct.unpack_from("<4sI", data, i)[::-1]
+        if kind == (b"eXIf" if png else b"EXIF"):
             chunk = data[i + 8:i + 8 + length]
             return chunk[6:] if bytes(chunk[:6]) == b"Exif\x00\x00" else chunk
-        i += 8 + length + (length & 1)
+        if kind == b"IEND":
+            return None
+        i += 12 + length if png else 8 + length + (length & 1)
     return None
 
 

@@ -98,9 +98,7 @@ def _run_guarded(g: _Guard, target, args, kwargs):
 
 def _init_guarded(g: _Guard, initializer, initargs) -> None:
     _guard_child(g)
-    # A Ctrl-C reaches the terminal's whole process group: a pool's worker leaves it to the parent, whose `with pool`
-    # ends the pool (a SIGTERM, left at its default), instead of printing its own traceback
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # a Ctrl-C (to the whole group) is the parent's: it ends the pool
     if initializer is not None:
         initializer(*initargs)
 

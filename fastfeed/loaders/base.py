@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from abc import abstractmethod
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, fields, replace
 
 import torch
@@ -183,7 +184,7 @@ def check_epoch(store, cfg: LoaderConfig) -> int:
     return count
 
 
-class Loader(BatchFeed):
+class Loader(BatchFeed, AbstractContextManager):
     """An iterable of `Batch` over one rank's share of an epoch.
 
     What a consumer (the DevicePrefetcher, a trainer) may rely on: what `BatchFeed` declares (its position in
@@ -277,9 +278,6 @@ class Loader(BatchFeed):
     def shared_bytes(self) -> int:
         """Bytes of any shared cache this loader maps (0 when none)."""
         return 0
-
-    def __enter__(self):
-        return self
 
     def __exit__(self, *exc):
         self.close()

@@ -77,10 +77,9 @@ def parse_label(path: Path, name: str, nc: int | None, task: Task = Task()):
         if nc is not None and cls >= nc:
             failed.append(("unknown_class", f"{where}: class {cls}, but data.yaml names {nc} class(es): ids 0..{nc - 1}"))
             continue
-        if nc is None and cls >= UNNAMED_CLASSES:
-            failed.append(("unknown_class", f"{where}: class {cls}, and no data.yaml names the classes: the classes are "
-                           f"then the ids used (0..max), and an id over {UNNAMED_CLASSES - 1} is taken for a typo; "
-                           "correct it, or give data.yaml `names`"))
+        if nc is None and cls >= UNNAMED_CLASSES:   # the classes are then the ids used, 0..max
+            failed.append(("unknown_class", f"{where}: class {cls}, and no data.yaml names the classes: an id over "
+                           f"{UNNAMED_CLASSES - 1} is taken for a typo; correct it, or give data.yaml `names`"))
             continue
         found = tasks.get(task.name).read_line(vals[1:], task.kpt_shape,
                                                lambda reason, where=where: problems.append(Problem(reason, name, where)))

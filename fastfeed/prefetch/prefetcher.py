@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from contextlib import AbstractContextManager
 
 import torch
 
@@ -20,7 +21,7 @@ DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.uint8)   # uint8: 
 _use_count = getattr(torch._C, "_storage_Use_Count", None)
 
 
-class DevicePrefetcher:
+class DevicePrefetcher(AbstractContextManager):
     """Iterate `loader` (any iterable of uint8 `Batch`es) with the batches moved to `device` ahead of use.
 
     Yields `Batch(images [B,3,S,S] in [0,1] of `dtype` (uint8: 0..255, unconverted), targets float32 [M,6], and the
@@ -122,9 +123,6 @@ class DevicePrefetcher:
     def close(self) -> None:
         """Stop the running iteration (its thread joined, pending copies finished); idempotent."""
         self._stop_active()
-
-    def __enter__(self):
-        return self
 
     def __exit__(self, *exc):
         self.close()

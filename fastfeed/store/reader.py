@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,7 +40,7 @@ class Sample:
 
 
 @renamed(prefetch_depth="read_ahead", keywords=False)   # the keyword: StoreOptions.of
-class Store:
+class Store(AbstractContextManager):
     """Read a fastfeed store. `len(store)`, `store[i] -> Sample`, `store.record(i) -> Record`: the
     `source.RecordSource` protocol every loader reads through.
 
@@ -116,9 +117,6 @@ class Store:
     def close(self) -> None:
         """Release this process's handles (maps, lock files); reads reopen them."""
         self.provider.close()
-
-    def __enter__(self):
-        return self
 
     def __exit__(self, *exc):
         self.close()
