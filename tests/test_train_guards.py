@@ -57,6 +57,9 @@ def test_an_out_holding_a_run_is_refused_without_resume_or_force(store, tmp_path
     assert f"--out {tmp_path} already holds a run (last.pt, metrics.jsonl): continue it with --resume" in err
     assert "--force" in err and len(err.strip().splitlines()) == 1
     assert (tmp_path / "last.pt").read_bytes() == before and len(rows(tmp_path, "start")) == 1   # untouched
+    assert main(_train(store, tmp_path, "--max-steps", "1", "--force", "--batch", "100000")) == 1   # refused in set-up
+    assert "more than the store's" in capsys.readouterr().err
+    assert (tmp_path / "last.pt").read_bytes() == before and len(rows(tmp_path, "start")) == 1   # --force: untouched
     assert main(_train(store, tmp_path, "--max-steps", "2", "--force")) == 0
     err = capsys.readouterr().err
     assert f"--force: starting a new run in {tmp_path}: removed its metrics.jsonl" in err

@@ -42,7 +42,7 @@ class RankSourceFailed(Exception):
 
 def check_out(run) -> None:
     """A new run (no --resume) in a folder that holds one would append to its metrics.jsonl and replace its
-    last.pt: refused unless --force, which says what it replaces and starts metrics.jsonl (and best.pt) anew."""
+    last.pt: refused unless --force, which starts metrics.jsonl (and best.pt) anew once set-up has succeeded."""
     cfg, out = run.cfg, run.out
     if cfg.resume or cfg.eval_only:
         return
@@ -54,14 +54,21 @@ def check_out(run) -> None:
         raise RunExists(f"--out {out} already holds a run ({', '.join(found) or 'on rank 0'}): continue it with "
                         "--resume, start a new run there with --force (replacing its last.pt, best.pt and "
                         "metrics.jsonl), or give another --out")
-    if run.dd.main:
-        gone = [n for n in ("metrics.jsonl", "best.pt") if (out / n).is_file()]
-        for n in gone:
-            (out / n).unlink()
-        log.warning("--force: starting a new run in %s: %s%s", out,
-                    f"removed its {' and '.join(gone)}; " if gone else "",
-                    "its last.pt is replaced at the first checkpoint" if (out / "last.pt").is_file()
-                    else "nothing else there is touched")
+    run.replacing = True   # `replace_old`, once the new run's set-up has succeeded: a refused command changes nothing
+
+
+def replace_old(run) -> None:
+    """--force over a run in --out: its metrics.jsonl and best.pt removed (last.pt is replaced at the first checkpoint),
+    said once; called when the new run is set up and about to write its own."""
+    out = run.out
+    if not run.replacing or not run.dd.main:
+        return
+    gone = [n for n in ("metrics.jsonl", "best.pt") if (out / n).is_file()]
+    for n in gone:
+        (out / n).unlink()
+    log.warning("--force: starting a new run in %s: %s%s", out, f"removed its {' and '.join(gone)}; " if gone else "",
+                "its last.pt is replaced at the first checkpoint" if (out / "last.pt").is_file()
+                else "nothing else there is touched")
 
 
 # --- the measured pace ------------------------------------------------------------------------------------------

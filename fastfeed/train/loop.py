@@ -21,7 +21,16 @@ from . import distributed
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .evaluate import evaluate
-from .guards import DataSourceFailed, RankSourceFailed, estimate, pace, ranks_lost, resume_hint, source_failure
+from .guards import (
+    DataSourceFailed,
+    RankSourceFailed,
+    estimate,
+    pace,
+    ranks_lost,
+    replace_old,
+    resume_hint,
+    source_failure,
+)
 from .model import build_model
 from .report import Reporter
 from .resume import checkpoint_state, gather_rngs, load_weights, resolve_imgsz, start_from
@@ -52,6 +61,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         if (done := finished(run)) is not None:
             return TrainResult(done, run.raw_model, run.ema.ema if run.ema else None)
         start(run, stack)
+        replace_old(run)   # --force: the old run's files go only now, the new one set up
         run.report = Reporter(run, stack)
         run.report.started()
         run.stop = cfg.max_steps is not None and run.step >= cfg.max_steps
