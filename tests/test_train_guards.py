@@ -48,6 +48,28 @@ def test_eval_only_and_resume_use_the_checkpoint_imgsz_unless_imgsz_is_given(sto
     assert '"imgsz": 64' in out and "resuming at imgsz 64" in err and "resuming with --imgsz" not in err
 
 
+def test_a_stop_before_the_first_step_leaves_a_last_pt_that_resume_continues(store, tmp_path, capsys, monkeypatch):
+    """A notice during set-up (the signal handlers are in place from the start): the run stops before its first
+    step, and the last.pt its message names is there (step 0), so --resume continues instead of a dead end."""
+    import fastfeed.train.loop as loop
+
+    set_up = loop.set_up
+
+    def noticed(*a, **kw):
+        run = set_up(*a, **kw)
+        os.kill(os.getpid(), signal.SIGTERM)   # caught by the run's StopSignals: a stop requested
+        return run
+
+    monkeypatch.setattr(loop, "set_up", noticed)
+    assert main(_train(store, tmp_path, "--max-steps", "2")) == EXIT_PREEMPTED
+    err = capsys.readouterr().err
+    assert "stopped after step 0 (epoch 1/" in err and f"{tmp_path / 'last.pt'} holds it: continue with --resume" in err
+    assert load_checkpoint(tmp_path / "last.pt")["step"] == 0
+    monkeypatch.setattr(loop, "set_up", set_up)
+    assert main(_train(store, tmp_path, "--max-steps", "2", "--resume")) == 0
+    assert load_checkpoint(tmp_path / "last.pt")["step"] == 2
+
+
 def test_an_out_holding_a_run_is_refused_without_resume_or_force(store, tmp_path, capsys):
     assert main(_train(store, tmp_path, "--max-steps", "1")) == 0
     capsys.readouterr()

@@ -73,6 +73,10 @@ def train(cfg: TrainConfig) -> TrainResult:
                 evaluate_now(run)
             distributed.barrier(run.dd)
         agree_to_stop(run)
+        if run.stopped_by and not run.resumed:   # stopped before its first step: last.pt at step 0 for --resume
+            gather_rngs(run)
+            if run.dd.main:
+                write_last(run, "signal")
         while run.epoch < cfg.epochs and not run.stop:
             done = train_epoch(run)
             end_of_epoch(run, done)
