@@ -70,6 +70,31 @@ def test_a_stop_before_the_first_step_leaves_a_last_pt_that_resume_continues(sto
     assert load_checkpoint(tmp_path / "last.pt")["step"] == 2
 
 
+def test_a_loader_worker_that_dies_mid_epoch_leaves_last_pt_and_one_error(store, tmp_path, capsys, monkeypatch):
+    """A worker killed (the OOM killer, a segfault in a decoder): last.pt at the last finished step, the worker's exit
+    named with where training stopped and how to continue, no traceback; --resume finishes the run."""
+    from fastfeed.train.report import Reporter
+
+    step_done = Reporter.step_done
+
+    def kill_at_step_2(self, *a, **kw):
+        step_done(self, *a, **kw)
+        if self.run.step == 2:
+            for pid in self.run.loader.memory_pids():
+                os.kill(pid, signal.SIGKILL)
+
+    monkeypatch.setattr(Reporter, "step_done", kill_at_step_2)
+    assert main(_train(store, tmp_path, "--workers", "1", "--epochs", "1")) == 1
+    err = capsys.readouterr().err
+    assert "exited unexpectedly with code -9" in err and "Traceback" not in err, err
+    assert f"{tmp_path / 'last.pt'} holds the last finished step: continue with the same command and --resume" in err
+    step = load_checkpoint(tmp_path / "last.pt")["step"]
+    assert step >= 2 and f"training stopped at epoch 1, step {step} (" in err
+    monkeypatch.setattr(Reporter, "step_done", step_done)
+    assert main(_train(store, tmp_path, "--workers", "1", "--epochs", "1", "--resume")) == 0
+    assert load_checkpoint(tmp_path / "last.pt")["step"] == 8   # 16 images, batches of 2: the epoch's 8 steps
+
+
 def test_an_out_holding_a_run_is_refused_without_resume_or_force(store, tmp_path, capsys):
     assert main(_train(store, tmp_path, "--max-steps", "1")) == 0
     capsys.readouterr()

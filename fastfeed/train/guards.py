@@ -33,6 +33,11 @@ class DataSourceFailed(RemoteError):
     holds the last finished step and --resume continues from it."""
 
 
+class LoaderFailed(TrainError):
+    """A loader worker died, stalled or raised mid-epoch (not the data source); last.pt holds the last finished step
+    and --resume continues from it."""
+
+
 class RankSourceFailed(Exception):
     """Under DDP: some rank's data source failed for good, learnt by every rank at the same micro-batch through the
     loss all-reduce (docs/design.md, 'Under DDP the ranks stop together'); `loop.lost_source` saves and names it."""

@@ -23,6 +23,7 @@ from .config import TrainConfig
 from .evaluate import evaluate
 from .guards import (
     DataSourceFailed,
+    LoaderFailed,
     RankSourceFailed,
     estimate,
     pace,
@@ -135,9 +136,13 @@ def lost_source(run, e: Exception, done: int, began: dict) -> None:
     or in a loader worker; under DDP on some rank, which every rank learnt at the same micro-batch: RankSourceFailed):
     on rank 0 last.pt at the last finished step (`done` batches; the step in flight is undone, as an out-of-memory
     replay undoes it, the random generators as they `began` it), as a stop signal would; then DataSourceFailed (on
-    every rank, naming the rank whose source failed). Anything else: nothing (the caller re-raises)."""
+    every rank, naming the rank whose source failed). The same for a loader worker that died, stalled or raised, in
+    one process (LoaderFailed, with the worker's error). Anything else: nothing (the caller re-raises)."""
+    from ..loaders.workers import WorkerError
+
     agreed, message = isinstance(e, RankSourceFailed), source_failure(run.failed or e)   # (run.failed: this rank's)
-    if not agreed and (message is None or run.dd.world_size > 1):
+    worker = message is None and not agreed and isinstance(e, WorkerError)   # a worker died, stalled or raised
+    if not agreed and (message is None and not worker or run.dd.world_size > 1):
         return
     run.optimizer.zero_grad(set_to_none=True)
     run.snapshot.restore()   # the BatchNorm statistics the unfinished step's forwards had moved
@@ -146,9 +151,12 @@ def lost_source(run, e: Exception, done: int, began: dict) -> None:
         message = ranks_lost(message, run.dd)
         gather_rngs(run)
     if run.dd.main:
-        write_last(run, "data source failed", batches=done)   # the step in flight is undone
-    raise DataSourceFailed(f"{message}; training stopped at epoch {run.epoch + 1}, step {run.step} ({done} of "
-                           f"{run.nb} batches): {resume_hint(run.out / 'last.pt')}") from None
+        write_last(run, "loader failed" if worker else "data source failed", batches=done)   # the step in flight undone
+    where = f"training stopped at epoch {run.epoch + 1}, step {run.step} ({done} of {run.nb} batches)"
+    if worker:
+        raise LoaderFailed(f"{e}\n{where}: {run.out / 'last.pt'} holds the last finished step: continue with the same "
+                           "command and --resume") from None
+    raise DataSourceFailed(f"{message}; {where}: {resume_hint(run.out / 'last.pt')}") from None
 
 
 def end_of_epoch(run, done: int) -> None:
