@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -82,6 +83,7 @@ def test_loader_all_expands_to_the_registry(store):
 @pytest.mark.parametrize("kw, match", [
     ({"imgsz": 100}, "--imgsz must be a positive multiple of 32"),
     ({"batch_size": 0}, "--batch must be >= 1"),
+    ({"seed": -1}, "--seed must be an integer >= 0"),
     ({"workers": -1}, "--workers must be an integer >= 0"),
     ({"workers": "many"}, "or 'auto'"),
     ({"seconds": 0}, "--seconds must be > 0"),
@@ -107,6 +109,12 @@ def test_cli_usage_errors(store, capsys):
     assert e.value.code == 2
     assert main(["bench", "--data", str(store), "--batch", "32", "--quiet"]) == 2
     assert "--batch 32 is larger than the store (16 images)" in capsys.readouterr().err
+    # the outputs' names checked before the measuring, not after it (a folder, a file type matplotlib cannot write)
+    assert main(["bench", "--data", str(store), "--json", str(store.parent), "--quiet"]) == 2
+    assert f"--json {store.parent} is a folder: name a file" in capsys.readouterr().err
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert main(["bench", "--data", str(store), "--plot", str(store.parent / "x.txt"), "--quiet"]) == 2
+        assert "--plot" in capsys.readouterr().err and not (store.parent / "x.txt").exists()
 
 
 def test_cuda_without_a_gpu_says_so(store, capsys):

@@ -57,6 +57,8 @@ def test_the_old_name_prefetch_still_sets_batches_ahead_with_a_deprecation_warni
         LoaderConfig(prefetch=2, batches_ahead=3)
     with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="LoaderConfig.batches_ahead must be >= 1"):
         LoaderConfig(prefetch=0)
+    with pytest.raises(ValueError, match="LoaderConfig.seed must be an integer >= 0, got -1"):
+        LoaderConfig(seed=-1)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -229,6 +231,8 @@ def test_an_epoch_started_anywhere_gives_the_uninterrupted_batches(painted_store
         assert _same(collect_batches(loader, 1), run[1])
     with pytest.raises(ValueError, match=f"start must be a batch index in 0..{n}"):
         loader.set_epoch(0, n + 1)
+    with pytest.raises(ValueError, match="epoch must be an integer >= 0, got -1"):
+        loader.set_epoch(-1)
 
 
 def test_a_batch_larger_than_the_epoch_is_a_clear_error(painted_store):

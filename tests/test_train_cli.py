@@ -144,6 +144,7 @@ def test_train_config_errors_name_the_flag():
     for kw, match in [({"imgsz": 100}, "--imgsz must be a positive multiple of 32"),
                       ({"model": "yolov5"}, "--model must be one of yolov3, yolov3-tiny"),
                       ({"accum": 0}, "--accum must be >= 1"),
+                      ({"seed": -1}, "--seed must be an integer >= 0"),
                       ({"amp": "fp8"}, "--amp must be one of bf16, fp16"),
                       ({"device": "tpu"}, "--device must be cpu"),
                       ({"optimizer": "lion"}, "--optimizer must be one of sgd, adamw"),

@@ -95,6 +95,16 @@ def test_a_loader_worker_that_dies_mid_epoch_leaves_last_pt_and_one_error(store,
     assert load_checkpoint(tmp_path / "last.pt")["step"] == 8   # 16 images, batches of 2: the epoch's 8 steps
 
 
+def test_an_out_that_cannot_be_a_folder_is_one_line(store, tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    assert main(_train(store, tmp_path / "afile", "--max-steps", "1")) == 1
+    assert f"--out {tmp_path / 'afile'} cannot be the run's folder (a file is there): give another --out" in \
+        capsys.readouterr().err
+    assert main(_train(store, tmp_path / "afile" / "run", "--max-steps", "1")) == 1
+    err = capsys.readouterr().err
+    assert "cannot be the run's folder" in err and "Traceback" not in err
+
+
 def test_an_out_holding_a_run_is_refused_without_resume_or_force(store, tmp_path, capsys):
     assert main(_train(store, tmp_path, "--max-steps", "1")) == 0
     capsys.readouterr()

@@ -51,6 +51,7 @@ class BenchConfig:
         need(len(self.loaders) > 0, "--loader", "needs at least one loader name (or 'all')", self.loaders)
         check_imgsz(self.imgsz)
         need(is_int(self.batch_size) and self.batch_size >= 1, "--batch", "must be >= 1", self.batch_size)
+        need(is_int(self.seed) and self.seed >= 0, "--seed", "must be an integer >= 0", self.seed)
         need(self.workers is None or self.workers == "auto" or (is_int(self.workers) and self.workers >= 0),
              "--workers", "must be an integer >= 0 (0: in the main process) or 'auto'", self.workers)
         need(is_num(self.seconds) and self.seconds > 0, "--seconds", "must be > 0", self.seconds)

@@ -95,6 +95,11 @@ def run(args) -> int:
 
             if importlib.util.find_spec("matplotlib") is None:   # say so before minutes of measuring
                 return fail("--plot needs matplotlib: pip install -e '.[plot]' in the fastfeed checkout")
+            if args.plot.suffix.lower() not in (".png", ".pdf", ".svg", ".jpg", ".jpeg"):
+                return fail(f"--plot {args.plot}: name a .png (or .pdf, .svg, .jpg) file", EXIT_USAGE)
+        for flag, path in (("--json", args.json), ("--plot", args.plot)):   # before the measuring, not after it
+            if path is not None and path.is_dir():
+                return fail(f"{flag} {path} is a folder: name a file (in it, or elsewhere)", EXIT_USAGE)
         with progress_lines(getattr(args, "verbose", False)) if cfg.progress else contextlib.nullcontext():
             res = run_bench(cfg)
     except FormatError as e:        # a ValueError too, but a bad path is not a usage error

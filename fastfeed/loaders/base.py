@@ -13,7 +13,7 @@ import torch
 from ..augment.hyp import AugmentHyp
 from ..augment.masks import MASK_RULES
 from ..batch import Batch, BatchFeed, counted
-from ..checks import check_imgsz, field_need
+from ..checks import check_imgsz, field_need, is_int
 from ..devices import has_cuda, parse_device, resolve_device
 from ..procs import usable_cores
 from ..renamed import renamed
@@ -84,6 +84,7 @@ class LoaderConfig:
         need = field_need(self, "LoaderConfig.")
         check_imgsz(self.imgsz, "LoaderConfig.imgsz")
         need(isinstance(self.batch_size, int) and self.batch_size >= 1, "batch_size", "must be >= 1")
+        need(isinstance(self.seed, int) and self.seed >= 0, "seed", "must be an integer >= 0")
         need(isinstance(self.workers, int) and self.workers >= 0, "workers", "must be >= 0 (0: in the main process)")
         need(isinstance(self.batches_ahead, int) and self.batches_ahead >= 1, "batches_ahead", "must be >= 1")
         need(self.world_size is None or (isinstance(self.world_size, int) and self.world_size >= 1),
@@ -231,6 +232,8 @@ class Loader(BatchFeed, AbstractContextManager):
         """Reshuffle (and apply close_mosaic) for `epoch`; call before iterating it. `start`: the first
         batch to yield (resuming mid-epoch): the batches are those an uninterrupted run yields from there,
         without building the ones skipped."""
+        if not is_int(epoch) or epoch < 0:
+            raise ValueError(f"epoch must be an integer >= 0, got {epoch!r}")
         if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= len(self):
             raise ValueError(f"start must be a batch index in 0..{len(self)}, got {start!r}")
         self.epoch, self.start = int(epoch), start

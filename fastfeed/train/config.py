@@ -126,6 +126,7 @@ class TrainConfig:
         need(self.micro_batch is None or self.batch == "auto" or self.micro_batch <= self.batch, "--micro-batch",
              f"must be <= --batch {self.batch} (a micro-batch is a slice of a loader batch)", self.micro_batch)
         need(is_int(self.epochs) and self.epochs >= 1, "--epochs", "must be >= 1", self.epochs)
+        need(is_int(self.seed) and self.seed >= 0, "--seed", "must be an integer >= 0", self.seed)
         need(self.workers is None or (is_int(self.workers) and self.workers >= 0), "--workers",
              "must be >= 0 (0: in the training process)", self.workers)
         if self.hyp is not None:

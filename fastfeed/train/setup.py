@@ -109,7 +109,11 @@ def open_run(cfg: TrainConfig, stack) -> Run:
                          "categories")
     out = Path(cfg.out)
     if dd.main:
-        out.mkdir(parents=True, exist_ok=True)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:   # a file there, a read-only or missing parent
+            why = "a file is there" if out.is_file() else f"{e.strerror}: {e.filename}"
+            raise TrainError(f"--out {out} cannot be the run's folder ({why}): give another --out") from None
         remove_stale_temporaries(out)   # what a kill during a checkpoint write left
     torch.manual_seed(cfg.seed)   # the same initial weights on every rank (DDP broadcasts rank 0's anyway)
     return Run(cfg, device, dd, out, store, val_store)
