@@ -84,7 +84,7 @@ class LoaderConfig:
         need = field_need(self, "LoaderConfig.")
         check_imgsz(self.imgsz, "LoaderConfig.imgsz")
         need(isinstance(self.batch_size, int) and self.batch_size >= 1, "batch_size", "must be >= 1")
-        need(isinstance(self.seed, int) and self.seed >= 0, "seed", "must be an integer >= 0")
+        need(is_int(self.seed) and self.seed >= 0, "seed", "must be an integer >= 0")
         need(isinstance(self.workers, int) and self.workers >= 0, "workers", "must be >= 0 (0: in the main process)")
         need(isinstance(self.batches_ahead, int) and self.batches_ahead >= 1, "batches_ahead", "must be >= 1")
         need(self.world_size is None or (isinstance(self.world_size, int) and self.world_size >= 1),
