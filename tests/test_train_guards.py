@@ -5,6 +5,7 @@ flight should end), an --out that already holds a run, a checkpoint disk that is
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -103,6 +104,16 @@ def test_an_out_that_cannot_be_a_folder_is_one_line(store, tmp_path, capsys):
     assert main(_train(store, tmp_path / "afile" / "run", "--max-steps", "1")) == 1
     err = capsys.readouterr().err
     assert "cannot be the run's folder" in err and "Traceback" not in err
+
+
+def test_a_resume_with_a_larger_batch_is_not_taken_for_an_out_of_memory(store, tmp_path, capsys):
+    """The checkpoint's micro-batch is its --batch (no out-of-memory halved it): a resume with --batch 4 trains
+    micro-batches of 4, without the out-of-memory warning."""
+    assert main(_train(store, tmp_path, "--max-steps", "1", "--batch", "2")) == 0
+    capsys.readouterr()
+    assert main(_train(store, tmp_path, "--max-steps", "2", "--batch", "4", "--resume", "--json")) == 0
+    out, err = capsys.readouterr()
+    assert "running out of memory" not in err and json.loads(out)["micro_batch"] == 4
 
 
 def test_an_out_holding_a_run_is_refused_without_resume_or_force(store, tmp_path, capsys):

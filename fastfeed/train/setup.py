@@ -13,6 +13,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .. import tasks
+from ..checks import is_int
 from ..devices import resolve_device, use_expandable_segments
 from ..preempt import SaveTimer, StopSignals
 from . import distributed
@@ -167,7 +168,9 @@ def set_up(cfg: TrainConfig, stack) -> Run:
         batch = run.ckpt["config"]["batch"]
     elif batch == "auto":
         batch = measure_batch(run)
-    if run.ckpt is not None and run.ckpt.get("micro_batch") and run.ckpt["micro_batch"] < (micro or batch):
+    asked = run.ckpt and (run.ckpt["config"].get("micro_batch") or run.ckpt["config"].get("batch"))   # the run's own
+    halved = bool(run.ckpt and run.ckpt.get("micro_batch")) and (not is_int(asked) or run.ckpt["micro_batch"] < asked)
+    if halved and run.ckpt["micro_batch"] < (micro or batch):
         micro = run.ckpt["micro_batch"]
         log.warning("resuming with micro-batches of %d images (the run halved them after running out of memory)",
                     micro)
