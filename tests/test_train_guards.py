@@ -116,6 +116,24 @@ def test_a_resume_with_a_larger_batch_is_not_taken_for_an_out_of_memory(store, t
     assert "running out of memory" not in err and json.loads(out)["micro_batch"] == 4
 
 
+def test_a_second_run_into_an_out_in_use_is_refused_naming_the_first(store, tmp_path, capsys):
+    """Two runs into one --out would interleave metrics.jsonl and last.pt: the second is one line naming the first's
+    pid (held here as a running run holds it), and nothing of it is written."""
+    import fcntl
+
+    tmp_path.mkdir(exist_ok=True)
+    fd = os.open(tmp_path / ".train.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.pwrite(fd, b"4242", 0)
+        assert main(_train(store, tmp_path, "--max-steps", "1", "--resume", "auto")) == 1
+        assert f"--out {tmp_path} is in use by another training run (pid 4242)" in capsys.readouterr().err
+        assert not (tmp_path / "metrics.jsonl").exists()
+    finally:
+        os.close(fd)   # the run ended: its lock goes with it
+    assert main(_train(store, tmp_path, "--max-steps", "1", "--resume", "auto")) == 0
+
+
 def test_an_out_holding_a_run_is_refused_without_resume_or_force(store, tmp_path, capsys):
     assert main(_train(store, tmp_path, "--max-steps", "1")) == 0
     capsys.readouterr()
