@@ -134,6 +134,29 @@ def test_a_second_run_into_an_out_in_use_is_refused_naming_the_first(store, tmp_
     assert main(_train(store, tmp_path, "--max-steps", "1", "--resume", "auto")) == 0
 
 
+def test_resume_and_eval_only_refuse_a_store_of_other_classes(store, tmp_path, capsys, yolo_builder):
+    """The same number of classes under other names (the same images packed from a YOLO export without data.yaml's
+    names, say): a resume or an evaluation would silently score or train the wrong classes."""
+    from store_helpers import run_pack
+
+    from fastfeed import Store
+
+    assert main(_train(store, tmp_path / "run", "--max-steps", "1")) == 0
+    names = Store(store).class_names
+    other = yolo_builder(names=[f"c{i}" for i in range(len(names))])
+    for k in range(4):
+        other.add(f"{k}", ["0 0.5 0.5 0.2 0.2"], seed=k)
+    run_pack(other.root, tmp_path / "other.ff")
+    capsys.readouterr()
+    assert main(_train(tmp_path / "other.ff", tmp_path / "run", "--max-steps", "2", "--resume")) == 1
+    assert f"was trained on other classes than --data {tmp_path / 'other.ff'} (class 0 is {names[0]!r} there, " \
+           "'c0' here): resume with the run's --data" in capsys.readouterr().err
+    ev = ["train", "--eval-only", "--weights", str(tmp_path / "run" / "last.pt"), "--val", str(tmp_path / "other.ff"),
+          "--workers", "0", "--quiet"]
+    assert main(ev) == 1
+    assert "was trained on other classes than --val" in capsys.readouterr().err
+
+
 def test_an_out_holding_a_run_is_refused_without_resume_or_force(store, tmp_path, capsys):
     assert main(_train(store, tmp_path, "--max-steps", "1")) == 0
     capsys.readouterr()

@@ -35,7 +35,7 @@ from .guards import (
 from .model import build_model
 from .report import Reporter
 from .resume import checkpoint_state, gather_rngs, load_weights, resolve_imgsz, start_from
-from .setup import open_run, set_up, start
+from .setup import open_run, same_classes, set_up, start
 from .step import TrainingDiverged, micro_step, optimizer_step
 
 __all__ = ["TrainResult", "TrainingDiverged", "micro_step", "train"]
@@ -253,6 +253,7 @@ def evaluate_checkpoint(cfg: TrainConfig, stack) -> TrainResult:
     """--eval-only: COCO mAP of --weights on --val (the network is the checkpoint's)."""
     run = open_run(cfg, stack)
     ckpt = load_checkpoint(cfg.weights, "cpu")
+    same_classes(ckpt, cfg.weights, run.store, f"--val {cfg.val}", "evaluate on a store of the classes it learnt")
     name = ckpt["model_name"]
     resolve_imgsz(cfg, ckpt, cfg.weights, "evaluating")
     del ckpt

@@ -153,6 +153,18 @@ def resume_path(run: Run) -> Path:
     return run.out / "last.pt" if run.cfg.resume in (True, "auto") else Path(run.cfg.resume)
 
 
+def same_classes(ckpt: dict, path, store, flag: str, fix: str) -> None:
+    """CheckpointError unless the checkpoint was trained on `store`'s classes, in its order (one that does not say:
+    taken as it is)."""
+    theirs, ours = ckpt.get("class_names"), list(store.class_names)
+    if theirs is None or list(theirs) == ours:
+        return
+    k = next((i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b), None)
+    what = f"class {k} is {theirs[k]!r} there, {ours[k]!r} here" if k is not None else \
+        f"{len(theirs)} classes there, {len(ours)} here"
+    raise CheckpointError(f"{path} was trained on other classes than {flag} ({what}): {fix}")
+
+
 def resuming(run: Run) -> bool:
     """--resume: yes. --resume auto: when OUT/last.pt exists (the same command starts a run and continues it
     after a preemption), on every rank or none: ranks that disagree would train different runs."""
@@ -182,6 +194,7 @@ def set_up(cfg: TrainConfig, stack) -> Run:
         if (run.ckpt["model_name"], run.ckpt["nc"]) != (cfg.model, nc):
             raise CheckpointError(f"{path} is a {run.ckpt['model_name']} with {run.ckpt['nc']} classes, not a "
                                   f"{cfg.model} with {nc}: resume with the run's --model and --data")
+        same_classes(run.ckpt, path, run.store, f"--data {cfg.data}", "resume with the run's --data")
     check_out(run)   # before anything is built: a new run in an --out that holds one needs --force
     resolve_imgsz(cfg, run.ckpt, resume_path(run) if run.ckpt is not None else None, "resuming")
     model = build_model(cfg.model, nc).to(device)
