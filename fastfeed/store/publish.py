@@ -76,15 +76,16 @@ def recover(out: Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def locked(out: Path, settle_s: float = 0.0, owner: bool = True, wait: bool = False):
-    """Hold OUT's pack lock (an exclusive flock on `format.pack_lock_path(out)`), or raise LockBusy: at once
+def locked(out: Path, settle_s: float = 0.0, owner: bool = True, wait: bool = False, path: Path | None = None):
+    """Hold OUT's pack lock (an exclusive flock on `path`, default `format.pack_lock_path(out)`; a training run's
+    `--out` takes OUT/.train.lock), or raise LockBusy: at once
     when the pid in the file is a live process (a pack), after up to `settle_s` otherwise (a reader tidying
     up holds it for a moment, writing no pid). `wait`: block until the holder lets go instead.
 
     `owner` (a pack): its pid goes into the file. Workers started meanwhile close their copy of the lock (it
     goes with this process, not with its children); the file is removed at the end. OSError when the lock
     file cannot be created."""
-    path = fmt.pack_lock_path(out)
+    path = path or fmt.pack_lock_path(out)
     deadline = time.monotonic() + settle_s
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)

@@ -17,21 +17,11 @@ import torch
 
 from ..devices import rng_state, set_rng_state, synchronize
 from ..preempt import SaveTimer, StopSignals
-from . import distributed
+from . import distributed, guards
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import TrainConfig
 from .evaluate import evaluate
-from .guards import (
-    DataSourceFailed,
-    LoaderFailed,
-    RankSourceFailed,
-    estimate,
-    pace,
-    ranks_lost,
-    replace_old,
-    resume_hint,
-    source_failure,
-)
+from .guards import DataSourceFailed, RankSourceFailed, estimate, pace, ranks_lost, resume_hint, source_failure
 from .model import build_model
 from .report import Reporter
 from .resume import checkpoint_state, gather_rngs, load_weights, resolve_imgsz, start_from
@@ -62,7 +52,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         if (done := finished(run)) is not None:
             return TrainResult(done, run.raw_model, run.ema.ema if run.ema else None)
         start(run, stack)
-        replace_old(run)   # --force: the old run's files go only now, the new one set up
+        guards.replace_old(run)   # --force: the old run's files go only now, the new one set up
         run.report = Reporter(run, stack)
         run.report.started()
         run.stop = cfg.max_steps is not None and run.step >= cfg.max_steps
@@ -154,8 +144,8 @@ def lost_source(run, e: Exception, done: int, began: dict) -> None:
         write_last(run, "loader failed" if worker else "data source failed", batches=done)   # the step in flight undone
     where = f"training stopped at epoch {run.epoch + 1}, step {run.step} ({done} of {run.nb} batches)"
     if worker:
-        raise LoaderFailed(f"{e}\n{where}: {run.out / 'last.pt'} holds the last finished step: continue with the same "
-                           "command and --resume") from None
+        raise guards.LoaderFailed(f"{e}\n{where}: {run.out / 'last.pt'} holds the last finished step: continue with "
+                                  "the same command and --resume") from None
     raise DataSourceFailed(f"{message}; {where}: {resume_hint(run.out / 'last.pt')}") from None
 
 

@@ -4,11 +4,8 @@ needs ends up in one `Run`."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import logging
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,7 +16,7 @@ from .. import tasks
 from ..checks import is_int
 from ..devices import resolve_device, use_expandable_segments
 from ..preempt import SaveTimer, StopSignals
-from ..procs import parent_only
+from ..store import publish
 from . import distributed
 from .checkpoint import CheckpointError, load_checkpoint, remove_stale_temporaries
 from .config import NOMINAL_BATCH, TrainConfig
@@ -119,34 +116,15 @@ def open_run(cfg: TrainConfig, stack) -> Run:
         except OSError as e:   # a file there, a read-only or missing parent
             why = "a file is there" if out.is_file() else f"{e.strerror}: {e.filename}"
             raise TrainError(f"--out {out} cannot be the run's folder ({why}): give another --out") from None
-        if not cfg.eval_only:
-            stack.enter_context(_run_lock(out))
+        try:   # one run per --out: two would interleave metrics.jsonl and overwrite each other's last.pt
+            if not cfg.eval_only:
+                stack.enter_context(publish.locked(out, path=out / ".train.lock"))
+        except publish.LockBusy as e:
+            raise TrainError(f"--out {out} is in use by another training run (pid {e.pid or '?'}): let it finish, or "
+                             "give another --out") from None
         remove_stale_temporaries(out)   # what a kill during a checkpoint write left
     torch.manual_seed(cfg.seed)   # the same initial weights on every rank (DDP broadcasts rank 0's anyway)
     return Run(cfg, device, dd, out, store, val_store)
-
-
-@contextlib.contextmanager
-def _run_lock(out: Path):
-    """Hold --out for this run (an flock on OUT/.train.lock, with its pid; loader workers do not inherit it): a second
-    run into the same --out would interleave its metrics.jsonl and last.pt with this one's."""
-    fd = os.open(out / ".train.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        os.close(fd)
-        raise TrainError(f"--out {out} is in use by another training run (pid {pid or '?'}): let it finish, or give "
-                         "another --out") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, str(os.getpid()).encode(), 0)
-    try:
-        with parent_only(fd):
-            yield
-    finally:   # removed while held (a run that was killed leaves it, unlocked: the next run takes it)
-        with contextlib.suppress(OSError):
-            os.unlink(out / ".train.lock")
-        os.close(fd)
 
 
 def resume_path(run: Run) -> Path:
