@@ -108,12 +108,14 @@ def test_an_out_that_cannot_be_a_folder_is_one_line(store, tmp_path, capsys):
 
 def test_a_resume_with_a_larger_batch_is_not_taken_for_an_out_of_memory(store, tmp_path, capsys):
     """The checkpoint's micro-batch is its --batch (no out-of-memory halved it): a resume with --batch 4 trains
-    micro-batches of 4, without the out-of-memory warning."""
+    micro-batches of 4, without the out-of-memory warning; a resume with another --loader says so."""
     assert main(_train(store, tmp_path, "--max-steps", "1", "--batch", "2")) == 0
     capsys.readouterr()
     assert main(_train(store, tmp_path, "--max-steps", "2", "--batch", "4", "--resume", "--json")) == 0
     out, err = capsys.readouterr()
     assert "running out of memory" not in err and json.loads(out)["micro_batch"] == 4
+    assert main(_train(store, tmp_path, "--max-steps", "3", "--batch", "4", "--resume", "--loader", "shm")) == 0
+    assert "resuming with --loader shm; the run used cpu" in capsys.readouterr().err   # it renders its own way
 
 
 def test_a_second_run_into_an_out_in_use_is_refused_naming_the_first(store, tmp_path, capsys):

@@ -13,7 +13,7 @@ from .optim import ModelEMA
 
 log = logging.getLogger(__name__)
 
-CHECKED = ("accum", "optimizer", "lr", "epochs")   # a change here changes the run: say so (the loader's: its state)
+CHECKED = ("accum", "optimizer", "lr", "epochs", "loader")   # a change here changes the run: say so (the loader's: its state)
 
 
 def load_weights(model, path, device) -> dict:
