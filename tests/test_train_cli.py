@@ -149,6 +149,8 @@ def test_train_config_errors_name_the_flag():
                       ({"device": "tpu"}, "--device must be cpu"),
                       ({"optimizer": "lion"}, "--optimizer must be one of sgd, adamw"),
                       ({"resume": True, "weights": "x.pt"}, "--resume and --weights exclude each other"),
+                      ({"resume": "auto", "force": True}, "--resume continues the run in --out; --force"),
+                      ({"resume": True, "eval_only": True, "weights": "x.pt", "val": "."}, "--eval-only \\(evaluate"),
                       ({"batch": "many"}, "--batch must be >= 1 or 'auto'"),
                       ({"batch": 4, "micro_batch": 8}, "--micro-batch must be <= --batch 4")]:
         with pytest.raises(ValueError, match=match):

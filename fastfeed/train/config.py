@@ -159,6 +159,8 @@ class TrainConfig:
         need(not (self.resume and self.weights is not None and not self.eval_only), "--resume",
              "and --weights exclude each other (--resume restores everything from the run's checkpoint)",
              (self.resume, self.weights))
+        need(not (self.resume and (self.force or self.eval_only)), "--resume", "continues the run in --out; --force "
+             "(start a new one there) and --eval-only (evaluate --weights) do something else: give one", self.resume)
 
     def resolved_accum(self, world_size: int, batch: int | None = None) -> int:
         """--accum, or enough loader batches to reach NOMINAL_BATCH images per optimizer step (`batch`:
