@@ -46,7 +46,7 @@ def _spans(polygons, ratio: int, side: int):
     hi = np.clip(np.ceil(np.maximum(y0, y1) - 0.5), 0, side).astype(np.int64)
     n = np.where(y0 != y1, hi - lo, 0)
     e = np.repeat(np.arange(len(a)), n)
-    row = np.repeat(lo, n) + (np.arange(len(e)) - np.repeat(np.cumsum(n) - n, n))
+    row = _flat(lo, n)
     t = (row + 0.5 - y0[e]) / (y1[e] - y0[e])
     x = a[e, 0] + t * (b[e, 0] - a[e, 0])
     order = np.lexsort((x, row, obj[e]))           # each (object, row) holds an even count: pair them up

@@ -164,16 +164,15 @@ def draw_sample(rng: np.random.Generator, hyp: AugmentHyp, size: int, *, mosaic_
         if mixup_on and hyp.copy_paste and not flip and rng.random() < hyp.copy_paste:
             return Paste(int(rng.integers(candidates)), draw_geometry(rng, hyp, size, mosaic_on, candidates))
 
+    def draw_second() -> tuple:   # a mixup or cutmix sample: (its own image, its geometry, its own copy-paste)
+        return int(rng.integers(candidates)), draw_geometry(rng, hyp, size, mosaic_on, candidates, flip), draw_paste()
+
     paste = draw_paste()
     if mixup_on and hyp.mixup and rng.random() < hyp.mixup:
-        other = int(rng.integers(candidates))
-        second = draw_geometry(rng, hyp, size, mosaic_on, candidates, flip)
-        paste2 = draw_paste()
+        other, second, paste2 = draw_second()
         mix = Mix(other, second, draw_mixup_weight(rng), paste2)
     if mixup_on and hyp.cutmix and rng.random() < hyp.cutmix:
-        other = int(rng.integers(candidates))
-        second = draw_geometry(rng, hyp, size, mosaic_on, candidates, flip)
-        paste2 = draw_paste()
+        other, second, paste2 = draw_second()
         cut = Cut(other, second, draw_cut_rects(rng, size), float(rng.random()), paste2)
     albu = draw_albu(rng, hyp.albumentations) if hyp.albumentations else None
     hsv = draw_hsv(rng, hyp.hsv_h, hyp.hsv_s, hyp.hsv_v)

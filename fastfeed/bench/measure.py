@@ -3,6 +3,7 @@ way a training loop would (wait for the batch, copy it to the device, run or sim
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 from collections.abc import Callable
@@ -39,11 +40,9 @@ def _stage_snapshot(loader) -> tuple[dict[str, float], int]:
 def _cpu_seconds(pids) -> float:
     total = 0.0
     for pid in pids:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
             t = psutil.Process(pid).cpu_times()
             total += t.user + t.system
-        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-            pass
     return total
 
 

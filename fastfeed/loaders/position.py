@@ -9,7 +9,7 @@ from dataclasses import asdict
 
 import numpy as np
 
-from .sampler import EpochOrder, ShuffledOrder
+from .sampler import EpochOrder, ShuffledOrder, deal
 
 FORMAT = "fastfeed-loader-state"
 VERSION = 1
@@ -78,11 +78,8 @@ class Remainder(EpochOrder):
                 seq = np.tile(seq, -(-per_rank * world // len(seq)))[:per_rank * world]
             node, _, local, lw = node_layout(self.rank, world, self.local_world)
             part = per_rank * lw   # a node reads one contiguous part of the rest (a windowed order's shards stay near)
-            mine = seq[node * part:(node + 1) * part][local::lw][:per_rank]
-            if drop:
-                mine = mine[:len(mine) // b * b]
-            self.left_out = self.rest - len(mine) * world if drop else 0
-            self._mine = [mine[i:i + b] for i in range(0, len(mine), b)]
+            self._mine = deal(seq[node * part:(node + 1) * part], local, lw, per_rank, b, drop)
+            self.left_out = self.rest - len(self._mine) * b * world if drop else 0
             if len(self._mine) > len(self.base):
                 raise ResumeError(f"the rest of epoch {self.epoch + 1} takes {len(self._mine)} batches per rank, more "
                                   f"than an epoch's {len(self.base)}")

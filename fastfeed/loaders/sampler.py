@@ -25,7 +25,13 @@ def epoch_batches(n: int, batch_size: int, *, epoch: int, seed: int, rank: int =
     total = per_rank * world_size
     if total > n:
         order = np.concatenate([order, order[: total - n]])
-    mine = order[:total][rank::world_size]
+    return deal(order[:total], rank, world_size, per_rank, batch_size, drop_last)
+
+
+def deal(seq: np.ndarray, rank: int, ranks: int, per_rank: int, batch_size: int, drop_last: bool) -> list[np.ndarray]:
+    """Rank `rank`'s batches of `seq`, dealt to `ranks` in turn: its first `per_rank` records, in batches (with
+    `drop_last`, the last one left out when it is not full)."""
+    mine = seq[rank::ranks][:per_rank]
     if drop_last:
         mine = mine[: len(mine) // batch_size * batch_size]
     return [mine[i:i + batch_size] for i in range(0, len(mine), batch_size)]

@@ -43,10 +43,9 @@ def shard_order(store, cfg, rank: int, world_size: int) -> EpochOrder:
     else:
         local = cfg.local_world_size or 1
         ahead = store.read_ahead
-        window = window_shards(store, ahead, lookback * cfg.batch_size * local)
-        while window < 1 and not store.read_ahead_given and ahead > MIN_READ_AHEAD:   # tight cache: shorter
+        while ((window := window_shards(store, ahead, lookback * cfg.batch_size * local)) < 1
+               and not store.read_ahead_given and ahead > MIN_READ_AHEAD):   # tight cache: shorter
             ahead -= 1
-            window = window_shards(store, ahead, lookback * cfg.batch_size * local)
         if window < 1:
             largest = max(s.bytes for s in store.shards)
             need = store.cache_limit + (1 - window) * largest

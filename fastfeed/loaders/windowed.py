@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .sampler import EpochOrder, batches_per_epoch
+from .sampler import EpochOrder, batches_per_epoch, deal
 
 RAMP = 2   # the window opens at one shard and widens by one every RAMP shards: an epoch's first batch reads few
 
@@ -71,11 +71,8 @@ class WindowedOrder(EpochOrder):
         if epoch not in self._cache:
             if len(self._cache) >= 3:
                 self._cache.pop(min(self._cache))
-            mine = self.stream(epoch)[self.local::self.local_world][: self.per_rank()]
-            b = self.batch_size
-            if self.drop_last:
-                mine = mine[: len(mine) // b * b]
-            self._cache[epoch] = [mine[i:i + b] for i in range(0, len(mine), b)]
+            self._cache[epoch] = deal(self.stream(epoch), self.local, self.local_world, self.per_rank(),
+                                      self.batch_size, self.drop_last)
         return self._cache[epoch]
 
     def __len__(self) -> int:

@@ -5,6 +5,7 @@ docs/design.md, 'The prefetcher copies on a side stream')."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -93,11 +94,9 @@ def threaded(pf):
 def _produce(pf, it, batch, q: queue.Queue, stop: threading.Event) -> None:
     def put(x) -> bool:
         while not stop.is_set():
-            try:
+            with contextlib.suppress(queue.Full):
                 q.put(x, timeout=_POLL)
                 return True
-            except queue.Full:
-                pass
         return False
 
     last = None
@@ -119,8 +118,6 @@ def _produce(pf, it, batch, q: queue.Queue, stop: threading.Event) -> None:
 
 
 def _drain(q: queue.Queue) -> None:
-    while True:
-        try:
+    with contextlib.suppress(queue.Empty):
+        while True:
             q.get_nowait()
-        except queue.Empty:
-            return

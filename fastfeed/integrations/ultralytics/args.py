@@ -3,6 +3,7 @@ every argument fastfeed cannot honour (never a silently different run)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
@@ -150,11 +151,9 @@ def train_count(args, n: int) -> int:
     (`get_split_fraction`: a ratio, or a count when an int), applied to the first records, as it keeps the first
     images of its sorted file list (a store packed from a folder holds them in that order)."""
     fraction = getattr(args, "fraction", 1.0)
-    try:
+    with contextlib.suppress(ImportError):  # older Ultralytics: a plain float
         from ultralytics.data.utils import get_split_fraction
         fraction = get_split_fraction(fraction, "train")
-    except ImportError:  # older Ultralytics: a plain float
-        pass
     count = fraction if isinstance(fraction, int) else max(1, round(n * fraction))
     return min(int(count), n)
 

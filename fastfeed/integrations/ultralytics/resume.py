@@ -7,6 +7,7 @@ stopped them, into their `DataSourceFailed` when a lost data source did (`STOP_F
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -139,8 +140,7 @@ def saved_state(pos: dict, loader) -> dict:
 
 
 def write_stop_file(save_dir: Path, position: dict) -> None:
-    path = Path(save_dir) / STOP_FILE
-    write_atomically(path, lambda f: f.write(json.dumps(position).encode()))
+    write_atomically(Path(save_dir) / STOP_FILE, lambda f: f.write(json.dumps(position).encode()))
 
 
 def stopped_since(save_dir: Path, since: float) -> dict | None:
@@ -190,10 +190,8 @@ class RankForwarder:
         me = psutil.Process()
         ranks = [g for child in me.children() for g in child.children()]   # torchrun's children: the ranks
         for p in ranks:
-            try:
+            with contextlib.suppress(psutil.Error):
                 p.send_signal(signal.SIGTERM)
-            except psutil.Error:
-                pass
         self.ranks += ranks
 
     def wait_for_ranks(self, timeout: float = 120.0) -> None:

@@ -76,8 +76,7 @@ class DeviceLoader(Loader):
         in flight are counted once they complete), with the host clock on the CPU; not measured behind a
         test's fake accelerator. decode also holds the copy of pixels to the device."""
         st = self.host.stage_times()
-        for k, v in self.feed.device_seconds().items():
-            st.seconds[k] = st.seconds.get(k, 0.0) + v
+        st.add(self.feed.device_seconds(), 0)
         return st
 
     def memory_pids(self) -> list[int]:
