@@ -59,21 +59,19 @@ def check_out(run) -> None:
         raise RunExists(f"--out {out} already holds a run ({', '.join(found) or 'on rank 0'}): continue it with "
                         "--resume, start a new run there with --force (replacing its last.pt, best.pt and "
                         "metrics.jsonl), or give another --out")
-    run.replacing = True   # `replace_old`, once the new run's set-up has succeeded: a refused command changes nothing
 
 
 def replace_old(run) -> None:
     """--force over a run in --out: its metrics.jsonl and best.pt removed (last.pt is replaced at the first checkpoint),
-    said once; called when the new run is set up and about to write its own."""
-    out = run.out
-    if not run.replacing or not run.dd.main:
+    said once; called when the new run is set up (a command refused before changes nothing)."""
+    out, held = run.out, [n for n in RUN_FILES if (run.out / n).is_file()]
+    if not (run.cfg.force and not run.cfg.resume and run.dd.main and held):
         return
     gone = [n for n in ("metrics.jsonl", "best.pt") if (out / n).is_file()]
     for n in gone:
         (out / n).unlink()
     log.warning("--force: starting a new run in %s: %s%s", out, f"removed its {' and '.join(gone)}; " if gone else "",
-                "its last.pt is replaced at the first checkpoint" if (out / "last.pt").is_file()
-                else "nothing else there is touched")
+                "its last.pt is replaced at the first checkpoint" if "last.pt" in held else "nothing else there is touched")
 
 
 # --- the measured pace ------------------------------------------------------------------------------------------

@@ -78,7 +78,6 @@ class Run:
     failed: Exception | None = None      # under DDP: this rank's data source failed for good (guards.RankSourceFailed)
     eval_pending: bool = False           # the resumed checkpoint's end-of-epoch evaluation is still to do
     resumed: bool = False                # continued from a checkpoint (--resume)
-    replacing: bool = False              # --force over a run in --out: its files go once set-up has succeeded
     step_s: float | None = None          # the measured seconds of an optimizer step (a moving average)
     cost_said: bool = False              # the smaller settings were named before the first step (guards.estimate)
 
