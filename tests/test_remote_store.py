@@ -511,6 +511,11 @@ def test_cli_pack_inspect_verify_bench_and_the_shard_cache(coco_src, s3, tmp_pat
     assert main(["cache", "ls", "--shards", "--shard-cache", cache]) == 0
     out = capsys.readouterr().out
     assert url in out and " 12 " in out
+    empty = tmp_path / "no-shm"
+    empty.mkdir()
+    assert main(["cache", "ls", "--shm-dir", str(empty), "--shard-cache", cache]) == 0   # both kinds, by default
+    out = capsys.readouterr().out
+    assert f"{empty}: no fastfeed caches" in out and url in out
     assert main(["cache", "clear", "--shards", "--shard-cache", cache]) == 0
     assert "1 removed" in capsys.readouterr().out
     assert not any((tmp_path / "shards").glob("store-*/*.mdb"))
@@ -609,6 +614,13 @@ def test_storage_options_from_the_cli_and_python_are_never_written(coco_src, s3,
     assert len(store) == 40 and store.record(39).index == 39
     assert secret not in json.dumps(store.manifest.to_json()) and secret not in repr(store)
     assert all(secret not in p.read_text() for p in store.cache.dir.glob("*.json*"))
+    # an option the client does not take, and a JSON value that does not parse: one line each, naming them
+    _forget_filesystems()
+    assert main(["inspect", url, "--shard-cache", str(tmp_path / "w"), *opts, "--storage-option", "foo=bar"]) == 1
+    err = capsys.readouterr().err
+    assert "the storage options hold one this file system does not take" in err and "foo" in err, err
+    with pytest.raises(ValueError, match=r"--storage-option client_kwargs: '\{bad' is not valid JSON"):
+        objstore.parse_option("client_kwargs={bad")
 
 
 def test_what_is_retried_and_what_is_not():

@@ -52,6 +52,14 @@ def test_a_bad_variable_is_named(env, match):
         StoreOptions.from_env(env)
 
 
+@pytest.mark.parametrize("bad", ["1.5.5G", "inf%", "nan%", "1e400M", "12Q", "G"])
+def test_a_shard_cache_limit_that_is_not_a_size_is_one_line(bad, tmp_path):
+    from fastfeed.store.remote.sizes import parse_size
+
+    with pytest.raises(ValueError, match=re.escape(f"shard cache limit {bad!r} is not a size (e.g. 50G, 500M, 40%)")):
+        parse_size(bad, tmp_path)
+
+
 @pytest.mark.parametrize("bad", [0, -2, 1.5, True, "3"])
 def test_the_retry_budget_is_a_whole_number_of_tries(bad):
     with pytest.raises(ValueError, match="retries must be a whole number of tries >= 1"):

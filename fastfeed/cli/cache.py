@@ -90,9 +90,9 @@ def cmd_ls(args) -> int:
     if args.json:
         print(json.dumps([i.to_dict() for i in infos], indent=1))
         return EXIT_OK
-    if not infos:
+    if not infos:   # the shard caches are still listed
         print(f"{args.shm_dir}: no fastfeed caches")
-        return EXIT_OK
+        return EXIT_OK if args.shm else _ls_shards(args, quiet_if_empty=True)
     print(f"{args.shm_dir}: {len(infos)} fastfeed cache(s), {human_bytes(sum(i.bytes for i in infos))}")
     rows = [("SLAB", "SIZE", "STORE", "IMGSZ", "IMAGES", "STATE", "USERS")]
     for i in infos:

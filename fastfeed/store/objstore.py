@@ -58,7 +58,9 @@ def parse_option(text: str) -> tuple[str, object]:
         raise ValueError(f"--storage-option wants KEY=VALUE, got {text!r}")
     try:
         return key, json.loads(value)
-    except json.JSONDecodeError:
+    except json.JSONDecodeError as e:
+        if value.lstrip()[:1] in ("{", "["):   # meant as JSON: a mapping read as a string fails deep in the client
+            raise ValueError(f"--storage-option {key}: {value!r} is not valid JSON ({e})") from None
         return key, value
 
 
@@ -166,6 +168,9 @@ def retry(op: Callable, url: str, what: str, *, fs=None, tries: int = RETRIES, s
         except Exception as e:   # noqa: BLE001 - classified below
             k = kind(e)
             if k != "transient":
+                if isinstance(e, TypeError) and "keyword argument" in str(e):   # a storage option the client lacks
+                    raise RemoteError(f"{what} {shown(url)}: the storage options hold one this file system does not "
+                                      f"take ({e}): check --storage-option and $FASTFEED_STORAGE_OPTIONS") from None
                 if k == "fatal" and not isinstance(e, RemoteError):
                     raise
                 raise (e if isinstance(e, RemoteError) else explain(e, url, what, fs)) from None

@@ -21,23 +21,19 @@ def default_dir() -> Path:
 
 def parse_size(text, root: Path | None = None) -> int:
     """Bytes from `123`, `500M`, `50G`, `1.5T` (powers of 1024), or `40%` of the disk holding `root`."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        value = int(text)
-    else:
-        s = str(text).strip().lower().replace(" ", "")
-        if s.endswith("%"):
-            try:
-                share = float(s[:-1]) / 100
-            except ValueError:
-                raise ValueError(f"shard cache limit {text!r} is not a size (e.g. 50G, 500M, 40%)") from None
-            total = shutil.disk_usage(existing(root or default_dir())).total
-            value = int(total * share)
+    bad = ValueError(f"shard cache limit {text!r} is not a size (e.g. 50G, 500M, 40%)")
+    try:
+        if isinstance(text, (int, float)) and not isinstance(text, bool):
+            value = int(text)
+        elif (s := str(text).strip().lower().replace(" ", "")).endswith("%"):
+            value = int(shutil.disk_usage(existing(root or default_dir())).total * float(s[:-1]) / 100)
         else:
             num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
-            unit = s[len(num):]
-            if unit not in _UNITS or not num:
-                raise ValueError(f"shard cache limit {text!r} is not a size (e.g. 50G, 500M, 40%)")
-            value = int(float(num) * _UNITS[unit])
+            if s[len(num):] not in _UNITS or not num:
+                raise bad
+            value = int(float(num) * _UNITS[s[len(num):]])
+    except (ValueError, OverflowError):   # '1.5.5G', 'inf%', 'nan%', '1e400M'
+        raise bad from None
     if value <= 0:
         raise ValueError(f"shard cache limit must be > 0, got {text!r}")
     return value
