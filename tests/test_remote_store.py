@@ -106,6 +106,27 @@ def test_pack_from_a_bucket_as_from_the_folder(layout, coco_src, s3, tmp_path):
     assert both.manifest.fingerprint == here.manifest.fingerprint
 
 
+def test_a_source_bucket_out_mid_pack_stops_it_instead_of_dropping_images(coco_src, s3, tmp_path, monkeypatch):
+    """An outage that outlasts the retries is the source, not its images: the pack stops and writes nothing (it
+    counted them `unreadable_image` and packed a smaller dataset, exit 0). A missing object is still a rejection."""
+    from fastfeed.pack import remote
+
+    bucket = s3.bucket()
+    upload_dir(coco_src, f"s3://{bucket}/data")
+    fetch_many = objstore.fetch_many
+
+    def outage(fs, paths, url_of, **kw):
+        got = fetch_many(fs, paths, url_of, **kw)
+        return {p: RemoteError(f"reading {url_of(p)} failed 6 times; the last failure: EndpointConnectionError")
+                for p in paths} | {p: v for p, v in list(got.items())[:1]}
+
+    monkeypatch.setattr(remote.objstore, "fetch_many", outage)
+    with pytest.raises(PackError, match="failed 6 times.*the source could not be read, not an image: nothing was "
+                                        "written"):
+        run_pack(f"s3://{bucket}/data", tmp_path / "out.ff")
+    assert not (tmp_path / "out.ff").exists()
+
+
 def test_the_benchmarks_plain_object_server_serves_a_store_as_s3_does(url_store, local_store, s3, tmp_path):
     """`benchmarks/remote_store.py` reads its store from `s3_helpers.ObjectServer` (a copy of the bucket, GET and HEAD
     with a range): the records equal the local pack's, a missing object is a missing object, an empty one empty."""
