@@ -4,6 +4,7 @@ the errors (a damaged shard, a missing bucket, missing credentials, a full cache
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -242,6 +243,46 @@ def test_a_damaged_shard_object_is_named(coco_src, s3, tmp_path, caplog):
     assert not any(p.name.startswith(store.shards[1].file) and ".part-" in p.name for p in store.cache.dir.iterdir())
     assert not store.cache.present(store.shards[1])           # never opened, never kept
     assert main(["verify", url, "--quiet", "--workers", "1", "--shard-cache", str(tmp_path / "v")]) == 1
+
+
+def test_an_endpoint_that_never_answers_is_given_up_on_in_bounded_time(s3, tmp_path, monkeypatch):
+    """A host that accepts connections and never replies: botocore's and s3fs's own retries under fastfeed's kept a
+    read waiting for hours in silence (botocore's 5 attempts of 60 s under each of ours). With a 3 s read timeout and
+    one try of ours: botocore's 2 attempts, 6 s (15 s before)."""
+    import socket
+    import threading
+    import time
+
+    from s3_helpers import _forget_filesystems
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    held, stop = [], threading.Event()
+
+    def accept():   # takes every connection and says nothing
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                held.append(listener.accept()[0])
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{listener.getsockname()[1]}")
+    _forget_filesystems()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(RemoteError, match="failed 1 times"):
+            Store("s3://silent/x.ff", shard_cache=tmp_path, retries=1,
+                  storage_options={"config_kwargs": {"read_timeout": 3}})
+        assert time.monotonic() - t0 < 12
+    finally:
+        stop.set()
+        t.join()
+        for c in held:
+            c.close()
+        listener.close()
+        _forget_filesystems()
 
 
 def test_missing_bucket_missing_store_and_missing_credentials_say_what_to_do(s3, url_store, tmp_path, monkeypatch):

@@ -37,6 +37,12 @@ BACKOFF_S = (0.2, 8.0)       # the first wait, the longest
 PART_BYTES = 16 << 20        # ranged reads of a large object: parts of this size, fetched in parallel
 PART_THREADS = 8
 CONNECTIONS = 32             # an S3 client's connection pool: the most downloads in flight at once
+# botocore's pool (its 10 would queue the read-ahead's downloads), timeouts and tries, and s3fs's tries: `retry` tries
+# again, so they barely do (their 5 tries each, 60 s timeouts, under ours kept a silent endpoint waiting for hours).
+# The storage option config_kwargs overrides each.
+S3_CONFIG = {"max_pool_connections": CONNECTIONS, "connect_timeout": 10, "read_timeout": 30,
+             "retries": {"total_max_attempts": 2}}
+S3FS_RETRIES = 1
 WARM = 8                     # connections to an S3 bucket a store opens while it reads its manifest (`warming`)
 WARM_WAIT_S = 1.0            # ... and waits for at most this long after the manifest's read
 _EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure",
@@ -72,10 +78,12 @@ def filesystem(url: str, options: dict | None = None):
     except ImportError:
         raise ImportError(f"reading {shown(url)} needs fsspec: pip install -e '.[{_extra(url)}]' in the fastfeed checkout") from None
     opts = dict(options or {})
-    if _extra(url) == "s3":   # room for the read-ahead's downloads in flight (botocore's pool holds 10)
-        opts["config_kwargs"] = {"max_pool_connections": CONNECTIONS} | dict(opts.get("config_kwargs") or {})
+    if _extra(url) == "s3":   # S3_CONFIG: room for the downloads in flight, bounded waits
+        opts["config_kwargs"] = S3_CONFIG | dict(opts.get("config_kwargs") or {})
     try:
         fs, path = fsspec.core.url_to_fs(url, **opts)
+        if _extra(url) == "s3":
+            fs.retries = min(getattr(fs, "retries", S3FS_RETRIES), S3FS_RETRIES)
     except ImportError as e:
         raise ImportError(f"reading {shown(url)} needs the package for its protocol ({e}): "
                           f"pip install -e '.[{_extra(url)}]' in the fastfeed checkout") from None
