@@ -179,6 +179,17 @@ def test_the_dali_loader_reads_a_url_store(url_store, local_store, tmp_path, wor
     store.close()
 
 
+def test_a_shard_object_removed_without_a_repack_is_named_missing_not_a_repack(coco_src, s3, tmp_path):
+    url = f"s3://{s3.bucket()}/s.ff"
+    run_pack(coco_src, url, shards=4)
+    store = Store(url, shard_cache=tmp_path / "c")
+    s3.client().delete_object(Bucket=url.split("/")[2], Key=f"s.ff/{store.shards[-1].file}")
+    with pytest.raises(RemoteError, match=f"shard {url}/{store.shards[-1].file} is missing from the bucket, though its "
+                                          "store was not re-packed: restore the object, or re-pack") as e:
+        store.record(len(store) - 1)
+    assert not isinstance(e.value, StoreChanged)
+
+
 def test_force_while_a_reader_holds_the_old_manifest(coco_src, s3, tmp_path):
     url = f"s3://{s3.bucket()}/s.ff"
     run_pack(coco_src, url, shards=4)

@@ -133,10 +133,22 @@ class RemoteShards:
                     objstore.download(fs, urls.join(root, info.file), where, fd, info.bytes,
                                       part=self.link.part_bytes(objstore.PART_BYTES), tries=self.tries)
             except objstore.RemoteMissing:
+                if self._same_pack(fs, root):   # nothing re-packed it: the object alone was removed
+                    raise objstore.RemoteError(f"shard {where} is missing from the bucket, though its store was not "
+                                               "re-packed: restore the object, or re-pack the store (fastfeed pack "
+                                               "SRC -o URL --force)") from None
                 raise fmt.StoreChanged(f"shard {where} is gone: the store at {self.path} was re-packed (or its shards "
                                        "removed) after this Store read its manifest; open it again (Store(url)) to "
                                        "read the new pack") from None
         return get
+
+    def _same_pack(self, fs, root) -> bool:
+        """Whether the bucket's manifest is still the one this Store read (False when it cannot be read)."""
+        try:
+            data = objstore.read_bytes(fs, urls.join(root, fmt.MANIFEST), self.path, tries=1)
+            return fmt.parse_manifest(data, self.path).fingerprint == self.manifest.fingerprint
+        except (objstore.RemoteError, fmt.FormatError):
+            return False
 
     def fetch(self, shard: int, wait: bool = True, stale: tuple | None = None, held: int | None = None) -> bool:
         """Make shard number `shard` present in the node's cache (download it unless it is there; `stale`: the
