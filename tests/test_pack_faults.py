@@ -37,24 +37,32 @@ def _siblings(out):
 
 # --- killed mid-way ---------------------------------------------------------------------------------------
 
-def test_a_pack_killed_mid_way_stops_its_workers_and_the_next_pack_starts_at_once(yolo_builder, tmp_path):
+def _pack_with_a_stuck_worker(yolo_builder, tmp_path, **popen):
+    """A `fastfeed pack` of 40 images (2 workers) whose image 20 is a FIFO: reading it blocks until someone writes, so
+    a pack worker stays mid-segment. Returns (the process, its workers, the source, the FIFO, OUT) once the workers
+    and the pack's .incomplete folder are there."""
     yolo = yolo_builder()
     for k in range(40):
         yolo.add(f"{k:02d}", ["0 0.5 0.5 0.2 0.2"], seed=k)
-    src = yolo.root
-    stuck = src / "images" / "train" / "20.jpg"
+    stuck = yolo.root / "images" / "train" / "20.jpg"
     stuck.unlink()
-    os.mkfifo(stuck)   # reading it blocks until someone writes: a pack worker stays mid-segment
+    os.mkfifo(stuck)
     out = tmp_path / "out.ff"
     proc = start_script("import sys; from fastfeed.cli import main; sys.exit(main(sys.argv[1:]))",
-                        "pack", src, "-o", out, "--workers", "2", "--shards", "4", "--quiet",
-                        stdout=subprocess.DEVNULL)
-    workers = []
+                        "pack", yolo.root, "-o", out, "--workers", "2", "--shards", "4", "--quiet",
+                        stdout=subprocess.DEVNULL, **popen)
+    deadline = time.monotonic() + 120
+    while len(workers := descendants(proc.pid)) < 2 or not list(tmp_path.glob(".out.ff.incomplete-*")):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            kill_all([proc, *running(workers)])
+            raise AssertionError("the pack never started its workers")
+        time.sleep(0.1)
+    return proc, workers, yolo.root, stuck, out
+
+
+def test_a_pack_killed_mid_way_stops_its_workers_and_the_next_pack_starts_at_once(yolo_builder, tmp_path):
+    proc, workers, src, stuck, out = _pack_with_a_stuck_worker(yolo_builder, tmp_path)
     try:
-        deadline = time.monotonic() + 120
-        while len(workers := descendants(proc.pid)) < 2 or not list(tmp_path.glob(".out.ff.incomplete-*")):
-            assert proc.poll() is None and time.monotonic() < deadline, "the pack never started its workers"
-            time.sleep(0.1)
         time.sleep(1.0)   # one worker is blocked on the FIFO; the other has finished or is writing
         proc.kill()
         proc.wait(30)
@@ -87,22 +95,10 @@ def test_a_pack_starts_no_more_workers_than_it_has_parts(yolo_builder, tmp_path,
 def test_a_ctrl_c_stops_a_pack_with_its_one_line_and_no_workers_traceback(yolo_builder, tmp_path):
     """A Ctrl-C reaches the terminal's whole process group: the pool's workers leave it to the pack, which says one line
     (exit 130), ends them and removes what it wrote."""
-    yolo = yolo_builder()
-    for k in range(40):
-        yolo.add(f"{k:02d}", ["0 0.5 0.5 0.2 0.2"], seed=k)
-    stuck = yolo.root / "images" / "train" / "20.jpg"
-    stuck.unlink()
-    os.mkfifo(stuck)   # a worker blocks on it: the pack is certainly under way when the signal comes
-    out = tmp_path / "out.ff"
-    proc = start_script("import sys; from fastfeed.cli import main; sys.exit(main(sys.argv[1:]))",
-                        "pack", yolo.root, "-o", out, "--workers", "2", "--shards", "4", "--quiet",
-                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    workers = []
+    # a worker blocks on the FIFO: the pack is certainly under way when the signal comes
+    proc, workers, _, _, out = _pack_with_a_stuck_worker(yolo_builder, tmp_path, stderr=subprocess.PIPE,
+                                                         start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
-        while len(workers := descendants(proc.pid)) < 2 or not list(tmp_path.glob(".out.ff.incomplete-*")):
-            assert proc.poll() is None and time.monotonic() < deadline, "the pack never started its workers"
-            time.sleep(0.1)
         os.killpg(proc.pid, signal.SIGINT)   # as the terminal sends it
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, err
