@@ -130,6 +130,25 @@ def test_two_ranks_share_one_slab_and_read_disjoint_samples(painted_store, shm_d
     assert not list(shm_dir.iterdir())                                # removed with the last rank
 
 
+def test_after_a_killed_worker_the_next_iteration_reads_the_same_cache(painted_store, shm_dir):
+    import signal
+
+    from fastfeed.loaders import WorkerError
+
+    cfg = LoaderConfig(imgsz=96, batch_size=4, workers=1)
+    with create_loader("shm", painted_store, cfg, cache_dir=str(shm_dir)) as loader:
+        it = iter(loader)
+        next(it)
+        slab = loader.lease.path
+        os.kill(loader.memory_pids()[0], signal.SIGKILL)
+        with pytest.raises(WorkerError, match="exited unexpectedly"):
+            for _ in range(40):
+                next(it)
+        assert slab.exists()                          # the failed pool went; the lease stayed
+        assert len(list(loader)) == len(loader)       # a new pool over the same slab
+    assert not slab.exists()
+
+
 def test_closing_or_dropping_the_loader_removes_the_slab_from_dev_shm(own_painted_store):
     before = set(os.listdir("/dev/shm"))
     loader = create_loader("shm", own_painted_store, LoaderConfig(imgsz=96, batch_size=4, workers=2))   # /dev/shm itself
@@ -139,6 +158,8 @@ def test_closing_or_dropping_the_loader_removes_the_slab_from_dev_shm(own_painte
     loader.close()
     loader.close()
     assert not path.exists()
+    with pytest.raises(RuntimeError, match="this shm loader is closed .*: create a new loader to iterate again"):
+        iter(loader)   # not 'the cache was removed while in use (cache clear --force?)'
     loader = create_loader("shm", own_painted_store, LoaderConfig(imgsz=96, batch_size=4, workers=0))
     list(loader)
     del loader                     # never closed: the finalizer detaches

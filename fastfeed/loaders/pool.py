@@ -238,8 +238,8 @@ class PoolLoader(Loader):
         except GeneratorExit:
             raise          # abandoned mid-epoch: the next iteration drains what is still in flight
         except BaseException:
-            self.close()   # a failed pool is not reused: the error reaches the consumer, nothing hangs
-            raise
+            PoolLoader.close(self)   # a failed pool is not reused (the next iteration starts another; an shm
+            raise                    # loader keeps its cache lease): the error reaches the consumer, nothing hangs
 
     def close(self) -> None:
         if self._finalizer is not None:

@@ -99,6 +99,12 @@ class ShmLoader(PoolLoader):
     def shared_bytes(self) -> int:
         return self.lease.size
 
+    def iter_batches(self):
+        if not self._detach.alive:
+            raise RuntimeError("this shm loader is closed (close() gave back its lease on the cache, which may be "
+                               "gone): create a new loader to iterate again")
+        return super().iter_batches()
+
     def close(self) -> None:
         super().close()
         self._handle.detach()
