@@ -86,8 +86,9 @@ class Task:
         return np.ones(len(g), bool)
 
     def degenerate(self, g: np.ndarray, w: int, h: int, min_area_px: float) -> bool:
-        """Whether an object's normalised points enclose (almost) no area on a w x h image (a rejection)."""
-        return False
+        """Whether an object's normalised points enclose (almost) no area on a w x h image (a rejection, named
+        `degenerate_reason`: a task without one rejects none): fewer than 3 points, or under `min_area_px`."""
+        return self.degenerate_reason is not None and (len(g) < 3 or polygon_area(g[:, :2]) * w * h < min_area_px)
 
     def settle(self, g: np.ndarray, active: np.ndarray, beyond: np.ndarray):
         """(an object's points with those `beyond` the tolerance settled, (reason, detail) or None): clipped into

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Task, bounds, outside, polygon_area
+from .base import Task, bounds, outside
 
 
 class Obb(Task):
@@ -38,9 +38,6 @@ class Obb(Task):
         if len(vals) != 8:
             return f"{len(vals) + 1} values, expected 9 (cls x1 y1 x2 y2 x3 y3 x4 y4) or 5 (cls cx cy w h)"
         return bounds(vals[0::2], vals[1::2]), np.asarray(vals, np.float64).reshape(4, 2)
-
-    def degenerate(self, g, w, h, min_area_px):
-        return len(g) < 3 or polygon_area(g[:, :2]) * w * h < min_area_px
 
     def record_value(self, geometry, kpt_shape=None):
         return np.asarray(geometry, np.float32).reshape(-1, 4, 2)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Task, outside, polygon_area, polygon_line
+from .base import Task, outside, polygon_line
 
 
 class Segment(Task):
@@ -45,9 +45,6 @@ class Segment(Task):
             note("box_without_polygon")
             return found[0], np.zeros((0, 2))
         return found
-
-    def degenerate(self, g, w, h, min_area_px):
-        return len(g) < 3 or polygon_area(g[:, :2]) * w * h < min_area_px
 
     def record_value(self, geometry, kpt_shape=None):
         return geometry
