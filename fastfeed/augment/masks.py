@@ -25,13 +25,10 @@ def mask_side(size: int, ratio: int) -> int:
     return size // ratio
 
 
-def _spans(polygons, ratio: int, side: int):
-    """(object, row, first column, end column) of every run of mask pixels whose centres are inside a polygon,
-    grouped by object in object order, and each object's polygon area (mask pixels; 0 without a polygon)."""
+def _spans(polygons, objs: list[int], ratio: int, side: int):
+    """(object, row, first column, end column) of every run of mask pixels whose centres are inside the polygon of
+    one of `objs`, grouped by object in object order, and each object's polygon area (mask pixels; 0 without one)."""
     area = np.zeros(len(polygons))
-    objs = [j for j, p in enumerate(polygons) if len(p) >= 3]
-    if not objs:
-        return (np.zeros(0, np.int64),) * 4, area
     counts = np.array([len(polygons[j]) for j in objs])
     a = np.concatenate([polygons[j] for j in objs]).astype(np.float64).reshape(-1, 2) / ratio
     nxt = np.arange(1, len(a) + 1)
@@ -108,13 +105,10 @@ def _resampled(rings: list) -> list:
     return np.split(pts, np.searchsorted(ring, np.arange(1, len(rings))))
 
 
-def _filled(polygons, size: int, ratio: int):
-    """The `ultralytics` rule: (object, reduced row, reduced column) of every mask pixel, and each object's area
-    in mask pixels (see the module docstring)."""
+def _filled(polygons, objs: list[int], size: int, ratio: int):
+    """The `ultralytics` rule: (object, reduced row, reduced column) of every mask pixel of `objs` (the objects
+    with a polygon), and each object's area in mask pixels (see the module docstring)."""
     area = np.zeros(len(polygons))
-    objs = [j for j, p in enumerate(polygons) if len(p) >= 3]
-    if not objs:
-        return (np.zeros(0, np.int64),) * 3, area
     parts = []
     for j, pts in zip(objs, _resampled([np.asarray(polygons[j], np.float64).reshape(-1, 2) for j in objs])):
         (x0, y0), (x1, y1) = pts.min(0).tolist(), pts.max(0).tolist()
@@ -154,11 +148,14 @@ def rasterise(polygons, size: int, ratio: int, overlap: bool, out: np.ndarray | 
         out.fill(0)
     if overlap and m > np.iinfo(np.int16).max:
         raise ValueError(f"{m} objects in one image do not fit an int16 overlap mask (at most 32767)")
-    if rule == "ultralytics":
-        return _paint_pixels(out, *_filled(polygons, size, ratio), overlap)
-    if rule != "centre":
+    if rule not in MASK_RULES:
         raise ValueError(f"mask rule must be one of {', '.join(MASK_RULES)}, got {rule!r}")
-    (obj, row, j0, j1), area = _spans(polygons, ratio, side)
+    objs = [j for j, p in enumerate(polygons) if len(p) >= 3]   # fewer than 3 points: no mask
+    if not objs:
+        return out
+    if rule == "ultralytics":
+        return _paint_pixels(out, *_filled(polygons, objs, size, ratio), overlap)
+    (obj, row, j0, j1), area = _spans(polygons, objs, ratio, side)
     if not len(obj):
         return out
     lengths = j1 - j0

@@ -31,7 +31,7 @@ from .hyp import AugmentHyp
 
 # Placement of a tile into the intermediate ("mid", e.g. mosaic canvas) frame: u_mid = r*u + (ox, oy).
 Place = tuple[float, float, float]
-Rect = tuple[float, float, float, float]
+Rect = tuple[float, float, float, float]   # x1, y1, x2, y2
 EDGE = 8       # source pixels around a warped tile's crop (see paste_tile)
 SUBPIXEL = 8   # fractional bits of the quad's corners when it is filled
 

@@ -17,6 +17,7 @@ from .albu import draw as draw_albu
 from .cutmix import draw_cut_rects
 from .hsv import draw_hsv
 from .hyp import AugmentHyp
+from .paste import Place, Rect
 
 
 def batch_rng(seed: int, rank: int, epoch: int, batch: int) -> np.random.Generator:
@@ -186,11 +187,7 @@ def draw_batch(rng: np.random.Generator, n: int, hyp: AugmentHyp, size: int, *, 
             for _ in range(n)]
 
 
-# --- geometry: where a plan's tiles go, given their shapes ---------------------------------------------------
-
-Place = tuple[float, float, float]          # tile pixel u -> mid frame r*u + (ox, oy)
-Rect = tuple[float, float, float, float]    # x1, y1, x2, y2
-
+# --- geometry: where a plan's tiles go, given their shapes (`paste.Place`, `paste.Rect`) ------------------------
 
 def mosaic_layout(shapes: Sequence[tuple[int, int]], size: int, centre: tuple[float, float]):
     """Canvas placement of 4 tiles around `centre` in the virtual 2S x 2S canvas, only a coordinate frame: the
