@@ -42,12 +42,10 @@ from .plan import (
 from .points import batch_rows, clip_polygons, corners_to_rboxes, paste_labels
 from .render import blend, finish_pixels, mix_in, render_labels
 
-__all__ = [
-    "AffineDraw", "AugmentHyp", "Cut", "Geometry", "Labels", "LetterboxGeometry", "Mix", "Paste", "SamplePlan", "affine_matrix",
-    "batch_rng", "batch_rows", "blend", "box_candidates", "clip_boxes", "clip_boxes_to", "clip_polygons", "corners_to_rboxes",
-    "cxcywh_to_xyxy", "draw_affine", "draw_batch", "draw_geometry", "draw_hsv", "draw_mixup_weight", "finish_pixels", "mix_in",
-    "draw_mosaic_centre", "draw_sample", "hsv_to_planes", "hue_rotation", "letterbox",
-    "letterbox_boxes", "letterbox_geometry", "letterbox_labels", "make_targets", "mosaic_layout",
-    "paste_labels", "render_labels", "sample_layout",
-    "single_layout", "transform_boxes", "xyxy_to_cxcywh",
-]
+__all__ = ["AffineDraw", "AugmentHyp", "Cut", "Geometry", "Labels", "LetterboxGeometry", "Mix", "Paste", "SamplePlan",
+           "affine_matrix", "batch_rng", "batch_rows", "blend", "box_candidates", "clip_boxes", "clip_boxes_to",
+           "clip_polygons", "corners_to_rboxes", "cxcywh_to_xyxy", "draw_affine", "draw_batch", "draw_geometry",
+           "draw_hsv", "draw_mixup_weight", "finish_pixels", "mix_in", "draw_mosaic_centre", "draw_sample",
+           "hsv_to_planes", "hue_rotation", "letterbox", "letterbox_boxes", "letterbox_geometry", "letterbox_labels",
+           "make_targets", "mosaic_layout", "paste_labels", "render_labels", "sample_layout", "single_layout",
+           "transform_boxes", "xyxy_to_cxcywh"]

@@ -92,15 +92,13 @@ class AugmentHyp:
     max_box_aspect: float = 100.0
 
     def __post_init__(self):
-        for f in fields(self):
-            if f.name == "copy_paste_mode":
-                if self.copy_paste_mode not in ("flip", "mixup"):
-                    raise ValueError(f"AugmentHyp.copy_paste_mode={self.copy_paste_mode!r}: valid: 'flip', 'mixup'")
-                continue
-            if f.name == "albumentations":   # encode imports albumentations: only when transforms are given
+        for f in fields(self):   # in field order: the first bad field is the one named
+            if f.name in _RANGES:
+                check_field(f.name, getattr(self, f.name))
+            elif f.name == "copy_paste_mode" and self.copy_paste_mode not in ("flip", "mixup"):
+                raise ValueError(f"AugmentHyp.copy_paste_mode={self.copy_paste_mode!r}: valid: 'flip', 'mixup'")
+            elif f.name == "albumentations":   # encode imports albumentations: only when transforms are given
                 object.__setattr__(self, f.name, encode(self.albumentations) if self.albumentations else ())
-                continue
-            check_field(f.name, getattr(self, f.name))
 
     @property
     def axis_aligned(self) -> bool:

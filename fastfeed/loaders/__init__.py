@@ -29,7 +29,6 @@ from .renders import UnsupportedAugmentation, UnsupportedTask
 from .sampler import EpochOrder, ShuffledOrder
 from .workers import WorkerError
 
-__all__ = ["Batch", "EpochOrder", "Loader", "LoaderConfig", "LoaderInfo", "ShuffledOrder", "StageTimes", "UnsupportedAugmentation", "UnsupportedTask",
-           "WorkerError",
-           "check_epoch", "create_loader", "list_loaders", "loader_info", "loader_options", "register_loader",
-           "unregister_loader"]
+__all__ = ["Batch", "EpochOrder", "Loader", "LoaderConfig", "LoaderInfo", "ShuffledOrder", "StageTimes",
+           "UnsupportedAugmentation", "UnsupportedTask", "WorkerError", "check_epoch", "create_loader", "list_loaders",
+           "loader_info", "loader_options", "register_loader", "unregister_loader"]
