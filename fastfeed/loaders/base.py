@@ -263,8 +263,8 @@ class Loader(BatchFeed, AbstractContextManager):
     @property
     def device_hyp(self) -> AugmentHyp | None:
         """The augmentation gains whose HSV jitter and flip this loader leaves to the device
-        (`cfg.device_augment` on training batches), else None."""
-        return self.cfg.hyp if (self.cfg.device_augment and self.cfg.augment) else None
+        (`cfg.device_augment` on training batches), else None (a loader `on_device` does them itself)."""
+        return self.cfg.hyp if (self.cfg.device_augment and self.cfg.augment and not self.on_device) else None
 
     @abstractmethod
     def close(self) -> None:

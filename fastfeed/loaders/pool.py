@@ -197,11 +197,9 @@ class PoolLoader(Loader):
         """Queue batches while slots are free: the rest of `cur`, then the next epoch (returned, planned on
         first need)."""
         while True:
-            if not cur.queued:
-                ep = cur
-            else:
+            if cur.queued:
                 nxt = nxt or self._plan(cur.epoch + 1)
-                ep = nxt
+            ep = nxt if cur.queued else cur
             if ep.queued or not pool.free:
                 return nxt
             self.order.reached(ep.epoch, ep.submitted)   # a shard cache following the order pins and reads ahead

@@ -109,9 +109,8 @@ class ShuffledOrder(EpochOrder):
     def __len__(self) -> int:
         return batches_per_epoch(self.n, self.batch_size, self.world_size, self.drop_last)
 
-    def samples(self) -> int:
-        per_rank = self.n // self.world_size if self.drop_last else -(-self.n // self.world_size)
-        return len(self) * self.batch_size if self.drop_last else per_rank
+    def samples(self) -> int:   # without drop_last: every rank's share, padded (`epoch_batches`)
+        return len(self) * self.batch_size if self.drop_last else -(-self.n // self.world_size)
 
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if k != "_cache"} | {"_cache": {}}

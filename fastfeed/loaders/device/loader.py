@@ -53,10 +53,6 @@ class DeviceLoader(Loader):
         log.info("device loader on %s: decoder %s, %s", self.device, self.decoder.name,
                  "VRAM cache" if self.cache is not None else f"workers ship {ship} payloads")
 
-    @property
-    def device_hyp(self):
-        return None
-
     def set_epoch(self, epoch: int, start: int = 0) -> None:
         super().set_epoch(epoch, start)
         self.feed.set_epoch(epoch, start)

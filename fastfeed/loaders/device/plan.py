@@ -259,10 +259,6 @@ def slot_bytes(store: Store, cfg: LoaderConfig, ship: str) -> int:
     return b * max(per, 64 << 10)
 
 
-def _planner(store: Store, cfg: LoaderConfig, rank: int, opts: CpuOptions, ship: str) -> Planner:
-    return Planner(store, cfg, rank, opts.partner_buffer, ship)
-
-
 def _host_batch(slot: torch.Tensor, count: int, plan: Plan, indices: torch.Tensor) -> HostBatch:
     return HostBatch(slot, plan, indices)
 
@@ -272,7 +268,7 @@ class HostLoader(PoolLoader):
 
     def __init__(self, store: Store, cfg: LoaderConfig, opts: CpuOptions, ship: str, order=None):
         rank, _ = cfg.resolved_rank()
-        super().__init__(store, cfg, opts, partial(_planner, store, cfg, rank, opts, ship), order=order,
+        super().__init__(store, cfg, opts, partial(Planner, store, cfg, rank, opts.partner_buffer, ship), order=order,
                          slot_shape=(slot_bytes(store, cfg, ship),), pin=cfg.pin() and ship != SHIP_NONE,
                          make_batch=_host_batch)
         self.ship = ship
