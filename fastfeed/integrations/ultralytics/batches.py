@@ -115,7 +115,6 @@ def collate(images: torch.Tensor, targets: torch.Tensor, indices, info: RecordIn
     }
 
 
-
 def _rank_in_image(image: torch.Tensor, batch_size: int) -> torch.Tensor:
     """For each row, how many rows of the same image come before it (the object's j within its image)."""
     if not len(image):

@@ -29,15 +29,15 @@ def training_dtype(trainer) -> torch.dtype:
     return torch.bfloat16 if amp_arg == "bf16" else torch.float16
 
 
-def loader_setup(trainer, hyp):
-    """(hyp, options) for the device loader from Ultralytics' arguments, each difference said by name."""
+def loader_setup(trainer) -> dict:
+    """The device loader's options from Ultralytics' arguments, each difference said by name."""
     dtype = training_dtype(trainer)
     options = {"dtype": str(dtype).removeprefix("torch.")}
     if str(trainer.args.cache).strip().lower() in RAM_CACHE:
         options["cache"] = "device"
         log.info(f"fastfeed: cache={trainer.args.cache}: the device loader keeps the decoded store in "
                  f"{trainer.device.type} memory (its VRAM cache)")
-    return hyp, options
+    return options
 
 
 def finish_batch(trainer, batch: dict, feed) -> dict:

@@ -116,9 +116,8 @@ class FastfeedMixin(StoppableMixin):
         name = loader_name(self.args.cache)
         if RANK in (-1, 0):
             warn_unsupported(self.args, self.fastfeed_task, name)
-        hyp, options = augment_hyp(self.args, name), {}
-        if name == DEVICE_LOADER:   # batches finished on this trainer's device, in the dtype it trains in
-            hyp, options = loader_setup(self, hyp)
+        hyp = augment_hyp(self.args, name)
+        options = loader_setup(self) if name == DEVICE_LOADER else {}   # batches finished on this device, in its dtype
         count = train_count(self.args, len(store))   # `fraction`: the first `count` records
         cfg = LoaderConfig(imgsz=int(self.args.imgsz), batch_size=max(1, min(batch_size, count)),
                            workers=loader_workers(self.args.workers, self.device), seed=int(self.args.seed),
