@@ -69,16 +69,12 @@ def held(path: Path, how: int, remake=lambda: None) -> bool:
 
 def evict(path: Path) -> bool:
     """Delete a complete shard nobody maps (its lock taken exclusively, without waiting)."""
-    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        path.unlink(missing_ok=True)
-        return True
-    finally:
-        os.close(fd)
+        with flocked(path.with_name(path.name + ".lock"), fcntl.LOCK_EX | fcntl.LOCK_NB):
+            path.unlink(missing_ok=True)
+            return True
+    except BlockingIOError:
+        return False
 
 
 def log_line(store_dir: Path, record: dict) -> None:

@@ -44,11 +44,8 @@ def list_shard_caches(root=None) -> list[ShardCacheInfo]:
             info.shards += 1
             info.bytes += f.stat().st_size
             info.in_use += held(f.with_name(f.name + ".lock"), fcntl.LOCK_EX)
-        for f in (d / "pins").glob("*.json"):
-            pid = f.name.split("-", 1)[0]
-            if pid.isdigit() and alive(int(pid)):
-                info.pinned_by.append(int(pid))
-        info.pinned_by = sorted(set(info.pinned_by))
+        pids = (f.name.split("-", 1)[0] for f in (d / "pins").glob("*.json"))
+        info.pinned_by = sorted({int(pid) for pid in pids if pid.isdigit() and alive(int(pid))})
         fetched = fetched_in(d)
         info.downloads, info.downloaded_bytes = len(fetched), sum(x.get("bytes", 0) for x in fetched)
         out.append(info)
@@ -61,12 +58,9 @@ def clear_shard_caches(root=None, force: bool = False) -> tuple[list[ShardCacheI
     removed, kept = [], []
     for info in list_shard_caches(root):
         if not force and (info.in_use or info.pinned_by):
-            why = []
-            if info.in_use:
-                why.append(f"{info.in_use} shard(s) in use")
-            if info.pinned_by:
-                why.append(f"needed by pid(s) {', '.join(map(str, info.pinned_by))}")
-            info.note = "; ".join(why) + " (--force removes it anyway)"
+            why = [f"{info.in_use} shard(s) in use" if info.in_use else "",
+                   f"needed by pid(s) {', '.join(map(str, info.pinned_by))}" if info.pinned_by else ""]
+            info.note = "; ".join(filter(None, why)) + " (--force removes it anyway)"
             kept.append(info)
             continue
         for f in info.path.glob("*.mdb"):

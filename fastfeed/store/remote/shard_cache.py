@@ -25,8 +25,6 @@ from .locks import fetched_in, flocked, held, log_line, open_lock
 from .pins import pins_of
 from .sizes import CACHE_ENV, STORE_PREFIX
 
-__all__ = ["ShardCache", "CacheFull", "CacheReadOnly", "ShardDamaged", "WAIT_S"]
-
 log = logging.getLogger(__name__)
 
 WAIT_S = 600.0                # how long a read waits for room in a full cache before giving up

@@ -99,11 +99,8 @@ class RemoteShards:
         for fd, _, _ in self.maps.values():
             with contextlib.suppress(OSError):
                 os.close(fd)
-        self.maps = OrderedDict()
-        self._read_aheads = []
-        self._fs = None
         self.link = Link()   # the parent's read-ahead may hold its lock across the fork (and measures its own link)
-        self._pid = os.getpid()
+        self._reset()
 
     def _filesystem(self):
         if getattr(self, "_fs", None) is None:
