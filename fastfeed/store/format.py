@@ -113,10 +113,8 @@ class Manifest:
         return self.source["fingerprint"]
 
     def to_json(self) -> dict:
-        d = {"format": FORMAT_NAME}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            d[f.name] = [asdict(s) for s in v] if f.name == "shards" else v
+        d = {"format": FORMAT_NAME} | {f.name: getattr(self, f.name) for f in fields(self)}
+        d["shards"] = [asdict(s) for s in self.shards]
         return d
 
     @classmethod

@@ -172,15 +172,14 @@ class LocalShards:
     def record(self, index: int, shard: int, check_crc: bool) -> Record:
         """Record `index` (in shard number `shard`), a view into the map."""
         info, h = self.shards[shard], self.handle(shard)
-        name = info.file
         if (size := os.fstat(h.fd).st_size) != info.bytes:   # reading a shrunk map would kill us (SIGBUS)
             raise fmt.StoreChanged(f"record {index}: " + changed.under_reader(
-                [f"shard {self.path / name} is now {size} bytes, {info.bytes} when packed"]))
+                [f"shard {self.path / info.file} is now {size} bytes, {info.bytes} when packed"]))
         try:
             buf = h.txn.get(fmt.record_key(index - info.start))
         except lmdb.Error as e:
-            raise fmt.RecordCorrupt(f"{lmdb_failed(e, str(self.path / name), index)}; run `fastfeed verify` and "
+            raise fmt.RecordCorrupt(f"{lmdb_failed(e, str(self.path / info.file), index)}; run `fastfeed verify` and "
                                     "re-pack") from None
         if buf is None:
-            raise fmt.RecordCorrupt(f"record {index} missing from shard {name}; run `fastfeed verify` and re-pack")
-        return parse_record(buf, index, name, check_crc)
+            raise fmt.RecordCorrupt(f"record {index} missing from shard {info.file}; run `fastfeed verify` and re-pack")
+        return parse_record(buf, index, info.file, check_crc)

@@ -44,10 +44,7 @@ def temp_dir_for(out: Path) -> Path:
 def leftovers(out: Path) -> list[Path]:
     """The hidden siblings of OUT that packs write (`.OUT.incomplete-*`, `.OUT.old-*`), oldest name first."""
     out = Path(out)
-    found = []
-    for kind in _LEFTOVER_KINDS:
-        found += out.parent.glob(f".{glob_escape(out.name)}.{kind}-*")
-    return sorted(found)
+    return sorted(p for kind in _LEFTOVER_KINDS for p in out.parent.glob(f".{glob_escape(out.name)}.{kind}-*"))
 
 
 def _is_store(path: Path) -> bool:

@@ -37,11 +37,8 @@ def shown(url: str) -> str:
     m = _URL.match(url)
     if not m:
         return url
-    rest = m["rest"]
-    host, sep, tail = rest.partition("/")
-    if "@" in host:
-        host = host.rsplit("@", 1)[1]
-    return f"{m['proto']}://{host}{sep}{tail}"
+    host, sep, tail = m["rest"].partition("/")
+    return f"{m['proto']}://{host.rsplit('@', 1)[-1]}{sep}{tail}"
 
 
 def join(url: str, *names: str) -> str:
