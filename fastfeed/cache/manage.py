@@ -32,12 +32,9 @@ class CacheInfo:
 
 
 def _slabs(cache_dir: Path) -> list[Path]:
-    names = set()
-    for p in cache_dir.glob(f"{layout.PREFIX}*{layout.SUFFIX}*"):
-        base = p.name.split(layout.SUFFIX, 1)[0] + layout.SUFFIX
-        if _NAME.match(base):
-            names.add(base)
-    return [cache_dir / n for n in sorted(names)]
+    found = cache_dir.glob(f"{layout.PREFIX}*{layout.SUFFIX}*")
+    bases = {p.name.split(layout.SUFFIX, 1)[0] + layout.SUFFIX for p in found}
+    return [cache_dir / n for n in sorted(bases) if _NAME.match(n)]
 
 
 def _describe(slab: Path) -> CacheInfo:

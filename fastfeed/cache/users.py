@@ -95,17 +95,15 @@ def read_path(path: Path) -> Users:
 def write(fd: int, users: Users) -> None:
     text = "# fastfeed shm cache users: pid start_time\n" + ("keep\n" if users.keep else "")
     text += "".join(f"{p} {t:.3f}\n" for p, t in users.entries)
-    data = text.encode("ascii")
     os.ftruncate(fd, 0)
-    os.pwrite(fd, data, 0)
+    os.pwrite(fd, text.encode("ascii"), 0)
 
 
 def lock_holder(fd: int) -> int | None:
     """The pid holding an flock on the file of `fd`, from /proc/locks (Linux), else None."""
     st = os.fstat(fd)
     try:
-        with open("/proc/locks") as f:
-            lines = f.read().splitlines()
+        lines = Path("/proc/locks").read_text().splitlines()
     except OSError:
         return None
     for line in lines:
@@ -145,12 +143,9 @@ def locked(path: Path, timeout: float, busy: Callable[[int | None], str] | None 
                 raise CacheError(busy(holder) if busy else f"pid {holder} holds the lock {path}") from None
             time.sleep(_POLL)
             continue
-        try:
-            same = os.stat(path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
+        with suppress(FileNotFoundError):
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                break
         os.close(fd)   # the file was removed (with its slab) while we waited: lock the new one
     try:
         with parent_only(fd):   # workers started meanwhile (the build's) never keep the lock
