@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from ..train.config import AMPS, DEFAULT_IMGSZ, DEFAULT_LR, MODELS, OPTIMIZERS, SCHEDULES, TrainConfig
@@ -57,18 +58,12 @@ HELP = "train the bundled YOLOv3 / YOLOv3-tiny on a store (and evaluate COCO mAP
 
 class _Loaders:
     """The loader registry's names as argparse choices, read only when --loader is given or help printed
-    (the registry imports torch; `fastfeed --version` should not)."""
-
-    def _names(self):
-        from ..loaders import list_loaders
-
-        return list_loaders()
-
-    def __contains__(self, name):
-        return name in self._names()
+    (the registry imports torch; `fastfeed --version` should not). `in` iterates them too."""
 
     def __iter__(self):
-        return iter(self._names())
+        from ..loaders import list_loaders
+
+        return iter(list_loaders())
 
 
 def add_parser(sub) -> None:
@@ -205,8 +200,6 @@ def _finished(s: dict) -> str:
 
 
 def run(args) -> int:
-    import os
-
     from ..devices import DeviceError
     from ..store.format import FormatError
     from ..train import CheckpointError, TrainError, train  # TrainError: TrainingDiverged too
