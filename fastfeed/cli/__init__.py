@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import sys
 
 from .. import __version__
 from . import bench, cache, loaders, pack, store, train
@@ -49,8 +51,6 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    import sys
-
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)
@@ -64,8 +64,6 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         return fail("interrupted; nothing was left half-written", 130)
     except BrokenPipeError:   # what reads the output went away (`fastfeed inspect S | head`): stop, as a filter does
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # the exit's last flush writes nowhere
         return 128 + 13   # as a process that SIGPIPE ended
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 from pathlib import Path
 
@@ -64,8 +65,7 @@ def add_parser(sub) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--step-ms", type=float, metavar="MS",
                    help="simulate an accelerator step of MS milliseconds; report the stall fraction and steps/s")
-    g.add_argument("--model", choices=MODELS,
-                   help="run the bundled model's training step instead of a simulated one")
+    g.add_argument("--model", choices=MODELS, help="run the bundled model's training step instead of a simulated one")
     p.add_argument("--task", choices=TASKS,
                    help="what the batches carry: the store's task (default: a segment store's masks, a pose store's "
                         "keypoints, an OBB store's rotated boxes), or detect: boxes alone, from a store of any task "
@@ -91,8 +91,6 @@ def run(args) -> int:
         cfg = config_of(BenchConfig, args, store_options=store_options(args), loaders=tuple(args.loaders or ("cpu",)),
                         batch_size=args.batch, progress=not args.quiet)
         if args.plot is not None:
-            import importlib.util
-
             if importlib.util.find_spec("matplotlib") is None:   # say so before minutes of measuring
                 return fail("--plot needs matplotlib: pip install -e '.[plot]' in the fastfeed checkout")
             if args.plot.suffix.lower() not in (".png", ".pdf", ".svg", ".jpg", ".jpeg"):

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import functools
 import logging
+import os
 import sys
 from dataclasses import MISSING, fields
 
@@ -138,8 +139,6 @@ def store_options(args):
     """The object-storage flags over the `FASTFEED_*` variables (read here, once: `StoreOptions.from_env`) as the
     `StoreOptions` every Store of this command is opened with (they travel into its workers with the Store; the
     environment is left as it was). ValueError for a bad flag or variable."""
-    import os
-
     from ..store.objstore import parse_option
     from ..store.options import StoreOptions
     from ..store.remote.sizes import default_dir, parse_size

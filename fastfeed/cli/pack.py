@@ -106,8 +106,7 @@ def add_parser(sub) -> None:
 
 
 def _print_report(report, rejects) -> None:
-    lines = report.summary_lines()
-    if lines:
+    if lines := report.summary_lines():
         listed = f"; errors are listed in {rejects}" if isinstance(rejects, str) or (
             rejects is not None and rejects.is_file()) else ""
         print(f"problems found (all counted{listed}):")
@@ -143,8 +142,7 @@ def run(args) -> int:
           f"{res.seconds:.1f} s ({m.num_images / max(res.seconds, 1e-9):.0f} images/s)")
     if (line := tasks.get(m.task).describe(task_summary(m))) is not None:
         print(f"  {line}")
-    rejected = res.report.images_rejected
-    if rejected:
+    if rejected := res.report.images_rejected:
         print(f"  {rejected} image(s) skipped: see {res.rejects}")
     _print_report(res.report, res.rejects)
     return EXIT_OK
