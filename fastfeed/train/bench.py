@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..devices import synchronize, to_channels_last
-from .device import autocast, grad_scaler
+from .device import forward_loss, grad_scaler
 from .loss import YoloLoss
 from .model import build_model
 from .optim import build_optimizer
@@ -37,9 +37,7 @@ def bench_step(model: str, device: torch.device, imgsz: int, batch_size: int, *,
             images = to_channels_last(images, device)
         targets = targets.to(device, non_blocking=True)
         targets = targets[targets[:, 1] < nc]
-        with autocast(device, amp):
-            preds = net(images)
-        loss, _ = loss_fn(preds, targets)
+        loss, _ = forward_loss(net, loss_fn, images, targets, device=device, amp=amp)
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()

@@ -27,6 +27,13 @@ def autocast(device: torch.device, amp: str | None):
     return torch.autocast(device_type=device.type, dtype=AMP_DTYPES[amp])
 
 
+def forward_loss(model, loss_fn, images, targets, *, device, amp):
+    """Forward (under autocast) and the loss (in fp32): (loss to backward, detached [box, obj, cls])."""
+    with autocast(device, amp):
+        preds = model(images)
+    return loss_fn(preds, targets)
+
+
 def grad_scaler(device: torch.device, amp: str | None):
     """fp16 gradients underflow without loss scaling; bf16 has fp32's range and needs none."""
     return torch.amp.GradScaler(device.type, enabled=amp == "fp16")

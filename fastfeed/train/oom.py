@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .device import TrainError
+from .device import TrainError, forward_loss
 
 MAX_HALVINGS = 2
 AUTO_MARGIN = 0.85   # --batch auto: the share of the device's memory the chosen micro-batch may peak at
@@ -125,7 +125,6 @@ def auto_batch(model, loss_fn, device: torch.device, imgsz: int, *, amp: str | N
     set_per_process_memory_fraction). The model's BatchNorm statistics are put back and its gradients
     dropped afterwards. Returns (batch, {batch: peak bytes measured})."""
     from ..devices import accelerator_module, empty_cache, reset_peak_memory, to_channels_last
-    from .device import autocast
 
     mod = accelerator_module(device)
     if mod is None:
@@ -146,9 +145,7 @@ def auto_batch(model, loss_fn, device: torch.device, imgsz: int, *, amp: str | N
             images = to_channels_last(images, device)
         try:
             reset_peak_memory(device)
-            with autocast(device, amp):
-                preds = model(images)
-            loss, _ = loss_fn(preds, targets.to(device))
+            loss, _ = forward_loss(model, loss_fn, images, targets.to(device), device=device, amp=amp)
             loss.backward()
             return mod.max_memory_allocated(device) + state_bytes
         finally:

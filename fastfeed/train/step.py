@@ -18,7 +18,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from ..devices import accelerator_module, empty_cache, is_out_of_memory, memory_report, to_channels_last, utilization
 from . import distributed
-from .device import TrainError, autocast, resize, step_size
+from .device import TrainError, forward_loss, resize, step_size
 from .guards import RankSourceFailed, source_failure
 from .oom import slice_batch
 from .optim import set_lr
@@ -86,13 +86,6 @@ class CommTimer:
 
 class TrainingDiverged(TrainError):
     """The loss became NaN or infinite; the last good checkpoint is left as it was."""
-
-
-def forward_loss(model, loss_fn, images, targets, *, device, amp):
-    """Forward (under autocast) and the loss (in fp32): (loss to backward, detached [box, obj, cls])."""
-    with autocast(device, amp):
-        preds = model(images)
-    return loss_fn(preds, targets)
 
 
 def micro_step(model, loss_fn, images, targets, *, device, amp, scaler, loss_scale: float):
