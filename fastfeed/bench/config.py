@@ -62,8 +62,7 @@ class BenchConfig:
              "--device", f"must be one of {', '.join(DEVICES)} (optionally with :index)", self.device)
         need(self.step_ms is None or (is_num(self.step_ms) and self.step_ms >= 0), "--step-ms", "must be >= 0",
              self.step_ms)
-        need(self.model is None or self.model in MODELS, "--model", f"must be one of {', '.join(MODELS)}",
-             self.model)
+        need(self.model is None or self.model in MODELS, "--model", f"must be one of {', '.join(MODELS)}", self.model)
         need(self.step_ms is None or self.model is None, "--step-ms", "and --model exclude each other",
              (self.step_ms, self.model))
         need(self.task is None or self.task in TASKS, "--task", f"must be one of {', '.join(TASKS)}", self.task)

@@ -103,8 +103,7 @@ def measure(name: str, store, lcfg: LoaderConfig, *, seconds: float, batches: in
             interval: float = 0.2, progress: bool = True, label: str | None = None) -> LoaderResult:
     """Run loader `name` on `store` and measure it. Never raises for the loader's own failures:
     a missing optional dependency (ImportError) gives status 'unavailable', anything else 'failed'."""
-    res = LoaderResult(name=name, workers=lcfg.workers, loader_config=lcfg.to_dict(),
-                       copy_applicable=copy is not None)
+    res = LoaderResult(name=name, workers=lcfg.workers, loader_config=lcfg.to_dict(), copy_applicable=copy is not None)
     mon = ResourceMonitor(interval).start()
     loader = gen = None
     try:

@@ -44,14 +44,13 @@ def local_world_size() -> int:
 
 def setup(device: torch.device) -> Dist:
     """Join the process group torchrun describes (or use one the caller already initialised)."""
-    if dist.is_available() and dist.is_initialized():
-        return Dist(dist.get_rank(), dist.get_world_size(), local_rank(), local_world_size=local_world_size())
-    world = int(os.environ.get("WORLD_SIZE", 1))
-    if world <= 1:
-        return Dist()
-    set_device(device)
-    dist.init_process_group(BACKENDS[device.type])
-    return Dist(dist.get_rank(), dist.get_world_size(), local_rank(), owned=True, local_world_size=local_world_size())
+    owned = not (dist.is_available() and dist.is_initialized())
+    if owned:
+        if int(os.environ.get("WORLD_SIZE", 1)) <= 1:
+            return Dist()
+        set_device(device)
+        dist.init_process_group(BACKENDS[device.type])
+    return Dist(dist.get_rank(), dist.get_world_size(), local_rank(), owned=owned, local_world_size=local_world_size())
 
 
 def all_mean(t: torch.Tensor, d: Dist) -> torch.Tensor:

@@ -52,10 +52,7 @@ def check_out(run) -> None:
     if cfg.resume or cfg.eval_only:
         return
     found = [n for n in RUN_FILES if (out / n).is_file()] if run.dd.main else []
-    held = distributed.any_true(bool(found), run.dd, run.device)
-    if not held:
-        return
-    if not cfg.force:
+    if distributed.any_true(bool(found), run.dd, run.device) and not cfg.force:   # any_true first: every rank joins it
         raise RunExists(f"--out {out} already holds a run ({', '.join(found) or 'on rank 0'}): continue it with "
                         "--resume, start a new run there with --force (replacing its last.pt, best.pt and "
                         "metrics.jsonl), or give another --out")

@@ -250,9 +250,7 @@ def evaluate_checkpoint(cfg: TrainConfig, stack) -> TrainResult:
     model = build_model(name, len(run.store.class_names)).to(run.device)
     load_weights(model, cfg.weights, run.device)
     batch = cfg.batch if cfg.batch != "auto" else TrainConfig.batch   # nothing to measure: the default
-    kw = dict(imgsz=cfg.imgsz, batch_size=batch, device=run.device,
-              workers=cfg.workers, loader=cfg.loader, amp=cfg.amp, conf_thres=cfg.conf_thres,
-              iou_thres=cfg.iou_thres, progress=cfg.progress)
+    kw = run.eval_kw() | {"batch_size": batch, "channels_last": False}   # a model built here, not channels-last
     res = evaluate(model, run.val_store, **kw) if run.dd.main else {}
     summary = {"mode": "eval", "weights": str(cfg.weights), "val": str(cfg.val), "model": name, "imgsz": cfg.imgsz,
                **res}

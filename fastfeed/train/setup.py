@@ -97,8 +97,7 @@ def open_run(cfg: TrainConfig, stack) -> Run:
     from ..store.reader import Store
 
     device = resolve_device(cfg.device, distributed.local_rank())
-    alloc = use_expandable_segments(device)   # before the first allocation on the device
-    if alloc:
+    if alloc := use_expandable_segments(device):   # before the first allocation on the device
         log.debug("CUDA allocator: %s", alloc)
     dd = distributed.setup(device)
     stack.callback(distributed.teardown, dd)
@@ -191,8 +190,7 @@ def set_up(cfg: TrainConfig, stack) -> Run:
     halved = bool(run.ckpt and run.ckpt.get("micro_batch")) and (not is_int(asked) or run.ckpt["micro_batch"] < asked)
     if halved and run.ckpt["micro_batch"] < (micro or batch):
         micro = run.ckpt["micro_batch"]
-        log.warning("resuming with micro-batches of %d images (the run halved them after running out of memory)",
-                    micro)
+        log.warning("resuming with micro-batches of %d images (the run halved them after running out of memory)", micro)
     run.micro = MicroBatches(batch, min(micro or batch, batch))
     if len(run.store) < batch * dd.world_size:
         raise TrainError(f"--batch {batch} x {dd.world_size} process(es) is more than the store's "
