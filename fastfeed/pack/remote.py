@@ -15,7 +15,6 @@ import hashlib
 import logging
 import os
 import re
-import secrets
 import shutil
 import tempfile
 import threading
@@ -68,10 +67,7 @@ class RemoteFiles:
 def staged(src: str, options: dict | None):
     """(local stand-in of `src` for the layout readers, RemoteFiles) while inside; the stand-in is removed after."""
     url = urls.location(src)
-    top_url = url
-    yaml_name = None
-    if url.lower().endswith((".yaml", ".yml")):
-        top_url, yaml_name = url.rsplit("/", 1)
+    top_url, yaml_name = url.rsplit("/", 1) if url.lower().endswith((".yaml", ".yml")) else (url, None)
     fs, root = objstore.filesystem(top_url, options)
     listing = _list(fs, root, top_url)
     if not listing:
@@ -104,8 +100,8 @@ def staged(src: str, options: dict | None):
 
 def _list(fs, root: str, url: str) -> dict[str, int]:
     """{object key: size} under `root`: its first two levels of folders listed in parallel."""
-    def ls(path):
-        return objstore.retry(lambda: fs.ls(path, detail=True), urls.join(url, path[len(root):]), "listing", fs=fs)
+    def ls(path, op=fs.ls):
+        return objstore.retry(lambda: op(path, detail=True), urls.join(url, path[len(root):]), "listing", fs=fs)
 
     top = ls(root)
     files = {e["name"]: int(e.get("size") or 0) for e in top if e.get("type") == "file"}
@@ -115,11 +111,7 @@ def _list(fs, root: str, url: str) -> dict[str, int]:
         for entries in pool.map(ls, dirs):
             files.update({e["name"]: int(e.get("size") or 0) for e in entries if e.get("type") == "file"})
             second += [e["name"] for e in entries if e.get("type") == "directory"]
-
-        def find(path):
-            return objstore.retry(lambda: fs.find(path, detail=True), urls.join(url, path[len(root):]),
-                                  "listing", fs=fs)
-        for found in pool.map(find, second):
+        for found in pool.map(lambda path: ls(path, fs.find), second):
             files.update({k: int(v.get("size") or 0) for k, v in found.items() if v.get("type") != "directory"})
     return files
 
@@ -158,10 +150,6 @@ def remove_dead_staging(root: Path) -> list[Path]:
             log.warning("removed %s, left by a pack (pid %s) that was killed", p, m.group(1))
             removed.append(p)
     return removed
-
-
-def new_pack_id() -> str:
-    return secrets.token_hex(4)
 
 
 class Destination:

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import multiprocessing as mp
 import os
+import secrets
 import shutil
 import time
 from dataclasses import dataclass
@@ -197,7 +198,7 @@ def _pack_to_url(cfg: PackConfig, src, files) -> PackResult:
             raise PackError(f"{dest.where} already holds a store; pass --force to replace it (readers keep the old pack "
                             "until the new manifest is in place)")
         source, report = _open(cfg, src)
-        pack_id = remote.new_pack_id()
+        pack_id = secrets.token_hex(4)
         tmp = remote.staging_dir("pack")   # named with this pid: a killed pack's is removed by the next
         try:
             manifest = (_pack_into(tmp, cfg, source, report, files, lambda k: fmt.shard_file(k, pack_id), dest.add_shard)
