@@ -80,13 +80,8 @@ def _unique_images(entries: list[dict]) -> tuple[dict[int, dict], dict[int, int]
     the annotations dropped with them."""
     ids = Counter(im["id"] for im in entries)
     files = Counter(os.path.normpath(im["file_name"]) for im in entries)
-    images, dropped = {}, {}
-    for im in entries:
-        if ids[im["id"]] == 1 and files[os.path.normpath(im["file_name"])] == 1:
-            images[im["id"]] = im
-        else:
-            dropped[im["id"]] = 0
-    return images, dropped
+    images = {im["id"]: im for im in entries if ids[im["id"]] == 1 and files[os.path.normpath(im["file_name"])] == 1}
+    return images, {im["id"]: 0 for im in entries if im["id"] not in images}
 
 
 def _duplicate_problems(entries: list[dict], dropped: dict[int, int]) -> list[Problem]:

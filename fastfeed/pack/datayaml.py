@@ -147,8 +147,7 @@ class DataYaml:
 def read_data_yaml(file: Path) -> DataYaml:
     cfg = load_yaml(file)
     names = names_of(cfg, file)
-    base = file.parent
-    root = base
+    root = base = file.parent
     if cfg.get("path"):
         p = Path(str(cfg["path"]))
         tried = [p] if p.is_absolute() else [base / p, Path.cwd() / p]

@@ -150,8 +150,6 @@ class PackReport:
         lines = []
         for table, tag in ((ERRORS, "error"), (NOTES, "note")):
             for reason, meaning in table.items():
-                n = self.counts[reason]
-                if n:
-                    first = self.examples[reason][0]
-                    lines.append(f"{tag:5} {n:6d}  {reason}: {meaning}; e.g. {first}")
+                if n := self.counts[reason]:
+                    lines.append(f"{tag:5} {n:6d}  {reason}: {meaning}; e.g. {self.examples[reason][0]}")
         return lines

@@ -130,13 +130,6 @@ def _shown(path, root) -> str:
         return str(path)
 
 
-def _numbers(parts) -> list[float] | None:
-    try:
-        return [float(v) for v in parts]
-    except ValueError:
-        return None
-
-
 def _yolo_found(source: Source) -> list[str]:
     """What the label files hold, read again for the message only: empty files, pixels."""
     files = [it.label_path for it in source.items if it.label_path is not None]
@@ -150,8 +143,11 @@ def _yolo_found(source: Source) -> list[str]:
             empty += 1
         for k, line in enumerate(lines, 1):
             where = f"{_shown(path, source.root)}:{k}: {line[:60]!r}"
-            vals = _numbers(line.split())
-            if vals is not None and len(vals) == 5:
+            try:
+                vals = [float(v) for v in line.split()]
+            except ValueError:
+                continue
+            if len(vals) == 5:
                 numeric += 1
                 if max(abs(v) for v in vals[1:]) > 1.5:
                     pixels.append(where)
