@@ -109,9 +109,7 @@ class LoaderConfig:
 
     def worker_hyp(self) -> AugmentHyp:
         """The augmentation the workers apply: all of `hyp`, or without what the device will do."""
-        if not self.device_augment:
-            return self.hyp
-        return replace(self.hyp, fliplr=0.0, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0)
+        return replace(self.hyp, fliplr=0.0, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0) if self.device_augment else self.hyp
 
     def resolved_rank(self) -> tuple[int, int]:
         """(rank, world_size): from the config, else from torch.distributed, else (0, 1)."""
@@ -236,8 +234,7 @@ class Loader(BatchFeed, AbstractContextManager):
             raise ValueError(f"epoch must be an integer >= 0, got {epoch!r}")
         if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= len(self):
             raise ValueError(f"start must be a batch index in 0..{len(self)}, got {start!r}")
-        self.epoch, self.start = int(epoch), start
-        self.handed = start
+        self.epoch, self.start, self.handed = int(epoch), start, start
 
     def state_dict(self, epoch: int | None = None, batches: int | None = None) -> dict:
         """The position (`batches` consumed into `epoch` on every rank: by default those its iterator has yielded,

@@ -138,9 +138,7 @@ class PoolLoader(Loader):
         self._pos = (ep.epoch, k) if k < len(ep.batches) else (ep.epoch + 1, 0)
 
     def iter_batches(self) -> Iterator:
-        if self.cfg.workers == 0:
-            return self._iter_local()
-        return self._iter_pool()
+        return self._iter_local() if self.cfg.workers == 0 else self._iter_pool()
 
     def _iter_local(self) -> Iterator:
         if self._local is None:
@@ -243,9 +241,7 @@ class PoolLoader(Loader):
         if self._finalizer is not None:
             self._finalizer()
             self._finalizer = None
-        self._pool = None
-        self._local = None
-        self._ahead = None
+        self._pool = self._local = self._ahead = None
         self._pos = (0, 0)   # a new pool starts with empty partner buffers
 
 

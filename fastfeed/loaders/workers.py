@@ -83,8 +83,7 @@ class WorkerPool:
             for p in self.procs:
                 p.start()
         self.free = list(range(len(self.slots)))[::-1]
-        self.outstanding = 0
-        self.gen = 0
+        self.outstanding = self.gen = 0
 
     def submit(self, epoch: int, k: int, indices: np.ndarray, mosaic_on: bool) -> bool:
         """Queue batch k of `epoch` (to worker k % n) if a slot is free; False when all are busy."""

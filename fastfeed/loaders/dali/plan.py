@@ -95,14 +95,9 @@ def plan_train(geometry: Geometry, tiles: list, size: int, hyp: AugmentHyp, hsv=
     zoom, t = d.zoom, np.array([d.tx, d.ty])
     shift = (t[0] - zoom * c[0], t[1] - zoom * c[1])
 
-    rows, pastes, realised, crops, regions = [], [], [], [], []
-    for (hw, _, _), (place, region) in zip(tiles, layout):
-        row, paste, m, crop = tile_op(zoom, shift, place, region, hw, size)
-        rows.append(row)
-        pastes.append(paste)
-        realised.append(m)
-        crops.append(crop)
-        regions.append(region_crop(place, region, hw))
+    ops = [tile_op(zoom, shift, place, region, hw, size) for (hw, _, _), (place, region) in zip(tiles, layout)]
+    rows, pastes, realised, crops = zip(*ops)   # per tile: its geom row, (shape, anchor), realised map, crop shown
+    regions = [region_crop(place, region, hw) for (hw, _, _), (place, region) in zip(tiles, layout)]
     boxes, classes = paste_boxes([x[1] for x in tiles], [x[2] for x in tiles], realised, crops, size, hyp, regions)
 
     warp = None

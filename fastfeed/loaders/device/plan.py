@@ -26,7 +26,7 @@ import torch
 
 from ...augment import SamplePlan, letterbox_geometry, letterbox_labels, make_targets, paste_labels, sample_layout
 from ...augment.labels import Labels
-from ...augment.paste import region_crop
+from ...augment.paste import place_matrix, region_crop
 from ...store.reader import Store
 from ...store.record import Record
 from ..base import LoaderConfig
@@ -128,10 +128,7 @@ class TaskGeometry:
                 labels = letterbox_labels(tiles[0][1].labels, (m[0, 0], m[1, 1]), (m[0, 2], m[1, 2]))
             else:
                 ts = np.array([t for t, _ in tiles])
-                r, ox, oy = p.place[j, ts].T
-                tile_to_mid = np.zeros((len(ts), 3, 3))
-                tile_to_mid[:, 0, 0] = tile_to_mid[:, 1, 1] = r
-                tile_to_mid[:, 0, 2], tile_to_mid[:, 1, 2], tile_to_mid[:, 2, 2] = ox, oy, 1.0
+                tile_to_mid = np.stack([place_matrix(place) for place in p.place[j, ts]])
                 # the device samples each tile's exact map over its whole region: that is the realised map and crop
                 crops = region_crop(p.place[j, ts], p.region[j, ts], p.shapes[j, ts])
                 labels = paste_labels([tl.labels for _, tl in tiles], matrices[j] @ tile_to_mid, crops, S, hyp,
@@ -148,11 +145,10 @@ class Planner:
 
     def __init__(self, store, cfg: LoaderConfig, rank: int, partner_buffer: int, ship: str):
         self.store, self.cfg, self.rank, self.ship = store, cfg, rank, ship
-        self.size = cfg.imgsz
+        self.size, self.task = cfg.imgsz, cfg.task
         self.hyp = cfg.hyp              # everything is done on the device: nothing is left to a prefetcher
         self.partners = PartnerBuffer(partner_buffer, self._load, keep=cfg.augment)
         self.token = os.getpid()
-        self.task = cfg.task
         self.labels = TaskGeometry(store.manifest, cfg)
 
     def _load(self, index: int, times: dict) -> Tile:
