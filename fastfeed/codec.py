@@ -29,11 +29,7 @@ class DecodeError(ValueError):
 def sniff(data) -> str:
     """Container type from the magic bytes: 'jpeg', 'png' or 'other'."""
     head = bytes(data[:8])
-    if head.startswith(JPEG_MAGIC):
-        return "jpeg"
-    if head.startswith(PNG_MAGIC):
-        return "png"
-    return "other"
+    return "jpeg" if head.startswith(JPEG_MAGIC) else "png" if head.startswith(PNG_MAGIC) else "other"
 
 
 def jpeg_header(data) -> tuple[int, int, str]:

@@ -158,9 +158,7 @@ class StopSignals:
 
     def reason(self) -> str | None:
         """What stopped the run, for its checkpoint and summary."""
-        if self.requested is not None:
-            return self.requested
-        return "a signal to another rank" if self.agreed else None
+        return self.requested or ("a signal to another rank" if self.agreed else None)
 
     def seconds_since(self) -> float | None:
         return None if self.at is None else time.monotonic() - self.at
