@@ -103,7 +103,7 @@ def _two_layouts(folder: Path) -> str | None:
         return None
     ann, images = folder / "annotations", folder / "images"
     places = [folder, images, *sorted(d for d in images.iterdir() if d.is_dir())] if images.is_dir() else [folder]
-    jsons = (sorted(ann.glob("instances_*.json")) if ann.is_dir() else []) + [j for d in places for j in jsons_in(d)]
+    jsons = sorted(ann.glob("instances_*.json")) + [j for d in places for j in jsons_in(d)]
     coco = next((j for j in jsons if _looks_coco(j)), None)
     return None if coco is None else f"a COCO JSON ({coco}) and YOLO labels ({labels}/)"
 
@@ -118,8 +118,7 @@ def detect_format(src: Path) -> str:
         if (both := _two_layouts(folder)) is not None:
             raise TwoLayouts(f"{folder} holds two layouts, {both}, and they need not agree: choose one with "
                             "--format coco or --format yolo")
-    ann = src / "annotations"
-    if ann.is_dir() and any(ann.glob("instances_*.json")):
+    if any((src / "annotations").glob("instances_*.json")):   # a glob in a folder that is not there finds nothing
         return "coco"
     if (src / "labels").is_dir():
         return "yolo"

@@ -152,10 +152,8 @@ class Result:
     geometry: dict = field(default_factory=dict)   # counts for the manifest (the task's `counts`)
 
 
-def _coco_geometry(item: Item, keep, size, cfg, task: Task, problems: list[Problem]) -> list:
-    """The kept annotations' geometry (None for a dropped object or a crowd region)."""
-    h, w = size
-    unit = (1, 1) if cfg.coco_boxes == "normalized" else (w, h)
+def _coco_geometry(item: Item, keep, size, unit, task: Task, problems: list[Problem]) -> list:
+    """The kept annotations' geometry (None for a dropped object or a crowd region), divided by `unit` (w, h)."""
     out = []
     for (ann_id, value), crowd in zip([g for g, k in zip(item.coco_geometry, keep) if k], item.coco_crowd[keep]):
         if crowd:
@@ -189,7 +187,7 @@ def _labels(item: Item, size, nc: int | None, problems: list[Problem], cfg, task
     if tasks.get(task.name).field is None:
         return xyxy, classes, crowd, None
     if item.coco_xywh is not None:
-        geometry = _coco_geometry(item, keep, size, cfg, task, problems)
+        geometry = _coco_geometry(item, keep, size, (sw, sh), task, problems)
     else:
         geometry = [g for g, k in zip(geometry, keep) if k]
     where = [x for x, k in zip(where, keep) if k] if where else None

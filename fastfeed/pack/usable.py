@@ -71,17 +71,14 @@ def _yolo_unlabelled(source: Source, share: str, under: str) -> str:
         if unmatched:
             msg += f"; the {unmatched} label file(s) there match no image's name"
     root = Path(source.root)
-    ann = root / "annotations"
-    coco = sorted(ann.glob("instances_*.json")) if ann.is_dir() else []
-    coco = coco or jsons_in(root)
+    coco = sorted((root / "annotations").glob("instances_*.json")) or jsons_in(root)   # no folder: no file
     if coco:
         msg += f"; {coco[0]} suggests a COCO dataset: drop --format yolo (or pass --format coco)"
     return msg
 
 
-def _image_sides(source: Source, limit: int = 5) -> list[int]:
-    """The smaller side of the images with boxes: the JSON's, else (none given) a few files' headers."""
-    boxed = [it for it in source.items if it.coco_xywh is not None and len(it.coco_xywh)]
+def _image_sides(boxed: list, limit: int = 5) -> list[int]:
+    """The smaller side of the images with boxes (`boxed`): the JSON's, else (none given) a few files' headers."""
     sides = [min(it.ann_size) for it in boxed if it.ann_size is not None]
     for it in boxed[:limit] if not sides else ():
         try:
@@ -112,7 +109,7 @@ def check_coco_units(source: Source, units: str) -> None:
             raise PackError(f"--coco-boxes normalized, but {int((~fits).sum())} of the {len(b)} bboxes in {ann} reach "
                             "beyond 1: they are in pixels; drop --coco-boxes")
         return
-    sides = _image_sides(source)
+    sides = _image_sides(boxed)
     if not fits.all() or not sides or min(sides) < _MIN_SIDE:
         return
     first = boxed[0]
