@@ -286,7 +286,7 @@ def fetch_many(fs, paths: list[str], url_of: Callable[[str], str], threads: int 
     """{path: bytes or the exception} for many small objects, read concurrently (each retried)."""
     def one(p):
         try:
-            return p, retry(lambda: whole(fs, p), url_of(p), "reading", fs=fs)
+            return p, read_bytes(fs, p, url_of(p))
         except Exception as e:   # noqa: BLE001 - handed back: the caller turns it into a rejection
             return p, e
 

@@ -100,9 +100,8 @@ def verify(path, decode: bool = False, workers: int = 1, progress: bool = True, 
     if result.damaged:
         return result  # records cannot be trusted to be where the manifest says
     n = len(store)
-    reader = store   # pickled into the workers with its options (a store at a URL: its shard cache)
-    reader.check_crc = False
-    jobs = [(reader, a, min(a + _CHUNK, n), decode) for a in range(0, n, _CHUNK)]
+    store.check_crc = False   # pickled into the workers with its options (a store at a URL: its shard cache)
+    jobs = [(store, a, min(a + _CHUNK, n), decode) for a in range(0, n, _CHUNK)]
     pool = None
     if workers > 1 and len(jobs) > 1:
         with worker_context() as ctx:
