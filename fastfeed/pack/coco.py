@@ -199,9 +199,6 @@ def coco_pose(cats: list, ann_file: Path) -> tuple[list[int], list[int] | None]:
                         "kpt_shape; pack the categories separately")
     kpt_names = [str(n) for n in lists[0]]
     index = {n: i for i, n in enumerate(kpt_names)}
-    flip = []
-    for n in kpt_names:
-        other = (n.replace("left", "right", 1) if "left" in n else n.replace("right", "left", 1) if "right" in n
-                 else n)
-        flip.append(index.get(other))
+    flip = [index.get(n.replace("left", "right", 1) if "left" in n else n.replace("right", "left", 1))
+            for n in kpt_names]   # a name with neither side in it is its own counterpart
     return [len(kpt_names), 3], (None if None in flip else flip)
