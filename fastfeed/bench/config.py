@@ -83,14 +83,10 @@ class BenchConfig:
         from ..loaders import list_loaders
 
         valid = list_loaders()
-        names: list[str] = []
-        for name in self.loaders:
-            for n in (valid if name == "all" else [name]):
-                if n not in valid:
-                    raise ValueError(f"unknown loader {n!r}; valid loaders: {', '.join(valid)} (or 'all')")
-                if n not in names:
-                    names.append(n)
-        return names
+        names = [n for name in self.loaders for n in (valid if name == "all" else [name])]
+        if unknown := [n for n in names if n not in valid]:
+            raise ValueError(f"unknown loader {unknown[0]!r}; valid loaders: {', '.join(valid)} (or 'all')")
+        return list(dict.fromkeys(names))
 
     @property
     def sweep_window(self) -> float:

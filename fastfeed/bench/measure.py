@@ -197,9 +197,8 @@ def _timed(loader, gen, mon: ResourceMonitor, copy, step, ready, *, seconds: flo
             if len(win.ends) % 8 == 0:
                 bar.set_postfix_str(f"{done / max(now - win.t0, 1e-9):.0f} img/s", refresh=False)
         win.t1 = mon.mark()
-        stages1 = _stage_snapshot(loader)
+        win.stages = (stages0, _stage_snapshot(loader))
         cpu1 = (_cpu_seconds(loader.memory_pids()), _cpu_seconds([main_pid]))
-        win.stages = (stages0, stages1)
         win.cpu = (max(cpu1[0] - cpu0[0], 0.0), max(cpu1[1] - cpu0[1], 0.0))
         return win
     finally:

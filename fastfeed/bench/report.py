@@ -16,7 +16,7 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}" if v < 10 else f"{v:.1f}"
 
 
-def _row(r: LoaderResult, stall_mode: bool) -> list[str] | str:
+def _row(r: LoaderResult, stall_mode: bool) -> list[str]:
     name = r.name + (" *" if r.fastest else "")
     workers = str(r.workers) if r.workers is not None else "-"
     if not r.ok:
@@ -81,11 +81,9 @@ def format_table(result: BenchResult) -> str:
            f"  {timed} per loader after {max(cfg['warmup'], 1)} untimed batch(es); {m['cpu_model']}, "
            f"{m['cores_usable']} cores, {human_bytes(m['ram_bytes'])} RAM; torch {m['versions']['torch']}",
            "", group, line(heads), line(["-" * w for w in widths])]
-    for cells in rows:
-        if isinstance(cells, list) and len(cells) == len(heads):
-            out.append(line(cells))
-        else:
-            out.append("  ".join([cells[0].ljust(widths[0]), cells[1].rjust(widths[1]), cells[2]]))
+    for cells in rows:   # a loader that did not run: its name, workers and error
+        out.append(line(cells) if len(cells) == len(heads) else
+                   "  ".join([cells[0].ljust(widths[0]), cells[1].rjust(widths[1]), cells[2]]))
 
     out.append("")
     ran = [r for r in result.results if r.ok]
@@ -106,8 +104,7 @@ def format_table(result: BenchResult) -> str:
         extra = []
         if r.ok and r.cpu.get("per_core_percent"):
             extra.append("CPU per core " + " ".join(f"{p:.0f}%" for p in r.cpu["per_core_percent"]))
-        pc = r.cpu.get("process_cores") if r.ok else None
-        if pc:
+        if r.ok and (pc := r.cpu.get("process_cores")):
             extra.append(f"bench processes used {pc['workers'] + pc['main']:.2f} cores (workers {pc['workers']:.2f})")
         if r.ok and r.worker_busy_fraction is not None:
             extra.append(f"workers busy {100 * r.worker_busy_fraction:.0f}%")
@@ -119,9 +116,8 @@ def format_table(result: BenchResult) -> str:
             out.append(f"  {r.name}: order {describe_order(r.order)}")
         for note in r.notes:
             out.append(f"  {r.name}: note: {note}")
-    line = conclusion(result)
-    if line:
-        out += ["", line]
+    if verdict := conclusion(result):
+        out += ["", verdict]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -193,9 +189,7 @@ def write_plot(result: BenchResult, path) -> Path:
         ax1.annotate(label, (b.get_x() + b.get_width() / 2, max(b.get_height(), top)), ha="center", va="bottom",
                      xytext=(0, 4), textcoords="offset points", fontsize=9)
     ax1.set_ylabel("images/s over the window (IQR of slices)")
-    step = cfg.get("step_ms")
-    ax1.set_title("throughput" + (f" with a {step:g} ms step" if step is not None else
-                                  f" with the {cfg['model']} step" if cfg.get("model") else ""))
+    ax1.set_title("throughput" + (f" with {_step(cfg)}" if cfg.get("step_ms") is not None or cfg.get("model") else ""))
     ax1.margins(y=0.2)
 
     bottom = [0.0] * len(rs)

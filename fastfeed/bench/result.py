@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 STAGE_NAMES = ("read", "decode", "augment", "collate", "copy")
-
-
 SPREAD_MAX = 0.25   # a wider spread (half the interquartile range of the slices, against `overall`): not a steady figure
 
 

@@ -146,8 +146,7 @@ def store_options(args):
     opts = dict(parse_option(o) for o in getattr(args, "storage_option", None) or [])
     options = StoreOptions.from_env(os.environ, shard_cache=getattr(args, "shard_cache", None) or None,
                                     shard_cache_limit=getattr(args, "shard_cache_limit", None) or None,
-                                    storage_options=opts,
-                                    read_ahead=getattr(args, "read_ahead_shards", None),
+                                    storage_options=opts, read_ahead=getattr(args, "read_ahead_shards", None),
                                     retries=getattr(args, "store_retries", None))
     if options.shard_cache_limit is not None:
         parse_size(options.shard_cache_limit, options.shard_cache or default_dir())   # refused here, not in a worker

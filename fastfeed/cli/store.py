@@ -86,8 +86,6 @@ def cmd_verify(args) -> int:
               f"  {d['error']}" if d["shard"] in d["error"] else f"  {d['shard']}: {d['error']}")
     if len(res.damaged) > 50:
         print(f"  ... and {len(res.damaged) - 50} more")
-    if urls.is_url(args.store):
-        print("the bucket holds damaged objects: restore them, or re-pack the store (fastfeed pack SRC -o URL --force)")
-    else:
-        print("re-pack the dataset (or restore the damaged shard from a copy)")
+    print("the bucket holds damaged objects: restore them, or re-pack the store (fastfeed pack SRC -o URL --force)"
+          if urls.is_url(args.store) else "re-pack the dataset (or restore the damaged shard from a copy)")
     return EXIT_FAIL
