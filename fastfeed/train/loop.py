@@ -66,8 +66,7 @@ def train(cfg: TrainConfig) -> TrainResult:
         agree_to_stop(run)
         if run.stopped_by and not run.resumed:   # stopped before its first step: last.pt at step 0 for --resume
             gather_rngs(run)
-            if run.dd.main:
-                write_last(run, "signal")
+            write_last(run, "signal")
         while run.epoch < cfg.epochs and not run.stop:
             done = train_epoch(run)
             end_of_epoch(run, done)
@@ -113,8 +112,7 @@ def train_epoch(run) -> int:
                 break
             if done < nb and (run.save_due if run.dd.world_size > 1 else run.timer.due()):
                 gather_rngs(run)
-                if run.dd.main:
-                    write_last(run, "timer")
+                write_last(run, "timer")
     finally:
         if hasattr(batches, "close"):
             batches.close()   # an abandoned epoch (--max-steps, a stop, an error) releases its batches
@@ -140,8 +138,7 @@ def lost_source(run, e: Exception, done: int, began: dict) -> None:
     if agreed:   # every rank is here: which failed, and each rank's generators for last.pt
         message = ranks_lost(message, run.dd)
         gather_rngs(run)
-    if run.dd.main:
-        write_last(run, "loader failed" if worker else "data source failed", batches=done)   # the step in flight undone
+    write_last(run, "loader failed" if worker else "data source failed", batches=done)   # the step in flight undone
     where = f"training stopped at epoch {run.epoch + 1}, step {run.step} ({done} of {run.nb} batches)"
     if worker:
         raise guards.LoaderFailed(f"{e}\n{where}: {run.out / 'last.pt'} holds the last finished step: continue with "
@@ -160,8 +157,7 @@ def end_of_epoch(run, done: int) -> None:
     gather_rngs(run)   # every rank is here: their generators for last.pt (and best.pt)
     if run.stopped_by:   # a notice is short: no evaluation now; the one this epoch's end was due is pending
         pending = run.val_store is not None and done == 0 and (finished or run.epoch % cfg.eval_every == 0)
-        if run.dd.main:
-            write_last(run, "signal", eval_pending=pending)
+        write_last(run, "signal", eval_pending=pending)
     elif run.dd.main:
         due = run.val_store is not None and (finished or run.stop or (done == 0 and run.epoch % cfg.eval_every == 0))
         write_last(run, "epoch" if done == 0 else "stop", eval_pending=due)
@@ -198,8 +194,10 @@ def agree_to_stop(run) -> None:
 
 
 def write_last(run, why: str, eval_pending: bool = False, batches: int | None = None) -> None:
-    """Rank 0: last.pt at the feed's position (`checkpoint_state`; `batches`: that many into `run.epoch`), and a
-    metrics.jsonl row with what it cost."""
+    """Rank 0 (the other ranks return): last.pt at the feed's position (`checkpoint_state`; `batches`: that many into
+    `run.epoch`), and a metrics.jsonl row with what it cost."""
+    if not run.dd.main:
+        return
     t0 = time.perf_counter()
     path = run.out / "last.pt"
     state = checkpoint_state(run, batches=batches, eval_pending=eval_pending, stopped_by=run.stopped_by)

@@ -223,10 +223,9 @@ class YOLOv3Tiny(YOLO):
 
 def build_model(name: str, nc: int) -> YOLO:
     """`name`: 'yolov3' or 'yolov3-tiny'; `nc`: number of classes (the store's)."""
-    if name == "yolov3":
-        return YOLOv3(nc)
-    if name == "yolov3-tiny":
-        return YOLOv3Tiny(nc)
+    for cls in (YOLOv3, YOLOv3Tiny):
+        if cls.name == name:
+            return cls(nc)
     raise ValueError(f"unknown model {name!r}; valid models: {', '.join(MODELS)}")
 
 
