@@ -95,8 +95,6 @@ class BenchConfig:
         return min(3.0, max(1.0, self.seconds / 4))
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d.pop("store_options", None)
-        d["data"] = str(self.data)
-        d["loaders"] = list(self.loaders)
+        d = asdict(self) | {"data": str(self.data), "loaders": list(self.loaders)}
+        del d["store_options"]
         return d

@@ -141,10 +141,8 @@ def _cpu_model() -> str:
 
 def _dist_version(*names: str) -> str | None:
     for name in names:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
     return None
 
 

@@ -129,9 +129,7 @@ class BenchResult:
         d = asdict(self)
         for r, rd in zip(self.results, d["results"]):
             for key in ("images_per_s", "batches_per_s"):
-                rate = getattr(r, key)
-                if rate is not None:
+                if (rate := getattr(r, key)) is not None:
                     rd[key]["spread"] = rate.spread
-        f = next((r for r in self.results if r.fastest), None)
-        d["fastest"] = f.name if f else None
+        d["fastest"] = next((r.name for r in self.results if r.fastest), None)
         return d

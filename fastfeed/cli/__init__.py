@@ -27,10 +27,8 @@ _COMMANDS = {
 
 
 def _command_in(argv) -> str | None:
-    for arg in argv:
-        if not arg.startswith("-"):
-            return arg if arg in _COMMANDS else None
-    return None
+    first = next((arg for arg in argv if not arg.startswith("-")), None)
+    return first if first in _COMMANDS else None
 
 
 def build_parser(argv=None) -> argparse.ArgumentParser:
