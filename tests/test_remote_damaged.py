@@ -179,6 +179,15 @@ def test_verify_url_checks_the_bucket_not_the_cached_copy(s3, local, tmp_path, c
     assert "the bucket holds damaged objects: restore them, or re-pack" in out
 
 
+def test_verify_url_with_a_shard_cache_too_small_names_the_cache_not_the_bucket(s3, local, tmp_path, capsys):
+    url, _ = upload(s3, local)
+    assert main(["verify", url, "--quiet", "--workers", "1", "--shard-cache", str(tmp_path / "c"),
+                 "--shard-cache-limit", "1K"]) == 1
+    out, err = capsys.readouterr()
+    assert "damaged" not in out + err and "the bucket holds" not in out
+    assert "more than the whole shard cache limit" in err and "raise the limit (--shard-cache-limit" in err
+
+
 def test_an_lmdb_error_in_a_local_store_names_the_shard(local, tmp_path):
     import shutil
 

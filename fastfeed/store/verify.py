@@ -14,6 +14,7 @@ from .. import codec, tasks
 from ..procs import worker_context
 from ..progress import bar as progress_bar
 from . import format as fmt
+from .objstore import RemoteError, RemoteMissing
 from .reader import Store
 from .remote.errors import ShardDamaged
 
@@ -43,6 +44,13 @@ def check_geometry(r, m: fmt.Manifest) -> None:
         raise fmt.RecordCorrupt(problem)
 
 
+def _not_the_data(e: BaseException) -> None:
+    """Raise `e` again when it says nothing of the store's bytes: the node's shard cache without room, or the bucket
+    unreachable (what stops the verify, named), not a damaged or missing object (what verify lists)."""
+    if isinstance(e, RemoteError) and not isinstance(e, (ShardDamaged, RemoteMissing)):
+        raise e
+
+
 def _check_range(args) -> tuple[int, list[dict]]:
     store, start, stop, decode = args   # the Store, pickled: a store at a URL keeps its cache settings
     damaged = []
@@ -59,6 +67,7 @@ def _check_range(args) -> tuple[int, list[dict]]:
                 if img.shape[:2] != r.size:
                     raise fmt.RecordCorrupt(f"decoded {img.shape[1]}x{img.shape[0]}, header says {r.width}x{r.height}")
         except (fmt.FormatError, codec.DecodeError, lmdb.Error) as e:
+            _not_the_data(e)
             damaged.append({"shard": shard, "index": i, "error": _RUN_VERIFY.sub("", str(e))})
     store.close()
     return stop - start, damaged
@@ -82,6 +91,7 @@ def _check_shards(store: Store, changed: list) -> list[dict]:
             damaged.append({"shard": s.file, "index": None, "error": _RUN_VERIFY.sub("", str(e))})
             continue
         except fmt.FormatError as e:
+            _not_the_data(e)
             return [{"shard": s.file, "index": None, "error": str(e)}]
         if entries != s.count:
             damaged.append({"shard": s.file, "index": None,

@@ -24,8 +24,8 @@ def reserve(cache, info: fmt.ShardInfo, part: Path, urgent: bool) -> int | None:
     (not urgent, no room now). Raises CacheFull when it never fits or no room comes within wait_s."""
     if info.bytes > cache.limit:
         raise CacheFull(f"shard {info.file} is {gib(info.bytes)}, more than the whole shard cache limit "
-                        f"({gib(cache.limit)}, {cache.root}): raise the limit ({LIMIT_ENV} or "
-                        "Store(url, shard_cache_limit=...)) or re-pack with a smaller --shard-mb")
+                        f"({gib(cache.limit)}, {cache.root}): raise the limit (--shard-cache-limit, {LIMIT_ENV} "
+                        "or Store(url, shard_cache_limit=...)) or re-pack with a smaller --shard-mb")
     deadline = time.monotonic() + cache.wait_s
     while True:
         with flocked(cache.root / ".space.lock", fcntl.LOCK_EX):
@@ -97,7 +97,7 @@ def _full_message(cache, info: fmt.ShardInfo) -> str:
     return (f"the shard cache {cache.root} has no room for shard {info.file} ({gib(info.bytes)}): {gib(used)} of "
             f"its {gib(cache.limit)} limit is held by shards in use or needed now or next"
             + (f" (pinned by pid {', '.join(pids)})" if pids else "")
-            + f". Raise the limit ({LIMIT_ENV} or Store(url, shard_cache_limit=...)), run fewer ranks or workers "
+            + f". Raise the limit (--shard-cache-limit, {LIMIT_ENV} or Store(url, shard_cache_limit=...)), run fewer ranks or workers "
               "per node, or re-pack with a smaller --shard-mb")
 
 
