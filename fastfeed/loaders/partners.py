@@ -64,9 +64,8 @@ class PartnerBuffer:
             self.items.extend(loaded)
         if not augment:
             return loaded, None
-        plans = draw_batch(batch_rng(seed, rank, epoch, batch), len(loaded), hyp, size, mosaic_on=mosaic_on,
-                           mixup_on=mixup_on, candidates=len(self.items))
-        return loaded, plans
+        return loaded, draw_batch(batch_rng(seed, rank, epoch, batch), len(loaded), hyp, size, mosaic_on=mosaic_on,
+                                  mixup_on=mixup_on, candidates=len(self.items))
 
 
 def history(batches_of: Callable[[int], Sequence], epoch: int, before: int, worker: int, workers: int,
@@ -88,6 +87,4 @@ def history(batches_of: Callable[[int], Sequence], epoch: int, before: int, work
         if e >= 0 and need > 0:
             batches = batches_of(e)
             last = len(batches) - 1
-    if not parts:
-        return np.zeros(0, np.int64)
-    return np.concatenate(parts[::-1])[-size:]
+    return np.concatenate(parts[::-1])[-size:] if parts else np.zeros(0, np.int64)
