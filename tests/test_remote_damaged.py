@@ -179,6 +179,25 @@ def test_verify_url_checks_the_bucket_not_the_cached_copy(s3, local, tmp_path, c
     assert "the bucket holds damaged objects: restore them, or re-pack" in out
 
 
+def test_a_truncated_object_is_a_damaged_shard_at_once_not_a_network_fault(s3, local, tmp_path, capsys, caplog):
+    import time
+
+    url, bucket = upload(s3, local)
+    key = f"s.ff/{local.shards[1].file}"
+    body = s3.client().get_object(Bucket=bucket, Key=key)["Body"].read()
+    s3.client().put_object(Bucket=bucket, Key=key, Body=body[: len(body) // 2])
+    store = Store(url, shard_cache=tmp_path / "c")
+    t0 = time.monotonic()
+    with pytest.raises(ShardDamaged, match=rf"the bucket's copy of shard {url}/{local.shards[1].file} is damaged: "
+                                           rf"{len(body) // 2} bytes, the manifest says {len(body)}\. Restore"):
+        store.record(local.shards[1].start)
+    assert time.monotonic() - t0 < 5 and "unreachable" not in caplog.text   # no retries with backoff
+    store.close()
+    assert main(["verify", url, "--quiet", "--workers", "1", "--shard-cache", str(tmp_path / "v")]) == 1
+    out = capsys.readouterr().out
+    assert f"{local.shards[1].file} is damaged: {len(body) // 2} bytes" in out and "the bucket holds damaged" in out
+
+
 def test_verify_url_with_a_shard_cache_too_small_names_the_cache_not_the_bucket(s3, local, tmp_path, capsys):
     url, _ = upload(s3, local)
     assert main(["verify", url, "--quiet", "--workers", "1", "--shard-cache", str(tmp_path / "c"),

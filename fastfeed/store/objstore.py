@@ -57,6 +57,14 @@ class RemoteMissing(RemoteError):
     """An object that is not there (the bucket is)."""
 
 
+class RemoteShort(RemoteError):
+    """An object shorter than the bytes asked of it (`have`): the object itself, not a connection cut short."""
+
+    def __init__(self, message: str, have: int = -1):   # (a default: an exception is unpickled from its message)
+        super().__init__(message)
+        self.have = have
+
+
 def parse_option(text: str) -> tuple[str, object]:
     """`KEY=VALUE` of `--storage-option`: VALUE read as JSON when it is (true, 3, {"a": 1}), else as a string."""
     key, sep, value = text.partition("=")
@@ -268,8 +276,14 @@ def download(fs, path: str, url: str, fd: int, size: int, *, part: int | None = 
         a, b = span
 
         def get():
-            data = fs.cat_file(path, start=a, end=b) if b > a else whole(fs, path)   # one request each
-            if len(data) != b - a:   # a connection cut short can look like a short body
+            try:
+                data = fs.cat_file(path, start=a, end=b) if b > a else whole(fs, path)   # one request each
+            except OSError as e:   # a range past the object's end: the object is short
+                if e.errno == errno.EINVAL and "range" in str(e).lower():
+                    _short(fs, path, url, size)
+                raise
+            if len(data) != b - a:   # a connection cut short can look like a short body; a short object is not one
+                _short(fs, path, url, size)
                 raise ConnectionError(f"got {len(data)} of bytes {a}..{b}")
             return data
 
@@ -280,6 +294,16 @@ def download(fs, path: str, url: str, fd: int, size: int, *, part: int | None = 
     with ThreadPoolExecutor(min(PART_THREADS, len(parts)), thread_name_prefix="fastfeed-range") as pool:
         for f in [pool.submit(fetch, s) for s in parts]:
             f.result()
+
+
+def _short(fs, path: str, url: str, size: int) -> None:
+    """RemoteShort when the object is shorter than `size` (asked with a HEAD, on a failed read's path alone)."""
+    try:
+        have = int(fs.info(path)["size"])
+    except Exception:   # noqa: BLE001 - the read's own failure is what gets reported then
+        return
+    if have < size:
+        raise RemoteShort(f"{shown(url)} is {have} bytes, {size} expected", have)
 
 
 def fetch_many(fs, paths: list[str], url_of: Callable[[str], str], threads: int = 16) -> dict:

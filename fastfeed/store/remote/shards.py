@@ -17,6 +17,7 @@ from .. import format as fmt
 from ..options import StoreOptions
 from ..record import Record
 from . import damaged
+from .errors import ShardDamaged
 from .link import Link
 from .room import default_limit
 from .shard_cache import ShardCache
@@ -129,6 +130,9 @@ class RemoteShards:
                 with self.link.timed(info.bytes):
                     objstore.download(fs, urls.join(root, info.file), where, fd, info.bytes,
                                       part=self.link.part_bytes(objstore.PART_BYTES), tries=self.tries)
+            except objstore.RemoteShort as e:
+                raise ShardDamaged(f"the bucket's copy of shard {where} is damaged: {e.have} bytes, the manifest says "
+                                   f"{info.bytes}. Restore the object, or re-pack the store (fastfeed pack SRC -o URL --force)") from None
             except objstore.RemoteMissing:
                 if self._same_pack(fs, root):   # nothing re-packed it: the object alone was removed
                     raise objstore.RemoteError(f"shard {where} is missing from the bucket, though its store was not "
