@@ -66,6 +66,11 @@ def test_checkpoints_load_weights_only_and_are_written_atomically(store, tmp_pat
         load_checkpoint(tmp_path / "other.pt")
     with pytest.raises(CheckpointError, match="is a yolov3-tiny with 80 classes, not a yolov3"):
         train(TrainConfig(data=store, out=tmp_path, max_steps=2, resume=True, **(TINY | {"model": "yolov3"})))
+    data = bytearray((tmp_path / "last.pt").read_bytes())   # one bit of a weight flipped on the disk
+    data[len(data) // 2] ^= 0x10
+    (tmp_path / "damaged.pt").write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"damaged.pt is damaged: .*/data/\d+'s bytes do not match their CRC-32"):
+        load_checkpoint(tmp_path / "damaged.pt")   # torch.load alone reads it, a silently different weight
 
 
 # --- gradients: accumulation and activation checkpointing --------------------------------------------

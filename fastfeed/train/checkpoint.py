@@ -14,6 +14,7 @@ import contextlib
 import errno
 import os
 import shutil
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -128,7 +129,15 @@ def load_checkpoint(path, map_location="cpu") -> dict:
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     try:
+        # torch.load does not check the zip's CRC-32s: a flipped byte in a tensor would load as a silently different
+        # weight, so they are checked here (a read of the file; a few tenths of a second for a large model)
+        with zipfile.ZipFile(path) as z:
+            if (bad := z.testzip()) is not None:
+                raise CheckpointError(f"{path} is damaged: {bad}'s bytes do not match their CRC-32 (a disk or copy "
+                                      "error): use an intact copy of it")
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except CheckpointError:
+        raise
     except Exception as e:   # not a zip/pickle, or holds objects weights_only refuses
         raise CheckpointError(f"{path} is not a loadable fastfeed checkpoint ({type(e).__name__}: {e})") from None
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
