@@ -68,6 +68,22 @@ def test_missing_optional_dependency_is_reported_and_the_others_run(store, tmp_p
     assert d["baseline"] == "cpu" and d["fastest"] == "cpu"   # ratios against the first loader that ran
 
 
+def test_a_worker_that_raises_is_one_line_naming_its_cause(store, tmp_path, capsys, caplog):
+    import shutil
+
+    from store_helpers import flip_byte_in_record
+
+    bad = tmp_path / "bad.ff"
+    shutil.copytree(store, bad)
+    flip_byte_in_record(bad, 5)
+    assert main(["bench", "--data", str(bad), "--loader", "cpu", "--workers", "1", "--seconds", "5", *FAST]) == 1   # nothing measured
+    row = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("cpu "))
+    assert "failed: WorkerError: loader worker 0 failed on batch" in row and "CRC32 mismatch" in row
+    warned = [r.getMessage() for r in caplog.records if "loader cpu failed" in r.getMessage()]
+    assert len(warned) == 1 and "record 5 in shard shard-00000.mdb: CRC32 mismatch" in warned[0]
+    assert "\n" not in warned[0] and "Traceback" not in warned[0]
+
+
 def test_all_loaders_unavailable_exits_1(store, capsys, fake_loaders):
     def missing(store, cfg):
         raise ImportError("needs fakepkg")

@@ -96,6 +96,24 @@ def test_a_loader_worker_that_dies_mid_epoch_leaves_last_pt_and_one_error(store,
     assert load_checkpoint(tmp_path / "last.pt")["step"] == 8   # 16 images, batches of 2: the epoch's 8 steps
 
 
+def test_a_loader_worker_that_raises_is_named_in_one_line_with_its_cause(store, tmp_path, capsys):
+    """A worker that raises (a damaged record): its exception in the error's first line, where training stopped and
+    --resume in the next, no traceback (-v logs it)."""
+    import shutil
+
+    from store_helpers import flip_byte_in_record
+
+    bad = tmp_path / "bad.ff"
+    shutil.copytree(store, bad)
+    flip_byte_in_record(bad, 5)
+    assert main(_train(bad, tmp_path / "run", "--workers", "1", "--epochs", "1")) == 1
+    err = capsys.readouterr().err
+    first = next(x for x in err.splitlines() if x.startswith("fastfeed: error: "))
+    assert "loader worker 0 failed on batch" in first and "record 5 in shard shard-00000.mdb: CRC32 mismatch" in first
+    assert "Traceback" not in err and "(-v shows the worker's traceback)" in err
+    assert "holds the last finished step: continue with the same command and --resume" in err
+
+
 def test_an_out_that_cannot_be_a_folder_is_one_line(store, tmp_path, capsys):
     (tmp_path / "afile").write_text("x")
     assert main(_train(store, tmp_path / "afile", "--max-steps", "1")) == 1

@@ -77,7 +77,7 @@ def _failed(res: LoaderResult, e: BaseException) -> LoaderResult:
         res.status, res.error = "unavailable", str(e) or type(e).__name__
         log.warning("loader %s unavailable: %s", res.name, res.error)
     else:
-        res.status, res.error = "failed", f"{type(e).__name__}: {e}"
+        res.status, res.error = "failed", f"{type(e).__name__}: {getattr(e, 'summary', e)}"   # a worker's: one line
         log.warning("loader %s failed: %s", res.name, res.error, exc_info=log.isEnabledFor(logging.DEBUG))
     return res
 

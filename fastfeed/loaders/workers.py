@@ -27,7 +27,13 @@ _KILL_S = 2.0   # ... and to die of SIGKILL
 
 
 class WorkerError(RuntimeError):
-    """A loader worker raised or died; the message carries its traceback or exit code."""
+    """A loader worker raised or died. `summary`: one line, what failed and the worker's exception (or exit code);
+    the message goes on with the worker's traceback, when it raised."""
+
+    def __init__(self, message: str, traceback: str | None = None):
+        lines = [x.strip() for x in (traceback or "").splitlines() if x.strip()]
+        self.summary = f"{message}: {lines[-1]}" if lines else message
+        super().__init__(f"{self.summary}\nthe worker's traceback:\n{traceback}" if lines else message)
 
 
 def _worker_main(worker_id: int, make_builder: Callable, slots: torch.Tensor, tasks, results,
@@ -119,7 +125,7 @@ class WorkerPool:
                 _, gen, epoch, k, worker_id, tb = msg
                 where = (f" on batch {k} of epoch {epoch}" if k >= 0 else
                          f" replaying its partner buffer for epoch {epoch}" if epoch >= 0 else " while starting")
-                raise WorkerError(f"loader worker {worker_id} failed{where}:\n{tb}")
+                raise WorkerError(f"loader worker {worker_id} failed{where}", tb)
             _, gen, epoch, k, slot, targets, times, count = msg
             self.outstanding -= 1
             if gen != self.gen:  # left over from an epoch the consumer abandoned
@@ -140,7 +146,7 @@ class WorkerPool:
                     raise WorkerError("loader workers did not finish their batches in time") from None
                 continue
             if msg[0] == "error" and msg[2] < 0:
-                raise WorkerError(f"loader worker {msg[4]} failed while starting:\n{msg[5]}")
+                raise WorkerError(f"loader worker {msg[4]} failed while starting", msg[5])
             self.outstanding -= 1
         self.free = list(range(len(self.slots)))[::-1]
 

@@ -141,8 +141,10 @@ def lost_source(run, e: Exception, done: int, began: dict) -> None:
     write_last(run, "loader failed" if worker else "data source failed", batches=done)   # the step in flight undone
     where = f"training stopped at epoch {run.epoch + 1}, step {run.step} ({done} of {run.nb} batches)"
     if worker:
-        raise guards.LoaderFailed(f"{e}\n{where}: {run.out / 'last.pt'} holds the last finished step: continue with "
-                                  "the same command and --resume") from None
+        log.debug("the loader's error in full: %s", e)
+        raise guards.LoaderFailed(f"{e.summary}\n{where}: {run.out / 'last.pt'} holds the last finished step: continue "
+                                  "with the same command and --resume" + (" (-v shows the worker's traceback)" if
+                                                                          str(e) != e.summary else "")) from None
     raise DataSourceFailed(f"{message}; {where}: {resume_hint(run.out / 'last.pt')}") from None
 
 
