@@ -105,6 +105,10 @@ def test_pack_from_a_bucket_as_from_the_folder(layout, coco_src, s3, tmp_path):
     assert there.manifest.source["fingerprint"] == here.manifest.source["fingerprint"]
     both = run_pack(f"s3://{bucket}/data", f"s3://{bucket}/out.ff")   # bucket to bucket
     assert both.manifest.fingerprint == here.manifest.fingerprint
+    assert there.source_desc.endswith(f"(s3://{bucket}/data)")   # the bucket, not the local stand-in's path
+    with pytest.raises(PackError) as e:
+        run_pack(f"s3://{bucket}/data", tmp_path / "none.ff", split="nope")
+    assert f"s3://{bucket}/data" in str(e.value) and "staging" not in str(e.value), str(e.value)
 
 
 def test_a_source_bucket_out_mid_pack_stops_it_instead_of_dropping_images(coco_src, s3, tmp_path, monkeypatch):

@@ -46,6 +46,10 @@ class RemoteFiles:
     def url_of(self, path: Path) -> str:
         return urls.join(self.url, os.path.relpath(path, self.local))
 
+    def shown(self, text: str) -> str:
+        """`text` with the stand-in's paths as the bucket's URLs."""
+        return text.replace(self.local, urls.shown(self.url))
+
     def read(self, items) -> dict:
         """{item.name: bytes or a Problem} for the items whose object is listed (a missing one has no placeholder
         and is reported by process_item as it reads the placeholder path)."""

@@ -114,9 +114,15 @@ def pack(cfg: PackConfig) -> PackResult:
         src, files = cfg.src, None
         if urls.is_url(cfg.src):   # the layout readers read a local stand-in; the images come from the bucket
             src, files = stack.enter_context(remote.staged(cfg.src, cfg.storage_options))
-        if urls.is_url(cfg.out):
-            return _pack_to_url(cfg, src, files)
-        return _pack_local(cfg, src, files)
+        try:
+            res = (_pack_to_url if urls.is_url(cfg.out) else _pack_local)(cfg, src, files)
+        except PackError as e:
+            if files is not None:   # what it says of the stand-in, said of the bucket
+                e.args = (files.shown(str(e)),)
+            raise
+        if files is not None:
+            res.source_desc = files.shown(res.source_desc)
+        return res
 
 
 def _pack_local(cfg: PackConfig, src, files) -> PackResult:
