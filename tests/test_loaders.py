@@ -44,6 +44,23 @@ def test_bad_config_values_name_the_field(field, value):
         LoaderConfig(**kw)
 
 
+@pytest.mark.parametrize("field, value, says", [
+    ("batch_size", True, "batch_size must be an integer, got True"), ("workers", 2.0, "workers must be an integer"),
+    ("rank", True, "rank must be an integer or None"), ("timeout", "5", "timeout must be a number of seconds > 0"),
+    ("augment", "False", "augment must be True or False"), ("drop_last", None, "drop_last must be True or False"),
+    ("pin_memory", "yes", "pin_memory must be True or False")])
+def test_config_values_of_the_wrong_type_are_named_not_taken_for_truthy_or_ints(field, value, says):
+    with pytest.raises(ValueError, match=f"LoaderConfig.{says}"):
+        LoaderConfig(**{field: value})
+
+
+def test_numpy_integers_are_integers_in_the_config():
+    cfg = LoaderConfig(imgsz=np.int64(64), batch_size=np.int64(4), workers=np.int32(0), world_size=np.int64(2),
+                       rank=np.int64(1), epochs=np.int64(3), close_mosaic=np.int64(1))
+    assert (cfg.batch_size, cfg.workers, cfg.rank, cfg.world_size) == (4, 0, 1, 2)
+    assert all(type(getattr(cfg, k)) is int for k in ("imgsz", "batch_size", "workers", "rank", "world_size", "epochs"))
+
+
 def test_the_old_name_prefetch_still_sets_batches_ahead_with_a_deprecation_warning():
     from dataclasses import replace
 

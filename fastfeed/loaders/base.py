@@ -13,7 +13,7 @@ import torch
 from ..augment.hyp import AugmentHyp
 from ..augment.masks import MASK_RULES
 from ..batch import Batch, BatchFeed, counted
-from ..checks import check_imgsz, field_need, is_int
+from ..checks import check_imgsz, field_need, is_int, is_num
 from ..devices import has_cuda, parse_device, resolve_device
 from ..procs import usable_cores
 from ..renamed import renamed
@@ -83,23 +83,29 @@ class LoaderConfig:
     def __post_init__(self):
         need = field_need(self, "LoaderConfig.")
         check_imgsz(self.imgsz, "LoaderConfig.imgsz")
-        need(isinstance(self.batch_size, int) and self.batch_size >= 1, "batch_size", "must be >= 1")
-        need(is_int(self.seed) and self.seed >= 0, "seed", "must be an integer >= 0")
-        need(isinstance(self.workers, int) and self.workers >= 0, "workers", "must be >= 0 (0: in the main process)")
-        need(isinstance(self.batches_ahead, int) and self.batches_ahead >= 1, "batches_ahead", "must be >= 1")
-        need(self.world_size is None or (isinstance(self.world_size, int) and self.world_size >= 1),
-             "world_size", "must be >= 1")
-        need(self.local_world_size is None or (isinstance(self.local_world_size, int) and self.local_world_size >= 1),
-             "local_world_size", "must be >= 1 (the ranks on this node)")
-        need(self.rank is None or (isinstance(self.rank, int) and 0 <= self.rank < (self.world_size or 1)),
+        for name in ("imgsz", "batch_size", "workers", "seed", "batches_ahead", "close_mosaic", "mask_ratio", "rank",
+                     "world_size", "local_world_size", "epochs"):   # numpy integers are ints; floats and bools are not
+            value, optional = getattr(self, name), name in ("rank", "world_size", "local_world_size", "epochs")
+            need(is_int(value) or (optional and value is None), name, "must be an integer" + " or None" * optional)
+            setattr(self, name, None if value is None else int(value))
+        for name in ("augment", "shuffle", "drop_last", "device_augment", "overlap_mask", "pin_memory"):
+            need(isinstance(getattr(self, name), bool) or (name == "pin_memory" and self.pin_memory is None), name,
+                 "must be True or False" + " (or None: when device is a CUDA GPU)" * (name == "pin_memory"))
+        need(self.batch_size >= 1, "batch_size", "must be >= 1")
+        need(self.seed >= 0, "seed", "must be an integer >= 0")
+        need(self.workers >= 0, "workers", "must be >= 0 (0: in the main process)")
+        need(self.batches_ahead >= 1, "batches_ahead", "must be >= 1")
+        need(self.world_size is None or self.world_size >= 1, "world_size", "must be >= 1")
+        need(self.local_world_size is None or self.local_world_size >= 1, "local_world_size",
+             "must be >= 1 (the ranks on this node)")
+        need(self.rank is None or 0 <= self.rank < (self.world_size or 1),
              "rank", f"must be in 0..world_size-1 (world_size {self.world_size})")
-        need(isinstance(self.close_mosaic, int) and self.close_mosaic >= 0, "close_mosaic", "must be >= 0")
-        need(self.epochs is None or (isinstance(self.epochs, int) and self.epochs >= 1), "epochs", "must be >= 1")
-        need(self.timeout > 0, "timeout", "must be > 0")
+        need(self.close_mosaic >= 0, "close_mosaic", "must be >= 0")
+        need(self.epochs is None or self.epochs >= 1, "epochs", "must be >= 1")
+        need(is_num(self.timeout) and self.timeout > 0, "timeout", "must be a number of seconds > 0")
         need(isinstance(self.hyp, AugmentHyp), "hyp", "must be an AugmentHyp")
-        need(isinstance(self.mask_ratio, int) and not isinstance(self.mask_ratio, bool) and self.mask_ratio >= 1
-             and self.imgsz % self.mask_ratio == 0, "mask_ratio", f"must be an integer >= 1 dividing imgsz {self.imgsz}")
-        need(isinstance(self.overlap_mask, bool), "overlap_mask", "must be True or False")
+        need(self.mask_ratio >= 1 and self.imgsz % self.mask_ratio == 0, "mask_ratio",
+             f"must be an integer >= 1 dividing imgsz {self.imgsz}")
         need(self.mask_rule in MASK_RULES, "mask_rule", f"must be one of {', '.join(MASK_RULES)}")
         need(self.task is None or self.task in TASKS, "task", f"must be None (the store's) or one of {', '.join(TASKS)}")
         try:
