@@ -33,6 +33,14 @@ def test_registry_lists_cpu_and_rejects_unknown_names(painted_store):
         create_loader("gpu", painted_store)
 
 
+def test_a_store_path_or_a_dict_config_is_refused_by_name(painted_store):
+    path = str(painted_store.path)
+    with pytest.raises(TypeError, match=f"create_loader reads a store, not str '{path}': pass fastfeed.Store"):
+        create_loader("cpu", path, LoaderConfig(imgsz=64, batch_size=4, workers=0))   # was: len(path) records
+    with pytest.raises(TypeError, match="create_loader's cfg must be a LoaderConfig, got dict"):
+        create_loader("cpu", painted_store, {"imgsz": 64})
+
+
 @pytest.mark.parametrize("field, value", [("imgsz", 100), ("batch_size", 0), ("workers", -1), ("batches_ahead", 0),
                                           ("rank", 2), ("world_size", 0), ("close_mosaic", -1), ("epochs", 0),
                                           ("hyp", {"mosaic": 1})])

@@ -4,6 +4,7 @@ defined outside the package does."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from importlib import import_module
@@ -114,5 +115,11 @@ def create_loader(name: str, store, cfg: LoaderConfig | None = None, *, order: E
     """The loader `name` over `store`: `cfg` for what every loader shares, `options` for its own, `order`
     the batch order (default: `shard_order.default_order`, the store's own or the global shuffle)."""
     opts = loader_options(name, **options)
+    if not hasattr(store, "record"):   # a path's len() is its characters: it would load as that many records
+        hint = f"fastfeed.Store({str(store)!r})" if isinstance(store, (str, os.PathLike)) else "a fastfeed.Store"
+        raise TypeError(f"create_loader reads a store, not {type(store).__name__} {store!r}: pass {hint}")
+    if cfg is not None and not isinstance(cfg, LoaderConfig):
+        raise TypeError(f"create_loader's cfg must be a LoaderConfig, got {type(cfg).__name__}: "
+                        "LoaderConfig(**fields)")
     given = {} if order is None else {"order": order}   # a factory without the keyword refuses orders
     return _LOADERS[name].factory(store, cfg or LoaderConfig(), opts, **given)
