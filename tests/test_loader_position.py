@@ -150,6 +150,18 @@ def test_a_state_of_another_store_or_not_a_state_is_refused():
         loaders(64, 2)[0].load_state_dict({"epoch": 0})
 
 
+@pytest.mark.parametrize("key, value, says", [("epoch", None, "'epoch' is missing"), ("batches", "2", "'batches' is '2'"),
+                                              ("records", 64.5, "'records' is 64.5"), ("order", "shuffle", "'order' is")])
+def test_a_tampered_state_names_its_field_not_a_key_error(key, value, says):
+    state = loaders(64, 2)[0].state_dict(0, 2)
+    if value is None:
+        del state[key]
+    else:
+        state[key] = value
+    with pytest.raises(ResumeError, match=f"loader state's {says}"):
+        loaders(64, 2)[0].load_state_dict(state)
+
+
 def test_the_cpu_loaders_workers_follow_a_remainder(tmp_path_factory):
     """A real pool loader (2 workers, mosaic) resumed from 2 ranks x 2 workers onto 1 rank x 1 worker: its
     batches are the remainder's records, each once, built by workers whose partner buffers were replayed."""

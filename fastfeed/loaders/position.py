@@ -9,6 +9,7 @@ from dataclasses import asdict
 
 import numpy as np
 
+from ..checks import is_int
 from .sampler import EpochOrder, ShuffledOrder, deal
 
 FORMAT = "fastfeed-loader-state"
@@ -192,6 +193,11 @@ def resume(loader, state: dict) -> str:
         raise ResumeError(f"not a fastfeed loader state (no '{FORMAT}' marker): {type(state).__name__}")
     if state.get("version") != VERSION:
         raise ResumeError(f"loader state version {state.get('version')}; this fastfeed reads version {VERSION}")
+    for key in ("epoch", "batches", "records", "order"):   # a tampered or hand-made state: named, not a KeyError
+        value = state.get(key)
+        if not (isinstance(value, dict) if key == "order" else is_int(value) and value >= 0):
+            raise ResumeError(f"loader state's {key!r} is {repr(value) if key in state else 'missing'}, not "
+                              f"{'an order' if key == 'order' else 'an integer >= 0'}: pass a loader.state_dict()")
     epoch, done = int(state["epoch"]), int(state["batches"])
     ours = state_of(loader, epoch, 0)
     if state["records"] != ours["records"]:
