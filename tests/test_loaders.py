@@ -258,6 +258,8 @@ def test_an_epoch_started_anywhere_gives_the_uninterrupted_batches(painted_store
         loader.set_epoch(0, n + 1)
     with pytest.raises(ValueError, match="epoch must be an integer >= 0, got -1"):
         loader.set_epoch(-1)
+    loader.set_epoch(np.int64(1), np.int64(2))   # numpy integers, as a resume computed with numpy gives them
+    assert (loader.epoch, loader.start) == (1, 2) and type(loader.start) is int
 
 
 def test_a_batch_larger_than_the_epoch_is_a_clear_error(painted_store):

@@ -238,9 +238,9 @@ class Loader(BatchFeed, AbstractContextManager):
         without building the ones skipped."""
         if not is_int(epoch) or epoch < 0:
             raise ValueError(f"epoch must be an integer >= 0, got {epoch!r}")
-        if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= len(self):
+        if not is_int(start) or not 0 <= start <= len(self):   # a numpy integer is one (as for epoch)
             raise ValueError(f"start must be a batch index in 0..{len(self)}, got {start!r}")
-        self.epoch, self.start, self.handed = int(epoch), start, start
+        self.epoch, self.start, self.handed = int(epoch), int(start), int(start)
 
     def state_dict(self, epoch: int | None = None, batches: int | None = None) -> dict:
         """The position (`batches` consumed into `epoch` on every rank: by default those its iterator has yielded,
