@@ -11,6 +11,7 @@ import threading
 import time
 import traceback
 
+import numpy as np
 import torch
 from prefetch_helpers import ReusingLoader, both_drivers, expect_batch, prefetch_threads  # noqa: F401
 
@@ -170,6 +171,9 @@ def test_bad_arguments_say_what_is_valid():
     loader = ReusingLoader()
     with pytest.raises(ValueError, match="depth must be an integer >= 1"):
         DevicePrefetcher(loader, "cpu", depth=0)
+    with pytest.raises(ValueError, match="seed must be an integer or None"):
+        DevicePrefetcher(loader, "cpu", seed=1.5)
+    assert DevicePrefetcher(loader, "cpu", depth=np.int64(3)).depth == 3   # numpy integers are integers
     with pytest.raises(ValueError, match="dtype must be one of torch.float32"):
         DevicePrefetcher(loader, "cpu", dtype=torch.int32)
     with pytest.raises(ValueError, match="is not a device; valid: 'auto', 'cpu'"):

@@ -10,6 +10,7 @@ from contextlib import AbstractContextManager
 import torch
 
 from ..batch import Batch, BatchFeed, counted
+from ..checks import is_int
 from ..device_augment import DeviceAugment
 from ..devices import accelerator_module, parse_device, resolve_device, to_channels_last
 from . import drivers
@@ -46,8 +47,11 @@ class DevicePrefetcher(AbstractContextManager):
         if kind == "auto":
             device = resolve_device("auto")
             kind = device.type
-        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+        if not is_int(depth) or depth < 1:   # a numpy integer is one
             raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
+        if seed is not None and not is_int(seed):   # a float was truncated, a string failed in the augmentation
+            raise ValueError(f"seed must be an integer or None (the loader's cfg.seed), got {seed!r}")
+        depth = int(depth)
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(map(str, DTYPES))}, got {dtype!r}")
         self.depth, self.dtype, self.channels_last = depth, dtype, bool(channels_last)
