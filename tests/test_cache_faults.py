@@ -67,6 +67,21 @@ def test_a_filesystem_that_fills_during_the_build_names_it_the_size_and_what_to_
     assert list(disk.iterdir()) == []
 
 
+def test_a_read_only_cache_folder_is_named_by_build_and_clear(painted_store, tiny_tmpfs, capsys):
+    """Was `OSError: [Errno 30] Read-only file system` and a traceback (the users file is opened for writing)."""
+    disk = tiny_tmpfs("size=4m")
+    build = ["cache", "build", str(painted_store.path), "--imgsz", "64", "--shm-dir", str(disk), "--quiet"]
+    assert main(build) == 0
+    subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+    for argv in (["cache", "clear", "--shm", "--shm-dir", str(disk)], [*build[:3], "--imgsz", "32", *build[5:]]):
+        capsys.readouterr()
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert f"the shm cache's folder {disk} is read-only here: give an existing, writable folder" in err
+        assert "Traceback" not in err and "Errno" not in err
+    assert len(list(disk.iterdir())) == 2      # the slab and its users file, untouched
+
+
 ATTACH = """
 import sys
 from fastfeed import Store

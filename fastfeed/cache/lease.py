@@ -21,7 +21,7 @@ from pathlib import Path
 from ..store.reader import Store
 from . import budget, build, layout, users
 from .layout import probe, temp_files, users_path
-from .manage import reclaim
+from .manage import check_folder, reclaim
 from .users import CacheError
 
 log = logging.getLogger(__name__)
@@ -132,10 +132,7 @@ def acquire(store: Store, imgsz: int, cache_dir="/dev/shm", *, partial: bool = F
             keep: bool = False, workers: int | None = None, progress: bool | None = None) -> CacheLease:
     """Attach to the cache of `store` at `imgsz` in `cache_dir`, building it first if needed."""
     cache_dir = Path(cache_dir)
-    if not cache_dir.is_dir():
-        what = "is a file, not a folder" if cache_dir.exists() else "does not exist"
-        raise CacheError(f"the shm cache's folder {cache_dir} {what}: give an existing folder on a tmpfs (the shm "
-                         "loader's option cache_dir, `--shm-dir`; /dev/shm is one on Linux)")
+    check_folder(cache_dir, write=True)   # a slab's users file is written even to attach
     slab = layout.slab_path(cache_dir, store.fingerprint, imgsz)
     for info in reclaim(cache_dir, spare=slab):   # a restarted run reuses its own
         log.warning("the shm cache %s: %s", info.path, info.note)

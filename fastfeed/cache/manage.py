@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +94,16 @@ def reclaim(cache_dir, spare: Path | None = None) -> list[CacheInfo]:
     return out
 
 
+def check_folder(cache_dir: Path, write: bool = False) -> None:
+    """CacheError unless `cache_dir` is a folder (one this process can write in, with `write`), saying why."""
+    if cache_dir.is_dir() and (not write or os.access(cache_dir, os.W_OK)):
+        return
+    what = ("is read-only here" if cache_dir.is_dir() else
+            "is a file, not a folder" if cache_dir.exists() else "does not exist")
+    raise CacheError(f"the shm cache's folder {cache_dir} {what}: give an existing{', writable' * write} folder on a "
+                     "tmpfs (the shm loader's option cache_dir, `--shm-dir`; /dev/shm is one on Linux)")
+
+
 def list_caches(cache_dir="/dev/shm") -> list[CacheInfo]:
     """Every fastfeed cache slab in `cache_dir` (with builds in progress and leftovers), after removing those
     whose users all died (listed first, state "reclaimed")."""
@@ -117,7 +128,10 @@ def clear_caches(cache_dir="/dev/shm", force: bool = False) -> tuple[list[CacheI
     the kept ones with the reason in `note`. Processes still using a force-removed slab keep
     their map (memory is freed when they exit); new ones cannot attach to it."""
     removed, kept = [], []
-    for info in list_caches(cache_dir):
+    infos = list_caches(cache_dir)
+    if infos:   # nothing to remove is no error, wherever
+        check_folder(Path(cache_dir), write=True)
+    for info in infos:
         if info.state == "reclaimed":
             removed.append(info)
             continue
