@@ -18,6 +18,7 @@ from fastfeed import Store, codec
 from fastfeed.cache import CacheBudgetError, CacheError, acquire, layout, list_caches, users
 from fastfeed.cache import build as cache_build
 from fastfeed.cache.layout import users_path
+from fastfeed.cli import main
 from fastfeed.loaders.pipeline import StoreSource
 from fastfeed.loaders.shm import ShmSource
 
@@ -222,12 +223,15 @@ def test_a_cache_that_does_not_fit_fails_with_both_numbers_and_the_options(paint
     assert not list(shm_dir.iterdir())        # nothing left behind: no slab, temp file or lock
 
 
-def test_a_cache_folder_that_is_missing_or_a_file_says_which(painted_store, tmp_path):
+def test_a_cache_folder_that_is_missing_or_a_file_says_which(painted_store, tmp_path, capsys):
     (tmp_path / "afile").write_text("x")
     for where, what in (("afile", "is a file, not a folder"), ("none", "does not exist")):
         with pytest.raises(CacheError) as e:
             acquire(painted_store, 320, tmp_path / where)
         assert f"the shm cache's folder {tmp_path / where} {what}" in str(e.value) and "--shm-dir" in str(e.value)
+        for action in ("ls", "clear"):   # `ls` said 'cache directory afile does not exist' of a file
+            assert main(["cache", action, "--shm", "--shm-dir", str(tmp_path / where)]) == 1
+            assert f"the shm cache's folder {tmp_path / where} {what}" in capsys.readouterr().err
 
 
 def test_a_partial_cache_holds_a_prefix_and_the_rest_comes_from_the_store(painted_store, shm_dir, monkeypatch, caplog):

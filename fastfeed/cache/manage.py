@@ -108,8 +108,7 @@ def list_caches(cache_dir="/dev/shm") -> list[CacheInfo]:
     """Every fastfeed cache slab in `cache_dir` (with builds in progress and leftovers), after removing those
     whose users all died (listed first, state "reclaimed")."""
     cache_dir = Path(cache_dir)
-    if not cache_dir.is_dir():
-        raise CacheError(f"cache directory {cache_dir} does not exist")
+    check_folder(cache_dir)
     gone = reclaim(cache_dir)
     return gone + [_describe(s) for s in _slabs(cache_dir)]
 
