@@ -176,6 +176,18 @@ def test_early_stop_then_next_epoch_works(painted_store):
         assert len(list(loader)) == len(loader)
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_second_iteration_ends_the_first_instead_of_hanging(painted_store, workers):
+    cfg = LoaderConfig(imgsz=64, batch_size=2, workers=workers, timeout=5, shuffle=False)
+    with create_loader("cpu", painted_store, cfg) as loader:
+        first = iter(loader)
+        next(first)
+        second = [b.indices.tolist() for b in loader]   # was: the two shared the workers' results, and one waited
+        assert second == [b.tolist() for b in loader.order.batches(0)]   # until 'a worker is stuck'
+        with pytest.raises(StopIteration):
+            next(first)
+
+
 def test_a_corrupt_record_raises_in_the_main_process(painted_store, tmp_path):
     import shutil
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import weakref
 from abc import abstractmethod
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
@@ -196,7 +197,7 @@ class Loader(BatchFeed, AbstractContextManager):
     position.py), `store` (anything with the `fastfeed.store.RecordSource` protocol), `rank` / `world_size`, `order`
     (the `EpochOrder` its batches follow), `len()`, `task` (what its batches carry: `batch_task`), iteration (each
     `Batch` with its record `indices`), `handed` (the batches of `epoch` its iterator has yielded: `start` before the
-    first) and `close()`. A subclass calls `Loader.__init__`, which also refuses a config that would give empty
+    first; one iterator at a time: a second `iter()` ends the first) and `close()`. A subclass calls `Loader.__init__`, which also refuses a config that would give empty
     epochs, and implements `iter_batches()` (the batches of `epoch` from `start`; `__iter__` counts them).
     """
 
@@ -224,9 +225,14 @@ class Loader(BatchFeed, AbstractContextManager):
         """The batches of `epoch` from batch `start` on (the subclass's work; `__iter__` counts what it yields)."""
 
     def __iter__(self) -> Iterator[Batch]:
+        running = getattr(self, "_running", None)
+        if running is not None and running() is not None:   # one iteration at a time (the batches share the workers
+            running().close()                                 # and buffers): a second ends the first
         it = self.iter_batches()   # called now: a loader that cannot iterate says so at iter()
         self.handed = self.start
-        return counted(it, self, "handed")
+        out = counted(it, self, "handed")
+        self._running = weakref.ref(out)
+        return out
 
     def __len__(self) -> int:
         """Batches per epoch for this rank."""
