@@ -106,6 +106,8 @@ def test_loader_all_expands_to_the_registry(store):
     ({"warmup": -1}, "--warmup must be >= 0"),
     ({"device": "tpu"}, "--device must be one of cpu, cuda, npu"),
     ({"step_ms": -1}, "--step-ms must be >= 0"),
+    ({"seconds": float("inf")}, "--seconds must be > 0 and finite, got inf"),    # was a run that never ended
+    ({"step_ms": float("inf")}, "--step-ms must be >= 0 and finite, got inf"),   # was an OverflowError per loader
     ({"step_ms": 5, "model": "yolov3"}, "exclude each other"),
     ({"model": "yolov5"}, "--model must be one of yolov3, yolov3-tiny"),
 ])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -54,14 +55,14 @@ class BenchConfig:
         need(is_int(self.seed) and self.seed >= 0, "--seed", "must be an integer >= 0", self.seed)
         need(self.workers is None or self.workers == "auto" or (is_int(self.workers) and self.workers >= 0),
              "--workers", "must be an integer >= 0 (0: in the main process) or 'auto'", self.workers)
-        need(is_num(self.seconds) and self.seconds > 0, "--seconds", "must be > 0", self.seconds)
+        need(is_num(self.seconds) and 0 < self.seconds < math.inf, "--seconds", "must be > 0 and finite", self.seconds)
         need(self.batches is None or (is_int(self.batches) and self.batches >= 1), "--batches", "must be >= 1",
              self.batches)
         need(is_int(self.warmup) and self.warmup >= 0, "--warmup", "must be >= 0 batches", self.warmup)
         need(isinstance(self.device, str) and re.fullmatch(r"(cpu|cuda|npu)(:\d+)?", self.device) is not None,
              "--device", f"must be one of {', '.join(DEVICES)} (optionally with :index)", self.device)
-        need(self.step_ms is None or (is_num(self.step_ms) and self.step_ms >= 0), "--step-ms", "must be >= 0",
-             self.step_ms)
+        need(self.step_ms is None or (is_num(self.step_ms) and 0 <= self.step_ms < math.inf), "--step-ms",
+             "must be >= 0 and finite", self.step_ms)
         need(self.model is None or self.model in MODELS, "--model", f"must be one of {', '.join(MODELS)}", self.model)
         need(self.step_ms is None or self.model is None, "--step-ms", "and --model exclude each other",
              (self.step_ms, self.model))
