@@ -116,7 +116,7 @@ def test_bad_values_name_the_flag(kw, match):
         BenchConfig(data=".", **kw)
 
 
-def test_cli_usage_errors(store, capsys):
+def test_cli_usage_errors(store, tmp_path, capsys, monkeypatch):
     for bad in ("lots", "-1"):
         with pytest.raises(SystemExit) as e:
             main(["bench", "--data", str(store), "--workers", bad])
@@ -130,6 +130,14 @@ def test_cli_usage_errors(store, capsys):
     # the outputs' names checked before the measuring, not after it (a folder, a file type matplotlib cannot write)
     assert main(["bench", "--data", str(store), "--json", str(store.parent), "--quiet"]) == 2
     assert f"--json {store.parent} is a folder: name a file" in capsys.readouterr().err
+    (tmp_path / "afile").write_text("x")   # was a traceback after the measuring (FileExistsError, Errno 30)
+    quick = ["--seconds", "0.5", "--imgsz", "64", "--quiet"]
+    assert main(["bench", "--data", str(store), "--json", str(tmp_path / "afile" / "b.json"), *quick]) == 2
+    assert f"{tmp_path / 'afile'} is a file, not a folder: name a file in a writable folder" in capsys.readouterr().err
+    monkeypatch.setattr("fastfeed.cli.bench.os.access", lambda path, mode: False)   # as a read-only mount
+    assert main(["bench", "--data", str(store), "--json", str(tmp_path / "b.json"), *quick]) == 2
+    assert f"--json {tmp_path / 'b.json'}: {tmp_path} is read-only here" in capsys.readouterr().err
+    monkeypatch.undo()
     if importlib.util.find_spec("matplotlib") is not None:
         assert main(["bench", "--data", str(store), "--plot", str(store.parent / "x.txt"), "--quiet"]) == 2
         assert "--plot" in capsys.readouterr().err and not (store.parent / "x.txt").exists()

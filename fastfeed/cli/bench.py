@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 from .. import tasks
@@ -98,6 +99,13 @@ def run(args) -> int:
         for flag, path in (("--json", args.json), ("--plot", args.plot)):   # before the measuring, not after it
             if path is not None and path.is_dir():
                 return fail(f"{flag} {path} is a folder: name a file (in it, or elsewhere)", EXIT_USAGE)
+            if path is not None:   # its folder made now, and writable (else a traceback after the measuring)
+                with contextlib.suppress(OSError):
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                if not (path.parent.is_dir() and os.access(path.parent, os.W_OK)):
+                    what = ("is read-only here" if path.parent.is_dir() else
+                            "is a file, not a folder" if path.parent.exists() else "cannot be made here")
+                    return fail(f"{flag} {path}: {path.parent} {what}: name a file in a writable folder", EXIT_USAGE)
         with progress_lines(getattr(args, "verbose", False)) if cfg.progress else contextlib.nullcontext():
             res = run_bench(cfg)
     except FormatError as e:        # a ValueError too, but a bad path is not a usage error
@@ -114,7 +122,6 @@ def run(args) -> int:
     elif (line := tasks.get(summary["name"]).describe(summary)) is not None:   # what the batches carried besides boxes
         print(line)
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(res.to_dict(), indent=1) + "\n")
         print(f"wrote {args.json}")
     if args.plot is not None:
