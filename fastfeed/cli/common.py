@@ -114,6 +114,7 @@ def store_path(text: str):
 def add_remote_args(p) -> None:
     """Flags for stores and datasets in object storage (s3://, gs://, az://, any fsspec URL)."""
     from ..store.objstore import BACKOFF_S, RETRIES, backoff_s
+    from ..store.remote.shards import DEFAULT_READ_AHEAD, READ_AHEAD_BYTES, READ_AHEAD_SHARE
 
     g = p.add_argument_group("object storage (a URL instead of a folder)")
     g.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
@@ -128,7 +129,9 @@ def add_remote_args(p) -> None:
                         "$FASTFEED_SHARD_CACHE_LIMIT, else 80%% of what the disk can give)")
     g.add_argument("--read-ahead-shards", metavar="N", type=int,
                    help="the shard read-ahead: most shards downloaded ahead of the ones being read (default "
-                        "$FASTFEED_READ_AHEAD_SHARDS, else as many as the link needs, within a share of the shard cache)")
+                        f"$FASTFEED_READ_AHEAD_SHARDS, else {READ_AHEAD_BYTES >> 20} MB of shards: at least "
+                        f"{DEFAULT_READ_AHEAD}, at most {READ_AHEAD_SHARE * 100:.0f}%% of what the shard cache holds); the "
+                        "downloads in flight follow the link")
     g.add_argument("--store-retries", metavar="N", type=int, help=f"tries of one read from object storage (default "
                    f"{RETRIES}: {backoff_s(RETRIES):.0f} s of backoff; 20: {backoff_s(20):.0f} s). Each retry waits up to "
                    f"{BACKOFF_S[1]:.0f} s plus its connection timeout, and a loader worker with no batch for 300 s (the "
