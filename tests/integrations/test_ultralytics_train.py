@@ -52,6 +52,15 @@ def test_close_mosaic_turns_the_loader_off_mosaic(sample_yolo, tmp_path):  # noq
     assert feed.cfg.mosaic_on(0) and not feed.cfg.mosaic_on(1)               # the loader's own schedule
 
 
+def test_a_negative_close_mosaic_keeps_mosaic_on_as_ultralytics_does(sample_yolo, tmp_path):  # noqa: F811
+    """Was `ValueError: LoaderConfig.close_mosaic must be >= 0, got -1`, a setting the user never gave."""
+    model = YOLO("yolov8n.yaml")
+    model.train(data=str(sample_yolo / "data.yaml"), trainer=FastfeedTrainer, epochs=1, close_mosaic=-1,
+                project=str(tmp_path), name="cm", val=False, **FAST)
+    feed = model.trainer.train_loader
+    assert feed.cfg.close_mosaic == 0 and feed.dataset.mosaic is True and feed.cfg.mosaic_on(0)
+
+
 def _boxes_per_image(feed, epoch: int) -> int:
     feed.epoch = epoch
     return max(int(np.bincount(b["batch_idx"].int().numpy()).max()) for b in feed if len(b["batch_idx"]))

@@ -122,7 +122,7 @@ class FastfeedMixin(StoppableMixin):
         cfg = LoaderConfig(imgsz=int(self.args.imgsz), batch_size=max(1, min(batch_size, count)),
                            workers=loader_workers(self.args.workers, self.device), seed=int(self.args.seed),
                            shuffle=True, drop_last=bool(self.args.compile), epochs=int(self.epochs),
-                           close_mosaic=int(self.args.close_mosaic), hyp=hyp,
+                           close_mosaic=max(0, int(self.args.close_mosaic)), hyp=hyp,   # < 0: never, as Ultralytics
                            device=str(self.device) if self.device.type in ("cuda", "npu") else "cpu",
                            pin_memory=self.device.type == "cuda", local_world_size=distributed.local_world_size(),
                            **task_fields(self.args, self.fastfeed_task))
