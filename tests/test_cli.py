@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import shlex
 import subprocess
 import sys
 
@@ -105,3 +107,51 @@ def test_loaders_lists_what_runs_here(capsys):
     assert main(["loaders", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["cpu"]["available"] and rows["shm"]["options"]["cache_partial"] is False
+
+
+def _parsers(parser, name="fastfeed"):
+    """Every parser of the command line by its command (`fastfeed cache ls` too)."""
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub, p in action.choices.items():
+                yield from _parsers(p, f"{name} {sub}")
+
+
+def test_every_flag_says_what_it_does_and_its_default():
+    """--help's text for each flag, and for each that takes a value its default (a flag naming what the command works
+    on has none). The object-storage flags state the store's own defaults."""
+    from fastfeed.cli import build_parser
+    from fastfeed.store.remote.shards import DEFAULT_READ_AHEAD, READ_AHEAD_BYTES, READ_AHEAD_SHARE
+
+    inputs = {"-o", "--ann", "--images", "--data"}
+    checked = 0
+    for name, p in _parsers(build_parser()):
+        if name.split()[1:2] not in (["pack"], ["inspect"], ["verify"], ["loaders"], ["train"]):
+            continue
+        for a in p._actions:
+            if not a.option_strings or a.help == argparse.SUPPRESS or isinstance(a, argparse._HelpAction):
+                continue
+            assert a.help and len(a.help) > 10, (name, a.option_strings)
+            if a.nargs != 0 and not inputs & set(a.option_strings):
+                assert "default" in a.help, (name, a.option_strings, a.help)
+            checked += 1
+    assert checked > 80
+    inspect = dict(_parsers(build_parser(["inspect"])))["fastfeed inspect"]
+    said = " ".join(inspect.format_help().split())
+    assert (f"else {READ_AHEAD_BYTES >> 20} MB of shards: at least {DEFAULT_READ_AHEAD}, at most "
+            f"{READ_AHEAD_SHARE:.0%} of what the shard cache holds" in said)
+
+
+def test_every_example_in_the_help_parses():
+    """The command lines --help shows as examples use flags that exist, spelled as they are."""
+    from fastfeed.cli import build_parser
+
+    examples = []
+    for _, p in _parsers(build_parser()):
+        for line in (p.epilog or "").splitlines():
+            if (cmd := line.split("#")[0].strip()).startswith(("fastfeed ", "torchrun ")):
+                examples.append(shlex.split(cmd.split("-m fastfeed ")[-1].removeprefix("fastfeed ")))
+    assert len(examples) >= 20
+    for argv in examples:
+        build_parser(argv).parse_args(argv)   # SystemExit (argparse's error) for a flag that does not exist

@@ -120,7 +120,8 @@ def add_remote_args(p) -> None:
     g.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
                    help="an fsspec storage option, repeatable (VALUE as JSON when it parses: anon=true, "
                         "client_kwargs='{\"endpoint_url\": \"http://minio:9000\"}'); credentials and endpoints also come "
-                        "the standard ways: AWS_* / AWS_ENDPOINT_URL, profiles, $FASTFEED_STORAGE_OPTIONS (JSON)")
+                        "the standard ways: AWS_* / AWS_ENDPOINT_URL, profiles, $FASTFEED_STORAGE_OPTIONS (JSON); "
+                        "default: none")
     g.add_argument("--shard-cache", metavar="DIR",
                    help="node-local folder the shards are downloaded into, shared by every process on the node "
                         "(default $FASTFEED_SHARD_CACHE, else ~/.cache/fastfeed/shards): a local disk")

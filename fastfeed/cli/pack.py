@@ -55,7 +55,7 @@ def add_parser(sub) -> None:
                    help="store folder to create, or a URL (s3://bucket/coco.ff, gs://..., az://...)")
     p.add_argument("--format", choices=("coco", "yolo"),
                    help="force the layout instead of detecting it (needed where SRC holds both a COCO JSON and YOLO "
-                        "labels/)")
+                        "labels/); default: detected from SRC")
     p.add_argument("--task", choices=("detect", "segment", "pose", "obb"),
                    help="what each record holds besides boxes: detect (boxes only), segment (YOLO-seg polygons, COCO "
                         "segmentation), pose (keypoints: data.yaml's kpt_shape and flip_idx, or COCO keypoints), obb "
@@ -67,7 +67,9 @@ def add_parser(sub) -> None:
     p.add_argument("--store", choices=STORE_MODES, default=d["store"],
                    help=f"payload: source bytes (original), re-encoded JPEG, or decoded pixels (raw: no decode at "
                         f"read time); default {d['store']}")
-    p.add_argument("--max-side", type=int, help="jpeg/raw: shrink so the long side is at most this (boxes follow)")
+    p.add_argument("--max-side", type=int,
+                   help="jpeg/raw: shrink so the long side is at most this (boxes follow); default: none, the source's "
+                        "size")
     p.add_argument("--quality", type=int, default=d["quality"], help=f"jpeg: JPEG quality 1-100 (default {d['quality']})")
     p.add_argument("--exif", choices=EXIF_MODES, default=d["exif"],
                    help="apply: take every image upright by its EXIF orientation, as labelling tools and Ultralytics "

@@ -78,7 +78,9 @@ def add_parser(sub) -> None:
     d.add_argument("--data", type=store_path,
                    help="training store, a folder or its URL (s3://bucket/coco.ff; required unless --eval-only); a "
                         "segment, pose or OBB store trains on its boxes alone (the models detect)")
-    d.add_argument("--val", type=store_path, help="store to evaluate after each epoch (COCO mAP with pycocotools)")
+    d.add_argument("--val", type=store_path,
+                   help="store to evaluate after each epoch (COCO mAP with pycocotools; default: none, no evaluation "
+                        "and no best.pt)")
     d.add_argument("--loader", default=D["loader"], choices=_Loaders(), metavar="NAME",
                    help="fastfeed loader feeding the training (`fastfeed loaders` lists them; default %(default)s)")
     d.add_argument("--workers", type=int, help="loader worker processes (default: one per core, up to 8)")
@@ -87,7 +89,8 @@ def add_parser(sub) -> None:
                         "--eval-only: the size the checkpoint was trained at)")
     d.add_argument("--hyp", type=Path, metavar="FILE",
                    help="YAML of augmentation gains (AugmentHyp's fields: mosaic, mixup, degrees, translate, scale, "
-                        "shear, fliplr, flipud, hsv_h, hsv_s, hsv_v, ...); unknown keys are an error")
+                        "shear, fliplr, flipud, hsv_h, hsv_s, hsv_v, ...); unknown keys are an error (default: "
+                        "AugmentHyp's defaults)")
     d.add_argument("--device-augment", action="store_true",
                    help="HSV jitter and horizontal flip on the device, after the copy, instead of in the workers")
     d.add_argument("--no-augment", dest="augment", action="store_false",
@@ -107,7 +110,8 @@ def add_parser(sub) -> None:
                         "--batch). Halved automatically, at most twice, when the device runs out of memory")
     m.add_argument("--accum", type=int, help="loader batches per optimizer step (default: reach 64 images per step)")
     m.add_argument("--epochs", type=int, default=D["epochs"], help="epochs; the LR schedule spans them (default %(default)s)")
-    m.add_argument("--max-steps", type=int, metavar="N", help="stop after N optimizer steps (schedule still spans --epochs)")
+    m.add_argument("--max-steps", type=int, metavar="N",
+                   help="stop after N optimizer steps (schedule still spans --epochs; default: none, every epoch)")
     m.add_argument("--optimizer", default=D["optimizer"], choices=OPTIMIZERS,
                    help="SGD with Nesterov momentum, or AdamW (default %(default)s)")
     m.add_argument("--lr", type=float, help="initial lr (default " + ", ".join(f"{v:g} for {k}" for k, v in DEFAULT_LR.items())
@@ -139,14 +143,16 @@ def add_parser(sub) -> None:
     o.add_argument("--resume", nargs="?", const=True, default=D["resume"], metavar="CKPT|auto",
                    help="continue from OUT/last.pt (or CKPT): weights, EMA, optimizer, scaler, schedule, epoch, step, "
                         "the loader's position; 'auto': if OUT/last.pt exists, else start (one command for a job that "
-                        "may be preempted and restarted)")
+                        "may be preempted and restarted); default: off, a new run")
     o.add_argument("--force", action="store_true",
                    help="start a new run in an --out that already holds one: its last.pt and best.pt are replaced, "
                         "its metrics.jsonl started anew (without --force or --resume such an --out is refused)")
     o.add_argument("--save-every-min", type=float, metavar="N",
                    help="also write last.pt every N minutes, mid-epoch, so a kill with no notice loses at most N "
-                        "minutes (each write's time is in metrics.jsonl)")
-    o.add_argument("--weights", type=Path, metavar="CKPT", help="start from (or, with --eval-only, evaluate) these weights")
+                        "minutes (each write's time is in metrics.jsonl); default: off, last.pt at each epoch's end and on "
+                        "a stop signal")
+    o.add_argument("--weights", type=Path, metavar="CKPT",
+                   help="start from (or, with --eval-only, evaluate) these weights (default: none, newly initialised)")
     o.add_argument("--eval-only", action="store_true", help="evaluate --weights on --val and exit")
     o.add_argument("--eval-every", type=int, default=D["eval_every"], help="epochs between evaluations on --val (default %(default)s)")
     o.add_argument("--conf", dest="conf_thres", type=float, default=D["conf_thres"],
