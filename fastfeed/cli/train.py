@@ -28,7 +28,7 @@ D = defaults(TrainConfig)   # the library's defaults are the command's
 
 _EXAMPLES = """\
 examples:
-  fastfeed train --data sample.ff --model yolov3-tiny --imgsz 320 --batch 8 --epochs 3
+  fastfeed train --data sample.ff --model yolov3-tiny --imgsz 320 --batch 8 --epochs 3 --close-mosaic 1
   fastfeed train --data coco.ff --val val.ff --model yolov3 --imgsz 640 --batch 16 --device cuda --amp
   fastfeed train --data coco.ff --device cuda --amp --channels-last --batch auto --multi-scale
   fastfeed train --data coco.ff --out runs/exp --resume                 # continue runs/exp/last.pt
