@@ -186,6 +186,12 @@ def test_a_second_iteration_ends_the_first_instead_of_hanging(painted_store, wor
         assert second == [b.tolist() for b in loader.order.batches(0)]   # until 'a worker is stuck'
         with pytest.raises(StopIteration):
             next(first)
+        it = iter(loader)
+        next(it)
+        loader.set_epoch(3)   # was: `it` went on with epoch 0's batches, counted as epoch 3's (state_dict said so)
+        with pytest.raises(StopIteration):
+            next(it)
+        assert loader.state_dict()["batches"] == 0 and loader.state_dict()["epoch"] == 3
 
 
 def test_a_corrupt_record_raises_in_the_main_process(painted_store, tmp_path):

@@ -224,10 +224,15 @@ class Loader(BatchFeed, AbstractContextManager):
     def iter_batches(self) -> Iterator[Batch]:
         """The batches of `epoch` from batch `start` on (the subclass's work; `__iter__` counts what it yields)."""
 
-    def __iter__(self) -> Iterator[Batch]:
+    def _end_running(self) -> None:
+        """One iteration at a time (the batches share the workers and buffers): a second, or a set_epoch, ends the
+        one under way (its iterator stops)."""
         running = getattr(self, "_running", None)
-        if running is not None and running() is not None:   # one iteration at a time (the batches share the workers
-            running().close()                                 # and buffers): a second ends the first
+        if running is not None and running() is not None:
+            running().close()
+
+    def __iter__(self) -> Iterator[Batch]:
+        self._end_running()
         it = self.iter_batches()   # called now: a loader that cannot iterate says so at iter()
         self.handed = self.start
         out = counted(it, self, "handed")
@@ -241,11 +246,12 @@ class Loader(BatchFeed, AbstractContextManager):
     def set_epoch(self, epoch: int, start: int = 0) -> None:
         """Reshuffle (and apply close_mosaic) for `epoch`; call before iterating it. `start`: the first
         batch to yield (resuming mid-epoch): the batches are those an uninterrupted run yields from there,
-        without building the ones skipped."""
+        without building the ones skipped. An iteration under way ends."""
         if not is_int(epoch) or epoch < 0:
             raise ValueError(f"epoch must be an integer >= 0, got {epoch!r}")
         if not is_int(start) or not 0 <= start <= len(self):   # a numpy integer is one (as for epoch)
             raise ValueError(f"start must be a batch index in 0..{len(self)}, got {start!r}")
+        self._end_running()   # its batches would be counted as this epoch's (a resume would skip untrained ones)
         self.epoch, self.start, self.handed = int(epoch), int(start), int(start)
 
     def state_dict(self, epoch: int | None = None, batches: int | None = None) -> dict:
