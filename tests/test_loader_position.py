@@ -162,6 +162,13 @@ def test_a_tampered_state_names_its_field_not_a_key_error(key, value, says):
         loaders(64, 2)[0].load_state_dict(state)
 
 
+def test_a_state_past_its_epochs_end_is_named():
+    state = loaders(64, 2)[0].state_dict(0, 2)
+    state["batches"] = 10**6   # was: "start must be a batch index in 0..N", a name the caller never gave
+    with pytest.raises(ResumeError, match="loader state is 1000000 batches into epoch 1, which has .* in this order"):
+        loaders(64, 2)[0].load_state_dict(state)
+
+
 def test_the_cpu_loaders_workers_follow_a_remainder(tmp_path_factory):
     """A real pool loader (2 workers, mosaic) resumed from 2 ranks x 2 workers onto 1 rank x 1 worker: its
     batches are the remainder's records, each once, built by workers whose partner buffers were replayed."""

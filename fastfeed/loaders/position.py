@@ -206,6 +206,9 @@ def resume(loader, state: dict) -> str:
     where = f"epoch {epoch + 1} after {done} batches per rank" if done else f"epoch {epoch + 1} from its start"
     plans, samples = _changes(state, ours, _PLANS), _samples(state, ours)
     if same_order(loader, state):
+        if done > len(loader):
+            raise ResumeError(f"the loader state is {done} batches into epoch {epoch + 1}, which has {len(loader)} in "
+                              "this order: pass the loader.state_dict() of this run")
         loader.set_epoch(epoch, done)
         what = ("the batches an uninterrupted run trains next" if not plans + samples else
                 "the same records in the same batches" if not plans else
