@@ -106,6 +106,19 @@ def test_fastfeed_store_env_uses_that_store_and_checks_its_classes(sample_yolo, 
         check_classes(store, {**names, 0: "car"}, len(names))
 
 
+def test_data_naming_a_store_says_to_give_the_yaml_and_fastfeed_store(sample_yolo):  # noqa: F811
+    """Was Ultralytics' "Dataset '.../train.ff' error ... No YAML file found in '.../train.ff'"."""
+    from ultralytics import YOLO
+
+    from fastfeed.integrations.ultralytics import FastfeedTrainer
+
+    store = prepare_store(str(sample_yolo / "images" / "train2017"), progress=False)
+    with pytest.raises(ValueError) as e:
+        YOLO("yolov8n.yaml").train(data=str(store.path), trainer=FastfeedTrainer, epochs=1, imgsz=64, device="cpu")
+    assert str(e.value) == (f"data={store.path} is a fastfeed store, not a dataset: give data= the dataset's data.yaml "
+                            f"(class names, the val split) and FASTFEED_STORE={store.path} to train from this store")
+
+
 @pytest.mark.parametrize("train, why", [("{root}/images/train2017/../../data.yaml", "is a file"),
                                         ("{root}/labels", "not under an 'images' folder"),
                                         (["{root}/images/train2017", "{root}/images/train2017"], "lists 2")])

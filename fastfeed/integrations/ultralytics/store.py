@@ -23,7 +23,7 @@ from ...pack.datayaml import labels_dir_for, load_yaml, pose_of, read_data_yaml,
 from ...pack.signature import source_signature
 from ...pack.writer import pack_lock
 from ...store import Store
-from ...store.format import FormatError
+from ...store.format import MANIFEST, FormatError
 from ...store.options import StoreOptions
 from ...store.urls import is_url
 from .args import log
@@ -94,6 +94,13 @@ def _recorded_signature(out: Path) -> str | None:
         return json.loads((out / SIGNATURE_FILE).read_text(encoding="utf-8")).get("signature")
     except (OSError, ValueError, AttributeError):
         return None
+
+
+def check_data(data) -> None:
+    """ValueError when Ultralytics' `data` names a fastfeed store (Ultralytics reads a data.yaml: names, val split)."""
+    if isinstance(data, (str, os.PathLike)) and (Path(data) / MANIFEST).is_file():
+        raise ValueError(f"data={data} is a fastfeed store, not a dataset: give data= the dataset's data.yaml (class "
+                         f"names, the val split) and {STORE_ENV}={data} to train from this store")
 
 
 def open_env_store(options: StoreOptions | None = None) -> Store | None:

@@ -41,7 +41,7 @@ from .device import NAME as DEVICE_LOADER
 from .device import finish_batch, for_plots, loader_setup
 from .feed import FEED_CSV, FastfeedTrainLoader, append_row, epoch_line
 from .stopping import StoppableMixin
-from .store import check_boxes, check_classes, check_task, prepare_store
+from .store import check_boxes, check_classes, check_data, check_task, prepare_store
 
 
 def _fresh_feed_file(trainer) -> None:
@@ -87,6 +87,7 @@ class FastfeedMixin(StoppableMixin):
                                            "__doc__": cls.__doc__})
 
     def __init__(self, cfg=DEFAULT_CFG, overrides=None, _callbacks=None):
+        check_data((overrides or {}).get("data"))   # else Ultralytics' 'No YAML file found in .../coco.ff'
         super().__init__(cfg, overrides, _callbacks)
         self.add_callback("on_train_start", _fresh_feed_file)
         self.add_callback("on_train_epoch_end", _feed_epoch_end)
