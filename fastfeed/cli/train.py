@@ -145,8 +145,9 @@ def add_parser(sub) -> None:
                         "the loader's position; 'auto': if OUT/last.pt exists, else start (one command for a job that "
                         "may be preempted and restarted); default: off, a new run")
     o.add_argument("--force", action="store_true",
-                   help="start a new run in an --out that already holds one: its last.pt and best.pt are replaced, "
-                        "its metrics.jsonl started anew (without --force or --resume such an --out is refused)")
+                   help="start a new run in an --out that already holds one: its metrics.jsonl and best.pt are removed "
+                        "once the run is set up, its last.pt replaced at the first checkpoint (without --force or "
+                        "--resume such an --out is refused)")
     o.add_argument("--save-every-min", type=float, metavar="N",
                    help="also write last.pt every N minutes, mid-epoch, so a kill with no notice loses at most N "
                         "minutes (each write's time is in metrics.jsonl); default: off, last.pt at each epoch's end and on "
