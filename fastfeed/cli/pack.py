@@ -83,7 +83,8 @@ def add_parser(sub) -> None:
     g.add_argument("--shards", type=int, help="number of shards (default: by size, see --shard-mb)")
     g.add_argument("--shard-mb", type=float,
                    help="cut shards of about this many MB of records, however few that makes (default: 1024 for a "
-                        "folder, 128 for a URL, and at least 4 shards per pack worker so that every core has work)")
+                        "folder, 128 for a URL, and at least 4 shards per pack worker so that every core has work, "
+                        "none under 64 images)")
     p.add_argument("--workers", type=int, help="worker processes (default: all cores; 0 or 1 packs in-process)")
     p.add_argument("--on-error", choices=("skip", "fail"), default=d["on_error"],
                    help="skip bad images/labels and report them (default), or stop at the first")
