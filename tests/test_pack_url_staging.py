@@ -59,7 +59,7 @@ def test_a_pack_to_s3_killed_mid_way_leaves_staging_the_next_pack_removes(s3, yo
                                 "--quiet"], env=dict(os.environ, TMPDIR=str(temp)), capture_output=True, text=True,
                                timeout=300)   # the next pack on this machine
         assert again.returncode == 0, again.stderr
-        assert f"fastfeed: WARNING: removed {left}, left by a pack (pid {proc.pid}) that was killed" in again.stderr
+        assert f"fastfeed: warning: removed {left}, left by a pack (pid {proc.pid}) that was killed" in again.stderr
         assert not left.exists() and list(staging.iterdir()) == []       # its own folder went with it too
     finally:
         kill_all([proc, *running(workers)])

@@ -13,7 +13,7 @@ import sys
 
 from .. import __version__
 from . import bench, cache, loaders, pack, store, train
-from .common import EXIT_USAGE, exact, fail
+from .common import EXIT_USAGE, Lines, exact, fail
 
 # name -> (one-line help, the function that adds its full parser). A command's full parser (which may
 # import its configs, and with them torch) is built only when that command runs, so `fastfeed --help`
@@ -52,8 +52,8 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="fastfeed: %(levelname)s: %(message)s")
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, handlers=[Lines()],
+                        format="%(message)s")   # `fastfeed: warning: ...` from every command
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE

@@ -69,10 +69,10 @@ def config_of(cls, args, **fixed):
     return cls(**{f.name: v for f in fields(cls) if (v := getattr(args, f.name, None)) is not None} | fixed)
 
 
-class _Lines(logging.Handler):
+class Lines(logging.Handler):
     """Each record as a line on stderr, written through tqdm so that it lands above a progress bar on a terminal
     (and as a plain line in a log file, where tqdm draws no bar). INFO records are the command's own progress
-    lines, printed as they are; others say what they are."""
+    lines, printed as they are; others say what they are (`fastfeed: warning: ...`, every command's)."""
 
     def emit(self, record):
         try:
@@ -92,7 +92,7 @@ def progress_lines(verbose: bool = False, name: str = "fastfeed"):
     and its DEBUG ones too with `verbose` (`fastfeed -v`). Restored afterwards."""
     logger = logging.getLogger(name)
     old = logger.level, logger.propagate
-    handler = _Lines()
+    handler = Lines()
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG if verbose else min(logger.getEffectiveLevel(), logging.INFO))
     logger.propagate = False
