@@ -14,7 +14,7 @@ import torch
 from ..augment.hyp import AugmentHyp
 from ..augment.masks import MASK_RULES
 from ..batch import Batch, BatchFeed, counted
-from ..checks import check_imgsz, field_need, is_int, is_num
+from ..checks import check_imgsz, field_need, is_int, is_num, need
 from ..devices import has_cuda, parse_device, resolve_device
 from ..procs import usable_cores
 from ..renamed import renamed
@@ -45,10 +45,6 @@ class StageTimes:
         return {k: 1e3 * v / n for k, v in self.seconds.items()}
 
 
-def _default_workers() -> int:
-    return max(1, min(usable_cores(), 8))
-
-
 @renamed(prefetch="batches_ahead")
 @dataclass
 class LoaderConfig:
@@ -58,7 +54,7 @@ class LoaderConfig:
 
     imgsz: int = 640                 # output side S (a multiple of 32)
     batch_size: int = 16
-    workers: int = field(default_factory=_default_workers)
+    workers: int = field(default_factory=lambda: max(1, min(usable_cores(), 8)))   # the usable cores, 1..8
     augment: bool = True             # False: letterboxed evaluation batches
     seed: int = 0
     rank: int | None = None          # None: from torch.distributed when initialised, else 0
@@ -92,13 +88,11 @@ class LoaderConfig:
         for name in ("augment", "shuffle", "drop_last", "device_augment", "overlap_mask", "pin_memory"):
             need(isinstance(getattr(self, name), bool) or (name == "pin_memory" and self.pin_memory is None), name,
                  "must be True or False" + " (or None: when device is a CUDA GPU)" * (name == "pin_memory"))
-        need(self.batch_size >= 1, "batch_size", "must be >= 1")
-        need(self.seed >= 0, "seed", "must be an integer >= 0")
-        need(self.workers >= 0, "workers", "must be >= 0 (0: in the main process)")
-        need(self.batches_ahead >= 1, "batches_ahead", "must be >= 1")
-        need(self.world_size is None or self.world_size >= 1, "world_size", "must be >= 1")
-        need(self.local_world_size is None or self.local_world_size >= 1, "local_world_size",
-             "must be >= 1 (the ranks on this node)")
+        for name, least, rule in (("batch_size", 1, "must be >= 1"), ("seed", 0, "must be an integer >= 0"),
+                                  ("workers", 0, "must be >= 0 (0: in the main process)"),
+                                  ("batches_ahead", 1, "must be >= 1"), ("world_size", 1, "must be >= 1"),
+                                  ("local_world_size", 1, "must be >= 1 (the ranks on this node)")):
+            need(getattr(self, name) is None or getattr(self, name) >= least, name, rule)   # None: optional ones
         need(self.rank is None or 0 <= self.rank < (self.world_size or 1),
              "rank", f"must be in 0..world_size-1 (world_size {self.world_size})")
         need(self.close_mosaic >= 0, "close_mosaic", "must be >= 0")
@@ -247,10 +241,8 @@ class Loader(BatchFeed, AbstractContextManager):
         """Reshuffle (and apply close_mosaic) for `epoch`; call before iterating it. `start`: the first
         batch to yield (resuming mid-epoch): the batches are those an uninterrupted run yields from there,
         without building the ones skipped. An iteration under way ends."""
-        if not is_int(epoch) or epoch < 0:
-            raise ValueError(f"epoch must be an integer >= 0, got {epoch!r}")
-        if not is_int(start) or not 0 <= start <= len(self):   # a numpy integer is one (as for epoch)
-            raise ValueError(f"start must be a batch index in 0..{len(self)}, got {start!r}")
+        need(is_int(epoch) and epoch >= 0, "epoch", "must be an integer >= 0", epoch)   # a numpy integer is one
+        need(is_int(start) and 0 <= start <= len(self), "start", f"must be a batch index in 0..{len(self)}", start)
         self._end_running()   # its batches would be counted as this epoch's (a resume would skip untrained ones)
         self.epoch, self.start, self.handed = int(epoch), int(start), int(start)
 

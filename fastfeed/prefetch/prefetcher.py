@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 import torch
 
 from ..batch import Batch, BatchFeed, counted
-from ..checks import is_int
+from ..checks import is_int, need
 from ..device_augment import DeviceAugment
 from ..devices import accelerator_module, parse_device, resolve_device, to_channels_last
 from . import drivers
@@ -47,14 +47,11 @@ class DevicePrefetcher(AbstractContextManager):
         if kind == "auto":
             device = resolve_device("auto")
             kind = device.type
-        if not is_int(depth) or depth < 1:   # a numpy integer is one
-            raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
-        if seed is not None and not is_int(seed):   # a float was truncated, a string failed in the augmentation
-            raise ValueError(f"seed must be an integer or None (the loader's cfg.seed), got {seed!r}")
-        depth = int(depth)
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {', '.join(map(str, DTYPES))}, got {dtype!r}")
-        self.depth, self.dtype, self.channels_last = depth, dtype, bool(channels_last)
+        # a numpy integer is one; a float seed was truncated, a string seed failed in the augmentation
+        need(is_int(depth) and depth >= 1, "depth", "must be an integer >= 1", depth)
+        need(seed is None or is_int(seed), "seed", "must be an integer or None (the loader's cfg.seed)", seed)
+        need(dtype in DTYPES, "dtype", f"must be one of {', '.join(map(str, DTYPES))}", dtype)
+        self.depth, self.dtype, self.channels_last = int(depth), dtype, bool(channels_last)
         if seed is None:
             seed = loader.cfg.seed if isinstance(loader, BatchFeed) else 0
         self.augment = resolve_augment(loader, device_augment, seed)
@@ -74,7 +71,7 @@ class DevicePrefetcher(AbstractContextManager):
             log.warning("device augmentation on the CPU: float32 torch costs far more than the workers' uint8 "
                         "version; consider LoaderConfig(device_augment=False) without an accelerator")
         self.thread = (not self.accelerated) if thread is None else bool(thread)
-        self._host = HostBuffers(keep=depth + 3)   # queue + producer + consumer + one spare
+        self._host = HostBuffers(keep=self.depth + 3)   # queue + producer + consumer + one spare
         self._active = None                   # weakref to the running iteration's generator
         self._warned_pageable = False
         self._epoch = self._start = self._k = 0   # the augmentation's draws are keyed by (epoch, rank, batch)
