@@ -20,6 +20,7 @@ from functools import partial
 import torch
 
 from ..augment.masks import mask_side
+from ..checks import need
 from ..tasks import get as task_spec
 from .base import Batch, Loader, LoaderConfig
 from .partners import history
@@ -44,14 +45,13 @@ class CpuOptions:
 
     def __post_init__(self):
         pb = self.partner_buffer
-        if pb is not None and (isinstance(pb, bool) or not isinstance(pb, int) or pb < 4):
-            raise ValueError(f"option partner_buffer must be an integer >= 4 or None (automatic), got {pb!r}")
+        need(pb is None or (isinstance(pb, int) and not isinstance(pb, bool) and pb >= 4), "option partner_buffer",
+             "must be an integer >= 4 or None (automatic)", pb)
 
     def resolved(self, images: int, batch_size: int) -> CpuOptions:
         """These options with partner_buffer decided for a store of `images` and a batch of `batch_size`."""
-        if self.partner_buffer is not None:
-            return self
-        return replace(self, partner_buffer=max(4, min(images, 8 * batch_size, 1000)))
+        auto = max(4, min(images, 8 * batch_size, 1000))
+        return self if self.partner_buffer is not None else replace(self, partner_buffer=auto)
 
 
 def image_batch(slot: torch.Tensor, count: int, result, indices) -> Batch:
@@ -211,8 +211,7 @@ class PoolLoader(Loader):
         pool = self._start_pool()
         cur = self._begin(pool)
         self._active = True
-        nxt = None  # once this epoch is all queued, the workers go on with the next one
-        held = None
+        nxt = held = None  # nxt: once this epoch is all queued, the workers go on with the next one
         try:
             for k in range(cur.start, len(cur.batches)):
                 if held is not None:      # the consumer asked for batch k: batch k-1's slot is free again
@@ -223,9 +222,8 @@ class PoolLoader(Loader):
                     (epoch, j), slot, result, times, count = pool.next_result()
                     (cur if epoch == cur.epoch else nxt).done[j] = (slot, result, count)
                     self._times.add(times, count)
-                slot, result, count = cur.done.pop(k)
-                held = slot
-                yield self._batch(pool.slots[slot], None if pool.masks is None else pool.masks[slot], count, result,
+                held, result, count = cur.done.pop(k)   # its slot, released when the next batch is asked for
+                yield self._batch(pool.slots[held], None if pool.masks is None else pool.masks[held], count, result,
                                   cur.batches[k])
             if held is not None:
                 pool.release(held)

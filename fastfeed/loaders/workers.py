@@ -176,11 +176,11 @@ class WorkerPool:
                 break
             self.outstanding -= 1
         for stop in (None, "terminate", "kill"):
-            if stop is not None:
-                for p in self.procs:
-                    if p.is_alive():
-                        getattr(p, stop)()
-            _join_all(self.procs, deadline)
+            for p in self.procs:
+                if stop is not None and p.is_alive():
+                    getattr(p, stop)()
+            for p in self.procs:
+                p.join(timeout=max(0.0, deadline - monotonic()))
             deadline = monotonic() + _KILL_S
         for p in self.procs:
             if p.is_alive():    # unkillable (a disk wait in the kernel): left, named, never waited on forever
@@ -192,11 +192,6 @@ class WorkerPool:
         if self.masks_pinned:
             unpin(self.masks)
         self.procs = []
-
-
-def _join_all(procs, deadline: float) -> None:
-    for p in procs:
-        p.join(timeout=max(0.0, deadline - monotonic()))
 
 
 def exit_reason(code: int | None) -> str:

@@ -255,10 +255,6 @@ def slot_bytes(store: Store, cfg: LoaderConfig, ship: str) -> int:
     return b * max(per, 64 << 10)
 
 
-def _host_batch(slot: torch.Tensor, count: int, plan: Plan, indices: torch.Tensor) -> HostBatch:
-    return HostBatch(slot, plan, indices)
-
-
 class HostLoader(PoolLoader):
     """Plans (not images) from the worker pool; `ship` says what the workers send (plan.SHIP_*)."""
 
@@ -266,7 +262,7 @@ class HostLoader(PoolLoader):
         rank, _ = cfg.resolved_rank()
         super().__init__(store, cfg, opts, partial(Planner, store, cfg, rank, opts.partner_buffer, ship), order=order,
                          slot_shape=(slot_bytes(store, cfg, ship),), pin=cfg.pin() and ship != SHIP_NONE,
-                         make_batch=_host_batch)
+                         make_batch=lambda slot, count, plan, indices: HostBatch(slot, plan, indices))
         self.ship = ship
         self.slot_bytes = self.slot_shape[0]
 
