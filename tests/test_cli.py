@@ -119,16 +119,14 @@ def _parsers(parser, name="fastfeed"):
 
 
 def test_every_flag_says_what_it_does_and_its_default():
-    """--help's text for each flag, and for each that takes a value its default (a flag naming what the command works
-    on has none). The object-storage flags state the store's own defaults."""
+    """--help's text for each flag of every command, and for each that takes a value its default (a flag naming what
+    the command works on has none). The object-storage flags state the store's own defaults."""
     from fastfeed.cli import build_parser
     from fastfeed.store.remote.shards import DEFAULT_READ_AHEAD, READ_AHEAD_BYTES, READ_AHEAD_SHARE
 
     inputs = {"-o", "--ann", "--images", "--data"}
     checked = 0
     for name, p in _parsers(build_parser()):
-        if name.split()[1:2] not in (["pack"], ["inspect"], ["verify"], ["loaders"], ["train"]):
-            continue
         for a in p._actions:
             if not a.option_strings or a.help == argparse.SUPPRESS or isinstance(a, argparse._HelpAction):
                 continue

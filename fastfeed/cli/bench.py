@@ -55,27 +55,32 @@ def add_parser(sub) -> None:
                         "'auto' sweeps 1, 2, cores/2, cores, cores+1 briefly and keeps the fastest")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--seconds", type=float, default=d["seconds"], help=f"timed seconds per loader (default {d['seconds']:g})")
-    g.add_argument("--batches", type=int, help="timed batches per loader instead of --seconds")
+    g.add_argument("--batches", type=int,
+                   help="timed batches per loader instead of --seconds (default: none, --seconds)")
     p.add_argument("--warmup", type=int, default=d["warmup"],
                    help=f"untimed batches first, the first batch included (default {d['warmup']})")
     p.add_argument("--no-augment", dest="augment", action="store_false",
                    help="letterboxed evaluation batches instead of mosaic/affine/HSV training batches")
     p.add_argument("--device", default=d["device"],
                    help="cpu (no copy stage), cuda[:N] or npu[:N]: the batches are for that device (pinned for CUDA; "
-                        "dali and device loaders run there) and the host->device copy is timed")
+                        "dali and device loaders run there) and the host->device copy is timed (default: %(default)s)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--step-ms", type=float, metavar="MS",
-                   help="simulate an accelerator step of MS milliseconds; report the stall fraction and steps/s")
-    g.add_argument("--model", choices=MODELS, help="run the bundled model's training step instead of a simulated one")
+                   help="simulate an accelerator step of MS milliseconds; report the stall fraction and steps/s "
+                        "(default: none, no step)")
+    g.add_argument("--model", choices=MODELS,
+                   help="run the bundled model's training step instead of a simulated one (default: none)")
     p.add_argument("--task", choices=TASKS,
                    help="what the batches carry: the store's task (default: a segment store's masks, a pose store's "
                         "keypoints, an OBB store's rotated boxes), or detect: boxes alone, from a store of any task "
                         "(what a detection model trains on; the dali loader reads a task store so). --model "
                         "implies detect")
     p.add_argument("--seed", type=int, default=d["seed"], help=f"loader seed (default {d['seed']})")
-    p.add_argument("--json", type=Path, metavar="FILE", help="write every figure, the machine and the configuration")
+    p.add_argument("--json", type=Path, metavar="FILE",
+                   help="write every figure, the machine and the configuration (default: none)")
     p.add_argument("--plot", type=Path, metavar="FILE.png",
-                   help="write a PNG: throughput bars and per-sample stage times (needs matplotlib: pip install -e '.[plot]')")
+                   help="write a PNG: throughput bars and per-sample stage times (needs matplotlib: pip install -e "
+                        "'.[plot]'; default: none)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress bar and no progress lines (there is no bar when stderr is not a terminal: "
                         "plain lines say each loader's progress there)")

@@ -68,7 +68,7 @@ def _which(p) -> None:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--shards", action="store_true", help="only the shard cache of stores in object storage")
     g.add_argument("--shm", action="store_true", help="only the shm loader's decoded-image caches")
-    p.add_argument("--shard-cache", help=f"the shard cache (default $FASTFEED_SHARD_CACHE, else {default_dir()})")
+    p.add_argument("--shard-cache", metavar="DIR", help=f"the shard cache (default $FASTFEED_SHARD_CACHE, else {default_dir()})")
     old_flag(p, "--shard-dir", "--shard-cache")
 
 
