@@ -7,9 +7,9 @@ fast, with the field name, when a config file carries a typo such as `scale: 5`.
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, fields
 
+from ..checks import is_int, is_num
 from .albu import encode
 
 # field -> (low, high, low inclusive, high inclusive); the valid ranges quoted in errors.
@@ -43,10 +43,8 @@ def check_field(name: str, value, owner: str = "AugmentHyp"):
     lo, hi, lo_in, hi_in = _RANGES[name]
     rng = f"{'[' if lo_in else '('}{lo}, {hi}{']' if hi_in else ')'}"
     want_int = name == "fill"
-    ok_type = isinstance(value, numbers.Integral if want_int else numbers.Real) and not isinstance(value, bool)
-    if not ok_type:
-        kind = "an integer" if want_int else "a number"
-        raise ValueError(f"{owner}.{name}={value!r} must be {kind} in {rng}")
+    if not (is_int(value) if want_int else is_num(value)):
+        raise ValueError(f"{owner}.{name}={value!r} must be {'an integer' if want_int else 'a number'} in {rng}")
     inside = (lo <= value if lo_in else lo < value) and (value <= hi if hi_in else value < hi)
     if not inside or (isinstance(value, float) and math.isnan(value)):
         raise ValueError(f"{owner}.{name}={value!r} is out of range; valid: {rng}")

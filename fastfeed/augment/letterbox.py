@@ -13,6 +13,7 @@ from typing import NamedTuple
 import cv2
 import numpy as np
 
+from ..checks import is_int, need
 from .labels import Labels
 
 # --- argument checks: bad input raises ValueError naming the argument and what is valid, at the call that caused it
@@ -32,8 +33,7 @@ def check_image(img, name: str = "img") -> np.ndarray:
 
 def check_size(size, name: str = "size") -> int:
     """A positive integer output side."""
-    if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {size!r}")
+    need(is_int(size) and size >= 1, name, "must be an integer >= 1", size)
     return int(size)
 
 
@@ -54,12 +54,6 @@ def check_out(out, shape: tuple[int, int, int], name: str = "out") -> np.ndarray
     if not out.flags.writeable:
         raise ValueError(f"{name} must be writeable")
     return out
-
-
-def check_fill(fill) -> int:
-    if isinstance(fill, bool) or not isinstance(fill, numbers.Integral) or not 0 <= fill <= 255:
-        raise ValueError(f"fill must be an integer in [0, 255], got {fill!r}")
-    return int(fill)
 
 
 class LetterboxGeometry(NamedTuple):
@@ -102,7 +96,8 @@ def letterbox(img: np.ndarray, size: int, *, stride: int = 32, rect: bool = Fals
     check_image(img)
     size = check_size(size)
     stride = check_size(stride, "stride")
-    fill = check_fill(fill)
+    need(is_int(fill) and 0 <= fill <= 255, "fill", "must be an integer in [0, 255]", fill)
+    fill = int(fill)
     h, w = img.shape[:2]
     nw, nh, left, top, ow, oh, r = letterbox_geometry(h, w, size, scaleup=scaleup, stride=stride if rect else None)
     out = check_out(out, (oh, ow, 3))
