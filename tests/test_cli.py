@@ -93,6 +93,10 @@ def test_unknown_choices_and_help(capsys):
         main(["pack", "-o", "x", "--store", "webp"])
     assert e.value.code == 2 and "invalid choice: 'webp'" in capsys.readouterr().err
     assert main([]) == 2
+    for argv in (["verify", "x.ff"], ["cache", "build", "x.ff"]):   # was: -1 taken, one process, silently
+        with pytest.raises(SystemExit) as e:
+            main([*argv, "--workers", "-1"])
+        assert e.value.code == 2 and "--workers: expected an integer >= 0, got '-1'" in capsys.readouterr().err
 
 
 def test_python_dash_m_and_console_script(tmp_path):

@@ -7,6 +7,7 @@ import json
 import os
 
 from ..renamed import old_flag
+from . import common
 from .common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, add_remote_args, defaults, exact, fail, store_options, store_path
 
 HELP = "list, remove or pre-build the shm loader's decoded-image caches (in /dev/shm) and the shard caches of stores in object storage"
@@ -56,7 +57,8 @@ def add_parser(sub) -> None:
     build.add_argument("store", type=store_path, help="a store made by `fastfeed pack`: a folder or its URL")
     build.add_argument("--imgsz", type=int, default=imgsz, help=f"the loaders' imgsz, a multiple of 32 (default {imgsz})")
     build.add_argument("--partial", action="store_true", help="if it does not fit, cache the first images that do")
-    build.add_argument("--workers", type=int, help="decoding processes (default: all cores)")
+    build.add_argument("--workers", type=common.int_or_auto("an integer >= 0", 0, auto=False),
+                       help="decoding processes (0: all cores; default: all cores)")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
     add_remote_args(build)
     build.set_defaults(func=cmd_build)

@@ -44,15 +44,16 @@ def _dataset_instead(path) -> str | None:
     return f"{path} is {what}, then pass the .ff folder"
 
 
-def int_or_auto(expected: str, minimum: int | None = None):
-    """An argparse type: 'auto', or an integer (at least `minimum`); anything else is refused as not `expected`."""
+def int_or_auto(expected: str, minimum: int | None = None, auto: bool = True):
+    """An argparse type: 'auto' (unless not `auto`), or an integer (at least `minimum`); anything else is refused as not
+    `expected`."""
     def parse(value: str):
-        if value == "auto":
+        if auto and value == "auto":
             return value
         with contextlib.suppress(ValueError):
             if minimum is None or int(value) >= minimum:
                 return int(value)
-        raise argparse.ArgumentTypeError(f"expected {expected} or 'auto', got {value!r}")
+        raise argparse.ArgumentTypeError(f"expected {expected}" + " or 'auto'" * auto + f", got {value!r}")
 
     return parse
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from .. import tasks
-from .common import EXIT_FAIL, EXIT_OK, add_remote_args, fail, store_options, store_path
+from .common import EXIT_FAIL, EXIT_OK, add_remote_args, fail, int_or_auto, store_options, store_path
 
 INSPECT_HELP = "summarise a store: task, counts, classes, image sizes, bytes"
 VERIFY_HELP = "re-check every record's CRC (and decode every image)"
@@ -59,7 +59,8 @@ def add_verify(sub) -> None:
     p.add_argument("store", type=store_path, help="a store folder, or its URL (every shard is downloaded afresh from "
                                                   "the bucket into the shard cache, its sha256 checked)")
     p.add_argument("--decode", action="store_true", help="also decode every image")
-    p.add_argument("--workers", type=int, help="processes (default: all cores)")
+    p.add_argument("--workers", type=int_or_auto("an integer >= 0", 0, auto=False),
+                   help="processes (0: all cores; default: all cores)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_remote_args(p)
     p.set_defaults(func=cmd_verify)
