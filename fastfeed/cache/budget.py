@@ -7,6 +7,7 @@ left for the training processes themselves.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import dataclass
@@ -56,7 +57,6 @@ def too_big(needed: int, budget: Budget, cache_dir, imgsz: int, smaller: dict[in
     `smaller` maps smaller imgsz values to the bytes their caches would need.
     """
     alternatives = ", ".join(f"{s}: {gib(b)}" for s, b in sorted(smaller.items(), reverse=True) if budget.fits(b))
-    size_g = math.ceil((needed + (_used(cache_dir) or 0)) / 2**30 * 1.1)
     return CacheBudgetError(
         f"the shm cache needs {gib(needed)} ({needed} bytes) at imgsz {imgsz}, but {cache_dir} has {gib(budget.free)} "
         f"({budget.free} bytes) free and the machine {gib(budget.ram)} ({budget.ram} bytes) of RAM available "
@@ -64,15 +64,15 @@ def too_big(needed: int, budget: Budget, cache_dir, imgsz: int, smaller: dict[in
         + (f" ({alternatives} would fit)" if alternatives else "")
         + "; a partial cache (the shm loader's option cache_partial=True, `fastfeed cache build --partial`) to cache "
           "the first images that fit and decode the rest on the fly; the `cpu` loader, which needs no cache; or a "
-          f"larger tmpfs: `sudo mount -o remount,size={size_g}G {cache_dir}` (RAM permitting).")
+          f"larger tmpfs: {_remount(cache_dir, needed)}.")
 
 
-def _used(cache_dir) -> int | None:
-    try:
+def _remount(cache_dir, needed: int) -> str:
+    """The command that makes the tmpfs `cache_dir` hold what it holds now and `needed` bytes more (10% spare)."""
+    with contextlib.suppress(OSError):
         st = os.statvfs(cache_dir)
-    except OSError:
-        return None
-    return (st.f_blocks - st.f_bfree) * st.f_frsize
+        needed += (st.f_blocks - st.f_bfree) * st.f_frsize
+    return f"`sudo mount -o remount,size={math.ceil(needed / 2**30 * 1.1) or 1}G {cache_dir}` (RAM permitting)"
 
 
 def disk_full(cache_dir, needed: int | None, e: OSError) -> CacheBudgetError:
@@ -81,10 +81,9 @@ def disk_full(cache_dir, needed: int | None, e: OSError) -> CacheBudgetError:
         free = f"{gib(free_bytes(cache_dir))} free now"
     except OSError:
         free = "its free space unknown"
-    size_g = math.ceil(((needed or 0) + (_used(cache_dir) or 0)) / 2**30 * 1.1) or 1
     return CacheBudgetError(
         f"the shm cache's filesystem {cache_dir} filled up while the cache was built ({e.strerror}; "
         + (f"the slab needs {gib(needed)} ({needed} bytes), " if needed else "")
         + f"{free}); the partial slab was removed. Free space there, use a smaller cache (a smaller imgsz, or "
           "cache_partial=True, `--partial`), point the shm loader's cache_dir (`--shm-dir`) at a larger tmpfs, "
-          f"or enlarge it: `sudo mount -o remount,size={size_g}G {cache_dir}` (RAM permitting)")
+          f"or enlarge it: {_remount(cache_dir, needed or 0)}")

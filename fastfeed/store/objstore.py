@@ -120,9 +120,8 @@ def _chain(e: BaseException):
 
 def kind(e: BaseException) -> str:
     """'credentials' | 'denied' | 'missing' | 'full' | 'fatal' (a bug or bad arguments) | 'transient'."""
-    for x in _chain(e):
-        if type(x).__name__ in _CREDENTIAL_ERRORS:
-            return "credentials"
+    if any(type(x).__name__ in _CREDENTIAL_ERRORS for x in _chain(e)):
+        return "credentials"
     if isinstance(e, PermissionError):
         return "denied"
     if isinstance(e, (FileNotFoundError, NotADirectoryError, IsADirectoryError)):
@@ -195,11 +194,10 @@ def retry(op: Callable, url: str, what: str, *, fs=None, tries: int = RETRIES, s
                                   "Check the network and the endpoint (AWS_ENDPOINT_URL), then run again") from None
             wait = min(BACKOFF_S[1], BACKOFF_S[0] * 2 ** attempt) * (0.5 + random.random() / 2)
             if attempt == 0:   # said once per operation, when its retries start (loader workers log it too)
-                budget = backoff_s(tries)
                 service = "S3" if url.lower().startswith(("s3://", "s3a://")) else bucket_of(url)
                 log.warning("%s unreachable (%s %s: %s), retrying for up to %.0f s of backoff (%d more tries, each "
                             "also waiting out its own connection timeout)", service, what, shown(url), _describe(e),
-                            budget, tries - 1)
+                            backoff_s(tries), tries - 1)
             log.debug("%s %s: %s; retrying in %.1f s", what, shown(url), _describe(e), wait)
             sleep(wait)
     raise AssertionError("unreachable")

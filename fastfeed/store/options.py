@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
+from ..checks import is_int, need
 from ..renamed import renamed, translate, warn
 
 CACHE_ENV = "FASTFEED_SHARD_CACHE"
@@ -74,13 +75,10 @@ class StoreOptions:
 
     def __post_init__(self):
         if self.read_ahead is not None:
-            depth = int(self.read_ahead)
-            if depth < 0:
-                raise ValueError(f"read_ahead must be >= 0, got {depth}")
-            object.__setattr__(self, "read_ahead", depth)
-        if self.retries is not None and (isinstance(self.retries, bool) or not isinstance(self.retries, int)
-                                         or self.retries < 1):
-            raise ValueError(f"retries must be a whole number of tries >= 1 (1: no retry), got {self.retries!r}")
+            object.__setattr__(self, "read_ahead", int(self.read_ahead))
+            need(self.read_ahead >= 0, "read_ahead", "must be >= 0", self.read_ahead)
+        need(self.retries is None or (is_int(self.retries) and self.retries >= 1), "retries",
+             "must be a whole number of tries >= 1 (1: no retry)", self.retries)
         object.__setattr__(self, "storage_options", dict(self.storage_options or {}))
 
 

@@ -73,9 +73,8 @@ class RemoteShards:
         limit = default_limit(root_dir) if limit is None else parse_size(limit, root_dir)
         self.cache = ShardCache(root_dir, limit, self.url)
         self.cache.prepare()
-        ahead = options.read_ahead
-        self.read_ahead_given = ahead is not None
-        self.read_ahead = self.default_read_ahead() if ahead is None else ahead
+        self.read_ahead_given = options.read_ahead is not None
+        self.read_ahead = options.read_ahead if self.read_ahead_given else self.default_read_ahead()
         self._reset()
 
     @property
