@@ -154,15 +154,11 @@ class Result:
 
 def _coco_geometry(item: Item, keep, size, unit, task: Task, problems: list[Problem]) -> list:
     """The kept annotations' geometry (None for a dropped object or a crowd region), divided by `unit` (w, h)."""
-    out = []
-    for (ann_id, value), crowd in zip([g for g, k in zip(item.coco_geometry, keep) if k], item.coco_crowd[keep]):
-        if crowd:
-            out.append(None)
-        elif tasks.get(task.name).keypoints:
-            out.append(keypoint_values(value, unit, task.kpt_shape[0], item.name, ann_id, problems))
-        else:
-            out.append(segmentation_points(value, size, unit, item.name, ann_id, problems))
-    return out
+    kept = [g for g, k in zip(item.coco_geometry, keep) if k]
+    pose = tasks.get(task.name).keypoints
+    return [None if crowd else keypoint_values(value, unit, task.kpt_shape[0], item.name, ann_id, problems) if pose
+            else segmentation_points(value, size, unit, item.name, ann_id, problems)
+            for (ann_id, value), crowd in zip(kept, item.coco_crowd[keep])]
 
 
 def _labels(item: Item, size, nc: int | None, problems: list[Problem], cfg, task: Task):

@@ -147,9 +147,6 @@ class PackReport:
 
     def summary_lines(self) -> list[str]:
         """Human-readable lines: one per reason seen, with its meaning and first example."""
-        lines = []
-        for table, tag in ((ERRORS, "error"), (NOTES, "note")):
-            for reason, meaning in table.items():
-                if n := self.counts[reason]:
-                    lines.append(f"{tag:5} {n:6d}  {reason}: {meaning}; e.g. {self.examples[reason][0]}")
-        return lines
+        return [f"{tag:5} {n:6d}  {reason}: {meaning}; e.g. {self.examples[reason][0]}"
+                for table, tag in ((ERRORS, "error"), (NOTES, "note")) for reason, meaning in table.items()
+                if (n := self.counts[reason])]

@@ -66,13 +66,10 @@ def _yolo_unlabelled(source: Source, share: str, under: str) -> str:
     msg += f"; fastfeed looked for {labels}/<image name>.txt (e.g. {example})"
     if not labels.is_dir():
         msg += f", and {labels} does not exist"
-    else:
-        unmatched = sum(1 for p in source.problems if p.reason == "label_without_image")
-        if unmatched:
-            msg += f"; the {unmatched} label file(s) there match no image's name"
+    elif unmatched := sum(p.reason == "label_without_image" for p in source.problems):
+        msg += f"; the {unmatched} label file(s) there match no image's name"
     root = Path(source.root)
-    coco = sorted((root / "annotations").glob("instances_*.json")) or jsons_in(root)   # no folder: no file
-    if coco:
+    if coco := sorted((root / "annotations").glob("instances_*.json")) or jsons_in(root):   # no folder: no file
         msg += f"; {coco[0]} suggests a COCO dataset: drop --format yolo (or pass --format coco)"
     return msg
 
