@@ -91,9 +91,7 @@ class BenchConfig:
 
     @property
     def sweep_window(self) -> float:
-        if self.sweep_seconds is not None:
-            return float(self.sweep_seconds)
-        return min(3.0, max(1.0, self.seconds / 4))
+        return float(self.sweep_seconds) if self.sweep_seconds is not None else min(3.0, max(1.0, self.seconds / 4))
 
     def to_dict(self) -> dict:
         d = asdict(self) | {"data": str(self.data), "loaders": list(self.loaders)}

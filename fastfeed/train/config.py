@@ -172,8 +172,6 @@ class TrainConfig:
     def to_dict(self) -> dict:
         """Strings, numbers, bools and None only (it goes into checkpoints and metrics.jsonl)."""
         def plain(v):
-            if isinstance(v, Path):
-                return str(v)
-            return dict(vars(v)) if hasattr(v, "__dataclass_fields__") else v
+            return str(v) if isinstance(v, Path) else dict(vars(v)) if hasattr(v, "__dataclass_fields__") else v
 
         return {f.name: plain(getattr(self, f.name)) for f in fields(self) if f.name != "store_options"}

@@ -82,11 +82,8 @@ class Detect(nn.Module):
                 b[:, 5:] += math.log(0.6 / (self.nc - 0.99)) if self.nc > 1 else 0.0
 
     def forward(self, feats: list[torch.Tensor]) -> list[torch.Tensor]:
-        out = []
-        for conv, x in zip(self.m, feats):
-            b, _, h, w = x.shape
-            out.append(conv(x).view(b, self.na, self.no, h, w).permute(0, 1, 3, 4, 2).contiguous())
-        return out
+        return [conv(x).view(x.shape[0], self.na, self.no, *x.shape[2:]).permute(0, 1, 3, 4, 2).contiguous()
+                for conv, x in zip(self.m, feats)]   # [B, na, h, w, no] per scale
 
     def decode(self, raw: list[torch.Tensor]) -> torch.Tensor:
         """Raw maps -> [B, N, 5 + nc]: cx, cy, w, h in input pixels, objectness, class probabilities."""

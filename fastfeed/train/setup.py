@@ -176,16 +176,13 @@ def set_up(cfg: TrainConfig, stack) -> Run:
     model = build_model(cfg.model, nc).to(device)
     run.params, run.gflops = count_parameters(model), count_flops(cfg.model, nc, cfg.imgsz)
     run.say("%s: %.1f M parameters, %.1f GFLOPs per image at %d", cfg.model, run.params / 1e6, run.gflops, cfg.imgsz)
-    model = prepare_model(model, cfg, device, dd.world_size, distributed.backend(dd, device))
-    run.raw_model = model
+    run.raw_model = model = prepare_model(model, cfg, device, dd.world_size, distributed.backend(dd, device))
     run.loss_fn = YoloLoss(model, cfg.imgsz, box=cfg.box, obj=cfg.obj, cls=cfg.cls, anchor_t=cfg.anchor_t)
 
     # --- the batch: given, the resumed run's, or measured (--batch auto) ----------------------------------
     batch, micro = cfg.batch, cfg.micro_batch
-    if batch == "auto" and run.ckpt is not None:
-        batch = run.ckpt["config"]["batch"]
-    elif batch == "auto":
-        batch = measure_batch(run)
+    if batch == "auto":
+        batch = run.ckpt["config"]["batch"] if run.ckpt is not None else measure_batch(run)
     asked = run.ckpt and (run.ckpt["config"].get("micro_batch") or run.ckpt["config"].get("batch"))   # the run's own
     halved = bool(run.ckpt and run.ckpt.get("micro_batch")) and (not is_int(asked) or run.ckpt["micro_batch"] < asked)
     if halved and run.ckpt["micro_batch"] < (micro or batch):
