@@ -111,9 +111,7 @@ class DeviceAugment:
         dh, fs, fv, flip = self.draw(images.shape[0], images.device)
         if self.hsv_h or self.hsv_s or self.hsv_v:
             images = hsv_jitter(images, dh if self.hsv_h else None, fs, fv)
-        if self.fliplr:
-            return hflip(images, targets, flip)
-        return images, targets.clone()
+        return hflip(images, targets, flip) if self.fliplr else (images, targets.clone())
 
     def __repr__(self) -> str:
         return (f"DeviceAugment(hsv_h={self.hsv_h}, hsv_s={self.hsv_s}, hsv_v={self.hsv_v}, fliplr={self.fliplr}, "

@@ -122,9 +122,7 @@ def _filled(polygons, objs: list[int], size: int, ratio: int):
         rows, cols = np.nonzero(small)
         area[j] = len(rows)
         parts.append((np.full(len(rows), j, np.int64), rows + y0 // ratio, cols + x0 // ratio))
-    if not parts:
-        return (np.zeros(0, np.int64),) * 3, area
-    return tuple(np.concatenate(c) for c in zip(*parts)), area
+    return (tuple(np.concatenate(c) for c in zip(*parts)) if parts else (np.zeros(0, np.int64),) * 3), area
 
 
 def rasterise(polygons, size: int, ratio: int, overlap: bool, out: np.ndarray | None = None,

@@ -161,8 +161,7 @@ def _closes(state: dict) -> str:
 def _samples(saved: dict, ours: dict) -> list[str]:
     """What other gains, another close_mosaic schedule or another task do: the batches' records stay, the samples not."""
     out = []
-    gains = _changes(saved.get("hyp") or {}, ours["hyp"], ours["hyp"])
-    if gains:
+    if gains := _changes(saved.get("hyp") or {}, ours["hyp"], ours["hyp"]):
         out.append("gains " + ", ".join(gains) + ": the samples from here are augmented with the new gains")
     if "close_mosaic" in saved and _closes(saved) != _closes(ours):
         out.append(", ".join(_changes(saved, ours, ("close_mosaic", "epochs"))) + f": mosaic off {_closes(ours)} "

@@ -85,12 +85,9 @@ def list_loaders() -> list[str]:
 
 def loader_info() -> list[LoaderInfo]:
     """Every registered loader with its options and whether it can run here (and why not)."""
-    out = []
-    for name in list_loaders():
-        e = _LOADERS[name]
-        opts = {f.name: f.default for f in fields(e.options)} if e.options else {}
-        out.append(LoaderInfo(name, e.summary, opts, e.check() if e.check else None))
-    return out
+    _load_builtins()
+    return [LoaderInfo(name, e.summary, {f.name: f.default for f in fields(e.options)} if e.options else {},
+                       e.check() if e.check else None) for name, e in sorted(_LOADERS.items())]
 
 
 def loader_options(name: str, **options):

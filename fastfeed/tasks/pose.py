@@ -60,9 +60,8 @@ class Pose(Task):
         return np.asarray(geometry, np.float32).reshape(-1, *kpt_shape)
 
     def counts(self, geometry):
-        if not len(geometry):
-            return {"posed": 0, "keypoints_labelled": 0}
-        return {"posed": len(geometry), "keypoints_labelled": int(labelled(np.asarray(geometry)).sum())}
+        n = len(geometry)
+        return {"posed": n, "keypoints_labelled": int(labelled(np.asarray(geometry)).sum()) if n else 0}
 
     def summary(self, counts, manifest):
         return {"kpt_shape": manifest.kpt_shape, "flip_idx": manifest.flip_idx}

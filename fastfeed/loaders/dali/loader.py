@@ -231,8 +231,7 @@ class DaliLoader(Loader):
             pids = ", ".join(str(p) for p in self.memory_pids()) or "?"
             return WorkerError(f"dali loader: an external-source worker process (of pids {pids}) exited unexpectedly "
                                f"near {where} (killed by a signal: out of memory?); DALI said: {_first_lines(msg, 3)}")
-        bad = self._find_undecodable(k)
-        if bad:
+        if bad := self._find_undecodable(k):
             return WorkerError(f"dali loader: DALI could not decode {bad} (near {where}); "
                                f"run `fastfeed verify --decode`. DALI said: {_first_lines(msg)}")
         return WorkerError(f"dali loader: the DALI pipeline failed near {where}: {msg}")
@@ -243,8 +242,7 @@ class DaliLoader(Loader):
         src, depth = self._source, self.cfg.batches_ahead + 2
         if src is None:
             return None
-        epochs = [(self.epoch, range(k, k + depth)), (self.epoch + 1, range(depth))]
-        for epoch, ks in epochs:
+        for epoch, ks in ((self.epoch, range(k, k + depth)), (self.epoch + 1, range(depth))):
             batches = src.order.batches(epoch)
             for kk in ks:
                 if kk >= len(batches):
