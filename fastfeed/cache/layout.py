@@ -113,12 +113,9 @@ def plan(shapes: np.ndarray, box_counts: np.ndarray, *, n_records: int, imgsz: i
     k = len(shapes)
     box_idx = np.concatenate([[0], np.cumsum(box_counts, dtype=np.int64)]).astype(np.uint64)
     n_boxes = int(box_idx[-1])
-    off = HEADER_BYTES
-    places = []
-    for nbytes in (k * 8, k * 8, (k + 1) * 8, n_boxes * 16, n_boxes * 8):
-        places.append(off)
-        off = _align(off + nbytes)
-    pixels_off = _align(off, 4096)
+    tables = [_align(n) for n in (k * 8, k * 8, (k + 1) * 8, n_boxes * 16, n_boxes * 8)]   # as slab_bytes counts
+    places = [HEADER_BYTES + sum(tables[:i]) for i in range(len(tables))]
+    pixels_off = _align(HEADER_BYTES + sum(tables), 4096)
     sizes = _align(shapes[:, 0].astype(np.int64) * shapes[:, 1] * 3)
     offsets = (pixels_off + np.concatenate([[0], np.cumsum(sizes)[:-1]]) if k else np.zeros(0)).astype(np.uint64)
     total = pixels_off + int(sizes.sum())

@@ -78,15 +78,12 @@ def scan(root: Path) -> tuple[int, list]:
                 st = f.stat()
             except FileNotFoundError:
                 continue
-            if ".mdb.part-" in f.name:
-                pid = f.name.rsplit(".part-", 1)[1].split(".")[0]
-                if pid.isdigit() and not alive(int(pid)):
-                    f.unlink(missing_ok=True)
-                    continue
-                used += st.st_size
-            elif f.suffix == ".mdb":
-                used += st.st_size
+            if ".mdb.part-" not in f.name:   # a shard
                 shards.append((st.st_mtime_ns, st.st_size, d, f))
+            elif (pid := f.name.rsplit(".part-", 1)[1].split(".")[0]).isdigit() and not alive(int(pid)):
+                f.unlink(missing_ok=True)   # a dead download's part
+                continue
+            used += st.st_size
     return used, shards
 
 
