@@ -45,7 +45,6 @@ def imgsz_error(value, name: str = "--imgsz") -> str | None:
 
 def check_imgsz(value, name: str = "--imgsz") -> int:
     """`value` when it is a valid image side; ValueError with `imgsz_error`'s message otherwise."""
-    msg = imgsz_error(value, name)
-    if msg is not None:
+    if (msg := imgsz_error(value, name)) is not None:
         raise ValueError(msg)
     return int(value)

@@ -105,8 +105,7 @@ def device_count(device) -> int:
 
 def set_device(device: torch.device) -> None:
     """Make `device` the current accelerator of this process (a DDP rank's own); nothing on the CPU."""
-    mod = accelerator_module(device)
-    if mod is not None:
+    if (mod := accelerator_module(device)) is not None:
         mod.set_device(device)
 
 
@@ -127,8 +126,7 @@ def rng_state(device: torch.device) -> dict:
     kind, key, *rest = np.random.get_state()
     state = {"python": random.getstate(), "numpy": (kind, torch.from_numpy(key.astype(np.int64)), *rest),
              "torch": torch.get_rng_state()}
-    mod = accelerator_module(device)
-    if mod is not None:
+    if (mod := accelerator_module(device)) is not None:
         state[device.type] = mod.get_rng_state(device)
     return state
 
@@ -172,16 +170,14 @@ def unpin(t: torch.Tensor) -> None:
 def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work. Kernels run asynchronously: without this a timer around a
     step measures only how long the host took to *queue* it."""
-    mod = accelerator_module(device)
-    if mod is not None:
+    if (mod := accelerator_module(device)) is not None:
         mod.synchronize(device)
 
 
 def free_memory(device) -> tuple[int, int]:
     """(free, total) bytes of memory on `device`: the accelerator's (`mem_get_info`), or for the CPU the host
     RAM available to new allocations (what a cache held "on the device" takes there)."""
-    mod = accelerator_module(device)
-    if mod is not None:
+    if (mod := accelerator_module(device)) is not None:
         free, total = mod.mem_get_info(device)
         return int(free), int(total)
     try:
@@ -209,8 +205,7 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 def empty_cache(device: torch.device) -> None:
     """Hand the allocator's cached, unused blocks back to the device (after an out-of-memory error)."""
-    mod = accelerator_module(device)
-    if mod is not None:
+    if (mod := accelerator_module(device)) is not None:
         mod.empty_cache()
 
 
@@ -231,8 +226,7 @@ def memory_report(device: torch.device) -> dict:
 
 
 def reset_peak_memory(device: torch.device) -> None:
-    mod = accelerator_module(device)
-    if mod is not None:
+    if (mod := accelerator_module(device)) is not None:
         mod.reset_peak_memory_stats(device)
 
 

@@ -274,11 +274,9 @@ def _shut_down(pipe) -> None:
     weakref finalizer, that is once the last reference is gone, which an exception's traceback or an iterator still
     holding it can delay past close() (threads and worker processes left running). So the private calls, here only;
     a DALI without them falls back to dropping the reference."""
-    shutdown = getattr(pipe, "_shutdown", None)
-    if shutdown is not None:
+    if (shutdown := getattr(pipe, "_shutdown", None)) is not None:
         shutdown()
-    pool = getattr(pipe, "_py_pool", None)
-    if pool is not None:
+    if (pool := getattr(pipe, "_py_pool", None)) is not None:
         pool.close()
 
 

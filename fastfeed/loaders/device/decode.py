@@ -145,8 +145,7 @@ def make_decoder(name: str, device: torch.device):
     if device.type != "cuda":
         raise ValueError(f"device option decoder={name!r} decodes on NVIDIA GPUs (nvJPEG) and the loader's device is "
                          f"{device}; use decoder='host' (or 'auto', which picks it there)")
-    why = _why_not(name)
-    if why is not None:
+    if (why := _why_not(name)) is not None:
         raise ImportError(f"device option decoder={name!r} needs {name}, which does not import here ({why}): "
                           f"{_INSTALL[name]}, or use decoder='auto'")
     return (TorchvisionDecoder if name == "torchvision" else NvImageCodecDecoder)(device)

@@ -109,8 +109,7 @@ class DeviceFeed(DevicePrefetcher):
             return self.cache.pixels, self.cache.bases(plan.tiles)
         new = self._load(plan.items, slot)
         needed = list(dict.fromkeys(int(r) for r in plan.tiles.reshape(-1) if r >= 0))
-        missing = [r for r in needed if r not in new and r not in self.images]
-        if missing:
+        if missing := [r for r in needed if r not in new and r not in self.images]:
             new.update(self._reread(missing))
         self.images.update(new)
         imgs = [self.images[r] for r in needed]
