@@ -181,8 +181,7 @@ def _packed(images: Path, stem: Path, names: list[str] | None, progress: bool, t
             yaml: Path | None = None) -> Store:
     signature = source_signature(images, "yolo", names=names, task=task)
     out = stem.with_name(f"{stem.name}-{signature[:_SIG_CHARS]}.ff")
-    store = _reusable(out, signature, task, yaml)
-    if store is not None:
+    if (store := _reusable(out, signature, task, yaml)) is not None:
         log.info(f"fastfeed: reusing {out} ({len(store)} images; the source is unchanged)")
         return store
     old = [p for p in _versions(stem) if p != out]
@@ -229,9 +228,7 @@ def check_classes(store: Store, names: dict, nc: int) -> None:
         ours = ours[:nc]
     if all(n.isdigit() for n in ours):   # packed without class names: ids only
         return
-    theirs = [str(names[k]) for k in range(len(ours))] if isinstance(names, dict) else [str(n) for n in names]
-    bad = [(k, a, b) for k, (a, b) in enumerate(zip(ours, theirs)) if a != b]
-    if bad:
+    if bad := [(k, a, b) for k, (a, b) in enumerate(zip(ours, _names(names))) if a != b]:
         k, a, b = bad[0]
         raise ValueError(f"{store.path} names class {k} {a!r} but data.yaml names it {b!r} ({len(bad)} differ): the "
                          f"store was packed from another class list; re-pack it or unset {STORE_ENV}")
