@@ -218,8 +218,7 @@ def _figures(res: LoaderResult, win: _Window, lcfg: LoaderConfig, mon: ResourceM
     # many batches this edge effect is small (at most workers x batches_ahead batches).
     st0, st1 = win.stages
     secs = {k: st1[0].get(k, 0.0) - st0[0].get(k, 0.0) for k in st1[0]}
-    n_stage = st1[1] - st0[1]
-    res.stage_samples = n_stage
+    res.stage_samples = n_stage = st1[1] - st0[1]
     if n_stage > 0:
         res.stage_ms_per_sample = {k: 1e3 * v / n_stage for k, v in secs.items()}
         res.stage_sum_ms = sum(res.stage_ms_per_sample.values())

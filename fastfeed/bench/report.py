@@ -157,7 +157,7 @@ def conclusion(result: BenchResult) -> str | None:
 _COLORS = {"read": "#8c8c8c", "decode": "#4c72b0", "augment": "#dd8452", "collate": "#55a868", "copy": "#c44e52"}
 
 
-def _pyplot():
+def write_plot(result: BenchResult, path) -> Path:
     try:
         import matplotlib
     except ImportError as e:
@@ -165,11 +165,6 @@ def _pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt
-
-
-def write_plot(result: BenchResult, path) -> Path:
-    plt = _pyplot()
     path = Path(path)
     rs, cfg = result.results, result.config
     names = [r.name + (f"\n{r.workers} worker(s)" if r.ok else f"\n({r.status})") for r in rs]

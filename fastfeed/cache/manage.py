@@ -134,9 +134,8 @@ def clear_caches(cache_dir="/dev/shm", force: bool = False) -> tuple[list[CacheI
         if info.state == "reclaimed":
             removed.append(info)
             continue
-        slab = info.path
         try:
-            with users.locked(users_path(slab), 1.0) as fd:
+            with users.locked(users_path(info.path), 1.0) as fd:
                 u = users.read(fd)
                 if u.entries and not force:
                     users.write(fd, u)   # dead users pruned
@@ -144,12 +143,12 @@ def clear_caches(cache_dir="/dev/shm", force: bool = False) -> tuple[list[CacheI
                     info.note = f"in use by pid(s) {', '.join(map(str, u.pids))} (--force removes it anyway)"
                     kept.append(info)
                     continue
-                _remove(slab, force)
+                _remove(info.path, force)
         except CacheError:   # its lock is held for longer than a moment: it is being built
             if not force:
                 info.note = "being built (--force removes it anyway)"
                 kept.append(info)
                 continue
-            _remove(slab, True)
+            _remove(info.path, True)
         removed.append(info)
     return removed, kept

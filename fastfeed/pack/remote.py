@@ -96,8 +96,7 @@ def staged(src: str, options: dict | None):
             if not isinstance(data, bytes):
                 raise data
             local.write_bytes(data)
-        stand_in = tmp / yaml_name if yaml_name else tmp
-        yield stand_in, RemoteFiles(str(tmp), top_url, dict(options or {}))
+        yield (tmp / yaml_name if yaml_name else tmp), RemoteFiles(str(tmp), top_url, dict(options or {}))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

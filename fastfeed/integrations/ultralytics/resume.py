@@ -46,10 +46,9 @@ def save_every_min() -> float | None:
     raw = os.environ.get(SAVE_ENV, "").strip()
     if not raw:
         return None
-    try:
+    minutes = float("nan")
+    with contextlib.suppress(ValueError):
         minutes = float(raw)
-    except ValueError:
-        minutes = float("nan")
     if not minutes > 0:
         raise ValueError(f"{SAVE_ENV}={raw!r}: expected a number of minutes > 0 (e.g. {SAVE_ENV}=10)")
     return minutes
