@@ -644,21 +644,23 @@ def test_a_store_opens_the_connections_its_first_downloads_use(url_store, local_
 
     from s3_helpers import FaultProxy, ObjectServer
 
+    from fastfeed.store.remote import link
+
     server = ObjectServer.copy_of(s3.endpoint, [url_store.split("/")[2]])   # keeps connections alive, as S3 does
     with FaultProxy(server.port, latency=0.02) as proxy:
         s3.use(proxy.url)
         try:
             store = Store(url_store, shard_cache=tmp_path / "c")
-            assert proxy.connections == proxy.requests == objstore.WARM
-            fetches = [threading.Thread(target=store.fetch, args=(k,)) for k in range(objstore.WARM)]
+            assert proxy.connections == proxy.requests == link.WARM
+            fetches = [threading.Thread(target=store.fetch, args=(k,)) for k in range(link.WARM)]
             for t in fetches:
                 t.start()
             for t in fetches:
                 t.join()
-            assert proxy.connections == objstore.WARM and proxy.requests == 2 * objstore.WARM   # no new connection
+            assert proxy.connections == link.WARM and proxy.requests == 2 * link.WARM   # no new connection
             records_equal(store, local_store)
             store.close()
-            monkeypatch.setattr(objstore, "WARM", 1)
+            monkeypatch.setattr(link, "WARM", 1)
             before = proxy.connections
             Store(url_store, shard_cache=tmp_path / "c").close()
             assert proxy.connections - before <= 1                  # WARM 1: the manifest's read alone

@@ -15,13 +15,11 @@ line that says what to do (`RemoteError`).
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import logging
 import os
 import random
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -43,8 +41,6 @@ CONNECTIONS = 32             # an S3 client's connection pool: the most download
 S3_CONFIG = {"max_pool_connections": CONNECTIONS, "connect_timeout": 10, "read_timeout": 30,
              "retries": {"total_max_attempts": 2}}
 S3FS_RETRIES = 1
-WARM = 8                     # connections to an S3 bucket a store opens while it reads its manifest (`warming`)
-WARM_WAIT_S = 1.0            # ... and waits for at most this long after the manifest's read
 _EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure",
            "adl": "azure"}
 
@@ -84,23 +80,24 @@ def filesystem(url: str, options: dict | None = None):
     try:
         import fsspec
     except ImportError:
-        raise ImportError(f"reading {shown(url)} needs fsspec: pip install -e '.[{_extra(url)}]' in the fastfeed checkout") from None
+        raise ImportError(f"reading {shown(url)} needs fsspec: pip install -e '.[{extra_of(url)}]' in the fastfeed checkout") from None
     opts = dict(options or {})
-    if _extra(url) == "s3":   # S3_CONFIG: room for the downloads in flight, bounded waits
+    if extra_of(url) == "s3":   # S3_CONFIG: room for the downloads in flight, bounded waits
         opts["config_kwargs"] = S3_CONFIG | dict(opts.get("config_kwargs") or {})
     try:
         fs, path = fsspec.core.url_to_fs(url, **opts)
-        if _extra(url) == "s3":
+        if extra_of(url) == "s3":
             fs.retries = min(getattr(fs, "retries", S3FS_RETRIES), S3FS_RETRIES)
     except ImportError as e:
         raise ImportError(f"reading {shown(url)} needs the package for its protocol ({e}): "
-                          f"pip install -e '.[{_extra(url)}]' in the fastfeed checkout") from None
+                          f"pip install -e '.[{extra_of(url)}]' in the fastfeed checkout") from None
     except ValueError as e:
         raise RemoteError(f"{shown(url)}: {e}") from None
     return fs, path
 
 
-def _extra(url: str) -> str:
+def extra_of(url: str) -> str:
+    """The family of `url`'s store (s3, gcs, azure): the pip extra that reads it."""
     return _EXTRAS.get((protocol(url) or "s3").lower(), "s3")
 
 
@@ -214,39 +211,6 @@ def whole(fs, path: str) -> bytes:
         if e.errno == errno.EINVAL and "range" in str(e).lower():
             return b""
         raise
-
-
-@contextlib.contextmanager
-def warming(fs, url: str, path: str):
-    """While the body runs (a store's first request), open WARM - 1 more connections to the bucket (a HEAD of `path`
-    each, as quick as the body's own request) and wait for them at most WARM_WAIT_S more: the requests that follow
-    (a first batch's downloads, started together) find them open in the client's pool instead of each paying a new
-    connection's handshake (TCP and TLS: one to three round trips). The pool keeps idle ones 12 s (aiobotocore's
-    keep-alive). S3 only, its client made first so that all share it; a HEAD that fails is left to the requests
-    that follow."""
-    ready = _extra(url) == "s3" and WARM > 1 and hasattr(fs, "connect")
-    if ready:
-        try:
-            fs.connect()   # s3fs's client, made once, before the threads share it
-        except Exception:   # noqa: BLE001 - the body's request meets it and says what to do
-            ready = False
-    if not ready:
-        yield
-        return
-
-    def head():
-        with contextlib.suppress(Exception):
-            fs.info(path)
-
-    threads = [threading.Thread(target=head, name="fastfeed-warm", daemon=True) for _ in range(WARM - 1)]
-    for t in threads:
-        t.start()
-    try:
-        yield
-    finally:
-        end = time.monotonic() + WARM_WAIT_S
-        for t in threads:
-            t.join(max(0.0, end - time.monotonic()))
 
 
 def read_bytes(fs, path: str, url: str, what: str = "reading", *, tries: int = RETRIES) -> bytes:

@@ -15,12 +15,15 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from .. import objstore
 from .sizes import gib
 
 WINDOW = 16           # samples kept of each kind
 _DELAY_SHARE = 0.98   # the most of a download's time taken to be its delay
 DEMAND_MARGIN = 2.0   # downloads in flight for the reads' rate: twice what the mean download time needs (jitter)
 PART_MIN = 8 << 20    # a ranged part carries at least this much (or the default part, when smaller)
+WARM = 8              # connections to an S3 bucket a store opens while it reads its manifest (`warming`)
+WARM_WAIT_S = 1.0     # ... and waits for at most this long after the manifest's read
 
 
 class Link:
@@ -123,3 +126,36 @@ def link_words(f: dict) -> str:
     return (f"{num(f.get('bandwidth_mb_s'), 'MB/s')} ({num(f.get('per_download_mb_s'), 'MB/s')} a download), "
             f"{num(f.get('delay_ms'), 'ms')} to a request's first byte, {f.get('in_flight', 0)} downloads in flight"
             f"{kept}, at most {f.get('most_in_flight', 0)} at once; {f['downloads']} downloads, {gib(f['downloaded_bytes'])}")
+
+
+@contextlib.contextmanager
+def warming(fs, url: str, path: str):
+    """While the body runs (a store's first request), open WARM - 1 more connections to the bucket (a HEAD of `path`
+    each, as quick as the body's own request) and wait for them at most WARM_WAIT_S more: the requests that follow
+    (a first batch's downloads, started together) find them open in the client's pool instead of each paying a new
+    connection's handshake (TCP and TLS: one to three round trips). The pool keeps idle ones 12 s (aiobotocore's
+    keep-alive). S3 only, its client made first so that all share it; a HEAD that fails is left to the requests
+    that follow."""
+    ready = objstore.extra_of(url) == "s3" and WARM > 1 and hasattr(fs, "connect")
+    if ready:
+        try:
+            fs.connect()   # s3fs's client, made once, before the threads share it
+        except Exception:   # noqa: BLE001 - the body's request meets it and says what to do
+            ready = False
+    if not ready:
+        yield
+        return
+
+    def head():
+        with contextlib.suppress(Exception):
+            fs.info(path)
+
+    threads = [threading.Thread(target=head, name="fastfeed-warm", daemon=True) for _ in range(WARM - 1)]
+    for t in threads:
+        t.start()
+    try:
+        yield
+    finally:
+        end = time.monotonic() + WARM_WAIT_S
+        for t in threads:
+            t.join(max(0.0, end - time.monotonic()))

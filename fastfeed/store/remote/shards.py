@@ -18,7 +18,7 @@ from ..options import StoreOptions
 from ..record import Record
 from . import damaged
 from .errors import ShardDamaged
-from .link import Link
+from .link import Link, warming
 from .room import default_limit
 from .shard_cache import ShardCache
 from .sizes import default_dir, parse_size
@@ -61,7 +61,7 @@ class RemoteShards:
         where = urls.join(self.path, fmt.MANIFEST)
         manifest = urls.join(root, fmt.MANIFEST)
         try:   # a sample of the link's delay; beside it, the connections the first batch's downloads will use open
-            with objstore.warming(fs, self.url, manifest), self.link.timed():
+            with warming(fs, self.url, manifest), self.link.timed():
                 data = objstore.read_bytes(fs, manifest, where, "reading the manifest", tries=self.tries)
         except objstore.RemoteMissing:
             raise fmt.FormatError(f"{self.path} is not a fastfeed store: it has no {fmt.MANIFEST} (it is being "
