@@ -156,7 +156,7 @@ def test_roboflow_coco_export_split_folders(tmp_path):
     assert len(Store(tmp_path / "t.ff")) == 3 == len(Store(tmp_path / "v.ff"))
 
 
-def test_ann_and_images_errors_say_which_is_which(tmp_path, capsys):
+def test_ann_and_images_errors_say_which_is_which(tmp_path, capsys, monkeypatch):
     root = _flat_coco(tmp_path / "flat")
     ann, images = root / "annotations.json", root / "images"
     assert pack_cli("--ann", ann, "--images", ann, "-o", tmp_path / "x.ff") == 1
@@ -173,6 +173,10 @@ def test_ann_and_images_errors_say_which_is_which(tmp_path, capsys):
     assert f"is a JSON file: for a COCO file, give it with its images folder: fastfeed pack --ann {ann} --images DIR" \
         in capsys.readouterr().err
     assert pack_cli("--ann", ann, "--images", images, "-o", tmp_path / "x.ff") == 0
+    capsys.readouterr()
+    monkeypatch.chdir(images)
+    assert pack_cli("--ann", ann, "--images", ".", "-o", tmp_path / "y.ff") == 0
+    assert f"packed COCO: 3 images, 3 classes ({root})" in capsys.readouterr().out   # was: "(.)", the folder above "."
 
 
 def test_coco_json_in_an_unknown_place_suggests_ann_and_images(tmp_path, capsys):

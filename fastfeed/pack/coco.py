@@ -182,7 +182,7 @@ def read_coco(ann_file: Path, images_dir: Path, split: str | None = None, root: 
             name = str(p.relative_to(images_dir))
             if name not in listed:
                 problems.append(Problem("unlisted_image", name))
-    return Source("coco", root or images_dir.parent, split, items, names, cat_ids, problems, [ann_file],
+    return Source("coco", root or images_dir.resolve().parent, split, items, names, cat_ids, problems, [ann_file],
                   kpt_shape=kpt_shape, flip_idx=flip_idx)
 
 
