@@ -67,6 +67,28 @@ def test_each_epoch_says_the_feeds_data_wait_and_images_per_s(sample_yolo, tmp_p
         assert not cache_lines
 
 
+def test_a_run_that_fails_leaves_no_shm_cache_or_worker_behind(sample_yolo, tmp_path, monkeypatch):  # noqa: F811
+    """A failure mid-training (here a callback that raises) in a process that goes on, as a notebook does: the loader's
+    workers and its shm cache go at once (they stayed until the process ended)."""
+    import os
+
+    from cache_helpers import new_in_dev_shm
+    from proc_checks import descendants
+
+    monkeypatch.delenv("FASTFEED_LOADER", raising=False)
+    before, model = set(os.listdir("/dev/shm")), YOLO("yolov8n.yaml")
+
+    def boom(trainer):
+        assert new_in_dev_shm(trainer.train_loader.store, before)   # the cache, while training
+        raise RuntimeError("boom")
+
+    model.add_callback("on_train_batch_end", boom)
+    with pytest.raises(RuntimeError, match="boom"):
+        model.train(data=str(sample_yolo / "data.yaml"), trainer=FastfeedTrainer, project=str(tmp_path), name="f",
+                    **(FAST | dict(cache=True, workers=2)))
+    assert not new_in_dev_shm(model.trainer.train_loader.store, before) and not descendants(os.getpid())
+
+
 def test_a_roboflow_export_trains_with_its_names(sample_roboflow, tmp_path, fastfeed_lines):  # noqa: F811
     root = tmp_path / "export"
     shutil.copytree(sample_roboflow, root)

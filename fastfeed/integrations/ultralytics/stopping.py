@@ -71,9 +71,9 @@ class StoppableMixin:
             raise
         except Exception as e:
             message = source_failure(e)   # the store failed for good (object storage out): save first, as a stop does
+            self._ff_close()   # any failure: the workers and the shm cache go now, not when the process ends (a notebook)
             if message is None:
                 raise
-            self._ff_close()
             raise DataSourceFailed(self._ff_lost_source(message)) from None   # (one process; DDP: _ff_agree)
         self._ff_let_go()
         return done
