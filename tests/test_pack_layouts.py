@@ -156,6 +156,18 @@ def test_roboflow_coco_export_split_folders(tmp_path):
     assert len(Store(tmp_path / "t.ff")) == 3 == len(Store(tmp_path / "v.ff"))
 
 
+def test_label_studio_coco_export_whose_file_names_start_at_the_json(tmp_path, capsys):
+    root = _flat_coco(tmp_path / "ls", "result.json")   # Label Studio: result.json + images/, file_name images/x.jpg
+    data = json.loads((root / "result.json").read_text())
+    for im in data["images"]:
+        im["file_name"] = f"images/{im['file_name']}"
+    (root / "result.json").write_text(json.dumps(data))
+    assert pack_cli(root, "-o", tmp_path / "a.ff") == 0
+    assert pack_cli("--ann", root / "result.json", "--images", root / "images", "-o", tmp_path / "b.ff") == 0
+    assert len(Store(tmp_path / "a.ff")) == 3 == len(Store(tmp_path / "b.ff"))
+    assert "missing_image" not in capsys.readouterr().out
+
+
 def test_ann_and_images_errors_say_which_is_which(tmp_path, capsys, monkeypatch):
     root = _flat_coco(tmp_path / "flat")
     ann, images = root / "annotations.json", root / "images"

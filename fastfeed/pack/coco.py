@@ -91,8 +91,7 @@ def _duplicate_problems(entries: list[dict], dropped: dict[int, int]) -> list[Pr
         by_file[os.path.normpath(im["file_name"])].append(im)
     problems = []
     for im in entries:
-        i = im["id"]
-        if i not in dropped:
+        if (i := im["id"]) not in dropped:
             continue
         if len(by_id[i]) > 1:
             names = ", ".join(o["file_name"] for o in by_id[i][:5])
@@ -125,6 +124,9 @@ def read_coco(ann_file: Path, images_dir: Path, split: str | None = None, root: 
             continue
         entries.append(im)
     images, dropped = _unique_images(entries)
+    first = [im["file_name"] for im in entries[:20]]   # Label Studio's result.json names `images/x.jpg`, beside it
+    base = ann_file.parent if not any((images_dir / f).exists() for f in first) and any(
+        (ann_file.parent / f).exists() for f in first) else images_dir
 
     per_image = defaultdict(list)
     for a in data["annotations"]:
@@ -146,7 +148,7 @@ def read_coco(ann_file: Path, images_dir: Path, split: str | None = None, root: 
     items = []
     for image_id in sorted(images):
         im = images[image_id]
-        item = Item(path=images_dir / im["file_name"], name=im["file_name"], image_id=image_id)
+        item = Item(path=base / im["file_name"], name=im["file_name"], image_id=image_id)
         w, h = im.get("width"), im.get("height")
         if isinstance(w, int) and isinstance(h, int) and w > 0 and h > 0:
             item.ann_size = (h, w)
@@ -175,13 +177,11 @@ def read_coco(ann_file: Path, images_dir: Path, split: str | None = None, root: 
         items.append(item)
 
     listed = {os.path.normpath(im["file_name"]) for im in entries}
-    if images_dir.is_dir():
-        listing = list_folder(images_dir)
+    if base.is_dir():
+        listing = list_folder(base)
         problems += listing.repeats
-        for p in listing.images:
-            name = str(p.relative_to(images_dir))
-            if name not in listed:
-                problems.append(Problem("unlisted_image", name))
+        names_there = (str(p.relative_to(base)) for p in listing.images)
+        problems += [Problem("unlisted_image", name) for name in names_there if name not in listed]
     return Source("coco", root or images_dir.resolve().parent, split, items, names, cat_ids, problems, [ann_file],
                   kpt_shape=kpt_shape, flip_idx=flip_idx)
 
