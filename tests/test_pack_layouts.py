@@ -89,6 +89,24 @@ def test_roboflow_yolo_export_packs_from_its_folder_and_its_data_yaml(tmp_path, 
     assert "split 'nope' not found" in (err := capsys.readouterr().err) and "train, val, test" in err
 
 
+def test_labels_beside_their_images_pack_as_ultralytics_reads_them(tmp_path):
+    data = tmp_path / "cvat" / "obj_train_data"   # CVAT's YOLO 1.1 (and labelImg): x.jpg + x.txt in one folder
+    data.mkdir(parents=True)
+    for k in range(3):
+        (data / f"{k}.jpg").write_bytes(jpeg_bytes(paint_image(64, 80, k)))
+        (data / f"{k}.txt").write_text(f"{k % 2} 0.5 0.5 0.25 0.5\n")
+    (data / "classes.txt").write_text("cat\ndog\n")   # labelImg's: a label file of no image, not an image
+    (tmp_path / "cvat" / "data.yaml").write_text("names: [cat, dog]\ntrain: obj_train_data\n")
+    assert pack_cli(data, "-o", tmp_path / "a.ff") == 0
+    assert pack_cli(tmp_path / "cvat" / "data.yaml", "-o", tmp_path / "b.ff") == 0
+    for out in ("a.ff", "b.ff"):
+        store = Store(tmp_path / out)
+        assert [store.record(i).classes.tolist() for i in range(3)] == [[0], [1], [0]]
+        assert store.record(1).boxes.tolist() == [[0.375, 0.25, 0.625, 0.75]]
+    assert [json.loads(line)["reason"] for line in (tmp_path / "a.ff" / "rejects.jsonl").read_text().splitlines()] == [
+        "label_without_image"]
+
+
 def test_split_folders_without_data_yaml_and_a_split_folder_itself(tmp_path):
     root = roboflow_export(tmp_path / "export", yaml=False)
     assert pack_cli(root, "-o", tmp_path / "t.ff") == 0

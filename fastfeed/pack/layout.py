@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 COCO_HINT = ("COCO: SRC/annotations/instances_<split>.json + SRC/images/<split>/, or SRC/annotations.json + "
              "SRC/images/, or --ann FILE.json --images DIR")
-YOLO_HINT = "YOLO: SRC/images/<split>/ + SRC/labels/<split>/*.txt, or SRC/images/ + SRC/labels/"
+YOLO_HINT = "YOLO: SRC/images/<split>/ + SRC/labels/<split>/*.txt, or SRC/images/ + SRC/labels/, or SRC/x.jpg + SRC/x.txt"
 SPLITS_HINT = ("split folders (Roboflow's exports): SRC/<split>/images/ + SRC/<split>/labels/ (+ SRC/data.yaml), "
                "or SRC/<split>/<file>.json + its images; or a data.yaml file: fastfeed pack data.yaml [--split val]")
 
@@ -130,7 +130,7 @@ def detect_format(src: Path) -> str:
         return "coco"
     if data_yaml_in(src) is not None and read_data_yaml(data_yaml_in(src)).entries:
         return "yolo"
-    if (labels := labels_dir_for(src)) is not None and labels.is_dir():   # SRC is e.g. data/images/train2017
+    if _has_images(src) or ((labels := labels_dir_for(src)) is not None and labels.is_dir()):   # data/images/train
         return "yolo"
     raise PackError(f"cannot tell the layout of {src}: expected\n{layouts()}\nor pass --format coco|yolo")
 
@@ -199,16 +199,13 @@ def _is_images_folder(src: Path) -> bool:
 def _images_folder(images: Path, root: Path | None, split: str | None, names: list[str] | None,
                    pose: tuple | None = None) -> Source:
     """The YOLO source of an images folder; `root` None: the folder holding its `images` folder (the split is
-    the path below it: coco128/images/train2017 -> root coco128, split train2017)."""
+    the path below it: coco128/images/train2017 -> root coco128, split train2017). In a path without an `images`
+    folder each label file sits beside its image, as Ultralytics reads it (CVAT's YOLO 1.1, labelImg)."""
     labels = labels_dir_for(images)
     if labels is not None and root is None:
         k = len(images.parts) - 1 - images.parts[::-1].index("images")
         root, split = Path(*images.parts[:k]), "/".join(images.parts[k + 1:]) or None
-    if labels is None:
-        raise PackError(f"{images} is not inside a folder named 'images', so its labels cannot be found: YOLO label "
-                        "files sit where the image's path has 'labels' for its last 'images' folder "
-                        f"(images/train/x.jpg -> labels/train/x.txt). Layouts fastfeed reads:\n{layouts()}")
-    return read_yolo(images, labels, root, split, names, pose)
+    return read_yolo(images, labels or images, root or images, split, names, pose)
 
 
 def _from_data_yaml(file: Path, format: str | None, split: str | None, names: list[str] | None) -> Source:

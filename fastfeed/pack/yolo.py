@@ -40,7 +40,8 @@ def read_yolo(images_dir: Path, labels_dir: Path, root: Path, split: str | None 
     if labels_dir.is_dir():
         labels = list_folder(labels_dir)
         problems += labels.repeats
-        unlisted = {p.relative_to(images_dir).with_suffix(""): p.relative_to(images_dir) for p in listing.others}
+        unlisted = {p.relative_to(images_dir).with_suffix(""): p.relative_to(images_dir) for p in listing.others
+                    if p.suffix != ".txt"}   # labels beside their images are no unlisted image
         for label in labels.others:
             if label.suffix != ".txt" or label in seen_labels:
                 continue
