@@ -34,12 +34,13 @@ def _line(cls, vals) -> str:
     return " ".join([str(cls), *(f"{v:.6f}" for v in vals)])
 
 
-def make_task_store(root, task: str, flip_idx=FLIP_IDX) -> Store:
-    """N_IMAGES painted PNGs (128x96 / 96x128) with YOLO `task` labels, packed with `--task task`."""
+def make_task_store(root, task: str, flip_idx=FLIP_IDX, kpt_dims: int = 3) -> Store:
+    """N_IMAGES painted PNGs (128x96 / 96x128) with YOLO `task` labels, packed with `--task task` (pose: keypoints
+    of `kpt_dims` values, x, y and with 3 a visibility)."""
     names = ["a", "b", "c"]
     b = YoloBuilder(root / "src", names=names)
     if task == "pose":
-        (root / "src" / "data.yaml").write_text("names: [person]\nkpt_shape: [3, 3]\n"
+        (root / "src" / "data.yaml").write_text(f"names: [person]\nkpt_shape: [3, {kpt_dims}]\n"
                                                 + (f"flip_idx: {flip_idx}\n" if flip_idx else ""))
     for k in range(N_IMAGES):
         rng = np.random.default_rng(k)
@@ -69,7 +70,7 @@ def make_task_store(root, task: str, flip_idx=FLIP_IDX) -> Store:
                 for (x, y), rgb in zip(kp, KPT_RGB):
                     img[int(y) - 3:int(y) + 3, int(x) - 3:int(x) + 3] = rgb
                 box = [(x1 + bw / 2) / w, (y1 + bh / 2) / h, int(bw) / w, int(bh) / h]
-                vals = [v for x, y in kp for v in (int(x) / w, int(y) / h, 2)]
+                vals = [v for x, y in kp for v in (int(x) / w, int(y) / h, 2)[:kpt_dims]]
                 lines.append(_line(0, box + vals))
         b.add(f"{k:02d}", lines, data=png_bytes(img), ext=".png")
     run_pack(root / "src", root / "s.ff", task=task)

@@ -73,6 +73,16 @@ def test_pose_without_flip_idx_is_not_flipped_and_says_so(tmp_path, caplog):
     assert plain >= 6 and flipped == 0
 
 
+
+def test_two_value_keypoints_hidden_by_the_augmentation_read_as_hidden(tmp_path):
+    """kpt_shape [K, 2]: the batch gives them a visibility, as Ultralytics' dataset does (its loss counts every
+    two-value keypoint): before, one the mosaic moved off the image was a labelled keypoint at 0, 0."""
+    got = batches(make_task_store(tmp_path, "pose", kpt_dims=2), "cpu", tmp_path, epochs=2)
+    kp = torch.cat([b.keypoints for b in got])
+    assert kp.shape[1:] == (3, 3) and (kp[..., 2] == 0).any() and (kp[..., 2] == 1).any()
+    plain, flipped = check_keypoints_on_dots(got)
+    assert plain >= 3 and flipped >= 3
+
 @pytest.mark.parametrize("name", LOADERS)
 def test_obb_rotated_boxes_lie_on_their_painted_rectangles(stores, tmp_path, name):
     got = batches(stores["obb"], name, tmp_path)

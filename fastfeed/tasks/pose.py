@@ -1,6 +1,6 @@
 """pose: K keypoints per training object (float32 [N,K,D]: x, y normalised, + visibility when D == 3; K, D are the
-store's kpt_shape, in the record's header). Batch extra: `keypoints` [M,K,D]. A keypoint is labelled when its
-visibility is > 0 (with D == 2: when both coordinates are >= 0, as Ultralytics reads a two-value keypoint)."""
+store's kpt_shape, in the record's header). Batch extra: `keypoints` [M,K,3] (D == 2 given a visibility, as Ultralytics'
+dataset does). A keypoint is labelled when its visibility is > 0 (with D == 2: when both coordinates are >= 0)."""
 
 from __future__ import annotations
 
@@ -72,7 +72,8 @@ class Pose(Task):
                 f"{t.get('keypoints_labelled', 0)} keypoints labelled")
 
     def to_pixels(self, value, scale):
-        kp = np.array(value, np.float32)   # a copy: only x, y are scaled
+        kp = np.array(value, np.float32)   # a copy (x, y scaled); two-value keypoints: visibility 1 if labelled
+        kp = np.concatenate([kp, labelled(kp)[..., None].astype(np.float32)], -1) if kp.shape[-1] == 2 else kp
         kp[..., :2] *= scale
         return kp
 
@@ -88,10 +89,10 @@ class Pose(Task):
         return kp
 
     def ultralytics_labels(self, value):
-        return {"keypoints": np.asarray(value, np.float32)}
+        return {"keypoints": self.to_pixels(value, 1.0)}
 
     def empty_extra(self, kpt_shape, side):
-        return np.zeros((0, *tuple(kpt_shape or (0, 3))), np.float32)
+        return np.zeros((0, kpt_shape[0], 3), np.float32)
 
 
 POSE = Pose()

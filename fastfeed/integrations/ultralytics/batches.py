@@ -10,7 +10,7 @@ What each task's loss reads, as Ultralytics' own dataset hands it over:
   segment  `masks`: overlap_mask: [B, h, w], value j+1 where the image's j-th object (in batch order) is, else
            [M, h, w] 0/1; `sem_masks` [B, h, w] float: the class of the object shown at each pixel (a semantic
            head's target; 0 where none is)
-  pose     `keypoints` [M, K, D]: x, y normalised to the image (+ visibility)
+  pose     `keypoints` [M, K, 3]: x, y normalised to the image, visibility (0: unlabelled or hidden)
   obb      `bboxes` [M, 5]: cx, cy, w, h normalised, angle in radians (the rotated box replaces the upright one)
 `classes=` keeps some rows: every extra keeps the same rows, and overlap masks are renumbered so that value j+1
 is again the j-th kept object of the image (a dropped object's pixels become background).
@@ -186,7 +186,7 @@ def extra_fields(extras: dict, targets: torch.Tensor, keep, cls: torch.Tensor, o
 
 def label_extras(task: str, record) -> dict:
     """A record's task geometry as Ultralytics' dataset labels hold it (normalised): `segments` (segment: a
-    polygon per object, obb: its four corners) and `keypoints` [N, K, D] (`tasks.Task.ultralytics_labels`)."""
+    polygon per object, obb: its four corners) and `keypoints` [N, K, 3] (`tasks.Task.ultralytics_labels`)."""
     spec = tasks.get(task)
     value = getattr(record, spec.field) if spec.field else None
     return {} if value is None else spec.ultralytics_labels(value)
