@@ -174,6 +174,14 @@ def test_roboflow_coco_export_split_folders(tmp_path):
     assert len(Store(tmp_path / "t.ff")) == 3 == len(Store(tmp_path / "v.ff"))
 
 
+def test_fiftyone_coco_export_labels_json_and_data_folder(tmp_path):
+    root = _flat_coco(tmp_path / "fo", "labels.json", images_sub="data")
+    _flat_coco(tmp_path / "splits" / "val", "labels.json", images_sub="data")
+    assert pack_cli(root, "-o", tmp_path / "a.ff") == 0
+    assert pack_cli(tmp_path / "splits", "-o", tmp_path / "b.ff") == 0
+    assert len(Store(tmp_path / "a.ff")) == 3 == len(Store(tmp_path / "b.ff"))
+
+
 def test_label_studio_coco_export_whose_file_names_start_at_the_json(tmp_path, capsys):
     root = _flat_coco(tmp_path / "ls", "result.json")   # Label Studio: result.json + images/, file_name images/x.jpg
     data = json.loads((root / "result.json").read_text())

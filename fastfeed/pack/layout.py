@@ -52,12 +52,14 @@ def jsons_in(folder: Path) -> list[Path]:
 
 
 def _flat_coco(folder: Path) -> tuple[Path, Path] | None:
-    """(the JSON, the images folder) of a flat COCO folder: one *.json beside images/ (or beside the images)."""
+    """(the JSON, the images folder) of a flat COCO folder: one *.json beside images/ or data/ (FiftyOne's COCO
+    export: labels.json + data/), or beside the images."""
     jsons = jsons_in(folder)
     if len(jsons) != 1:
         return None
-    if (folder / "images").is_dir():
-        return jsons[0], folder / "images"
+    for images in (folder / "images", folder / "data"):
+        if images.is_dir():
+            return jsons[0], images
     return (jsons[0], folder) if _has_images(folder) else None
 
 
@@ -130,7 +132,7 @@ def detect_format(src: Path) -> str:
         return "coco"
     if data_yaml_in(src) is not None and read_data_yaml(data_yaml_in(src)).entries:
         return "yolo"
-    if _has_images(src) or ((labels := labels_dir_for(src)) is not None and labels.is_dir()):   # data/images/train
+    if _is_images_folder(src):   # SRC holds the images, or is e.g. data/images/train2017
         return "yolo"
     raise PackError(f"cannot tell the layout of {src}: expected\n{layouts()}\nor pass --format coco|yolo")
 
@@ -192,8 +194,7 @@ def _yolo(src: Path, split: str | None, names: list[str] | None) -> Source:
 def _is_images_folder(src: Path) -> bool:
     """SRC holds the images itself: images directly in it, or it is named by Ultralytics' rule (a folder on
     its path is `images`) and its labels folder exists."""
-    labels = labels_dir_for(src)
-    return _has_images(src) or (labels is not None and labels.is_dir())
+    return _has_images(src) or ((labels := labels_dir_for(src)) is not None and labels.is_dir())
 
 
 def _images_folder(images: Path, root: Path | None, split: str | None, names: list[str] | None,
