@@ -53,6 +53,15 @@ def test_annotation_with_a_list_for_image_id_is_malformed_not_a_crash(coco_build
     assert res.report.counts["malformed_annotation"] == 1 and len(Store(tmp_path / "out")) == 1
 
 
+def test_a_list_for_category_id_or_a_null_byte_in_file_name_is_named_not_a_crash(coco_builder, tmp_path):
+    coco_builder.add_image("a.jpg", boxes=[(1, [1, 1, 5, 5]), ([1], [1, 1, 2, 2])])   # a list: unhashable
+    coco_builder.add_image("b.jpg", boxes=[(1, [1, 1, 5, 5])])
+    coco_builder.data["images"][1]["file_name"] = "b.jpg\0"   # os.stat raises ValueError, not OSError
+    res = run_pack(coco_builder.write(), tmp_path / "out")
+    assert res.report.counts["unknown_category"] == 1 and res.report.counts["malformed_annotation"] == 1
+    assert [s.file_name for s in by_name(Store(tmp_path / "out")).values()] == ["a.jpg"]
+
+
 # --- one bad file is that file's rejection ---------------------------------------------------------
 
 

@@ -118,9 +118,9 @@ def read_coco(ann_file: Path, images_dir: Path, split: str | None = None, root: 
     entries = []
     for im in data["images"]:
         if (not isinstance(im, dict) or not isinstance(im.get("id"), int)
-                or not isinstance(im.get("file_name"), str) or not im["file_name"]):
+                or not isinstance(im.get("file_name"), str) or not im["file_name"] or "\0" in im["file_name"]):
             problems.append(Problem("malformed_annotation", ann_file.name,
-                                    f"image entry without integer 'id' and 'file_name': {str(im)[:100]}"))
+                                    f"image entry without an integer 'id' and a file name: {str(im)[:100]}"))
             continue
         entries.append(im)
     images, dropped = _unique_images(entries)
@@ -162,7 +162,7 @@ def read_coco(ann_file: Path, images_dir: Path, split: str | None = None, root: 
                     continue
                 item.problems.append(Problem("bbox_as_text", im["file_name"],
                                              f"annotation {a.get('id')}: bbox {str(a.get('bbox'))[:60]}"))
-            if a.get("category_id") not in cat_map:
+            if not isinstance(cat := a.get("category_id"), (int, float)) or cat not in cat_map:   # a list: unhashable
                 item.problems.append(Problem("unknown_category", im["file_name"],
                                              f"annotation {a.get('id')}: category_id {a.get('category_id')}"))
                 continue
