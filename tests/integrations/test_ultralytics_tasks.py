@@ -185,6 +185,21 @@ def test_a_detect_store_given_to_the_segment_trainer_is_refused_by_name(tmp_path
     assert det.train_store(det.data["train"]).manifest.task == "detect"   # a detect trainer takes any store's boxes
 
 
+def test_a_model_of_another_task_than_the_trainers_is_refused_by_name(tmp_path):
+    """Before, FastfeedTrainer trained a -seg model on boxes alone and failed in validation ('tuple' object has no
+    attribute 'shape'), and the segment trainer given a pose model packed its keypoints as polygons (all rejected)."""
+    data = make_set(tmp_path / "seg", "segment") / "data.yaml"
+    det = FastfeedTrainer(overrides=dict(model="yolov8n-seg.yaml", data=str(data), device="cpu",
+                                         project=str(tmp_path / "runs"), name="det"))
+    with pytest.raises(ValueError, match="^FastfeedTrainer trains detect models, but yolov8n-seg.yaml is a model for "
+                                         "segment: give trainer=FastfeedSegmentationTrainer$"):
+        det.get_model(cfg="yolov8n-seg.yaml", verbose=False)
+    seg = trainer_for("segment", data, tmp_path / "runs", model="yolov8n-pose.yaml")
+    with pytest.raises(ValueError, match="yolov8n-pose.yaml is a model for pose: give trainer=FastfeedPoseTrainer"):
+        seg.get_model(cfg="yolov8n-pose.yaml", verbose=False)
+    assert seg.get_model(cfg="yolov8n-seg.yaml", verbose=False) is not None
+
+
 def test_the_detect_trainer_reads_a_segment_stores_boxes_alone(tmp_path, monkeypatch):
     """FastfeedTrainer (detection) given a segment store: its batches are boxes, no masks drawn for a loss that
     reads none (the loader asked for task='detect')."""

@@ -102,7 +102,8 @@ def train_loader_of(cls, data: Path, tmp: Path, imgsz: int = 128, batch: int = 4
     args = dict(model="yolov8n.yaml", data=str(data / "data.yaml"), imgsz=imgsz, batch=batch, epochs=3, device="cpu",
                 workers=0, plots=False, project=str(tmp), name=cls.__name__, exist_ok=True, seed=1) | over
     trainer = cls(overrides=args)
-    trainer.model = trainer.get_model(cfg="yolov8n.yaml", verbose=False)
+    model = {"segment": "yolov8n-seg.yaml", "pose": "yolov8n-pose.yaml", "obb": "yolov8n-obb.yaml"}   # its task's
+    trainer.model = trainer.get_model(cfg=model.get(trainer.args.task, "yolov8n.yaml"), verbose=False)
     return trainer, trainer.get_dataloader(trainer.data["train"], batch_size=batch, rank=-1, mode="train")
 
 

@@ -117,10 +117,8 @@ def task_fields(args, task: str) -> dict:
     reduced resolution'); pose's kpt_shape and flip_idx are the store's (checked against data.yaml: store.check_task).
     The batches carry the trainer's task: a detect trainer reads any store's boxes alone (nothing drawn for a loss
     that does not read it)."""
-    if tasks.get(task).extra != "masks":
-        return {"task": task}
-    return {"task": task, "mask_ratio": int(args.mask_ratio), "overlap_mask": bool(args.overlap_mask),
-            "mask_rule": "ultralytics"}
+    masks = {"mask_ratio": int(args.mask_ratio), "overlap_mask": bool(args.overlap_mask), "mask_rule": "ultralytics"}
+    return {"task": task, **(masks if tasks.get(task).extra == "masks" else {})}
 
 
 def unsupported(args, task: str = "detect", loader: str = "cpu") -> list[str]:
@@ -156,11 +154,6 @@ def train_count(args, n: int) -> int:
         fraction = get_split_fraction(fraction, "train")
     count = fraction if isinstance(fraction, int) else max(1, round(n * fraction))
     return min(int(count), n)
-
-
-def warn_unsupported(args, task: str = "detect", loader: str = "cpu") -> None:
-    for message in unsupported(args, task, loader):
-        log.warning(f"fastfeed: {message}")
 
 
 def describe(hyp: AugmentHyp) -> str:

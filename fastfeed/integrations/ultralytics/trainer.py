@@ -19,6 +19,7 @@ from ultralytics.models.yolo.detect import DetectionTrainer
 from ultralytics.models.yolo.obb import OBBTrainer
 from ultralytics.models.yolo.pose import PoseTrainer
 from ultralytics.models.yolo.segment import SegmentationTrainer
+from ultralytics.nn.tasks import guess_model_task
 from ultralytics.utils import DEFAULT_CFG, RANK
 from ultralytics.utils.torch_utils import torch_distributed_zero_first
 
@@ -34,7 +35,7 @@ from .args import (
     log,
     task_fields,
     train_count,
-    warn_unsupported,
+    unsupported,
 )
 from .batches import ClassFilter, read_records
 from .device import NAME as DEVICE_LOADER
@@ -110,13 +111,22 @@ class FastfeedMixin(StoppableMixin):
                 check_classes(self._ff_store, self.data["names"], self.data["nc"])
         return self._ff_store
 
+    def get_model(self, cfg=None, weights=None, verbose=True):
+        """Ultralytics' model; one built for another task than this trainer's is refused by name."""
+        model = super().get_model(cfg, weights, verbose)
+        if (task := guess_model_task(model)) != self.fastfeed_task:
+            fit = next((c.__name__ for c in FastfeedMixin.__subclasses__() if c.fastfeed_task == task), None)
+            raise ValueError(f"{type(self).__name__} trains {self.fastfeed_task} models, but {self.args.model} is a "
+                             f"model for {task}: " + (f"give trainer={fit}" if fit else "fastfeed feeds none"))
+        return model
+
     def get_dataloader(self, dataset_path, batch_size: int = 16, rank: int = 0, mode: str = "train"):
         if mode != "train":
             return super().get_dataloader(dataset_path, batch_size, rank, mode)   # validation stays Ultralytics'
         store = self.train_store(dataset_path, rank)
         name = loader_name(self.args.cache)
-        if RANK in (-1, 0):
-            warn_unsupported(self.args, self.fastfeed_task, name)
+        for message in unsupported(self.args, self.fastfeed_task, name) if RANK in (-1, 0) else ():
+            log.warning(f"fastfeed: {message}")
         hyp = augment_hyp(self.args, name)
         options = loader_setup(self) if name == DEVICE_LOADER else {}   # batches finished on this device, in its dtype
         count = train_count(self.args, len(store))   # `fraction`: the first `count` records
