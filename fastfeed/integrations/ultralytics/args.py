@@ -156,6 +156,11 @@ def train_count(args, n: int) -> int:
     return min(int(count), n)
 
 
+def warn_unsupported(args, task: str = "detect", loader: str = "cpu") -> None:
+    for message in unsupported(args, task, loader):
+        log.warning(f"fastfeed: {message}")
+
+
 def describe(hyp: AugmentHyp) -> str:
     from ...augment.albu import names
 

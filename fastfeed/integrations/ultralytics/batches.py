@@ -196,9 +196,4 @@ def take_labels(extra: dict, keep) -> dict:
     """The rows `keep` (a boolean array; None: all) of `label_extras`."""
     if keep is None:
         return extra
-    out = dict(extra)
-    if "segments" in out:
-        out["segments"] = [s for s, k in zip(out["segments"], keep) if k]
-    if "keypoints" in out:
-        out["keypoints"] = out["keypoints"][keep]
-    return out
+    return {k: [s for s, y in zip(v, keep) if y] if k == "segments" else v[keep] for k, v in extra.items()}

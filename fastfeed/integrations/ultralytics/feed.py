@@ -243,8 +243,7 @@ class FastfeedTrainLoader:
         if spec.extra == "masks" and cfg.overlap_mask:
             extras["masks"] = torch.zeros((n, side, side), dtype=torch.int16, device=on)
         elif spec.extra is not None:
-            kpt_shape = getattr(self.store.manifest, "kpt_shape", None)
-            extras[spec.extra] = torch.from_numpy(spec.empty_extra(kpt_shape, side)).to(on)
+            extras[spec.extra] = torch.from_numpy(spec.empty_extra(self.store.manifest.kpt_shape, side)).to(on)
         return collate(torch.zeros((n, 3, s, s), dtype=dtype, device=on), torch.zeros((0, 6), device=on), [0] * n,
                        self.info, self.class_filter, extras, cfg.overlap_mask)
 

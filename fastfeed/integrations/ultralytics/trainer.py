@@ -35,7 +35,7 @@ from .args import (
     log,
     task_fields,
     train_count,
-    unsupported,
+    warn_unsupported,
 )
 from .batches import ClassFilter, read_records
 from .device import NAME as DEVICE_LOADER
@@ -125,8 +125,8 @@ class FastfeedMixin(StoppableMixin):
             return super().get_dataloader(dataset_path, batch_size, rank, mode)   # validation stays Ultralytics'
         store = self.train_store(dataset_path, rank)
         name = loader_name(self.args.cache)
-        for message in unsupported(self.args, self.fastfeed_task, name) if RANK in (-1, 0) else ():
-            log.warning(f"fastfeed: {message}")
+        if RANK in (-1, 0):
+            warn_unsupported(self.args, self.fastfeed_task, name)
         hyp = augment_hyp(self.args, name)
         options = loader_setup(self) if name == DEVICE_LOADER else {}   # batches finished on this device, in its dtype
         count = train_count(self.args, len(store))   # `fraction`: the first `count` records
