@@ -5,6 +5,7 @@ when flipped), rotated boxes on their painted rectangles; the batch contract; wh
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -82,6 +83,18 @@ def test_two_value_keypoints_hidden_by_the_augmentation_read_as_hidden(tmp_path)
     assert kp.shape[1:] == (3, 3) and (kp[..., 2] == 0).any() and (kp[..., 2] == 1).any()
     plain, flipped = check_keypoints_on_dots(got)
     assert plain >= 3 and flipped >= 3
+
+@pytest.mark.parametrize("task, read", [("segment", "detect"), ("pose", None), ("obb", None)])
+def test_copy_paste_of_batches_without_polygons_is_off_and_says_so(stores, tmp_path, caplog, task, read):
+    """copy_paste pastes objects by their polygons: before, batches without any (a store read as detect, a pose or
+    OBB store) pasted nothing without a word."""
+    hyp = replace(HYP, copy_paste=0.5)
+    with caplog.at_level(logging.WARNING, logger="fastfeed.loaders.base"):
+        cfg = LoaderConfig(imgsz=S, batch_size=4, workers=0, hyp=hyp, task=read).for_store(stores[task])
+    assert cfg.hyp.copy_paste == 0 and cfg.hyp.mosaic == HYP.mosaic
+    assert "carry no polygons: hyp.copy_paste=0.5 set to 0" in caplog.text and str(stores[task].path) in caplog.text
+    assert LoaderConfig(hyp=hyp).for_store(stores["segment"]).hyp.copy_paste == 0.5
+
 
 @pytest.mark.parametrize("name", LOADERS)
 def test_obb_rotated_boxes_lie_on_their_painted_rectangles(stores, tmp_path, name):

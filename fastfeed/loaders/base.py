@@ -36,13 +36,11 @@ class StageTimes:
     samples: int = 0
 
     def add(self, seconds: dict[str, float], samples: int) -> None:
-        for k, v in seconds.items():
-            self.seconds[k] = self.seconds.get(k, 0.0) + v
+        self.seconds.update({k: self.seconds.get(k, 0.0) + v for k, v in seconds.items()})
         self.samples += samples
 
     def per_sample_ms(self) -> dict[str, float]:
-        n = max(self.samples, 1)
-        return {k: 1e3 * v / n for k, v in self.seconds.items()}
+        return {k: 1e3 * v / max(self.samples, 1) for k, v in self.seconds.items()}
 
 
 @renamed(prefetch="batches_ahead")
@@ -126,9 +124,8 @@ class LoaderConfig:
 
     def pin(self) -> bool:
         """Page-lock the host batches: asked for, or by default when they are for a CUDA GPU."""
-        if self.pin_memory is not None:
-            return self.pin_memory
-        return parse_device(self.device)[0] in ("auto", "cuda") and has_cuda()
+        asked = self.pin_memory
+        return asked if asked is not None else parse_device(self.device)[0] in ("auto", "cuda") and has_cuda()
 
     def closed(self, epoch: int) -> bool:
         """One of the last `close_mosaic` epochs: plain samples, no mosaic and no mixup (as Ultralytics)."""
@@ -146,12 +143,16 @@ class LoaderConfig:
     def for_store(self, store, prefetcher_augments: bool = True) -> LoaderConfig:
         """This config as a loader of `store` applies it: `task` set to what the batches carry (`batch_task`); a
         pose store without flip_idx flips nothing (a warning naming it, as Ultralytics does: a flip without the
-        swap would put left keypoints on the right), and the device augmentation, which moves pixels and boxes
-        only, is refused for batches with task geometry (unless `prefetcher_augments` is False: a loader on the
-        device, which ignores device_augment)."""
+        swap would put left keypoints on the right), nor do batches without polygons copy-paste (warned too), and
+        the device augmentation, which moves pixels and boxes only, is refused for batches with task geometry
+        (unless `prefetcher_augments` is False: a loader on the device, which ignores device_augment)."""
         task = batch_task(store, self)
         cfg = self if self.task == task else replace(self, task=task)
-        spec = task_spec(task)
+        spec, where = task_spec(task), getattr(store, "path", store)
+        if self.augment and self.hyp.copy_paste and spec.field != "polygons":
+            log.warning("the %s batches of %s carry no polygons: hyp.copy_paste=%s set to 0 (it pastes objects by "
+                        "their polygons: a segment store's, as segment)", task, where, self.hyp.copy_paste)
+            cfg = replace(cfg, hyp=replace(cfg.hyp, copy_paste=0.0))
         if spec.field is None:
             return cfg
         if self.device_augment and prefetcher_augments:
@@ -160,9 +161,8 @@ class LoaderConfig:
                                   f"(task='detect')")
         if spec.keypoints and self.augment and self.hyp.fliplr > 0 and store.manifest.flip_idx is None:
             log.warning("pose store %s has no flip_idx: hyp.fliplr=%s set to 0 (a left-right flip cannot swap its "
-                        "keypoints; pack it with flip_idx in data.yaml to flip)", getattr(store, "path", store),
-                        self.hyp.fliplr)
-            return replace(cfg, hyp=replace(self.hyp, fliplr=0.0))
+                        "keypoints; pack it with flip_idx in data.yaml to flip)", where, self.hyp.fliplr)
+            return replace(cfg, hyp=replace(cfg.hyp, fliplr=0.0))
         return cfg
 
     def to_dict(self) -> dict:
