@@ -18,8 +18,8 @@ class Batch:
 
     A segment, pose or OBB store's batches carry its geometry too (None otherwise), rows in targets' order:
     masks: int16 [B, S/r, S/r] (overlap_mask: value j+1 where the image's j-th targets row is) or uint8
-    [M, S/r, S/r] (one 0/1 mask per targets row), r = LoaderConfig.mask_ratio; keypoints: float32 [M,K,D] x, y
-    normalised to the S x S image (+ visibility), 0, 0, 0 outside it; rboxes: float32 [M,5] cx, cy, w, h
+    [M, S/r, S/r] (one 0/1 mask per targets row), r = LoaderConfig.mask_ratio; keypoints: float32 [M,K,3] x, y
+    normalised to the S x S image, visibility, 0, 0, 0 outside it; rboxes: float32 [M,5] cx, cy, w, h
     normalised, angle in radians. `extras()` gives those present.
 
     It unpacks as the pair it always was (`images, targets = batch`, `batch[0]`, `len(batch) == 2`); the
