@@ -71,7 +71,7 @@ def test_bench_task_rules_name_the_flag(segment_store, tmp_path, capsys):
     assert main(args + ["--model", "yolov3-tiny", "--task", "segment"]) == 2
     assert "--task must be detect with --model (the bundled models detect), got 'segment'" in capsys.readouterr().err
     assert main(args + ["--task", "pose"]) == 2      # before any loader is measured
-    assert f"--task 'pose': {segment_store} is a segment store; its batches can carry its own task (segment) or boxes " \
+    assert f"--task 'pose': {segment_store} is a store of segment labels; its batches can carry its own task (segment) or boxes " \
            "alone ('detect'); pack the dataset with --task pose for keypoints" in capsys.readouterr().err
 
 

@@ -137,7 +137,7 @@ def test_loaders_that_cannot_carry_the_geometry_refuse_by_name(stores):
     with pytest.raises(UnsupportedTask, match=f"the dali loader cannot carry the polygons of segment store {where}; "
                                               "use the cpu, shm or device loader, or task='detect' for its boxes alone"):
         create_loader("dali", stores["segment"], cfg)
-    with pytest.raises(UnsupportedTask, match="device_augment cannot flip the keypoints of a pose store: leave it "
+    with pytest.raises(UnsupportedTask, match="device_augment cannot flip the keypoints of a store of pose labels: leave it "
                                               r"False \(the workers flip them\), or read its boxes alone \(task='detect'\)"):
         create_loader("cpu", stores["pose"], LoaderConfig(imgsz=S, batch_size=4, device_augment=True))
 
@@ -177,10 +177,10 @@ def test_task_detect_lets_the_device_flip_a_task_stores_boxes(stores):
 
 def test_a_task_the_store_does_not_hold_is_refused_by_name(stores, detect_twins):
     cfg = LoaderConfig(imgsz=S, batch_size=4, workers=0, device="cpu", task="segment")
-    with pytest.raises(ValueError, match=f"LoaderConfig.task 'segment': {detect_twins['segment'].path} is a detect "
-                                         "store; .* pack the dataset with --task segment for polygons"):
+    with pytest.raises(ValueError, match=f"LoaderConfig.task 'segment': {detect_twins['segment'].path} is a store of "
+                                         "detect labels; .* pack the dataset with --task segment for polygons"):
         create_loader("cpu", detect_twins["segment"], cfg)
-    with pytest.raises(ValueError, match="LoaderConfig.task 'segment': .* is a pose store"):
+    with pytest.raises(ValueError, match="LoaderConfig.task 'segment': .* is a store of pose labels"):
         create_loader("shm", stores["pose"], cfg)
     with pytest.raises(ValueError, match="LoaderConfig.task must be None .* or one of detect, segment, pose, obb, "
                                          "got 'seg'"):

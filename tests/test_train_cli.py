@@ -178,7 +178,7 @@ def test_a_segment_store_trains_and_evaluates_on_its_boxes_alone(tmp_path, capsy
                  "--batch", "4", "--epochs", "1", "--max-steps", "1", "--workers", "0", "--device-augment",
                  "--out", str(tmp_path / "run"), "--json"]) == 0
     captured = capsys.readouterr()
-    assert f"{seg.path} is a segment store: training on its boxes alone" in captured.err
+    assert f"{seg.path} is a store of segment labels: training on its boxes alone" in captured.err
     summary = json.loads(captured.out)
     assert summary["step"] == 1 and summary["map50"] is not None
 

@@ -156,9 +156,9 @@ class LoaderConfig:
         if spec.field is None:
             return cfg
         if self.device_augment and prefetcher_augments:
-            raise UnsupportedTask(f"LoaderConfig.device_augment cannot flip the {spec.words} of a "
-                                  f"{task} store: leave it False (the workers flip them), or read its boxes alone "
-                                  f"(task='detect')")
+            raise UnsupportedTask(f"LoaderConfig.device_augment cannot flip the {spec.words} of a store of {task} "
+                                  "labels: leave it False (the workers flip them), or read its boxes alone "
+                                  "(task='detect')")
         if spec.keypoints and self.augment and self.hyp.fliplr > 0 and store.manifest.flip_idx is None:
             log.warning("pose store %s has no flip_idx: hyp.fliplr=%s set to 0 (a left-right flip cannot swap its "
                         "keypoints; pack it with flip_idx in data.yaml to flip)", where, self.hyp.fliplr)

@@ -31,7 +31,7 @@ def batch_task(store, cfg=None, setting: str = "LoaderConfig.task") -> str:
     asked = getattr(cfg, "task", None)
     if asked is None or asked == held or task_spec(asked, setting).field is None:   # boxes alone: from any store
         return asked or held
-    raise ValueError(f"{setting} {asked!r}: {getattr(store, 'path', None) or store} is a {held} store; its "
+    raise ValueError(f"{setting} {asked!r}: {getattr(store, 'path', None) or store} is a store of {held} labels; its "
                      f"batches can carry its own task ({held}) or boxes alone ('detect'); pack the dataset with "
                      f"--task {asked} for {task_spec(asked).words}")
 

@@ -38,7 +38,7 @@ def check_geometry(r, m: fmt.Manifest) -> None:
     """A record's geometry is its store's task's, one entry per training box, its points inside the image (as the
     pack clipped them); raises RecordCorrupt naming what is not."""
     if r.task != m.task:
-        raise fmt.RecordCorrupt(f"holds {r.task} labels in a {m.task} store")
+        raise fmt.RecordCorrupt(f"holds {r.task} labels in a store of {m.task} labels")
     problem = tasks.get(r.task).check_record(r.geometry, len(r.boxes), m)
     if problem:
         raise fmt.RecordCorrupt(problem)

@@ -203,7 +203,7 @@ def set_up(cfg: TrainConfig, stack) -> Run:
         **({} if cfg.workers is None else {"workers": cfg.workers}), **({} if cfg.hyp is None else {"hyp": cfg.hyp})))
     stack.callback(run.loader.close)
     if tasks.get(store_task(run.store)).field:
-        run.say("%s is a %s store: training on its boxes alone (the bundled models detect)", run.store.path,
+        run.say("%s is a store of %s labels: training on its boxes alone (the bundled models detect)", run.store.path,
                 store_task(run.store))
     run.nb = len(run.loader)                                  # loader batches per epoch on this rank
     # A step never spans two epochs: with fewer batches in an epoch than --accum asks for (a small store), a

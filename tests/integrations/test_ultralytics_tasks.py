@@ -178,7 +178,7 @@ def test_a_detect_store_given_to_the_segment_trainer_is_refused_by_name(tmp_path
     pack(PackConfig(src=data / "data.yaml", split="train", out=tmp_path / "det.ff", progress=False, task="detect"))
     monkeypatch.setenv("FASTFEED_STORE", str(tmp_path / "det.ff"))
     trainer = trainer_for("segment", data / "data.yaml", tmp_path / "runs")
-    with pytest.raises(ValueError, match="det.ff is a detect store but FastfeedSegmentationTrainer trains segment"):
+    with pytest.raises(ValueError, match="det.ff is a store of detect labels but FastfeedSegmentationTrainer trains segment"):
         trainer.train_store(trainer.data["train"])
     det = FastfeedTrainer(overrides=dict(model="yolov8n.yaml", data=str(data / "data.yaml"), device="cpu",
                                          project=str(tmp_path / "runs"), name="det"))

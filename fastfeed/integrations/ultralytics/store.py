@@ -241,9 +241,9 @@ def check_task(store: Store, task: str, data: dict, trainer: str) -> None:
     have = getattr(m, "task", "detect")
     spec = tasks.get(task)
     if spec.field and have != task:
-        raise ValueError(f"{store.path} is a {have} store but {trainer} trains {task}: pack the train split for it "
-                         f"(`fastfeed pack data.yaml -o train-{task}.ff --task {task}`) or unset {STORE_ENV} to let the "
-                         "trainer pack it")
+        raise ValueError(f"{store.path} is a store of {have} labels but {trainer} trains {task}: pack the train split "
+                         f"for it (`fastfeed pack data.yaml -o train-{task}.ff --task {task}`) or unset {STORE_ENV} to "
+                         "let the trainer pack it")
     for key in spec.data_yaml_keys:
         ours, theirs = (None if v is None else list(v) for v in (getattr(m, key), data.get(key)))
         if ours != theirs:
