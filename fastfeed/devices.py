@@ -26,13 +26,12 @@ class DeviceError(RuntimeError):
 
 def parse_device(name) -> tuple[str, int | None]:
     """'auto' | 'cpu' | 'cuda[:N]' | 'npu[:N]' (or a torch.device) -> (kind, index or None); checks the
-    spelling only, not that the device is there. Raises ValueError listing the valid names."""
-    if isinstance(name, torch.device):
-        return name.type, name.index
+    spelling only, not that the device is there. 'cpu:N' is the CPU (torch's spelling; index None). Raises
+    ValueError listing the valid names."""
     m = re.fullmatch(r"(auto|cpu|cuda|npu)(?::(\d+))?", str(name).strip().lower())
-    if m is None or (m.group(2) is not None and m.group(1) in ("auto", "cpu")):
+    if m is None or (m.group(2) is not None and m.group(1) == "auto"):
         raise ValueError(f"device {name!r} is not a device; valid: {_VALID}")
-    return m.group(1), None if m.group(2) is None else int(m.group(2))
+    return m.group(1), None if m.group(2) is None or m.group(1) == "cpu" else int(m.group(2))
 
 
 def _import_torch_npu() -> None:

@@ -21,7 +21,10 @@ from fastfeed.devices import (
 def test_names_are_parsed_and_bad_ones_say_what_is_valid():
     assert parse_device("cpu") == ("cpu", None) and parse_device("cuda:1") == ("cuda", 1)
     assert parse_device(" NPU:0 ") == ("npu", 0) and parse_device(torch.device("cpu")) == ("cpu", None)
-    for bad in ("tpu", "cpu:0", "cuda:x", "auto:1", ""):
+    # torch's 'cpu:0' is the CPU, spelled either way; a torch.device of another kind is refused as its name is
+    assert parse_device("cpu:0") == parse_device(torch.device("cpu", 0)) == ("cpu", None)
+    assert resolve_device("CPU:1") == torch.device("cpu")
+    for bad in ("tpu", "cuda:x", "auto:1", "", torch.device("mps"), torch.device("meta")):
         with pytest.raises(ValueError, match="is not a device; valid: 'auto', 'cpu', 'cuda\\[:N\\]' or 'npu\\[:N\\]'"):
             parse_device(bad)
 
