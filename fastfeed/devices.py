@@ -81,7 +81,7 @@ def resolve_device(name="auto", local_rank: int | None = None) -> torch.device:
         kind = "cuda" if torch.cuda.is_available() else "npu" if npu is not None and npu.is_available() else "cpu"
     if kind == "cpu":
         return torch.device("cpu")
-    mod = accelerator_module(kind)
+    mod = accelerator_module(name)   # (its message names the device as given)
     if index is None:
         index = local_rank if local_rank is not None else mod.current_device()
     count = mod.device_count()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ from prefetch_helpers import (  # noqa: F401
 )
 
 from fastfeed.device_augment import DeviceAugment
-from fastfeed.devices import accelerator_module
+from fastfeed.devices import DeviceError, accelerator_module
 from fastfeed.prefetch import DevicePrefetcher
 
 # --- the stream protocol, against a recording fake of torch.cuda / torch.npu ---------------------------
@@ -68,6 +69,25 @@ def test_npu_is_imported_only_for_device_npu(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch_npu", type(sys)("torch_npu"))
     monkeypatch.setattr(torch, "npu", fake, raising=False)
     assert accelerator_module("npu") is fake
+
+
+def test_the_device_is_checked_as_resolve_device_checks_it(monkeypatch):
+    """An index past the count is a DeviceError here, not an error inside torch_npu at the first copy; a name in
+    capitals is parsed as everywhere else."""
+    fake = FakeDeviceModule([])
+    fake.is_available, fake.device_count, fake.current_device = (lambda: True), (lambda: 1), (lambda: 0)
+    monkeypatch.setitem(sys.modules, "torch_npu", type(sys)("torch_npu"))
+    monkeypatch.setattr(torch, "npu", fake, raising=False)
+    real = torch.device
+    npu = lambda kind, index: SimpleNamespace(type=kind, index=index)   # noqa: E731  (CPU torch has no npu type)
+    monkeypatch.setattr(torch, "device", lambda *a: npu(*a) if a[0] == "npu" else real(*a))
+    with pytest.raises(DeviceError, match="device npu:7 asked for, but there are 1 Ascend NPU device"):
+        DevicePrefetcher(ReusingLoader(), "npu:7")
+    assert DevicePrefetcher(ReusingLoader(), " NPU:0").device == npu("npu", 0)
+    assert DevicePrefetcher(ReusingLoader(), "cpu:0").device == real("cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(DeviceError, match="device 'cuda:1': torch .* sees no CUDA device"):
+            DevicePrefetcher(ReusingLoader(), "cuda:1")
 
 
 def test_cpu_loader_with_device_augment(tmp_path, sample_dir):

@@ -44,9 +44,9 @@ class DevicePrefetcher(AbstractContextManager):
                              "directly, without a DevicePrefetcher")
         self.loader = loader
         kind, _ = parse_device(device)   # ValueError naming the valid devices
-        if kind == "auto":
-            device = resolve_device("auto")
-            kind = device.type
+        # DeviceError when it is not here or its index is past the count (torch_npu imported for npu); a test's fake
+        # accelerator (`ops`) takes it as it is
+        self.device = resolve_device(device) if ops is None or kind == "auto" else torch.device(device)
         # a numpy integer is one; a float seed was truncated, a string seed failed in the augmentation
         need(is_int(depth) and depth >= 1, "depth", "must be an integer >= 1", depth)
         need(seed is None or is_int(seed), "seed", "must be an integer or None (the loader's cfg.seed)", seed)
@@ -56,17 +56,11 @@ class DevicePrefetcher(AbstractContextManager):
             seed = loader.cfg.seed if isinstance(loader, BatchFeed) else 0
         self.augment = resolve_augment(loader, device_augment, seed)
         self._rank = loader.rank if isinstance(loader, BatchFeed) else 0
-        self.accelerated = ops is not None or kind != "cpu"
+        self.accelerated = ops is not None or self.device.type != "cpu"
         self.ops = self.stream = None   # the accelerator's stream API (StreamOps, or a test's fake) and the side stream
-        mod = accelerator_module(kind) if self.accelerated and ops is None else None   # imports torch_npu for npu
-        self.device = torch.device(device)    # after that import: torch_npu registers the "npu" type
         if self.accelerated:
-            if ops is None:
-                if self.device.index is None:
-                    self.device = torch.device(kind, mod.current_device())
-                ops = StreamOps(mod, self.device)
-            self.ops = ops
-            self.stream = ops.new_stream()   # once: the same side stream for every epoch
+            self.ops = ops if ops is not None else StreamOps(accelerator_module(self.device.type), self.device)
+            self.stream = self.ops.new_stream()   # once: the same side stream for every epoch
         if self.augment is not None and not self.accelerated:
             log.warning("device augmentation on the CPU: float32 torch costs far more than the workers' uint8 "
                         "version; consider LoaderConfig(device_augment=False) without an accelerator")
