@@ -44,6 +44,7 @@ def test_registered_with_its_options_and_checks_them():
     assert info.available and info.options == {"partner_buffer": None, "cache": None, "dtype": "float32",
                                                "decoder": "auto", "cache_reserve_gb": 8.0}
     assert loader_options("device", dtype=torch.bfloat16).dtype == "bfloat16"
+    assert loader_options("device", cache_reserve_gb=np.int64(2)).cache_reserve_gb == 2   # numpy numbers are numbers
     for bad, match in (({"cache": "ram"}, "device option cache must be None or 'device'"),
                        ({"dtype": "uint8"}, "device option dtype must be one of float32"),
                        ({"decoder": "pillow"}, "device option decoder must be one of auto, torchvision"),

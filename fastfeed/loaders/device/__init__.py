@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...checks import field_need
+from ...checks import field_need, is_num
 from ...store.reader import Store
 from ..base import LoaderConfig
 from ..pool import CpuOptions
@@ -47,9 +47,8 @@ class DeviceOptions(CpuOptions):
         need(self.cache in (None, "device"), "cache", "must be None or 'device' (the decoded store in device memory)")
         need(self.dtype in DTYPES, "dtype", f"must be one of {', '.join(DTYPES)}")
         need(self.decoder in DECODERS, "decoder", f"must be one of {', '.join(DECODERS)}")
-        need(isinstance(self.cache_reserve_gb, (int, float)) and not isinstance(self.cache_reserve_gb, bool)
-             and math.isfinite(self.cache_reserve_gb) and self.cache_reserve_gb >= 0, "cache_reserve_gb",
-             "must be a number of GiB >= 0")
+        gb = self.cache_reserve_gb   # a numpy number is one
+        need(is_num(gb) and math.isfinite(gb) and gb >= 0, "cache_reserve_gb", "must be a number of GiB >= 0")
 
 
 @register_loader("device", options=DeviceOptions,
