@@ -180,9 +180,15 @@ def test_bad_arguments_say_what_is_valid():
         DevicePrefetcher(loader, "tpu")
     with pytest.raises(ValueError, match="takes its gains from a fastfeed Loader.s LoaderConfig.hyp"):
         DevicePrefetcher(loader, "cpu", device_augment=True)
-    with pytest.raises(ValueError, match="images must be uint8"):
-        DevicePrefetcher([Batch(torch.zeros(1, 3, 4, 4), torch.zeros(0, 6))], "cpu").transfer(
-            Batch(torch.zeros(1, 3, 4, 4), torch.zeros(0, 6)))
+    pf, must = DevicePrefetcher([], "cpu"), "the loader's batches must be \\(images uint8 \\[B,3,H,W\\], targets"
+    with pytest.raises(ValueError, match=must + ".*; got images of torch.float32 \\[1, 3, 4, 4\\]$"):
+        pf.transfer(Batch(torch.zeros(1, 3, 4, 4), torch.zeros(0, 6)))
+    u8 = torch.zeros(1, 3, 4, 4, dtype=torch.uint8)   # a pair and a Batch pass; a triple, a dict, one image do not
+    assert pf.transfer((u8, torch.zeros(0, 6))).images.shape == pf.transfer(Batch(u8, torch.zeros(0, 6))).images.shape
+    for bad, got in (((u8, torch.zeros(0, 6), ["a.jpg"]), "a tuple"), ({"img": u8, "cls": None}, "a dict"),
+                     ((u8[0], torch.zeros(0, 6)), "images of torch.uint8 \\[3, 4, 4\\]")):
+        with pytest.raises(ValueError, match=f"{must}.*; got {got}$"):
+            pf.transfer(bad)
 
 
 def test_cuda_without_a_gpu_is_a_clear_error():

@@ -44,23 +44,19 @@ class DevicePrefetcher(AbstractContextManager):
                              "directly, without a DevicePrefetcher")
         self.loader = loader
         kind, _ = parse_device(device)   # ValueError naming the valid devices
-        # DeviceError when it is not here or its index is past the count (torch_npu imported for npu); a test's fake
-        # accelerator (`ops`) takes it as it is
+        # checked (DeviceError: not here, an index past the count; imports torch_npu); a fake `ops` takes it as is
         self.device = resolve_device(device) if ops is None or kind == "auto" else torch.device(device)
         # a numpy integer is one; a float seed was truncated, a string seed failed in the augmentation
         need(is_int(depth) and depth >= 1, "depth", "must be an integer >= 1", depth)
         need(seed is None or is_int(seed), "seed", "must be an integer or None (the loader's cfg.seed)", seed)
         need(dtype in DTYPES, "dtype", f"must be one of {', '.join(map(str, DTYPES))}", dtype)
         self.depth, self.dtype, self.channels_last = int(depth), dtype, bool(channels_last)
-        if seed is None:
-            seed = loader.cfg.seed if isinstance(loader, BatchFeed) else 0
         self.augment = resolve_augment(loader, device_augment, seed)
         self._rank = loader.rank if isinstance(loader, BatchFeed) else 0
         self.accelerated = ops is not None or self.device.type != "cpu"
-        self.ops = self.stream = None   # the accelerator's stream API (StreamOps, or a test's fake) and the side stream
-        if self.accelerated:
-            self.ops = ops if ops is not None else StreamOps(accelerator_module(self.device.type), self.device)
-            self.stream = self.ops.new_stream()   # once: the same side stream for every epoch
+        # the accelerator's stream API (StreamOps, or a test's fake) and the side stream: one for every epoch
+        self.ops = (ops or StreamOps(accelerator_module(self.device.type), self.device)) if self.accelerated else None
+        self.stream = self.ops.new_stream() if self.accelerated else None
         if self.augment is not None and not self.accelerated:
             log.warning("device augmentation on the CPU: float32 torch costs far more than the workers' uint8 "
                         "version; consider LoaderConfig(device_augment=False) without an accelerator")
@@ -123,8 +119,7 @@ class DevicePrefetcher(AbstractContextManager):
         self.close()
 
     def _stop_active(self) -> None:
-        it = self._active() if self._active is not None else None
-        self._active = None
+        it, self._active = self._active and self._active(), None   # (the weakref's generator, or None)
         if it is not None:
             it.close()
 
@@ -135,8 +130,6 @@ class DevicePrefetcher(AbstractContextManager):
         """uint8 -> `dtype` /255 (uint8: kept as is), with the device augmentation done in float32. `host`:
         write into a reused host buffer (the CPU path: that is also the copy out of the loader's buffer).
         `extras`: the batch's task geometry (`Batch.extras()`), already where it goes."""
-        if images.dtype != torch.uint8:
-            raise ValueError(f"the loader's images must be uint8, got {images.dtype}")
         work = torch.float32 if self.augment is not None else self.dtype
         if host:
             x = self._host.get(images.shape, work).copy_(images)
@@ -167,7 +160,7 @@ class DevicePrefetcher(AbstractContextManager):
         """The per-batch work, a hook for subclasses (the device loader's feed decodes and renders here): on the
         CPU the finished Batch; on an accelerator an `InFlight` queued on `self.stream` with `self.ops`, whose
         `copied` event says when the loader may reuse the host memory and `ready` when the batch may be used."""
-        images, targets = batch
+        images, targets = _pair(batch)
         indices = getattr(batch, "indices", None)
         extras = self._extras(batch)
         if not self.accelerated:   # copied: the loader may reuse its own
@@ -209,7 +202,17 @@ class DevicePrefetcher(AbstractContextManager):
         return self.hand_out(item)
 
 
-def resolve_augment(loader, device_augment, seed: int) -> DeviceAugment | None:
+def _pair(batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """A loader's batch as (images, targets); a ValueError saying what a batch is for anything else."""
+    images, targets = batch if isinstance(batch, (Batch, tuple, list)) and len(batch) == 2 else (batch, None)
+    if torch.is_tensor(images) and images.dtype == torch.uint8 and images.dim() == 4 and torch.is_tensor(targets):
+        return images, targets
+    got = f"images of {images.dtype} {list(images.shape)}" if torch.is_tensor(images) else f"a {type(batch).__name__}"
+    raise ValueError(f"the loader's batches must be (images uint8 [B,3,H,W], targets [M,6]) tensor pairs (a fastfeed "
+                     f"Batch); got {got}")
+
+
+def resolve_augment(loader, device_augment, seed: int | None) -> DeviceAugment | None:
     """The DeviceAugment to apply: what a fastfeed `Loader` declares it leaves to the device (its
     `device_hyp`), or what the caller forces; any other iterable of batches declares nothing."""
     ours = isinstance(loader, BatchFeed)
@@ -225,7 +228,7 @@ def resolve_augment(loader, device_augment, seed: int) -> DeviceAugment | None:
         if not ours:
             raise ValueError("device_augment=True takes its gains from a fastfeed Loader's LoaderConfig.hyp, and "
                              "this loader is not one; pass a DeviceAugment(...) instead")
-        device_augment = DeviceAugment.from_hyp(loader.cfg.hyp, seed=seed)
+        device_augment = DeviceAugment.from_hyp(loader.cfg.hyp, seed=loader.cfg.seed if seed is None else seed)
     if not isinstance(device_augment, DeviceAugment):
         raise ValueError(f"device_augment must be None, True, False or a DeviceAugment, got {device_augment!r}")
     if ours and loader.cfg.augment and left is None:
