@@ -107,7 +107,8 @@ def test_python_dash_m_and_console_script(tmp_path):
 def test_loaders_lists_what_runs_here(capsys):
     assert main(["loaders"]) == 0
     text = capsys.readouterr().out
-    assert "cpu      available" in text and "options: partner_buffer=auto" in text and "cache_dir='/dev/shm'" in text
+    assert "cache=None, dtype='float32'" in text   # was cache=auto: None is no cache
+    assert "cpu      available" in text and "options: partner_buffer=None" in text and "cache_dir='/dev/shm'" in text
     assert main(["loaders", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["cpu"]["available"] and rows["shm"]["options"]["cache_partial"] is False

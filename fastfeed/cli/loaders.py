@@ -31,5 +31,5 @@ def run(args) -> int:
         print(f"{i.name:8} {'available' if i.available else 'not available: ' + i.unavailable}")
         print(f"{'':8} {i.summary}")
         if i.options:
-            print(f"{'':8} options: " + ", ".join(f"{k}={'auto' if v is None else repr(v)}" for k, v in i.options.items()))
+            print(f"{'':8} options: " + ", ".join(f"{k}={v!r}" for k, v in i.options.items()))   # as create_loader takes them
     return EXIT_OK
