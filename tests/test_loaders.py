@@ -16,7 +16,7 @@ from loader_checks import (  # noqa: F401
 
 from fastfeed import Store
 from fastfeed.augment import AugmentHyp
-from fastfeed.loaders import LoaderConfig, WorkerError, create_loader, list_loaders
+from fastfeed.loaders import LoaderConfig, WorkerError, create_loader, list_loaders, loader_options
 from fastfeed.loaders.sampler import batches_per_epoch, epoch_batches
 
 
@@ -296,6 +296,8 @@ def test_loader_info_says_what_runs_here_and_its_options():
     assert {"cpu", "shm", "dali"} <= set(info)
     assert info["cpu"].available and info["cpu"].options == {"partner_buffer": None}
     assert {"cache_dir", "cache_partial", "partner_buffer"} <= set(info["shm"].options)
+    # a numpy integer is an integer (it was refused as not one)
+    assert type(pb := loader_options("cpu", partner_buffer=np.int64(8)).partner_buffer) is int and pb == 8
     try:
         import nvidia.dali  # noqa: F401
         assert info["dali"].available

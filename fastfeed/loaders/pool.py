@@ -20,7 +20,7 @@ from functools import partial
 import torch
 
 from ..augment.masks import mask_side
-from ..checks import need
+from ..checks import is_int, need
 from ..tasks import get as task_spec
 from .base import Batch, Loader, LoaderConfig
 from .partners import history
@@ -45,8 +45,9 @@ class CpuOptions:
 
     def __post_init__(self):
         pb = self.partner_buffer
-        need(pb is None or (isinstance(pb, int) and not isinstance(pb, bool) and pb >= 4), "option partner_buffer",
-             "must be an integer >= 4 or None (automatic)", pb)
+        need(pb is None or (is_int(pb) and pb >= 4), "option partner_buffer", "must be an integer >= 4 or None "
+             "(automatic)", pb)
+        object.__setattr__(self, "partner_buffer", None if pb is None else int(pb))   # a numpy integer too
 
     def resolved(self, images: int, batch_size: int) -> CpuOptions:
         """These options with partner_buffer decided for a store of `images` and a batch of `batch_size`."""
