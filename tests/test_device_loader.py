@@ -90,6 +90,7 @@ def test_eval_batches_are_the_cpu_loaders_letterbox(painted):
             assert torch.equal(ta, tb)
 
 
+@pytest.mark.slow   # ~6 s: three loaders
 def test_same_seed_same_batches_other_seed_other_batches(painted):
     def go(seed):
         return run(painted, LoaderConfig(imgsz=96, batch_size=4, workers=2, seed=seed), epochs=(0, 1))

@@ -36,6 +36,7 @@ def test_every_command_says_the_same(tmp_path, capsys):
         assert RULE in capsys.readouterr().err, args
 
 
+@pytest.mark.slow   # ~6 s: subprocesses
 def test_show_batch_says_it_instead_of_a_traceback(tmp_path):
     assert main(["pack", "-o", str(tmp_path / "s.ff"), "--quiet", "--workers", "1"]) == 0
     run = subprocess.run([sys.executable, str(REPO / "tools" / "show_batch.py"), "--data", str(tmp_path / "s.ff"), "-o",

@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 
 def _run(args, cwd, log):
     with open(log, "wb") as f:
@@ -14,6 +16,7 @@ def _run(args, cwd, log):
     return p.returncode, log.read_bytes()
 
 
+@pytest.mark.slow   # ~6 s: three commands in subprocesses
 def test_pack_verify_and_cache_build_write_no_carriage_returns_into_a_log(tmp_path):
     store = tmp_path / "sample.ff"
     for i, args in enumerate([["pack", "-o", str(store), "--workers", "1"],

@@ -260,6 +260,7 @@ def test_a_damaged_shard_object_is_named(coco_src, s3, tmp_path, caplog):
     assert main(["verify", url, "--quiet", "--workers", "1", "--shard-cache", str(tmp_path / "v")]) == 1
 
 
+@pytest.mark.slow   # ~7 s: it waits out the timeouts
 def test_an_endpoint_that_never_answers_is_given_up_on_in_bounded_time(s3, tmp_path, monkeypatch):
     """A host that accepts connections and never replies: botocore's and s3fs's own retries under fastfeed's kept a
     read waiting for hours in silence (botocore's 5 attempts of 60 s under each of ours). With a 3 s read timeout and

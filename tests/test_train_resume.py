@@ -15,6 +15,7 @@ def store(tmp_path_factory):
     return packed_sample(tmp_path_factory)
 
 
+@pytest.mark.slow   # ~7 s: two runs
 def test_resume_mid_epoch_with_mosaic_and_workers_matches_the_uninterrupted_run(store, tmp_path, monkeypatch):
     # close_mosaic=0: mosaic on in every epoch (TINY's 2 epochs would otherwise fall inside close_mosaic's 10).
     cfg = TINY | {"workers": 1, "close_mosaic": 0, "epochs": 2}
