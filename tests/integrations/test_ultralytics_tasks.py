@@ -200,6 +200,24 @@ def test_a_model_of_another_task_than_the_trainers_is_refused_by_name(tmp_path):
     assert seg.get_model(cfg="yolov8n-seg.yaml", verbose=False) is not None
 
 
+def test_each_trainer_given_a_model_of_another_task_by_yolo_refuses_it_before_reading_data_yaml(tmp_path):
+    """Before, the pose trainer given another task's model (and its data.yaml, without kpt_shape) ended in
+    Ultralytics' "KeyError: 'No `kpt_shape` in ...'" from its constructor; now every pair is refused by name, from
+    the task YOLO(model).train(...) gives the trainer."""
+    data = str(make_set(tmp_path / "seg", "segment", n=1) / "data.yaml")
+    with pytest.raises(ValueError, match="^FastfeedPoseTrainer trains pose models, but yolov8n-seg.yaml is a model "
+                                         "for segment: give trainer=FastfeedSegmentationTrainer$"):
+        YOLO(MODELS["segment"]).train(data=data, trainer=FastfeedPoseTrainer, device="cpu", plots=False,
+                                      project=str(tmp_path / "runs"))
+    trainers, models = {"detect": FastfeedTrainer, **TRAINERS}, {"detect": "yolov8n.yaml", **MODELS}
+    for task, trainer in trainers.items():
+        for other, model in models.items():
+            if other != task:
+                with pytest.raises(ValueError, match=f"^{trainer.__name__} trains {task} models, but {model} is a "
+                                                     f"model for {other}: give trainer={trainers[other].__name__}$"):
+                    trainer(overrides=dict(model=model, task=other, data=data))
+
+
 def test_the_detect_trainer_reads_a_segment_stores_boxes_alone(tmp_path, monkeypatch):
     """FastfeedTrainer (detection) given a segment store: its batches are boxes, no masks drawn for a loss that
     reads none (the loader asked for task='detect')."""

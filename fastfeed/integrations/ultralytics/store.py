@@ -84,18 +84,6 @@ def store_stem(root: Path, name: str) -> Path:
     return folder / f"{root.name}-{tag}-{name}"
 
 
-def _versions(stem: Path) -> list[Path]:
-    """Stores this module packed for `stem` (any signature)."""
-    return [p for p in stem.parent.glob(f"{stem.name}-{'[0-9a-f]' * _SIG_CHARS}.ff") if (p / SIGNATURE_FILE).is_file()]
-
-
-def _recorded_signature(out: Path) -> str | None:
-    try:
-        return json.loads((out / SIGNATURE_FILE).read_text(encoding="utf-8")).get("signature")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
 def check_data(data) -> None:
     """ValueError when Ultralytics' `data` names a fastfeed store (Ultralytics reads a data.yaml: names, val split)."""
     if isinstance(data, (str, os.PathLike)) and (Path(data) / MANIFEST).is_file():
@@ -166,7 +154,10 @@ def _task_yaml(images: Path, data_yaml) -> Path | None:
 def _reusable(out: Path, signature: str, task: str, yaml: Path | None) -> Store | None:
     """The store at `out` when it was packed from this source for this task (and, for pose, the keypoint shape
     and flip order data.yaml gives now)."""
-    if not out.is_dir() or _recorded_signature(out) != signature:
+    try:   # the signature recorded at its pack
+        if json.loads((out / SIGNATURE_FILE).read_text(encoding="utf-8")).get("signature") != signature:
+            return None
+    except (OSError, ValueError, AttributeError):
         return None
     store = Store(out)
     m = store.manifest
@@ -184,7 +175,8 @@ def _packed(images: Path, stem: Path, names: list[str] | None, progress: bool, t
     if (store := _reusable(out, signature, task, yaml)) is not None:
         log.info(f"fastfeed: reusing {out} ({len(store)} images; the source is unchanged)")
         return store
-    old = [p for p in _versions(stem) if p != out]
+    old = [p for p in stem.parent.glob(f"{stem.name}-{'[0-9a-f]' * _SIG_CHARS}.ff")   # this module's, any signature
+           if p != out and (p / SIGNATURE_FILE).is_file()]
     why = "the source changed since it was packed" if old else "first use"
     log.info(f"fastfeed: packing {images} into {out} ({why})")
     src, split = (yaml, "train") if yaml is not None else (images, None)

@@ -88,7 +88,10 @@ class FastfeedMixin(StoppableMixin):
                                            "__doc__": cls.__doc__})
 
     def __init__(self, cfg=DEFAULT_CFG, overrides=None, _callbacks=None):
-        check_data((overrides or {}).get("data"))   # else Ultralytics' 'No YAML file found in .../coco.ff'
+        overrides = overrides or {}
+        check_data(overrides.get("data"))   # else Ultralytics' 'No YAML file found in .../coco.ff'
+        # the model's task as YOLO(model).train(...) gives it, before Ultralytics reads data.yaml ('No kpt_shape')
+        self.check_model_task(overrides.get("task", self.fastfeed_task), overrides.get("model"))
         super().__init__(cfg, overrides, _callbacks)
         self.add_callback("on_train_start", _fresh_feed_file)
         self.add_callback("on_train_epoch_end", _feed_epoch_end)
@@ -112,13 +115,17 @@ class FastfeedMixin(StoppableMixin):
         return self._ff_store
 
     def get_model(self, cfg=None, weights=None, verbose=True):
-        """Ultralytics' model; one built for another task than this trainer's is refused by name."""
+        """Ultralytics' model, refused by name when built for another task than this trainer's."""
         model = super().get_model(cfg, weights, verbose)
-        if (task := guess_model_task(model)) != self.fastfeed_task:
-            fit = next((c.__name__ for c in FastfeedMixin.__subclasses__() if c.fastfeed_task == task), None)
-            raise ValueError(f"{type(self).__name__} trains {self.fastfeed_task} models, but {self.args.model} is a "
-                             f"model for {task}: " + (f"give trainer={fit}" if fit else "fastfeed feeds none"))
+        self.check_model_task(guess_model_task(model), self.args.model)
         return model
+
+    @classmethod
+    def check_model_task(cls, task: str, model) -> None:
+        if task != cls.fastfeed_task:
+            fit = next((c.__name__ for c in FastfeedMixin.__subclasses__() if c.fastfeed_task == task), None)
+            raise ValueError(f"{cls.__name__} trains {cls.fastfeed_task} models, but {model} is a model for {task}: "
+                             + (f"give trainer={fit}" if fit else "fastfeed feeds none"))
 
     def get_dataloader(self, dataset_path, batch_size: int = 16, rank: int = 0, mode: str = "train"):
         if mode != "train":
