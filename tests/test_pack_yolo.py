@@ -46,6 +46,7 @@ def test_yolo_box_problems_duplicates_and_orphans(yolo_builder, tmp_path):
 
 BAD_LINES = {"short": ("1 0.5 0.5 0.2", "malformed_line", "short.txt:2: 4 values, expected 5"),
              "extra": ("0 0.5 0.5 0.2 0.2 0.7", "malformed_line", "extra.txt:2: 6 values, expected 5"),
+             "noclass": ("0.5 0.5 0.2 0.2", "malformed_line", "noclass.txt:2: 4 values, expected 5 (cls cx cy w h)"),
              "word": ("x 0.5 0.5 0.2 0.2", "malformed_line", "word.txt:2: not numbers"),
              "negative": ("-1 0.5 0.5 0.2 0.2", "malformed_line", "negative.txt:2: bad class"),
              "nan": ("0 nan 0.5 0.2 0.2", "malformed_line", "nan.txt:2: bad class or non-finite"),
@@ -100,7 +101,7 @@ def test_an_image_whose_label_file_cannot_be_read_is_rejected_whole_by_name_not_
         b.add(name, ["0 0.5 0.5 0.2 0.2", line, "5 0.1 0.1 0.1 0.1"])   # a good line first: the image still goes
     assert main(["pack", str(b.root), "-o", str(tmp_path / "out"), "--workers", "1", "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert "6 image(s) skipped" in out and "malformed_line: label line that is not numbers" in out
+    assert f"{len(BAD_LINES)} image(s) skipped" in out and "malformed_line: label line that is not numbers" in out
     assert "unknown_class: label line whose class id is beyond data.yaml's names, or 10000 or more without names" in out
     store = Store(tmp_path / "out")
     assert len(store) == 60 and not set(BAD_LINES) & {n.split(".")[0] for n in by_name(store)}

@@ -70,8 +70,12 @@ def parse_label(path: Path, name: str, nc: int | None, task: Task = Task()):
                 "," in line) else ""
             failed.append(("malformed_line", f"{where}: not numbers: {line.strip()[:60]!r}{commas}"))
             continue
-        if not all(math.isfinite(v) for v in vals) or vals[0] < 0 or vals[0] != int(vals[0]):
-            failed.append(("malformed_line", f"{where}: bad class or non-finite value: {line.strip()[:60]!r}"))
+        found = tasks.get(task.name).read_line(vals[1:], task.kpt_shape,
+                                               lambda reason, where=where: problems.append(Problem(reason, name, where)))
+        if isinstance(found, str) or not all(math.isfinite(v) for v in vals) or vals[0] < 0 or vals[0] != int(vals[0]):
+            # the count first: `0.5 0.5 0.2 0.2` lacks a value, its class is not bad
+            why = found if isinstance(found, str) else "bad class or non-finite value"
+            failed.append(("malformed_line", f"{where}: {why}: {line.strip()[:60]!r}"))
             continue
         cls = int(vals[0])
         if nc is not None and cls >= nc:
@@ -80,11 +84,6 @@ def parse_label(path: Path, name: str, nc: int | None, task: Task = Task()):
         if nc is None and cls >= UNNAMED_CLASSES:   # the classes are then the ids used, 0..max
             failed.append(("unknown_class", f"{where}: class {cls}, and no data.yaml names the classes: an id over "
                            f"{UNNAMED_CLASSES - 1} is taken for a typo; correct it, or give data.yaml `names`"))
-            continue
-        found = tasks.get(task.name).read_line(vals[1:], task.kpt_shape,
-                                               lambda reason, where=where: problems.append(Problem(reason, name, where)))
-        if isinstance(found, str):
-            failed.append(("malformed_line", f"{where}: {found}"))
             continue
         box, geom = found
         key = (cls, box if geom is None else tuple(vals[1:]))   # distinct polygons may share a class and a box
