@@ -70,6 +70,29 @@ def test_coco_file_without_annotations_stops(coco_builder, tmp_path, capsys):
     assert pack_cli(src, "-o", tmp_path / "x.ff", "--allow-background-only") == 0
 
 
+def test_cvat_older_coco_export_with_the_images_straight_in_images_packs(tmp_path, capsys):
+    root = tmp_path / "cvat"                    # annotations/instances_default.json + images/<file>
+    (root / "annotations").mkdir(parents=True)
+    (root / "images").mkdir()
+    for k in range(2):
+        (root / "images" / f"{k}.jpg").write_bytes(jpeg_bytes(paint_image(40, 50, seed=k)))
+    (root / "annotations" / "instances_default.json").write_text(json.dumps({
+        "images": [{"id": k + 1, "file_name": f"{k}.jpg", "width": 50, "height": 40} for k in range(2)],
+        "annotations": [{"id": k + 1, "image_id": k + 1, "category_id": 1, "bbox": [5, 5, 20, 10]} for k in range(2)],
+        "categories": [{"id": 1, "name": "cat"}, {"id": 2, "name": "dog"}]}))
+    assert pack_cli(root, "-o", tmp_path / "x.ff") == 0
+    assert "COCO split default: 2 images, 2 classes" in capsys.readouterr().out
+    assert len(Store(tmp_path / "x.ff")) == 2 and Store(tmp_path / "x.ff").class_names == ["cat", "dog"]
+
+
+def test_one_image_of_one_class_is_said_in_the_singular(tmp_path, capsys):
+    b = YoloBuilder(tmp_path / "y", split=None, names=["cat"])
+    b.add("a", ["0 0.5 0.5 0.2 0.2"])
+    assert pack_cli(b.root, "-o", tmp_path / "x.ff") == 0
+    out = capsys.readouterr().out
+    assert "packed YOLO: 1 image, 1 class (" in out and "1 classes" not in out
+
+
 # --- data.yaml and Roboflow's exports -----------------------------------------------------------------------------
 
 def test_roboflow_yolo_export_packs_from_its_folder_and_its_data_yaml(tmp_path, capsys):

@@ -1,6 +1,6 @@
 """Tell the dataset layouts apart and pick the split, with errors that say what was expected.
 
-The layouts (docs/inputs.md, "Folders"): COCO (`annotations/instances_<split>.json` + `images/<split>/`, a flat
+The layouts (docs/inputs.md, "Folders"): COCO (`annotations/instances_<split>.json` + `images/[<split>/]`, a flat
 `<one>.json` + `images/`, or --ann FILE --images DIR), YOLO (`images/[<split>/]` + `labels/[<split>/]`),
 Roboflow's split folders (`<split>/images/` + `<split>/labels/`, or `<split>/<one>.json`) and data.yaml's
 folders. A folder holding both a COCO JSON and YOLO labels/ is not guessed: `--format coco|yolo` chooses.
@@ -142,11 +142,11 @@ def _coco(src: Path, split: str | None, task: str) -> Source:
     if files:
         splits = [f.stem[len("instances_"):] for f in files]
         split = _pick(splits, split, f"{src / 'annotations'}")
-        images = src / "images" / split
-        if not images.is_dir():
-            images = src / split if (src / split).is_dir() else images
-        if not images.is_dir():
-            raise PackError(f"images folder for split {split!r} not found: expected {src / 'images' / split}")
+        # images/<split>/, <split>/, or images/ itself (CVAT's COCO export: annotations/instances_default.json)
+        images = next((d for d in (src / "images" / split, src / split, src / "images") if d.is_dir()), None)
+        if images is None:
+            raise PackError(f"images folder for split {split!r} not found: expected {src / 'images' / split}/ or "
+                            f"{src / 'images'}/")
         return read_coco(src / "annotations" / f"instances_{split}.json", images, split, src, task)
     flat = _flat_coco(src)
     if flat is not None and split is None:

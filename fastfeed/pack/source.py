@@ -73,8 +73,9 @@ class Source:
 
     def describe(self) -> str:
         split = f" split {self.split}" if self.split else ""
-        classes = f"{len(self.class_names)} classes" if self.class_names else "classes taken from the labels"
-        return f"{self.format.upper()}{split}: {len(self.items)} images, {classes} ({self.root})"
+        n, k = len(self.items), len(self.class_names)
+        classes = f"{k} class{'es' * (k != 1)}" if k else "classes taken from the labels"
+        return f"{self.format.upper()}{split}: {n} image{'s' * (n != 1)}, {classes} ({self.root})"
 
 
 @dataclass(slots=True)
