@@ -62,6 +62,33 @@ def test_a_list_for_category_id_or_a_null_byte_in_file_name_is_named_not_a_crash
     assert [s.file_name for s in by_name(Store(tmp_path / "out")).values()] == ["a.jpg"]
 
 
+def test_a_string_image_id_is_one_rejection_naming_the_id_not_also_an_unlisted_image(coco_builder, tmp_path):
+    b = coco_builder
+    b.add_image("a.jpg", seed=1, boxes=[(1, [10, 10, 20, 20])])
+    b.add_image("b.jpg", seed=2, boxes=[(1, [10, 10, 20, 20]), (3, [30, 30, 20, 20])])
+    b.data["images"][1]["id"] = "2"            # an exporter that writes its ids as strings
+    for a in b.data["annotations"][1:]:
+        a["image_id"] = "2"
+    res = run_pack(b.write(), tmp_path / "out")
+    rows = rejects(tmp_path / "out")
+    assert [(r["file"], r["reason"]) for r in rows] == [("b.jpg", "malformed_annotation")]
+    assert "image id '2' is not an integer" in rows[0]["detail"] and "must be integers" in rows[0]["detail"]
+    assert "its 2 annotation(s) dropped" in rows[0]["detail"] and res.report.counts["unlisted_image"] == 0
+    assert list(by_name(Store(tmp_path / "out"))) == ["a.jpg"]
+
+
+def test_a_windows_file_name_with_backslashes_packs_the_file_under_forward_slashes(coco_builder, tmp_path):
+    b = coco_builder
+    b.add_image("a.jpg", seed=1, boxes=[(1, [10, 10, 20, 20])])
+    (b.images_dir / "sub").mkdir()
+    b.add_image("sub/c.jpg", seed=2, boxes=[(3, [30, 30, 20, 20])])
+    b.data["images"][1]["file_name"] = "sub\\c.jpg"   # written on Windows
+    res = run_pack(b.write(), tmp_path / "out")
+    names = by_name(Store(tmp_path / "out"))
+    assert sorted(names) == ["a.jpg", "sub/c.jpg"] and not res.report.errors and not res.report.counts["unlisted_image"]
+    np.testing.assert_allclose(names["sub/c.jpg"].boxes, [[30 / 160, 30 / 120, 50 / 160, 50 / 120]], atol=1e-6)
+
+
 # --- one bad file is that file's rejection ---------------------------------------------------------
 
 
@@ -84,6 +111,22 @@ def test_empty_truncated_and_bomb_files_are_rejected_each_by_name(coco_builder, 
     assert got["empty.jpg"][1] == "DecodeError: empty file (0 bytes)"
     assert "100000x100000 = 10000.0 MP (from the header, not decoded)" in got["bomb.png"][1]
     assert res.report.images_rejected == 5
+
+
+def test_a_truncated_bmp_or_ppm_is_named_without_opencv_error_lines_on_stderr(coco_builder, tmp_path, capfd):
+    import cv2
+
+    level = cv2.utils.logging.getLogLevel()
+    coco_builder.add_image("ok.jpg", boxes=[(1, [1, 1, 20, 20])])
+    for ext in ("bmp", "ppm"):
+        data = image_bytes(paint_image(120, 160, seed=3), ext)
+        coco_builder.add_image(f"t.{ext}", data=data[: len(data) // 2], boxes=[(1, [1, 1, 20, 20])])
+    run_pack(coco_builder.write(), tmp_path / "out")
+    assert {(r["file"], r["reason"]) for r in rejects(tmp_path / "out")} == {("t.bmp", "corrupt_image"),
+                                                                            ("t.ppm", "corrupt_image")}
+    err = capfd.readouterr().err
+    assert "imdecode" not in err and "[ERROR" not in err, err
+    assert cv2.utils.logging.getLogLevel() == level   # OpenCV's logging as it was, outside the check
 
 
 def test_max_pixels_refuses_from_the_header_and_can_be_raised(coco_builder, tmp_path):

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
 from .. import tasks
+from ..checks import is_int
 from .report import Problem
 from .source import Item, PackError, Source, list_folder
 
@@ -74,21 +75,20 @@ def _bbox_from_text(b) -> list[float] | None:
     return vals if _valid_bbox(vals) else None
 
 
-def _unique_images(entries: list[dict]) -> tuple[dict[int, dict], dict[int, int]]:
+def _unique_images(entries: list[dict]) -> tuple[dict[int, dict], dict[int, int], tuple]:
     """Image entries by id, leaving out every entry that shares its id or its file with another (its
     annotations could not be attributed); returns (images, {id of a left-out entry: 0}) for counting
-    the annotations dropped with them."""
-    ids = Counter(im["id"] for im in entries)
-    files = Counter(os.path.normpath(im["file_name"]) for im in entries)
-    images = {im["id"]: im for im in entries if ids[im["id"]] == 1 and files[os.path.normpath(im["file_name"])] == 1}
-    return images, {im["id"]: 0 for im in entries if im["id"] not in images}
-
-
-def _duplicate_problems(entries: list[dict], dropped: dict[int, int]) -> list[Problem]:
+    the annotations dropped with them, and (the entries by id, by file) for naming them."""
     by_id, by_file = defaultdict(list), defaultdict(list)
     for im in entries:
         by_id[im["id"]].append(im)
         by_file[os.path.normpath(im["file_name"])].append(im)
+    images = {im["id"]: im for im in entries
+              if len(by_id[im["id"]]) == len(by_file[os.path.normpath(im["file_name"])]) == 1}
+    return images, {im["id"]: 0 for im in entries if im["id"] not in images}, (by_id, by_file)
+
+
+def _duplicate_problems(entries: list[dict], dropped: dict[int, int], by_id: dict, by_file: dict) -> list[Problem]:
     problems = []
     for im in entries:
         if (i := im["id"]) not in dropped:
@@ -115,21 +115,29 @@ def read_coco(ann_file: Path, images_dir: Path, split: str | None = None, root: 
     kpt_shape, flip_idx = coco_pose(data["categories"], ann_file) if spec.keypoints else (None, None)
     extra = spec.coco_field
     problems: list[Problem] = []
-    entries = []
+    entries, lost = [], []   # lost: entries with a file name but an id that is not an integer ("12"), named once
     for im in data["images"]:
-        if (not isinstance(im, dict) or not isinstance(im.get("id"), int)
-                or not isinstance(im.get("file_name"), str) or not im["file_name"] or "\0" in im["file_name"]):
+        if not isinstance(im, dict) or not isinstance(f := im.get("file_name"), str) or not f or "\0" in f:
             problems.append(Problem("malformed_annotation", ann_file.name,
-                                    f"image entry without an integer 'id' and a file name: {str(im)[:100]}"))
+                                    f"image entry without a file name: {str(im)[:100]}"))
             continue
-        entries.append(im)
-    images, dropped = _unique_images(entries)
-    first = [im["file_name"] for im in entries[:20]]   # Label Studio's result.json names `images/x.jpg`, beside it
+        (entries if is_int(im.get("id")) else lost).append(im)
+    # Label Studio's result.json names `images/x.jpg`, beside it; a Windows export `sub\\c.jpg`, for sub/c.jpg
+    first = [im["file_name"].replace("\\", "/") for im in entries[:20]]
     base = ann_file.parent if not any((images_dir / f).exists() for f in first) and any(
         (ann_file.parent / f).exists() for f in first) else images_dir
+    for im in entries:
+        if "\\" in (f := im["file_name"]) and not (base / f).exists() and (base / f.replace("\\", "/")).exists():
+            im["file_name"] = f.replace("\\", "/")
+    images, dropped, groups = _unique_images(entries)
+    lost_ids = {str(im.get("id")): 0 for im in lost if im.get("id") is not None}   # -> its annotations
 
     per_image = defaultdict(list)
     for a in data["annotations"]:
+        if isinstance(a, dict) and (i := str(a.get("image_id"))) in lost_ids and not (
+                is_int(a["image_id"]) and a["image_id"] in images):
+            lost_ids[i] += 1   # named once, in its image entry's rejection
+            continue
         if not isinstance(a, dict) or not isinstance(a.get("image_id"), int):  # a list here used to crash the pack
             problems.append(Problem("malformed_annotation", ann_file.name,
                                     f"annotation without an integer image_id: {str(a)[:100]}"))
@@ -144,7 +152,9 @@ def read_coco(ann_file: Path, images_dir: Path, split: str | None = None, root: 
             continue
         per_image[a["image_id"]].append(a)
 
-    problems += _duplicate_problems(entries, dropped)
+    problems += _duplicate_problems(entries, dropped, *groups) + [Problem("malformed_annotation", im["file_name"], (
+        f"image id {im.get('id')!r} is not an integer: COCO image ids (and annotations' image_id) must be integers; "
+        f"its {lost_ids.get(str(im.get('id')), 0)} annotation(s) dropped with it")) for im in lost]
     items = []
     for image_id in sorted(images):
         im = images[image_id]
@@ -176,7 +186,7 @@ def read_coco(ann_file: Path, images_dir: Path, split: str | None = None, root: 
         item.coco_crowd = np.asarray(crowd, bool)
         items.append(item)
 
-    listed = {os.path.normpath(im["file_name"]) for im in entries}
+    listed = {os.path.normpath(im["file_name"]) for im in entries + lost}
     if base.is_dir():
         listing = list_folder(base)
         problems += listing.repeats

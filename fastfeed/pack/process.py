@@ -14,6 +14,7 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 
+import cv2
 import numpy as np
 
 from .. import codec, exif, formats, tasks
@@ -50,16 +51,6 @@ class _TooLarge(Exception):
     pass
 
 
-def _conversion_notes(data, fmt: str, name: str) -> list[Problem]:
-    container, colour, bits = codec.describe(data)
-    notes = [] if container == "jpeg" else [Problem("converted_format", name, fmt)]
-    if colour in ("grayscale", "cmyk", "rgba"):
-        notes.append(Problem(f"converted_{colour}", name))
-    if bits == 16:
-        notes.append(Problem("converted_16bit", name))
-    return notes
-
-
 def _limit(hw, max_pixels: int, when: str) -> None:
     h, w = hw
     if h * w > max_pixels:
@@ -89,7 +80,10 @@ def _check(data, name: str, cfg) -> Checked:
         raise formats.UnsupportedFormat("32-bit float TIFF: OpenCV does not decode float samples to 8-bit "
                                         "colour; convert it to an 8- or 16-bit TIFF or PNG")
     if fmt in formats.STORABLE:
-        notes = _conversion_notes(data, fmt, name)
+        container, colour, bits = codec.describe(data)
+        notes = [] if container == "jpeg" else [Problem("converted_format", name, fmt)]
+        notes += [Problem(f"converted_{colour}", name)] if colour in ("grayscale", "cmyk", "rgba") else []
+        notes += [Problem("converted_16bit", name)] if bits == 16 else []
         tag = exif.exif_orientation(data)
         turn = exif.payload_orientation(data, tag, cfg.exif == "apply")
         if tag != 1:
@@ -118,6 +112,7 @@ def _check(data, name: str, cfg) -> Checked:
 
 def check_image(data, name: str, cfg) -> tuple[Checked | None, Problem | None]:
     """(what the record holds, None) for a good image; (None, the rejection) for any other."""
+    level = cv2.utils.logging.setLogLevel(0)   # 0, silent: no OpenCV `[ERROR] imdecode_` line for a file named here
     try:
         return _check(data, name, cfg), None
     except formats.UnsupportedFormat as e:
@@ -129,6 +124,8 @@ def check_image(data, name: str, cfg) -> tuple[Checked | None, Problem | None]:
     except Exception as e:  # anything else on one file is that file's rejection, named, never the pack's end
         log.warning("unexpected error while checking %s", name, exc_info=True)
         reason, err = "check_failed", e
+    finally:
+        cv2.utils.logging.setLogLevel(level)
     own = isinstance(err, (_TooLarge, formats.UnsupportedFormat))  # messages written for the user as they are
     return None, Problem(reason, name, (str(err) if own else f"{type(err).__name__}: {err}")[:300])
 
@@ -269,17 +266,12 @@ def process_item(item: Item, cfg, task: Task, nc: int | None, data=None) -> Resu
     except LabelsFailed as e:   # not packed as a background image: its objects are in the file that failed
         res.problems.append(e.problem)
         return res
-    if crowd.any():
-        res.problems.extend(Problem("crowd", item.name) for _ in range(int(crowd.sum())))
+    res.problems.extend(Problem("crowd", item.name) for _ in range(int(crowd.sum())))
     if not (~crowd).any():
         res.problems.append(Problem("background", item.name))
 
-    if cfg.store == "original":
-        payload = checked.payload
-    elif cfg.store == "jpeg":
-        payload = codec.encode_jpeg(checked.pixels, cfg.quality)
-    else:
-        payload = np.ascontiguousarray(checked.pixels).tobytes()
+    payload = (checked.payload if cfg.store == "original" else codec.encode_jpeg(checked.pixels, cfg.quality)
+               if cfg.store == "jpeg" else np.ascontiguousarray(checked.pixels).tobytes())
     res.record = encode_record(
         codec=how, height=size[0], width=size[1], orig_height=orig[0], orig_width=orig[1],
         image_id=item.image_id, file_name=item.name, boxes=xyxy[~crowd], classes=classes[~crowd],

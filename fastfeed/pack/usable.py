@@ -162,12 +162,6 @@ def _coco_found(source: Source) -> list[str]:
     return [f"{ann} lists {n} usable annotation(s) for its {len(source.items)} images"]
 
 
-def _top_reasons(report: PackReport) -> str:
-    seen = [(n, r) for r, n in report.counts.items() if n and (r in ERRORS or r == "crowd")]
-    top = sorted(seen, key=lambda x: (-x[0], x[1]))[:_REASONS_SHOWN]
-    return "; ".join(f"{r} x{n} (e.g. {report.examples[r][0]})" for n, r in top)
-
-
 def check_kept(source: Source, packed: int, boxed: int, report: PackReport) -> None:
     """Stop a pack in which under 1% of the `packed` images kept a box (`boxed`): it would train with a box loss
     of 0. Says what the labels held and the most frequent reasons boxes were dropped, with an example each."""
@@ -176,7 +170,9 @@ def check_kept(source: Source, packed: int, boxed: int, report: PackReport) -> N
     share = "none" if not boxed else f"only {boxed}"
     under = f" (under {LABELLED_MIN:.0%})" if boxed else ""
     found = _yolo_found(source) if source.format == "yolo" else _coco_found(source)
-    reasons = _top_reasons(report)
+    seen = [(n, r) for r, n in report.counts.items() if n and (r in ERRORS or r == "crowd")]
+    top = sorted(seen, key=lambda x: (-x[0], x[1]))[:_REASONS_SHOWN]
+    reasons = "; ".join(f"{r} x{n} (e.g. {report.examples[r][0]})" for n, r in top)
     found += [f"top reasons boxes or images were dropped: {reasons}"] if reasons else []
     raise PackError(f"no boxes: {share} of the {packed} images packed kept a box{under}, so a model would train with a "
                     f"box loss of 0; {'; '.join(found)}. Nothing was written; fix the labels, or pass "
