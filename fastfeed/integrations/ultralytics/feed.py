@@ -224,7 +224,9 @@ class FastfeedTrainLoader:
                     self._given += 1
                     yield out
                     asked = clock.resumed()
-                    self._wait_copy()    # the next request lets the loader reuse this batch's buffer
+                    if self._copy_event is not None:   # the next request lets the loader reuse this batch's buffer
+                        self._copy_event.synchronize()
+                        self._copy_event = None
                 return
             except Exception as e:
                 if (message := source_failure(e)) is None or self.world_size == 1:
@@ -251,11 +253,6 @@ class FastfeedTrainLoader:
         """The trainer has queued this batch's copy to `device`; wait for it before the buffer is reused."""
         if device.type in ("cuda", "npu"):
             self._copy_event = copy_fence(device)
-
-    def _wait_copy(self) -> None:
-        if self._copy_event is not None:
-            self._copy_event.synchronize()
-            self._copy_event = None
 
     def close_mosaic(self) -> None:
         """Ultralytics' close_mosaic: the loader's own schedule (epochs, close_mosaic) normally already does it;

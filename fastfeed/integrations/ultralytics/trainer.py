@@ -27,16 +27,7 @@ from ... import tasks
 from ...loaders import LoaderConfig, ShuffledOrder
 from ...store.options import StoreOptions
 from ...train import distributed
-from .args import (
-    augment_hyp,
-    describe,
-    loader_name,
-    loader_workers,
-    log,
-    task_fields,
-    train_count,
-    warn_unsupported,
-)
+from .args import augment_hyp, describe, loader_name, loader_workers, log, task_fields, train_count, warn_unsupported
 from .batches import ClassFilter, read_records
 from .device import NAME as DEVICE_LOADER
 from .device import finish_batch, for_plots, loader_setup
