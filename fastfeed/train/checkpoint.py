@@ -124,17 +124,22 @@ def remove_stale_temporaries(folder: Path) -> list[Path]:
     return removed
 
 
+def check_intact(path) -> None:
+    """CheckpointError when a record of the zip torch.save wrote at `path` does not match its CRC-32: torch.load
+    checks none, so a flipped byte in a tensor would load as a silently different weight (a read of the file; a few
+    tenths of a second for a large model). Not a zip: zipfile.BadZipFile."""
+    with zipfile.ZipFile(path) as z:
+        if (bad := z.testzip()) is not None:
+            raise CheckpointError(f"{path} is damaged: {bad}'s bytes do not match their CRC-32 (a disk or copy "
+                                  "error): use an intact copy of it")
+
+
 def load_checkpoint(path, map_location="cpu") -> dict:
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     try:
-        # torch.load does not check the zip's CRC-32s: a flipped byte in a tensor would load as a silently different
-        # weight, so they are checked here (a read of the file; a few tenths of a second for a large model)
-        with zipfile.ZipFile(path) as z:
-            if (bad := z.testzip()) is not None:
-                raise CheckpointError(f"{path} is damaged: {bad}'s bytes do not match their CRC-32 (a disk or copy "
-                                      "error): use an intact copy of it")
+        check_intact(path)
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except CheckpointError:
         raise
