@@ -5,6 +5,8 @@ switches mosaic off; an interrupted run resumes at the next epoch."""
 from __future__ import annotations
 
 import csv
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +20,7 @@ from ultralytics import YOLO  # noqa: E402
 from fastfeed.integrations.ultralytics import FastfeedTrainer, FastfeedTrainLoader  # noqa: E402
 from fastfeed.integrations.ultralytics.store import prepare_store  # noqa: E402
 from fastfeed.loaders import LoaderConfig  # noqa: E402
+from fastfeed.train.checkpoint import CheckpointError  # noqa: E402
 
 FAST = dict(imgsz=64, batch=8, device="cpu", plots=False, workers=0, seed=0)
 
@@ -89,6 +92,19 @@ def _stop_after_first_epoch(trainer):
         raise _Stop   # after last.pt is saved: a resumable checkpoint at epoch 1 of 2
 
 
+def _one_bit_flipped(src: Path, dst: Path) -> tuple[Path, str]:
+    """A copy of the checkpoint `src` with the lowest bit of a number in its largest record flipped; (dst, record)."""
+    with zipfile.ZipFile(src) as z:
+        rec = max(z.infolist(), key=lambda i: i.file_size)   # a tensor's bytes, stored uncompressed
+    data = bytearray(src.read_bytes())
+    h = rec.header_offset   # the local header: 30 bytes, then the name and the extra field (their lengths at 26, 28)
+    start = h + 30 + int.from_bytes(data[h + 26:h + 28], "little") + int.from_bytes(data[h + 28:h + 30], "little")
+    data[start + rec.file_size // 2 // 4 * 4] ^= 1
+    dst.parent.mkdir(parents=True)
+    dst.write_bytes(data)
+    return dst, rec.filename
+
+
 def test_an_interrupted_run_resumes_at_the_next_epoch(sample_yolo, tmp_path):  # noqa: F811
     model = YOLO("yolov8n.yaml")
     model.add_callback("on_fit_epoch_end", _stop_after_first_epoch)
@@ -97,6 +113,9 @@ def test_an_interrupted_run_resumes_at_the_next_epoch(sample_yolo, tmp_path):  #
                     project=str(tmp_path), name="r", **FAST)
     last = tmp_path / "r" / "weights" / "last.pt"
     assert torch.load(last, weights_only=False)["epoch"] == 0
+    damaged, record = _one_bit_flipped(last, tmp_path / "damaged" / "last.pt")
+    with pytest.raises(CheckpointError, match=rf"^{damaged} is damaged: {record}'s bytes do not match their CRC-32"):
+        YOLO(str(damaged)).train(resume=True, trainer=FastfeedTrainer)   # torch.load had read it as other weights
 
     resumed = YOLO(str(last))
     resumed.train(resume=True, trainer=FastfeedTrainer)

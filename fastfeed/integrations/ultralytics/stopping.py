@@ -18,6 +18,7 @@ from ...devices import rng_state, set_rng_state
 from ...loaders.position import same_order
 from ...preempt import SaveTimer, StopSignals
 from ...train import distributed
+from ...train.checkpoint import check_intact
 from ...train.guards import DataSourceFailed, ranks_lost, source_failure
 from ...train.oom import BufferSnapshot
 from .args import log
@@ -223,6 +224,13 @@ class StoppableMixin:
         if self._ff_timer is not None:
             self._ff_timer.saved()
         return saved
+
+    def check_resume(self, overrides):
+        """Ultralytics' resume (which reads only the arguments of last.pt), refused when a record of last.pt does not
+        match its CRC-32: torch.load checks none, and would resume from silently different weights."""
+        super().check_resume(overrides)
+        if self.resume:
+            check_intact(self.args.resume)
 
     def resume_training(self, ckpt):
         """Ultralytics' resume; a mid-epoch checkpoint continues its epoch at the loader's position."""
