@@ -194,6 +194,18 @@ def test_a_second_iteration_ends_the_first_instead_of_hanging(painted_store, wor
         assert loader.state_dict()["batches"] == 0 and loader.state_dict()["epoch"] == 3
 
 
+@pytest.mark.parametrize("workers", [0, 1])
+def test_pickling_a_loader_says_it_does_not_pickle_and_what_to_do(painted_store, workers):
+    import pickle
+
+    with create_loader("cpu", painted_store, LoaderConfig(imgsz=64, batch_size=2, workers=workers)) as loader:
+        next(iter(loader))   # was: deep inside multiprocessing (SimpleQueue), or a weakref that cannot pickle
+        with pytest.raises(TypeError, match=r"fastfeed loader \(PoolLoader\) does not pickle: create it in the "
+                                            "process that iterates it, from its Store and LoaderConfig"):
+            pickle.dumps(loader)
+    assert pickle.loads(pickle.dumps(painted_store)).path == painted_store.path   # what to pass instead
+
+
 def test_a_corrupt_record_raises_in_the_main_process(painted_store, tmp_path):
     import shutil
 

@@ -289,5 +289,9 @@ class Loader(BatchFeed, AbstractContextManager):
         """Bytes of any shared cache this loader maps (0 when none)."""
         return 0
 
+    def __getstate__(self):   # its workers, queues and shared buffers are this process's
+        raise TypeError(f"a fastfeed loader ({type(self).__name__}) does not pickle: create it in the process that "
+                        "iterates it, from its Store and LoaderConfig (which pickle)")
+
     def __exit__(self, *exc):
         self.close()
