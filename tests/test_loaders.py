@@ -317,6 +317,15 @@ def test_loader_info_says_what_runs_here_and_its_options():
         assert "pip install -e '.[dali]'" in info["dali"].unavailable
 
 
+def test_a_device_cache_reserve_without_the_device_cache_is_warned_not_ignored(painted_store, caplog):
+    cfg = LoaderConfig(imgsz=64, batch_size=4, workers=0, device="cpu")
+    for options in ({}, {"cache_reserve_gb": 8.0}, {"cache_reserve_gb": 2}):   # the default, given or not: no word
+        with caplog.at_level("WARNING"), create_loader("device", painted_store, cfg, **options):
+            pass
+    assert caplog.text.count("cache_reserve_gb") == 1   # was: 2 GiB asked for, nothing said, nothing done
+    assert "cache_reserve_gb=2 does nothing without cache='device'" in caplog.text
+
+
 def test_the_partner_buffer_is_sized_like_ultralytics():
     from fastfeed.loaders.pool import CpuOptions
 

@@ -9,7 +9,7 @@ import torch
 from ...store.reader import Store
 from ..base import Loader, LoaderConfig, StageTimes
 from ..renders import DEVICE
-from . import DTYPES
+from . import DTYPES, DeviceOptions
 from .decode import make_decoder
 from .feed import DeviceFeed
 from .plan import SHIP_DECODED, SHIP_ENCODED, SHIP_NONE, HostLoader
@@ -46,6 +46,9 @@ class DeviceLoader(Loader):
         if opts.cache == "device":
             self.cache = build_vram_cache(store, cfg.imgsz, cfg.batch_size, compute, self.decoder, upload,
                                      reserve_gb=opts.cache_reserve_gb, workers=cfg.workers or None)
+        elif opts.cache_reserve_gb != DeviceOptions.cache_reserve_gb:   # set, but without the cache it is for
+            log.warning("device loader: cache_reserve_gb=%s does nothing without cache='device' (the device memory "
+                        "the VRAM cache leaves free): pass cache='device', or leave it out", opts.cache_reserve_gb)
         ship = SHIP_NONE if self.cache is not None else SHIP_DECODED if self.decoder.on_host else SHIP_ENCODED
         self.host = HostLoader(store, cfg, opts, ship, self.order)
         self.feed = DeviceFeed(self.host, self.device, dtype=self.dtype, decoder=self.decoder, cache=self.cache,
