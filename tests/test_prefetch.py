@@ -176,6 +176,10 @@ def test_bad_arguments_say_what_is_valid():
     assert DevicePrefetcher(loader, "cpu", depth=np.int64(3)).depth == 3   # numpy integers are integers
     with pytest.raises(ValueError, match="dtype must be one of torch.float32"):
         DevicePrefetcher(loader, "cpu", dtype=torch.int32)
+    with pytest.raises(ValueError, match="channels_last must be True or False, got 'no'"):   # was: taken as True
+        DevicePrefetcher(loader, "cpu", channels_last="no")
+    with pytest.raises(ValueError, match="thread must be True, False or None .*, got 'no'"):   # was: a thread
+        DevicePrefetcher(loader, "cpu", thread="no")
     with pytest.raises(ValueError, match="is not a device; valid: 'auto', 'cpu'"):
         DevicePrefetcher(loader, "tpu")
     with pytest.raises(ValueError, match="takes its gains from a fastfeed Loader.s LoaderConfig.hyp"):

@@ -50,7 +50,9 @@ class DevicePrefetcher(AbstractContextManager):
         need(is_int(depth) and depth >= 1, "depth", "must be an integer >= 1", depth)
         need(seed is None or is_int(seed), "seed", "must be an integer or None (the loader's cfg.seed)", seed)
         need(dtype in DTYPES, "dtype", f"must be one of {', '.join(map(str, DTYPES))}", dtype)
-        self.depth, self.dtype, self.channels_last = int(depth), dtype, bool(channels_last)
+        need(isinstance(channels_last, bool), "channels_last", "must be True or False", channels_last)
+        need(thread is None or isinstance(thread, bool), "thread", "must be True, False or None (on cpu only)", thread)
+        self.depth, self.dtype, self.channels_last = int(depth), dtype, channels_last
         self.augment = resolve_augment(loader, device_augment, seed)
         self._rank = loader.rank if isinstance(loader, BatchFeed) else 0
         self.accelerated = ops is not None or self.device.type != "cpu"
@@ -60,7 +62,7 @@ class DevicePrefetcher(AbstractContextManager):
         if self.augment is not None and not self.accelerated:
             log.warning("device augmentation on the CPU: float32 torch costs far more than the workers' uint8 "
                         "version; consider LoaderConfig(device_augment=False) without an accelerator")
-        self.thread = (not self.accelerated) if thread is None else bool(thread)
+        self.thread = (not self.accelerated) if thread is None else thread
         self._host = HostBuffers(keep=self.depth + 3)   # queue + producer + consumer + one spare
         self._active = None                   # weakref to the running iteration's generator
         self._warned_pageable = False
