@@ -106,7 +106,8 @@ def test_loader_all_expands_to_the_registry(store):
     ({"warmup": -1}, "--warmup must be >= 0"),
     ({"device": "tpu"}, "--device must be one of cpu, cuda, npu"),
     ({"step_ms": -1}, "--step-ms must be >= 0"),
-    ({"seconds": float("inf")}, "--seconds must be > 0 and finite, got inf"),    # was a run that never ended
+    ({"seconds": float("inf")}, "--seconds must be > 0 and at most 86400 \\(a day\\), got inf"),   # was a run that
+    ({"seconds": 1e300}, "--seconds must be > 0 and at most 86400 \\(a day\\), got 1e\\+300"),     # never ended
     ({"step_ms": float("inf")}, "--step-ms must be >= 0 and finite, got inf"),   # was an OverflowError per loader
     ({"step_ms": 5, "model": "yolov3"}, "exclude each other"),
     ({"model": "yolov5"}, "--model must be one of yolov3, yolov3-tiny"),
@@ -125,6 +126,9 @@ def test_cli_usage_errors(store, tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit) as e:
         main(["bench", "--data", str(store), "--step-ms", "5", "--model", "yolov3"])
     assert e.value.code == 2
+    # was: measured for ever (here, on the old code: the --json folder's error)
+    assert main(["bench", "--data", str(store), "--seconds", "1e300", "--json", str(store.parent), "--quiet"]) == 2
+    assert "--seconds must be > 0 and at most 86400 (a day), got 1e+300" in capsys.readouterr().err
     assert main(["bench", "--data", str(store), "--batch", "32", "--quiet"]) == 2
     assert "--batch 32 is larger than the store (16 images)" in capsys.readouterr().err
     # the outputs' names checked before the measuring, not after it (a folder, a file type matplotlib cannot write)

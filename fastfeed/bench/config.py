@@ -55,7 +55,8 @@ class BenchConfig:
         need(is_int(self.seed) and self.seed >= 0, "--seed", "must be an integer >= 0", self.seed)
         need(self.workers is None or self.workers == "auto" or (is_int(self.workers) and self.workers >= 0),
              "--workers", "must be an integer >= 0 (0: in the main process) or 'auto'", self.workers)
-        need(is_num(self.seconds) and 0 < self.seconds < math.inf, "--seconds", "must be > 0 and finite", self.seconds)
+        need(is_num(self.seconds) and 0 < self.seconds <= 86400, "--seconds", "must be > 0 and at most 86400 (a day)",
+             self.seconds)   # inf, 1e300: a run that never ends
         need(self.batches is None or (is_int(self.batches) and self.batches >= 1), "--batches", "must be >= 1",
              self.batches)
         need(is_int(self.warmup) and self.warmup >= 0, "--warmup", "must be >= 0 batches", self.warmup)

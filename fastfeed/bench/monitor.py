@@ -160,26 +160,13 @@ def machine_info(device: str = "cpu") -> dict:
     import numpy
     import torch
 
-    info = {
-        "cpu_model": _cpu_model(),
-        "cores_usable": usable_cores(),
-        "cores_logical": psutil.cpu_count(logical=True),
-        "cores_physical": psutil.cpu_count(logical=False),
-        "ram_bytes": psutil.virtual_memory().total,
-        "platform": platform.platform(),
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "numpy": numpy.__version__,
-            "opencv": cv2.__version__,
-            "simplejpeg": _dist_version("simplejpeg"),
-            "lmdb": _dist_version("lmdb"),
-            "psutil": psutil.__version__,
-            "dali": _dali_version(),
-            "torch_npu": _dist_version("torch-npu", "torch_npu"),
-        },
-        "accelerator": None,
-    }
+    versions = {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__,
+                "opencv": cv2.__version__, "simplejpeg": _dist_version("simplejpeg"), "lmdb": _dist_version("lmdb"),
+                "psutil": psutil.__version__, "dali": _dali_version(),
+                "torch_npu": _dist_version("torch-npu", "torch_npu")}
+    info = {"cpu_model": _cpu_model(), "cores_usable": usable_cores(), "cores_logical": psutil.cpu_count(logical=True),
+            "cores_physical": psutil.cpu_count(logical=False), "ram_bytes": psutil.virtual_memory().total,
+            "platform": platform.platform(), "versions": versions, "accelerator": None}
     kind = parse_device(device)[0]
     if kind in ("cuda", "npu"):
         try:
