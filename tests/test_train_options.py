@@ -159,6 +159,12 @@ def test_sync_bn_on_gloo_says_what_to_do(store, tmp_path):
         TrainConfig(data=store, sync_bn=True, freeze_bn=True)
 
 
+@pytest.mark.parametrize("name", ["augment", "device_augment", "channels_last", "eval_only"])
+def test_a_switch_that_is_not_a_bool_is_refused_naming_the_train_setting(name):
+    with pytest.raises(ValueError, match=f"^TrainConfig.{name} must be True or False, got 'no'$"):
+        TrainConfig(data=".", **{name: "no"})   # was: taken as True, or refused later as LoaderConfig.augment
+
+
 # --- on a GPU -----------------------------------------------------------------------------------------------------
 
 @pytest.mark.gpu

@@ -109,6 +109,9 @@ class TrainConfig:
             setattr(self, name, Path(v) if v is not None else None)
         if isinstance(self.resume, str) and self.resume != "auto":
             self.resume = Path(self.resume)
+        for name in ("augment", "device_augment", "ema", "grad_ckpt", "channels_last", "multi_scale", "sync_bn",
+                     "freeze_bn", "force", "eval_only", "progress"):   # 'no' was True, or refused as LoaderConfig's
+            need(isinstance(v := getattr(self, name), bool), f"TrainConfig.{name}", "must be True or False", v)
         need(self.eval_only or self.data is not None, "--data", "is required (a store made by `fastfeed pack`)",
              self.data)
         if self.eval_only and (missing := [f for f, v in (("--weights CKPT", self.weights), ("--val STORE", self.val))
