@@ -14,25 +14,15 @@ from .albu import encode
 
 # field -> (low, high, low inclusive, high inclusive); the valid ranges quoted in errors.
 _RANGES = {
-    "mosaic": (0.0, 1.0, True, True),
-    "mixup": (0.0, 1.0, True, True),
-    "cutmix": (0.0, 1.0, True, True),
-    "copy_paste": (0.0, 1.0, True, True),
+    **dict.fromkeys(("mosaic", "mixup", "cutmix", "copy_paste", "translate", "fliplr", "flipud", "hsv_s", "hsv_v",
+                     "bgr", "min_box_area_ratio", "min_segment_area_ratio"), (0.0, 1.0, True, True)),
     "degrees": (0.0, 180.0, True, True),
-    "translate": (0.0, 1.0, True, True),
     "scale": (0.0, 1.0, True, False),   # 1 - scale must stay > 0
     "shear": (0.0, 90.0, True, False),  # tan(90 deg) is infinite
     "perspective": (0.0, 0.001, True, True),   # Ultralytics' typical range; beyond it a corner can cross the horizon
-    "fliplr": (0.0, 1.0, True, True),
-    "flipud": (0.0, 1.0, True, True),
     "hsv_h": (0.0, 0.5, True, True),    # +-0.5 of the hue circle already reaches every hue
-    "hsv_s": (0.0, 1.0, True, True),
-    "hsv_v": (0.0, 1.0, True, True),
-    "bgr": (0.0, 1.0, True, True),
     "fill": (0, 255, True, True),
     "min_box_side": (0.0, math.inf, True, False),
-    "min_box_area_ratio": (0.0, 1.0, True, True),
-    "min_segment_area_ratio": (0.0, 1.0, True, True),
     "max_box_aspect": (1.0, math.inf, True, False),
 }
 

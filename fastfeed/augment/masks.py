@@ -152,32 +152,16 @@ def rasterise(polygons, size: int, ratio: int, overlap: bool, out: np.ndarray | 
     if not objs:
         return out
     if rule == "ultralytics":
-        return _paint_pixels(out, *_filled(polygons, objs, size, ratio), overlap)
-    (obj, row, j0, j1), area = _spans(polygons, objs, ratio, side)
-    if not len(obj):
-        return out
-    lengths = j1 - j0
+        (obj, row, col), area = _filled(polygons, objs, size, ratio)
+        pix = row * side + col
+    else:
+        (obj, row, j0, j1), area = _spans(polygons, objs, ratio, side)
+        pix, obj = _flat(row * side + j0, j1 - j0), np.repeat(obj, j1 - j0)
+    dst = out.reshape(-1)   # pixels come grouped by object, in object order (both rules)
     if not overlap:
-        out.reshape(-1)[_flat((obj * side + row) * side + j0, lengths)] = 1
+        dst[obj * (side * side) + pix] = 1
         return out
-    # smaller on top: objects painted largest area first (spans come grouped by object, in object order)
-    flat = _flat(row * side + j0, lengths)
-    bounds = np.concatenate([[0], np.cumsum(np.bincount(obj, weights=lengths, minlength=m))]).astype(np.int64)
-    dst = out.reshape(-1)
-    for j in np.argsort(-area, kind="stable").tolist():     # ties keep object order
-        if bounds[j + 1] > bounds[j]:
-            dst[flat[bounds[j]:bounds[j + 1]]] = j + 1
-    return out
-
-
-def _paint_pixels(out, pixels, area, overlap: bool):
-    obj, row, col = pixels
-    if not len(obj):
-        return out
-    if not overlap:
-        out[obj, row, col] = 1
-        return out
-    starts = np.searchsorted(obj, np.arange(len(area) + 1))   # pixels come grouped by object, in object order
-    for j in np.argsort(-area, kind="stable").tolist():       # largest first: the smaller on top
-        out[row[starts[j]:starts[j + 1]], col[starts[j]:starts[j + 1]]] = j + 1
+    starts = np.searchsorted(obj, np.arange(m + 1))
+    for j in np.argsort(-area, kind="stable").tolist():     # largest first: the smaller on top; ties keep object order
+        dst[pix[starts[j]:starts[j + 1]]] = j + 1
     return out
