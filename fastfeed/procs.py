@@ -75,14 +75,20 @@ def _guard_child(g: _Guard) -> None:
         threading.Thread(target=_watch, args=(g.parent,), name="fastfeed-parent-watch", daemon=True).start()
 
 
-def _set_death_signal() -> bool:
+def libc(name: str):
+    """The C library's function `name` (errno kept for ctypes.get_errno) on Linux, else None (another system, or a
+    libc without it)."""
     if not sys.platform.startswith("linux"):
-        return False
+        return None
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+        return getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):
-        return False
+        return None
+
+
+def _set_death_signal() -> bool:
+    prctl = libc("prctl")
+    return prctl is not None and prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
 
 
 def _watch(parent: int) -> None:

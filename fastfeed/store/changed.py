@@ -13,6 +13,8 @@ import sys
 import threading
 import weakref
 
+from ..procs import libc
+
 # Every Store of this process (opened here or unpickled into a worker), to name a shard that changed on disk
 # when a read faults (the shard's map shrank: SIGBUS) in this process or in a worker it started.
 _STORES: weakref.WeakSet = weakref.WeakSet()
@@ -77,18 +79,15 @@ def watch_for_bus_errors() -> None:
     memory, and faulthandler's), so a child whose handler is no longer ours installs it again, chaining to
     that one."""
     global _BUS_HANDLER, _BUS_PID
-    if _BUS_PID == os.getpid() or not sys.platform.startswith("linux"):
+    if _BUS_PID == os.getpid():
         return
     _BUS_PID = os.getpid()
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.signal.restype = ctypes.c_void_p
-        libc.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
-    except (OSError, AttributeError):
+    if (set_handler := libc("signal")) is None:   # not Linux
         return
+    set_handler.restype, set_handler.argtypes = ctypes.c_void_p, (ctypes.c_int, ctypes.c_void_p)
     if _BUS_HANDLER is None:
         def on_bus(signum):
-            libc.signal(signal.SIGBUS, _BUS_PREVIOUS[0] if _BUS_PREVIOUS else None)
+            set_handler(signal.SIGBUS, _BUS_PREVIOUS[0] if _BUS_PREVIOUS else None)
             with contextlib.suppress(BaseException):   # nothing may escape a signal handler
                 os.write(2, f"fastfeed: bus error in pid {os.getpid()} reading a memory map: "
                             f"{store_changed_reason()}\n".encode(errors="replace"))
@@ -98,7 +97,7 @@ def watch_for_bus_errors() -> None:
 
         _BUS_HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_int)(on_bus)
     ours = ctypes.cast(_BUS_HANDLER, ctypes.c_void_p).value
-    prev = libc.signal(signal.SIGBUS, ours)
+    prev = set_handler(signal.SIGBUS, ours)
     if prev == ctypes.c_void_p(-1).value:   # SIG_ERR
         return
     if prev != ours:   # inherited and still in place: keep chaining to what it chained to

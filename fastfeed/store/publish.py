@@ -12,12 +12,11 @@ import fcntl
 import logging
 import os
 import shutil
-import sys
 import time
 from glob import escape as glob_escape
 from pathlib import Path
 
-from ..procs import alive, parent_only
+from ..procs import alive, libc, parent_only
 from . import format as fmt
 
 log = logging.getLogger(__name__)
@@ -143,12 +142,8 @@ def tidy(out: Path) -> None:
 
 def _exchange(a: Path, b: Path) -> bool:
     """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE); False where that does not exist."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.renameat2
-    except (OSError, AttributeError):   # glibc < 2.28, musl without it
+    fn = libc("renameat2")
+    if fn is None:   # not Linux, or glibc < 2.28, musl without it
         return False
     fn.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
     if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
