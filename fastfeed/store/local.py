@@ -48,12 +48,12 @@ class LocalShards:
     def __init__(self, path):
         self.path = Path(path)
         publish.tidy(self.path)   # what an interrupted pack left: the old store put back, the rest removed
-        if not (self.path / fmt.MANIFEST).is_file() and (pid := publish.pack_in_progress(self.path)) is not None:
-            raise fmt.FormatError(f"{self.path} is being packed right now (fastfeed pack, pid {pid}): wait for the "
-                                  "pack to finish, then open it")
-        if not (self.path / fmt.MANIFEST).is_file():
-            raise not_a_store(self.path)   # missing, a file, a data.yaml, a folder: each named, with what to do
         manifest_path = self.path / fmt.MANIFEST
+        if not manifest_path.is_file():
+            if (pid := publish.pack_in_progress(self.path)) is not None:
+                raise fmt.FormatError(f"{self.path} is being packed right now (fastfeed pack, pid {pid}): wait for "
+                                      "the pack to finish, then open it")
+            raise not_a_store(self.path)   # missing, a file, a data.yaml, a folder: each named, with what to do
         self.manifest = fmt.read_manifest(manifest_path)
         self._identity = _identity(manifest_path)
         self.shards = self.manifest.shards

@@ -34,16 +34,6 @@ class VerifyResult:
         return not self.damaged
 
 
-def check_geometry(r, m: fmt.Manifest) -> None:
-    """A record's geometry is its store's task's, one entry per training box, its points inside the image (as the
-    pack clipped them); raises RecordCorrupt naming what is not."""
-    if r.task != m.task:
-        raise fmt.RecordCorrupt(f"holds {r.task} labels in a store of {m.task} labels")
-    problem = tasks.get(r.task).check_record(r.geometry, len(r.boxes), m)
-    if problem:
-        raise fmt.RecordCorrupt(problem)
-
-
 def _not_the_data(e: BaseException) -> None:
     """Raise `e` again when it says nothing of the store's bytes: the node's shard cache without room, or the bucket
     unreachable (what stops the verify, named), not a damaged or missing object (what verify lists)."""
@@ -61,7 +51,11 @@ def _check_range(args) -> tuple[int, list[dict]]:
             boxes = np.concatenate([r.boxes, r.crowd_boxes])
             if ((boxes < 0) | (boxes > 1)).any() or (boxes[:, 2:] < boxes[:, :2]).any():
                 raise fmt.RecordCorrupt("boxes outside 0..1 or inverted")
-            check_geometry(r, store.manifest)
+            m = store.manifest   # the geometry: the store's task's, one entry per training box, inside the image
+            if r.task != m.task:
+                raise fmt.RecordCorrupt(f"holds {r.task} labels in a store of {m.task} labels")
+            if problem := tasks.get(r.task).check_record(r.geometry, len(r.boxes), m):
+                raise fmt.RecordCorrupt(problem)
             if decode and r.codec != "raw":
                 img = r.decode()
                 if img.shape[:2] != r.size:
