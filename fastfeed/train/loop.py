@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..batch import close
 from ..devices import rng_state, set_rng_state, synchronize
 from ..preempt import SaveTimer, StopSignals
 from . import distributed, guards
@@ -114,8 +115,7 @@ def train_epoch(run) -> int:
                 gather_rngs(run)
                 write_last(run, "timer")
     finally:
-        if hasattr(batches, "close"):
-            batches.close()   # an abandoned epoch (--max-steps, a stop, an error) releases its batches
+        close(batches)   # an abandoned epoch (--max-steps, a stop, an error) releases its batches
     return done if done < nb else 0
 
 

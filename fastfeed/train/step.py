@@ -96,13 +96,6 @@ def micro_step(model, loss_fn, images, targets, *, device, amp, scaler, loss_sca
     return items
 
 
-def _diverged(run, items: torch.Tensor) -> str:
-    terms = ", ".join(f"{v:.4g}" for v in items.tolist())
-    return (f"loss became non-finite at epoch {run.epoch}, step {run.step} (box, obj, cls = {terms}); stopped before "
-            f"the optimizer step. The last good checkpoint is {run.out / 'last.pt'} (unchanged): resume from it with "
-            "--resume, and try a lower --lr, a longer --warmup-epochs, or --amp bf16 / no --amp")
-
-
 def _memory(run) -> str:
     m = memory_report(run.device)
     if not m:
@@ -206,9 +199,12 @@ def train_batch(run, held: list, last: bool, size: int | None):
         if vals[3] > 0:
             return None
         if not torch.isfinite(vals[:3]).all():
-            run.report.record({"event": "diverged", "epoch": run.epoch, "step": run.step,
-                               "loss_terms": vals[:3].tolist()})
-            raise TrainingDiverged(_diverged(run, vals[:3]))
+            terms = vals[:3].tolist()
+            run.report.record({"event": "diverged", "epoch": run.epoch, "step": run.step, "loss_terms": terms})
+            raise TrainingDiverged(f"loss became non-finite at epoch {run.epoch}, step {run.step} (box, obj, cls = "
+                                   f"{', '.join(f'{v:.4g}' for v in terms)}); stopped before the optimizer step. The "
+                                   f"last good checkpoint is {run.out / 'last.pt'} (unchanged): resume from it with "
+                                   "--resume, and try a lower --lr, a longer --warmup-epochs, or --amp bf16 / no --amp")
         out.append(vals[:3])
     return out
 
