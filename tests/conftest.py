@@ -22,6 +22,17 @@ _SHARD_CACHE = tempfile.mkdtemp(prefix="fastfeed-test-shards-")
 os.environ["FASTFEED_SHARD_CACHE"] = _SHARD_CACHE
 os.environ.pop("FASTFEED_SHARD_CACHE_LIMIT", None)
 os.environ.pop("FASTFEED_STORAGE_OPTIONS", None)
+# One intra-op thread, here and in the processes the tests start: on a small shared machine two OpenMP threads
+# spin waiting for each other while another process holds a core (a training test ran ~2.5x slower beside one
+# CPU hog than with one thread). Results do not depend on it; a test that needs OpenMP's threads sets them itself.
+os.environ["OMP_NUM_THREADS"] = "1"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_torch_thread():
+    import torch
+
+    torch.set_num_threads(1)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -1,4 +1,4 @@
-"""What the device-loader tests share: the painted store, one torch thread, collecting batches as uint8."""
+"""What the device-loader tests share: the painted store, collecting batches as uint8 (one torch thread: conftest)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,6 @@ from loader_checks import (
 )
 
 from fastfeed.loaders import create_loader
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """The CPU stands in for the device here: one intra-op thread, which on a small shared machine is
-    several times faster than two waiting for each other (restored afterwards)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

@@ -224,25 +224,25 @@ def test_dng_decodes_in_a_process_forked_after_openmp_ran():
     pytest.importorskip("rawpy")
     data = dng_bytes(64, 96)
     threads = torch.get_num_threads()
-    torch.set_num_threads(2)
+    torch.set_num_threads(2)   # (kept through the fork: a child whose main thread asks for one thread never hangs)
     try:
         torch.randn(2_000_000).add_(1).sum()   # an OpenMP parallel region in this process
+        pid = os.fork()
+        if pid == 0:  # the child: what a pack worker does with a DNG
+            try:
+                img, _ = formats.decode_other(data, "dng")
+                os._exit(0 if img.shape == (64, 96, 3) else 1)
+            finally:
+                os._exit(2)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                assert os.waitstatus_to_exitcode(status) == 0
+                return
+            time.sleep(0.05)
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("decoding a DNG in a forked child hung")
     finally:
         torch.set_num_threads(threads)
-    pid = os.fork()
-    if pid == 0:  # the child: what a pack worker does with a DNG
-        try:
-            img, _ = formats.decode_other(data, "dng")
-            os._exit(0 if img.shape == (64, 96, 3) else 1)
-        finally:
-            os._exit(2)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            assert os.waitstatus_to_exitcode(status) == 0
-            return
-        time.sleep(0.05)
-    os.kill(pid, 9)
-    os.waitpid(pid, 0)
-    pytest.fail("decoding a DNG in a forked child hung")

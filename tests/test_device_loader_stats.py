@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from device_helpers import collect, one_torch_thread, painted, run, same, u8  # noqa: F401  (fixtures)
+from device_helpers import collect, painted, run, same, u8  # noqa: F401  (fixtures)
 from loader_checks import NO_COLOUR
 from store_helpers import run_pack
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from device_helpers import LoggedHost, collect, one_torch_thread, painted, run, same, u8  # noqa: F401  (fixtures)
+from device_helpers import LoggedHost, collect, painted, run, same, u8  # noqa: F401  (fixtures)
 
 from fastfeed.loaders import LoaderConfig, create_loader
 

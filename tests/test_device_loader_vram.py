@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from device_helpers import collect, one_torch_thread, painted, run, same  # noqa: F401  (fixtures)
+from device_helpers import collect, painted, run, same  # noqa: F401  (fixtures)
 
 from fastfeed.loaders import LoaderConfig, create_loader
 from fastfeed.loaders.device.vram_cache import VramCacheError
