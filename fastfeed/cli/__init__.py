@@ -26,11 +26,6 @@ _COMMANDS = {
 }
 
 
-def _command_in(argv) -> str | None:
-    first = next((arg for arg in argv if not arg.startswith("-")), None)
-    return first if first in _COMMANDS else None
-
-
 def build_parser(argv=None) -> argparse.ArgumentParser:
     """The parser; `argv` says which command to build in full (all of them when None)."""
     parser = exact(
@@ -39,7 +34,7 @@ def build_parser(argv=None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fastfeed {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=exact)
-    wanted = _command_in(argv) if argv is not None else None
+    wanted = next((arg for arg in argv or () if not arg.startswith("-")), None)   # the command named first
     for name, (summary, add) in _COMMANDS.items():
         if argv is None or name == wanted:
             add(sub)

@@ -92,19 +92,19 @@ def cmd_ls(args) -> int:
     if args.json:
         print(json.dumps([i.to_dict() for i in infos], indent=1))
         return EXIT_OK
-    if not infos:   # the shard caches are still listed
+    if not infos:
         print(f"{args.shm_dir}: no fastfeed caches")
-        return EXIT_OK if args.shm else _ls_shards(args, quiet_if_empty=True)
-    print(f"{args.shm_dir}: {len(infos)} fastfeed cache(s), {human_bytes(sum(i.bytes for i in infos))}")
-    rows = [("SLAB", "SIZE", "STORE", "IMGSZ", "IMAGES", "STATE", "USERS")]
-    for i in infos:
-        images = f"{i.n_cached}/{i.n_records}" if i.state == "complete" else "-"
-        rows.append((i.path.name, human_bytes(i.bytes), i.fingerprint, str(i.imgsz), images, i.state, _users(i)))
-    _table(rows)
-    for i in infos:
-        if i.note:
-            print(f"  {i.path.name}: {i.note}")
-    return EXIT_OK if args.shm else _ls_shards(args, quiet_if_empty=True)
+    else:
+        print(f"{args.shm_dir}: {len(infos)} fastfeed cache(s), {human_bytes(sum(i.bytes for i in infos))}")
+        rows = [("SLAB", "SIZE", "STORE", "IMGSZ", "IMAGES", "STATE", "USERS")]
+        for i in infos:
+            images = f"{i.n_cached}/{i.n_records}" if i.state == "complete" else "-"
+            rows.append((i.path.name, human_bytes(i.bytes), i.fingerprint, str(i.imgsz), images, i.state, _users(i)))
+        _table(rows)
+        for i in infos:
+            if i.note:
+                print(f"  {i.path.name}: {i.note}")
+    return EXIT_OK if args.shm else _ls_shards(args, quiet_if_empty=True)   # the shard caches too
 
 
 def _ls_shards(args, quiet_if_empty: bool = False) -> int:
