@@ -16,6 +16,7 @@ import errno
 import logging
 import mmap
 import os
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from ..store.reader import Store
@@ -74,7 +75,7 @@ class CacheHandle:
         self._view, self._pid = None, None
 
 
-class CacheLease:
+class CacheLease(AbstractContextManager):
     """This process's attachment to a slab; `release()` (idempotent) detaches it."""
 
     def __init__(self, path: Path, header: layout.Header, built: bool, keep: bool):
@@ -120,9 +121,6 @@ class CacheLease:
         except (CacheError, OSError) as e:
             log.warning("could not detach from the shm cache %s (%s); `fastfeed cache clear` removes it once unused",
                         self.path, e)
-
-    def __enter__(self):
-        return self
 
     def __exit__(self, *exc):
         self.release()

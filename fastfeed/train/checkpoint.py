@@ -1,11 +1,5 @@
-"""Checkpoints: written atomically, loadable with `torch.load(weights_only=True)` (no pickle of code).
-
-A checkpoint holds only tensors, dicts, lists, numbers, strings and None: the model and EMA state
-dicts, the optimizer's and the GradScaler's state, the counters that place the LR schedule
-(epoch, optimizer step, batches done in the epoch), the torch RNG states, and the run's
-configuration and class names; where the run stopped (`batches_done` into `epoch`, and `loader`: the
-loader's state, `Loader.state_dict()`, which says what made its batches), whether that epoch's evaluation is still to do (`eval_pending`) and the signal that stopped it
-(`stopped_by`).
+"""Checkpoints: written atomically, loadable with `torch.load(weights_only=True)` (no pickle of code): a checkpoint
+holds only tensors, dicts, lists, numbers, strings and None (a run's, key by key: `resume.checkpoint_state`).
 """
 
 from __future__ import annotations

@@ -41,13 +41,8 @@ os.register_at_fork(after_in_child=_forget_inherited)
 
 
 class RemoteShards:
-    """A store at a URL (any fsspec protocol), its shards in the node's cache.
-
-    options.shard_cache: the node-local shard cache; options.shard_cache_limit: bytes or a size such as "50G" / "40%";
-    options.storage_options: fsspec options (credentials, endpoint; never written anywhere); options.read_ahead:
-    most shards downloaded ahead (default `default_read_ahead`); options.retries: the tries of one read (default
-    `objstore.RETRIES`). Each not given takes its built-in default (`options.py`).
-    """
+    """A store at a URL (any fsspec protocol), its shards in the node's cache, read as `options` (`StoreOptions`: each
+    field, and its default, in `options.py`; the read-ahead's: `default_read_ahead`) say."""
 
     remote = True
 
