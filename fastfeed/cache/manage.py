@@ -28,9 +28,6 @@ class CacheInfo:
     keep: bool = False
     note: str = ""
 
-    def to_dict(self) -> dict:
-        return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
-
 
 def _slabs(cache_dir: Path) -> list[Path]:
     found = cache_dir.glob(f"{layout.PREFIX}*{layout.SUFFIX}*")

@@ -90,7 +90,7 @@ def cmd_ls(args) -> int:
     except CacheError as e:
         return fail(str(e))
     if args.json:
-        print(json.dumps([i.to_dict() for i in infos], indent=1))
+        print(json.dumps([vars(i) for i in infos], indent=1, default=str))   # a path as its text
         return EXIT_OK
     if not infos:
         print(f"{args.shm_dir}: no fastfeed caches")
@@ -114,7 +114,7 @@ def _ls_shards(args, quiet_if_empty: bool = False) -> int:
     root = store_options(args).shard_cache or default_dir()
     infos = list_shard_caches(root)
     if args.json:
-        print(json.dumps([i.to_dict() for i in infos], indent=1))
+        print(json.dumps([vars(i) for i in infos], indent=1, default=str))   # a path as its text
         return EXIT_OK
     if not infos:
         if not quiet_if_empty:

@@ -26,9 +26,6 @@ class ShardCacheInfo:
     downloaded_bytes: int = 0
     note: str = ""
 
-    def to_dict(self) -> dict:
-        return {k: (str(v) if isinstance(v, Path) else v) for k, v in self.__dict__.items()}
-
 
 def list_shard_caches(root=None) -> list[ShardCacheInfo]:
     """Every store in the shard cache at `root` (default: default_dir())."""
