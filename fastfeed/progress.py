@@ -1,10 +1,5 @@
-"""The one rule for progress bars: a bar on a terminal only.
-
-A bar redraws itself with carriage returns; in a log file (`fastfeed train ... > log 2>&1`, `make demo > log`)
-those are noise. Where stderr is not a terminal there is no bar, and the command's INFO log lines
-(`cli.common.progress_lines`) say the progress as plain lines instead. Every bar a command shows while it
-works (train, bench) comes from `bar()`.
-"""
+"""The one rule for progress bars, every command's (`bar()`): a bar on a terminal only; in a log file its carriage
+returns are noise, and the command's INFO log lines (`cli.common.progress_lines`) say the progress instead."""
 
 from __future__ import annotations
 

@@ -70,9 +70,6 @@ class Detect(nn.Module):
         self.m = nn.ModuleList(nn.Conv2d(c, self.na * self.no, 1) for c in channels)
         # Anchors in pixels [nl, na, 2]; a buffer so they move with the model and live in checkpoints.
         self.register_buffer("anchors", torch.tensor([anchors[s] for s in strides], dtype=torch.float32))
-        self._init_biases()
-
-    def _init_biases(self):
         # Start objectness near the prior of ~8 objects per 640² image and classes near uniform, so the
         # first steps are not spent pushing every cell's sigmoid down from 0.5 (from YOLOv5).
         for conv, s in zip(self.m, self.strides):
