@@ -57,22 +57,17 @@ class LocalShards:
         self.manifest = fmt.read_manifest(manifest_path)
         self._identity = _identity(manifest_path)
         self.shards = self.manifest.shards
-        self._sound = self._sizes_match()   # whether every shard had its packed size when the store was opened
-        self._pid = None
-        self._handles: list = []
-        self._keys: list = []
+        try:   # whether every shard had its packed size when the store was opened
+            self._sound = all(os.stat(self.path / s.file).st_size == s.bytes for s in self.shards)
+        except OSError:
+            self._sound = False
+        self._pid, self._handles, self._keys = None, [], []   # this process's maps: opened on the first read
         changed.register(self)
 
     @property
     def location(self) -> Path:
         """What `Store(...)` opens this provider again from."""
         return self.path
-
-    def _sizes_match(self) -> bool:
-        try:
-            return all(os.stat(self.path / s.file).st_size == s.bytes for s in self.shards)
-        except OSError:
-            return False
 
     def __getstate__(self):
         return {k: getattr(self, k) for k in ("path", "manifest", "_identity", "shards", "_sound")}
