@@ -173,7 +173,6 @@ def cmd_build(args) -> int:
     from ..cache import CacheError, acquire
     from ..checks import imgsz_error
     from ..store import Store
-    from ..store.format import FormatError
     from ..store.remote.sizes import human_bytes
 
     if (msg := imgsz_error(args.imgsz)) is not None:
@@ -182,7 +181,7 @@ def cmd_build(args) -> int:
         store = Store(args.store, options=store_options(args))
         lease = acquire(store, args.imgsz, args.shm_dir, partial=args.partial, keep=True, workers=args.workers,
                         progress=False if args.quiet else None)
-    except (FormatError, CacheError, ValueError, ImportError) as e:
+    except (CacheError, ValueError, ImportError) as e:   # a FormatError is a ValueError
         return fail(e)
     lease.release()   # kept: it stays for the runs that follow
     what = "built" if lease.built else "already there"

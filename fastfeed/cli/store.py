@@ -19,12 +19,11 @@ def add_inspect(sub) -> None:
 
 
 def cmd_inspect(args) -> int:
-    from ..store.format import FormatError
     from ..store.verify import summarize
 
     try:
         s = summarize(args.store, options=store_options(args))
-    except (FormatError, ValueError, ImportError) as e:
+    except (ValueError, ImportError) as e:   # a FormatError (not a store, damaged) is a ValueError
         return fail(e)
     if args.json:
         print(json.dumps(s, indent=1))
@@ -69,13 +68,12 @@ def add_verify(sub) -> None:
 def cmd_verify(args) -> int:
     from ..procs import usable_cores
     from ..store import urls
-    from ..store.format import FormatError
     from ..store.verify import verify
 
     try:
         res = verify(args.store, decode=args.decode, workers=args.workers or usable_cores(),
                      progress=not args.quiet, options=store_options(args))
-    except (FormatError, ValueError, ImportError) as e:
+    except (ValueError, ImportError) as e:   # a FormatError (not a store, damaged) is a ValueError
         return fail(e)
     if res.ok:
         extra = f", {res.decoded} images decoded" if args.decode else ""
