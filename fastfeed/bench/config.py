@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -62,8 +61,8 @@ class BenchConfig:
         need(is_int(self.warmup) and self.warmup >= 0, "--warmup", "must be >= 0 batches", self.warmup)
         need(isinstance(self.device, str) and re.fullmatch(r"(cpu|cuda|npu)(:\d+)?", self.device) is not None,
              "--device", f"must be one of {', '.join(DEVICES)} (optionally with :index)", self.device)
-        need(self.step_ms is None or (is_num(self.step_ms) and 0 <= self.step_ms < math.inf), "--step-ms",
-             "must be >= 0 and finite", self.step_ms)
+        need(self.step_ms is None or (is_num(self.step_ms) and 0 <= self.step_ms <= 60000), "--step-ms",
+             "must be >= 0 and at most 60000 (a minute)", self.step_ms)
         need(self.model is None or self.model in MODELS, "--model", f"must be one of {', '.join(MODELS)}", self.model)
         need(self.step_ms is None or self.model is None, "--step-ms", "and --model exclude each other",
              (self.step_ms, self.model))
