@@ -193,7 +193,8 @@ def test_retries_end_with_an_error_naming_the_url(remote, s3, tmp_path, monkeypa
         dead = s.getsockname()[1]
     s3.use(f"http://127.0.0.1:{dead}")
     try:
-        store.provider.storage_options = {"config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 2}}
+        # one botocore attempt per try (its own retries, with their own backoff, took ~2.5 s): fastfeed's tries are tested
+        store.provider.storage_options = {"config_kwargs": {"retries": {"total_max_attempts": 1}, "connect_timeout": 2}}
         store.provider._fs = None
         with pytest.raises(RemoteError, match=rf"downloading {url}/shard-\S+ failed 6 times; the last failure"):
             store.record(0)
