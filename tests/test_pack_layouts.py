@@ -91,6 +91,7 @@ def test_one_image_of_one_class_is_said_in_the_singular(tmp_path, capsys):
     assert pack_cli(b.root, "-o", tmp_path / "x.ff") == 0
     out = capsys.readouterr().out
     assert "packed YOLO: 1 image, 1 class (" in out and "1 classes" not in out
+    assert ": 1 image, 1 box (0 crowd), " in out   # the packed line too
 
 
 # --- data.yaml and Roboflow's exports -----------------------------------------------------------------------------

@@ -140,7 +140,8 @@ def run(args) -> int:
         return fail(str(e))
     m = res.manifest
     print(f"packed {res.source_desc}")
-    print(f"  -> {res.out}: {m.num_images} images, {m.num_boxes} boxes ({m.num_crowd} crowd), "
+    n, b = m.num_images, m.num_boxes
+    print(f"  -> {res.out}: {n} image{'s' * (n != 1)}, {b} box{'es' * (b != 1)} ({m.num_crowd} crowd), "
           f"{len(m.shards)} shard(s), {m.stats['record_bytes'] / 2**20:.1f} MB, "
           f"{res.seconds:.1f} s ({m.num_images / max(res.seconds, 1e-9):.0f} images/s)")
     if (line := tasks.get(m.task).describe(task_summary(m))) is not None:
