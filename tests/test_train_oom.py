@@ -63,15 +63,27 @@ def inject_oom(monkeypatch, where: str, when, large: int):
     return raised
 
 
+OOM_CFG = TINY | {"batch": 4, "accum": 2, "epochs": 1}
+
+
+@pytest.fixture(scope="module")
+def unhalved(store, tmp_path_factory):
+    """(folder, small, plain): the runs a halved one must match (micro-batches of 2 from the start) and must not
+    (of 4 throughout); the same for every case, so run once."""
+    out = tmp_path_factory.mktemp("unhalved")
+    small = train(TrainConfig(data=store, out=out / "small", max_steps=3, micro_batch=2, **OOM_CFG))
+    return out, small, train(TrainConfig(data=store, out=out / "plain", max_steps=3, **OOM_CFG))
+
+
 @pytest.mark.parametrize("where, k", [("forward", 0), ("backward", 1)])
-def test_an_oom_halves_the_micro_batch_and_ends_with_the_smaller_runs_weights(store, tmp_path, monkeypatch, where, k):
+def test_an_oom_halves_the_micro_batch_and_ends_with_the_smaller_runs_weights(store, tmp_path, monkeypatch, where, k,
+                                                                              unhalved):
     """Two loader batches of 4 per optimizer step. forward: the very first micro-batch of 4 raises. backward:
     the second one does, in its backward, after the first had run forward and backward at 4 (its gradients and
     BatchNorm statistics must be undone before the step is replayed at 2)."""
-    cfg = TINY | {"batch": 4, "accum": 2, "epochs": 1}
-    small = train(TrainConfig(data=store, out=tmp_path / "small", max_steps=3, micro_batch=2, **cfg))
+    ref, small, plain = unhalved
     raised = inject_oom(monkeypatch, where, lambda n: n == k, large=4)
-    big = train(TrainConfig(data=store, out=tmp_path / "big", max_steps=3, **cfg))
+    big = train(TrainConfig(data=store, out=tmp_path / "big", max_steps=3, **OOM_CFG))
     assert raised == [k]
     (event,) = rows(tmp_path / "big", "oom")
     assert (event["step"], event["micro_batch"], event["micro_batches_per_step"]) == (0, 2, 4)   # 2 before
@@ -79,9 +91,8 @@ def test_an_oom_halves_the_micro_batch_and_ends_with_the_smaller_runs_weights(st
         assert (s["batch"], s["micro_batch"], s["micro_batches_per_step"], s["images_per_step"]) == (4, 2, 4, 8)
     same_weights(big.model, small.model, rtol=1e-6, atol=1e-7)      # BatchNorm statistics included
     same_weights(big.ema, small.ema, rtol=1e-6, atol=1e-7)
-    for a, b in zip(rows(tmp_path / "big"), rows(tmp_path / "small")):
+    for a, b in zip(rows(tmp_path / "big"), rows(ref / "small")):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-6) and a["lr"] == b["lr"]
-    plain = train(TrainConfig(data=store, out=tmp_path / "plain", max_steps=3, **cfg))   # the fake raises no more
     assert plain.summary["micro_batch"] == 4 and plain.summary["loss"] != big.summary["loss"]   # 4 at a time differs
 
 

@@ -132,9 +132,18 @@ def _signal_after(monkeypatch, step: int, sig, where="fastfeed.train.loop.optimi
     monkeypatch.setattr(loop, "optimizer_step", step_then_signal)
 
 
+IN_PROCESS = TINY | {"epochs": 2, "close_mosaic": 0}
+
+
+@pytest.fixture(scope="module")
+def five_steps(store, tmp_path_factory):
+    """The reference for a run stopped after step 3 and resumed to step 5: 5 steps uninterrupted (run once)."""
+    return train(TrainConfig(data=store, out=tmp_path_factory.mktemp("ref"), max_steps=5, **IN_PROCESS))
+
+
 @pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGINT])
-def test_sigusr1_and_a_first_ctrl_c_stop_after_the_step_in_flight(store, tmp_path, monkeypatch, sig):
-    cfg = TINY | {"epochs": 2, "close_mosaic": 0}
+def test_sigusr1_and_a_first_ctrl_c_stop_after_the_step_in_flight(store, tmp_path, monkeypatch, sig, five_steps):
+    cfg = IN_PROCESS
     before = signal.getsignal(sig)
     _signal_after(monkeypatch, 3, sig)
     res = train(TrainConfig(data=store, out=tmp_path / "a", **cfg))
@@ -144,10 +153,9 @@ def test_sigusr1_and_a_first_ctrl_c_stop_after_the_step_in_flight(store, tmp_pat
     assert (ck["epoch"], ck["step"], ck["batches_done"], ck["stopped_by"]) == (0, 3, 3, sig.name)
     monkeypatch.undo()
     b = train(TrainConfig(data=store, out=tmp_path / "a", resume=True, max_steps=5, **cfg))
-    ref = train(TrainConfig(data=store, out=tmp_path / "ref", max_steps=5, **cfg))
     assert b.summary["stopped_by"] is None and b.summary["images"] == 2 * 2   # steps 4 and 5 only
-    same_weights(ref.model, b.model)
-    same_weights(ref.ema, b.ema)
+    same_weights(five_steps.model, b.model)
+    same_weights(five_steps.ema, b.ema)
 
 
 def test_a_signal_during_the_evaluation_abandons_it_and_the_resumed_run_does_it_first(store, tmp_path, monkeypatch):
