@@ -149,7 +149,7 @@ class LoaderConfig:
         task = batch_task(store, self)
         cfg = self if self.task == task else replace(self, task=task)
         spec, where = task_spec(task), getattr(store, "path", store)
-        if self.augment and self.hyp.copy_paste and spec.field != "polygons":
+        if self.augment and self.hyp.copy_paste and not spec.pastes:
             log.warning("the %s batches of %s carry no polygons: hyp.copy_paste=%s set to 0 (it pastes objects by "
                         "their polygons: a segment store's, as segment)", task, where, self.hyp.copy_paste)
             cfg = replace(cfg, hyp=replace(cfg.hyp, copy_paste=0.0))

@@ -47,6 +47,7 @@ class Task:
     extra: str | None = None        # the Batch field it becomes: masks | keypoints | rboxes
     degenerate_reason: str | None = None   # the pack's rejection reason for an object whose points enclose nothing
     box_alone: bool = False         # an object may have its box and no points (a segment object without polygon)
+    pastes: bool = False            # copy_paste can paste its objects (by their polygons: segment)
     keypoints: bool = False         # shaped by a kpt_shape, renamed in a left-right flip by flip_idx (data.yaml's
                                     # or COCO's categories'); without flip_idx nothing flips
     data_yaml_keys: tuple = ()      # what it reads from Ultralytics' data.yaml (pose: kpt_shape, flip_idx)

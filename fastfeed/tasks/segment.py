@@ -12,6 +12,7 @@ from .base import Task, outside, polygon_line
 class Segment(Task):
     name, field, words, extra = "segment", "polygons", "polygons", "masks"
     degenerate_reason, box_alone, ultralytics_key, coco_field = "polygon_degenerate", True, "masks", "segmentation"
+    pastes = True
 
     def encode(self, n, value):
         polygons = [] if value is None else value
