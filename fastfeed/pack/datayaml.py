@@ -2,7 +2,7 @@
 Ultralytics resolves them, so `fastfeed pack data.yaml` packs the folder Ultralytics would train on.
 
     path: ../datasets/coco128      # the root the splits are relative to (default: the yaml's folder)
-    train: images/train2017        # or, in a Roboflow export, `../train/images` (beside the yaml)
+    train: images/train2017        # or `../train/images` (Roboflow), a list of folders, a file listing images
     val: images/val2017
     names: {0: person, 1: bicycle} # or a list; `nc`, when given, must be its length
     kpt_shape: [17, 3]             # a pose set: keypoints per object, values per keypoint (x, y[, visibility])
@@ -15,10 +15,12 @@ A label file's path is its image's with the last `images` folder of the path rep
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .source import PackError
+from ..checks import is_int
+from .source import IMAGE_SUFFIXES, PackError, list_folder
 
 SPLIT_KEYS = ("train", "val", "test")
 
@@ -41,17 +43,16 @@ def load_yaml(file: Path) -> dict:
 
 def names_of(cfg: dict, file: Path) -> list[str] | None:
     """Class names of a data.yaml mapping ('names' as a list or an {id: name} mapping); None when absent."""
-    names = cfg.get("names")
-    if names is None:
-        return None
-    if isinstance(names, dict):
-        keys = sorted(names)
-        if keys != list(range(len(keys))):
-            raise PackError(f"{file}: 'names' keys must be 0..N-1, got {keys[:10]}")
-        names = [names[k] for k in keys]
+    names, nc = cfg.get("names"), cfg.get("nc")
+    if names is None:   # `nc` alone: Ultralytics names the classes class_0 .. class_<nc-1>
+        return [f"class_{k}" for k in range(nc)] if is_int(nc) and nc > 0 else None
+    if isinstance(names, dict):   # a key '0' is class 0, as Ultralytics reads it (int(k))
+        names = {int(k) if str(k).isdigit() else k: v for k, v in names.items()}
+        if set(names) != set(range(len(names))):
+            raise PackError(f"{file}: 'names' keys must be 0..N-1, got {list(names)[:10]}")
+        names = [names[k] for k in range(len(names))]
     elif not isinstance(names, list):
         raise PackError(f"{file}: 'names' must be a list or a {{id: name}} mapping")
-    nc = cfg.get("nc")
     if nc is not None and nc != len(names):
         raise PackError(f"{file}: nc is {nc} but 'names' lists {len(names)} classes; make them agree")
     for k, n in enumerate(names):   # a name is text (or a number, read as text): not empty, not a list or mapping
@@ -125,23 +126,37 @@ class DataYaml:
     pose: tuple = (None, None)      # (kpt_shape, flip_idx): `pose_of`
 
     def folder(self, key: str) -> Path:
-        """The images folder of split `key`, resolved as Ultralytics does (a `../x` that does not exist
-        beside the root is taken inside it: Roboflow's exports say `../train/images`)."""
-        value, n = single(self.entries[key])
-        if value is None:
-            raise PackError(f"{self.file}: '{key}' lists {n} folders; pack each one (fastfeed pack FOLDER) or merge "
-                            "them: a store holds one split")
-        value = str(value)
-        path = Path(value) if Path(value).is_absolute() else self.root / value
-        if not path.exists() and value.startswith("../"):
-            path = self.root / value[3:]
-        if not path.exists():
-            raise PackError(f"{self.file}: '{key}: {value}' does not exist (looked for {path.resolve()}); fix the "
-                            f"'{key}:' entry (relative to {self.root.resolve()})")
-        if path.is_file():
-            raise PackError(f"{self.file}: '{key}: {value}' is a file (a list of images); fastfeed packs a folder "
-                            "of images: give the folder, or pack the images' folder with `fastfeed pack FOLDER`")
-        return path.resolve()
+        return self.images(key)[0]
+
+    def images(self, key: str) -> tuple[Path, list[Path] | None]:
+        """Split `key`'s images as Ultralytics resolves them (a `../x` that does not exist beside the root taken inside
+        it: Roboflow's `../train/images`): (its folder, None); for a list of folders or a file listing images (./x from
+        its folder, another relative path from the working directory), (the folder holding them all, the images)."""
+        paths, files = [], []
+        for value in map(str, v if isinstance(v := self.entries[key], (list, tuple)) else [v]):
+            path = Path(value) if Path(value).is_absolute() else self.root / value
+            if not path.exists() and value.startswith("../"):
+                path = self.root / value[3:]
+            if not path.exists():
+                raise PackError(f"{self.file}: '{key}: {value}' does not exist (looked for {path.resolve()}); fix the "
+                                f"'{key}:' entry (relative to {self.root.resolve()})")
+            paths.append(path.resolve())
+        if len(paths) == 1 and paths[0].is_dir():
+            return paths[0], None
+        for path in paths:
+            try:
+                listed = list_folder(path).images if path.is_dir() else path.read_text(encoding="utf-8").splitlines()
+            except (OSError, UnicodeDecodeError) as e:
+                raise PackError(f"{self.file}: cannot read '{key}:' {path} (a list of images: UTF-8 text, a path a "
+                                f"line): {e}") from None
+            files += [Path(os.path.abspath(path.parent / x[2:] if x.startswith("./") else x)) for x in
+                      map(str.strip, map(str, listed)) if Path(x).suffix.lower() in IMAGE_SUFFIXES]
+        if not any(f.is_file() for f in files):
+            raise PackError(f"{self.file}: '{key}:' lists {len(files)} image(s), none found"
+                            f"{f' (e.g. {files[0]})' if files else ''}; in a list file ./x is taken from its folder, "
+                            "another relative path from the working directory (as Ultralytics reads it): fix the paths")
+        files = sorted(set(files))
+        return Path(os.path.commonpath(list({f.parent for f in files}))), files
 
 
 def read_data_yaml(file: Path) -> DataYaml:

@@ -77,12 +77,12 @@ def _yolo_split_folders(src: Path) -> tuple[dict[str, Path], dict[str, PackError
         else:
             for key in dy.entries:
                 try:
-                    found[key] = dy.folder(key)
+                    found[key] = dy.images(key)
                 except PackError as e:   # one broken entry (a `val:` of another layout) spoils no other split
                     broken[key] = e
     for d in sorted(p for p in src.iterdir() if p.is_dir() and not p.name.startswith(".")):
         if (d / "images").is_dir() and d.name not in found:
-            found[d.name] = (d / "images").resolve()
+            found[d.name] = (d / "images").resolve(), None
     if broken and not found:
         raise next(iter(broken.values()))
     return found, broken
@@ -187,7 +187,8 @@ def _yolo(src: Path, split: str | None, names: list[str] | None) -> Source:
         log.warning("%s; using the split folders found in %s instead", broken[""], src)
     if folders:
         split = _pick(list(folders), split, f"{src} (split folders and data.yaml)")
-        return _images_folder(folders[split], src, split, names if names is not None else read_names(src))
+        return _images_folder(folders[split][0], src, split, names if names is not None else read_names(src),
+                              files=folders[split][1])
     raise PackError(f"no images/ folder in {src}, and no split folders; expected\n{layouts()}")
 
 
@@ -198,7 +199,7 @@ def _is_images_folder(src: Path) -> bool:
 
 
 def _images_folder(images: Path, root: Path | None, split: str | None, names: list[str] | None,
-                   pose: tuple | None = None) -> Source:
+                   pose: tuple | None = None, files: list[Path] | None = None) -> Source:
     """The YOLO source of an images folder; `root` None: the folder holding its `images` folder (the split is
     the path below it: coco128/images/train2017 -> root coco128, split train2017). In a path without an `images`
     folder each label file sits beside its image, as Ultralytics reads it (CVAT's YOLO 1.1, labelImg)."""
@@ -206,7 +207,7 @@ def _images_folder(images: Path, root: Path | None, split: str | None, names: li
     if labels is not None and root is None:
         k = len(images.parts) - 1 - images.parts[::-1].index("images")
         root, split = Path(*images.parts[:k]), "/".join(images.parts[k + 1:]) or None
-    return read_yolo(images, labels or images, root or images, split, names, pose)
+    return read_yolo(images, labels or images, root or images, split, names, pose, files)
 
 
 def _from_data_yaml(file: Path, format: str | None, split: str | None, names: list[str] | None) -> Source:
@@ -215,8 +216,8 @@ def _from_data_yaml(file: Path, format: str | None, split: str | None, names: li
     dy = read_data_yaml(file)
     if not dy.entries:
         raise PackError(f"{file} names no split (train:, val: or test:); give the dataset folder instead")
-    key = _pick(list(dy.entries), split, str(file))
-    return _images_folder(dy.folder(key), dy.root, key, names if names is not None else dy.names, dy.pose)
+    images, files = dy.images(key := _pick(list(dy.entries), split, str(file)))
+    return _images_folder(images, dy.root, key, names if names is not None else dy.names, dy.pose, files)
 
 
 def _explicit_coco(ann: Path | None, images: Path | None, format: str | None, split: str | None,

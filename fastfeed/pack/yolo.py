@@ -7,28 +7,27 @@ import os
 from collections import defaultdict
 from pathlib import Path
 
-from .datayaml import read_names, read_pose
+from .datayaml import labels_dir_for, read_names, read_pose
 from .report import Problem
-from .source import IMAGE_SUFFIXES, Item, Source, list_folder
+from .source import IMAGE_SUFFIXES, Item, Listing, Source, list_folder
 
 
 def read_yolo(images_dir: Path, labels_dir: Path, root: Path, split: str | None = None,
-              names: list[str] | None = None, pose: tuple | None = None) -> Source:
+              names: list[str] | None = None, pose: tuple | None = None, files: list[Path] | None = None) -> Source:
     """`names`: the class names (data.yaml's); None: read from a data.yaml in `root`, else the label ids.
-    `pose`: data.yaml's (kpt_shape, flip_idx); None: read from a data.yaml in `root`."""
-    listing = list_folder(images_dir)
+    `pose`: data.yaml's (kpt_shape, flip_idx); None: read from a data.yaml in `root`. `files`: the images under
+    `images_dir` that data.yaml lists (`DataYaml.images`), None: all; each one's label file by Ultralytics' rule."""
+    listing = list_folder(images_dir) if files is None else Listing(files, [], [])
     items, problems = [], list(listing.repeats)
-    seen_labels = set()
     rel = [p.relative_to(images_dir) for p in listing.images]
     # Numeric stems (COCO-style file names) become the image ids; otherwise the position.
     stems = [p.stem for p in rel]
     numeric = all(s.isdigit() for s in stems) and len({int(s) for s in stems}) == len(stems)
-    sharing = defaultdict(list)   # a.jpg and a.png (or a.JPG) would both take a.txt
-    for r in rel:
-        sharing[(labels_dir / r).with_suffix(".txt")].append(r)
-    for k, (path, r) in enumerate(zip(listing.images, rel)):
-        label = (labels_dir / r).with_suffix(".txt")
-        seen_labels.add(label)
+    sharing = defaultdict(list)   # label file -> the images that take it (a.jpg and a.png, or a.JPG: a.txt)
+    label_of = [((labels_dir_for(p.parent) or p.parent) / p.name).with_suffix(".txt") for p in listing.images]
+    for r, label in zip(rel, label_of):
+        sharing[label].append(r)
+    for k, (path, r, label) in enumerate(zip(listing.images, rel, label_of)):
         if len(sharing[label]) > 1 and label.is_file():
             problems.append(Problem("ambiguous_label", str(r), (
                 f"{' and '.join(map(str, sharing[label]))} share the label file {os.path.relpath(label, root)}: its "
@@ -37,13 +36,13 @@ def read_yolo(images_dir: Path, labels_dir: Path, root: Path, split: str | None 
             continue
         items.append(Item(path=path, name=str(r), image_id=int(r.stem) if numeric else k,
                           label_path=label if label.is_file() else None))
-    if labels_dir.is_dir():
+    if labels_dir.is_dir() and files is None:   # a list's folders hold the labels of other splits too
         labels = list_folder(labels_dir)
         problems += labels.repeats
         unlisted = {p.relative_to(images_dir).with_suffix(""): p.relative_to(images_dir) for p in listing.others
                     if p.suffix != ".txt"}   # labels beside their images are no unlisted image
         for label in labels.others:
-            if label.suffix != ".txt" or label in seen_labels:
+            if label.suffix != ".txt" or label in sharing:
                 continue
             r = label.relative_to(labels_dir)
             image = unlisted.get(r.with_suffix(""))
@@ -55,5 +54,5 @@ def read_yolo(images_dir: Path, labels_dir: Path, root: Path, split: str | None 
                     f"({' '.join(sorted(IMAGE_SUFFIXES))}); its label {r} is unused: convert the image to PNG or JPEG")))
     names = list(names) if names is not None else (read_names(root) or [])
     kpt_shape, flip_idx = pose if pose is not None else read_pose(root)
-    return Source("yolo", root, split, items, names, list(range(len(names))), problems, [], labels_dir,
-                  kpt_shape, flip_idx)
+    return Source("yolo", root, split, items, names, list(range(len(names))), problems, [],
+                  labels_dir if files is None else None, kpt_shape, flip_idx)
