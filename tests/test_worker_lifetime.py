@@ -10,6 +10,7 @@ import signal
 import sys
 import time
 
+import numpy as np
 import psutil
 import pytest
 from loader_checks import make_painted_store
@@ -198,6 +199,48 @@ def test_the_pools_shared_slots_start_zeroed_and_carry_a_childs_writes_to_the_pa
     child.join(60)
     assert child.exitcode == 0
     assert slots[1].eq(2).all() and not slots[0].any() and not slots[2].any()
+
+
+class _TorchOpBuilder:
+    """A pool builder whose batches run a torch op large enough to go parallel (1M elements: 30 grains)."""
+
+    def build(self, indices, epoch, k, mosaic_on, out):
+        import torch
+
+        out[:] = k + 1
+        return int(torch.ones(1_000_000).add_(1).sum()), {}
+
+
+def test_a_worker_runs_torch_ops_when_its_parent_used_two_openmp_threads():
+    """GNU OpenMP is not fork-safe: a child forked after the parent ran a 2-thread region hangs in its first parallel
+    torch op unless it asks for one thread first (the worker's `torch.set_num_threads(1)`). Today's builders run no
+    torch op, so only this builder that does shows the line is kept; the pool's 3 s timeout catches a hang."""
+    import torch
+
+    from fastfeed.loaders.workers import WorkerPool
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)   # OMP_NUM_THREADS=1 is only the default: this sets the OpenMP pool to 2 threads
+    pool, workers = None, []
+    try:
+        assert torch.get_num_threads() == 2
+        torch.randn(2_000_000).add_(1).sum()   # an OpenMP parallel region in this process, before the fork
+        pool = WorkerPool(1, _TorchOpBuilder, (4,), batches_ahead=2, timeout=3)
+        workers = [psutil.Process(p) for p in pool.pids()]
+        for k in range(2):
+            assert pool.submit(0, k, np.arange(2), False)
+        try:
+            got = sorted((key, targets, count) for key, _, targets, _, count in (pool.next_result() for _ in range(2)))
+        except WorkerError as e:
+            kill_all(workers)   # at once: close() would first give the hung worker 5 s to finish
+            pytest.fail(f"a torch op in a loader worker hung (it asks torch for one thread as it starts): {e.summary}")
+        assert got == [((0, 0), 2_000_000, 2), ((0, 1), 2_000_000, 2)]
+        assert sorted(pool.slots[:, 0].tolist()) == [1, 2]
+    finally:
+        torch.set_num_threads(threads)
+        if pool is not None:
+            pool.close()
+            assert not running(workers)
 
 
 SMALL_SHM = """
