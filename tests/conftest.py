@@ -6,6 +6,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -26,6 +27,10 @@ os.environ.pop("FASTFEED_STORAGE_OPTIONS", None)
 # spin waiting for each other while another process holds a core (a training test ran ~2.5x slower beside one
 # CPU hog than with one thread). Results do not depend on it; a test that needs OpenMP's threads sets them itself.
 os.environ["OMP_NUM_THREADS"] = "1"
+# A suite started in the background by a script (`cmd &`) inherits Ctrl-C ignored, and so would the packs and
+# workers the Ctrl-C tests start: they get Python's own handler back, as in a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True, scope="session")
