@@ -106,3 +106,16 @@ def test_a_worker_killed_by_a_bus_error_is_named_by_the_shard_that_changed(store
     shard = _truncate(store)
     assert CAUSE in exit_reason(-signal.SIGBUS) and shard in exit_reason(-signal.SIGBUS)
     assert "out of memory" in exit_reason(-signal.SIGKILL) and exit_reason(0) == ""
+
+
+def test_a_shard_both_opened_and_mapped_is_named_once_in_the_packed_wording(store):
+    """The SIGBUS handler's list: a truncated shard that a Store holds and this process maps is named once, in the
+    same words as the read's error (one wording for both: changed.resized)."""
+    from fastfeed import Store
+    from fastfeed.store.changed import changed_shards
+
+    opened = Store(store.path)
+    opened[0]                                       # mapped: this process's handles see it too
+    packed = store.shards[0].bytes
+    shard = _truncate(store)
+    assert [c for c in changed_shards() if shard in c] == [f"shard {shard} is now {packed // 2} bytes, {packed} when packed"]

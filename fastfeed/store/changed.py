@@ -31,7 +31,7 @@ def changed_shards() -> list[str]:
     for store in list(_STORES):
         cache = getattr(store, "cache", None)   # a store at a URL: its shards are the copies in the shard cache
         for s in store.shards:
-            file = store.path / s.file if cache is None else cache.file(s)
+            file = str(store.path / s.file if cache is None else cache.file(s))
             if file in seen:
                 continue
             seen.add(file)
@@ -42,12 +42,13 @@ def changed_shards() -> list[str]:
                     found.append(f"shard {file} is gone")
                 continue
             if size != s.bytes:
-                found.append(f"shard {file} is now {size} bytes, {s.bytes} when packed")
+                found.append(resized(file, size, s.bytes))
     handles = sys.modules.get(f"{__package__}.handles")   # no import in a signal handler
-    if handles is not None:
-        named = {str(f) for f in seen}
-        found += [c for c in handles.mapped_changes() if c.split(" is now ", 1)[0][len("shard "):] not in named]
-    return found
+    return found + [resized(*c) for c in (handles.mapped_changes() if handles else ()) if c[0] not in seen]
+
+
+def resized(file, size: int, packed: int) -> str:   # the one wording of a shard's size changed since its pack
+    return f"shard {file} is now {size} bytes, {packed} when packed"
 
 
 def store_changed_reason() -> str:

@@ -70,9 +70,9 @@ def release(key: tuple[int, int]) -> None:
         del _HANDLES[key]
 
 
-def mapped_changes() -> list[str]:
-    """The shard files this process maps that are no longer the size they had when mapped (by their fd: a file
-    copied over or replaced at its path still counts). Used by the SIGBUS handler: no allocation-heavy work."""
+def mapped_changes() -> list[tuple[str, int, int]]:
+    """(file, size now, size when mapped) of the shard files this process maps whose size changed (by their fd: a
+    file copied over or replaced at its path still counts). Used by the SIGBUS handler: no allocation-heavy work."""
     found = []
     for h in list(_HANDLES.values()):
         if h.pid != os.getpid() or not h.file:
@@ -82,7 +82,7 @@ def mapped_changes() -> list[str]:
         except OSError:
             continue
         if size != h.bytes:
-            found.append(f"shard {h.file} is now {size} bytes, {h.bytes} when packed")
+            found.append((h.file, size, h.bytes))
     return found
 
 

@@ -95,8 +95,7 @@ class LocalShards:
             except FileNotFoundError:
                 raise fmt.FormatError(f"shard {s.file} is missing from {self.path}; restore it or re-pack") from None
             if st.st_size != s.bytes and self._sound:   # sound when opened: it changed under this store's readers
-                raise fmt.StoreChanged(changed.under_reader([f"shard {file} is now {st.st_size} bytes, {s.bytes} when "
-                                                             "packed"]))
+                raise fmt.StoreChanged(changed.under_reader([changed.resized(file, st.st_size, s.bytes)]))
             if st.st_size != s.bytes:  # reading a truncated map would kill us with SIGBUS
                 raise fmt.FormatError(f"shard {s.file} of {self.path} is {st.st_size} bytes, the manifest "
                                       f"says {s.bytes}: truncated or replaced; re-pack or restore it")
@@ -169,7 +168,7 @@ class LocalShards:
         info, h = self.shards[shard], self.handle(shard)
         if (size := os.fstat(h.fd).st_size) != info.bytes:   # reading a shrunk map would kill us (SIGBUS)
             raise fmt.StoreChanged(f"record {index}: " + changed.under_reader(
-                [f"shard {self.path / info.file} is now {size} bytes, {info.bytes} when packed"]))
+                [changed.resized(self.path / info.file, size, info.bytes)]))
         try:
             buf = h.txn.get(fmt.record_key(index - info.start))
         except lmdb.Error as e:
