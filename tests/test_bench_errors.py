@@ -161,3 +161,20 @@ def test_cuda_without_a_gpu_says_so(store, capsys):
 def test_cuda_copy_stage_is_timed(store):
     r = bench(store, device="cuda", seconds=1.0).results[0]
     assert r.ok and r.copy_applicable and r.stage_ms_per_sample["copy"] > 0 and r.stall.copy_s > 0
+
+
+def test_the_default_batch_fits_a_small_store_and_a_batch_given_never_changes(yolo_builder, tmp_path, capsys):
+    from store_helpers import run_pack
+
+    b = yolo_builder(names=["a"])
+    for k in range(6):
+        b.add(f"i{k}", ["0 0.5 0.5 0.3 0.4"], seed=k)
+    small = tmp_path / "six.ff"
+    run_pack(b.root, small)
+    run = ["bench", "--data", str(small), "--loader", "cpu", "--workers", "0", "--seconds", "0.3", "--imgsz", "64"]
+    assert main(run) == 0   # was: "--batch 16 is larger than the store (6 images)", a 16 the user never asked for
+    out, err = capsys.readouterr()
+    assert "fastfeed: warning: --batch 6, the store's size: the default 16 is larger than the store" in err
+    assert "batch 6 " in out and "larger than the store (" not in err
+    assert main([*run, "--batch", "16", "--quiet"]) == 2   # the same 16, given: refused, not cut
+    assert "--batch 16 is larger than the store (6 images); use --batch 6 or less" in capsys.readouterr().err

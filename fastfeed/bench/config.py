@@ -13,6 +13,7 @@ from ..store.urls import location
 from ..tasks import TASKS
 from ..train.config import MODELS
 
+BATCH = 16   # the default batch, or the store's size when it holds fewer images (run_bench)
 
 @dataclass
 class BenchConfig:
@@ -28,7 +29,7 @@ class BenchConfig:
     data: Path | str
     loaders: tuple[str, ...] = ("cpu",)
     imgsz: int = 640
-    batch_size: int = 16
+    batch_size: int | None = None        # None: BATCH, or the store's size when it holds fewer images
     workers: int | str | None = None
     seconds: float = 10.0
     batches: int | None = None
@@ -50,7 +51,8 @@ class BenchConfig:
 
         need(len(self.loaders) > 0, "--loader", "needs at least one loader name (or 'all')", self.loaders)
         check_imgsz(self.imgsz)
-        need(is_int(self.batch_size) and self.batch_size >= 1, "--batch", "must be >= 1", self.batch_size)
+        need(self.batch_size is None or (is_int(self.batch_size) and self.batch_size >= 1), "--batch", "must be >= 1",
+             self.batch_size)
         need(is_int(self.seed) and self.seed >= 0, "--seed", "must be an integer >= 0", self.seed)
         need(self.workers is None or self.workers == "auto" or (is_int(self.workers) and self.workers >= 0),
              "--workers", "must be an integer >= 0 (0: in the main process) or 'auto'", self.workers)

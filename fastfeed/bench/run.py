@@ -17,7 +17,7 @@ from ..loaders.renders import batch_task
 from ..procs import usable_cores
 from ..store.reader import Store
 from ..store.verify import task_summary
-from .config import BenchConfig
+from .config import BATCH, BenchConfig
 from .measure import measure
 from .monitor import machine_info
 from .result import BenchResult, LoaderResult, Sweep
@@ -25,12 +25,6 @@ from .result import BenchResult, LoaderResult, Sweep
 log = logging.getLogger(__name__)
 
 SWEEP_TOLERANCE = 0.05   # a smaller worker count within 5 % of the best wins: the difference is noise
-
-
-def copy_device(name: str) -> torch.device | None:
-    """The accelerator to copy to, or None for --device cpu (the copy stage does not apply)."""
-    device = resolve_device(name)
-    return None if device.type == "cpu" else device
 
 
 def make_copy(device: torch.device | None):
@@ -125,10 +119,14 @@ def run_bench(cfg: BenchConfig) -> BenchResult:
     """
     names = cfg.resolved_loaders()
     store = Store(cfg.data, options=cfg.store_options)
+    if cfg.batch_size is None:   # the default fits the store (said); a batch asked for is never changed
+        cfg = replace(cfg, batch_size=min(BATCH, len(store)))
+        if cfg.batch_size < BATCH:
+            log.warning("--batch %d, the store's size: the default %d is larger than the store", cfg.batch_size, BATCH)
     if len(store) < cfg.batch_size:
         raise ValueError(f"--batch {cfg.batch_size} is larger than the store ({len(store)} images); "
                          f"use --batch {len(store)} or less")
-    device = copy_device(cfg.device)
+    device = None if (d := resolve_device(cfg.device)).type == "cpu" else d   # where to copy to: none on cpu
     step = make_step(cfg, device)
     copy = make_copy(device)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")

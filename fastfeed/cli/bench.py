@@ -27,7 +27,7 @@ from .common import (
 HELP = "measure loaders side by side: throughput, stage times, stalls, CPU, memory"
 
 def add_parser(sub) -> None:
-    from ..bench.config import MODELS, TASKS, BenchConfig
+    from ..bench.config import BATCH, MODELS, TASKS, BenchConfig
 
     d = defaults(BenchConfig)
     p = sub.add_parser(
@@ -49,7 +49,7 @@ def add_parser(sub) -> None:
     p.add_argument("--loader", action="append", dest="loaders", metavar="NAME",
                    help="loader to measure; repeat for several, 'all' for every registered one (default: cpu)")
     p.add_argument("--imgsz", type=int, default=d["imgsz"], help=f"output side, a multiple of 32 (default {d['imgsz']})")
-    p.add_argument("--batch", type=int, default=d["batch_size"], help=f"batch size (default {d['batch_size']})")
+    p.add_argument("--batch", type=int, help=f"batch size (default {BATCH}, or the store's size when it holds fewer images)")
     p.add_argument("--workers", type=int_or_auto("an integer >= 0", 0), metavar="N|auto",
                    help="worker processes (0: in this process; default: LoaderConfig's, one per core up to 8); "
                         "'auto' sweeps 1, 2, cores/2, cores, cores+1 briefly and keeps the fastest")
