@@ -120,7 +120,19 @@ class GuardedContext:
         return self._ctx.Process(target=_run_guarded, args=(self._guard, target, tuple(args), dict(kwargs or {})), **kw)
 
     def Pool(self, processes=None, initializer=None, initargs=(), **kw):
-        return self._ctx.Pool(processes, _init_guarded, (self._guard, initializer, tuple(initargs)), **kw)
+        """The pool; a Ctrl-C while it forks its workers is handled once they are up: raised inside a fork's own
+        handlers (logging's), it left logging's lock held and the process hung at its next log line."""
+        got, main = [], threading.current_thread() is threading.main_thread()
+        old = signal.signal(signal.SIGINT, lambda *_: got.append(1)) if main else None
+        try:
+            pool = self._ctx.Pool(processes, _init_guarded, (self._guard, initializer, tuple(initargs)), **kw)
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, old)
+        if got and callable(old):
+            pool.terminate()
+            old(signal.SIGINT, None)   # Python's own raises KeyboardInterrupt
+        return pool
 
     def __getattr__(self, name):
         return getattr(self._ctx, name)

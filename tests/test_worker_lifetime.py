@@ -124,6 +124,27 @@ def test_a_pools_workers_leave_a_ctrl_c_to_the_parent():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler   # the parent's own is untouched
 
 
+def test_a_ctrl_c_while_a_pool_forks_is_raised_once_its_workers_are_up(monkeypatch):
+    """A Ctrl-C raised inside a fork's own handlers left logging's lock held: the pack hung at its next log line (a
+    Ctrl-C test of the pack timed out beside a CPU hog). It is raised after the pool has started, and ends it."""
+    import multiprocessing.pool as mpp
+
+    from fastfeed.procs import worker_context
+
+    started, repopulate = [], mpp.Pool._repopulate_pool
+
+    def interrupted_while_forking(pool):
+        os.kill(os.getpid(), signal.SIGINT)   # the terminal's Ctrl-C, while the workers fork
+        time.sleep(0.05)
+        started.extend(repopulate(pool) or [p.pid for p in pool._pool])
+
+    monkeypatch.setattr(mpp.Pool, "_repopulate_pool", interrupted_while_forking)
+    with pytest.raises(KeyboardInterrupt), worker_context() as ctx:
+        ctx.Pool(2)
+    assert len(started) == 2 and not wait_gone([psutil.Process(p) for p in started if psutil.pid_exists(p)], 5.0)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 @pytest.mark.slow
 def test_a_stopped_worker_is_a_worker_error_and_close_still_returns(painted_store):
     cfg = LoaderConfig(imgsz=64, batch_size=4, workers=2, timeout=3)
