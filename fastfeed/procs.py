@@ -129,9 +129,12 @@ class GuardedContext:
         finally:
             if main:
                 signal.signal(signal.SIGINT, old)
-        if got and callable(old):
+        try:
+            if got:   # to the handler restored (Python's own raises KeyboardInterrupt; one ignoring it, nothing)
+                signal.raise_signal(signal.SIGINT)
+        except BaseException:
             pool.terminate()
-            old(signal.SIGINT, None)   # Python's own raises KeyboardInterrupt
+            raise
         return pool
 
     def __getattr__(self, name):
