@@ -236,8 +236,7 @@ def utilization(device: torch.device) -> float | None:
     """Percent of the last sample period the accelerator ran a kernel (NVML on CUDA, through torch;
     torch_npu's on an NPU), or None where it cannot be read (the CPU, no pynvml: tried once)."""
     kind = parse_device(device)[0]
-    mod = accelerator_module(device) if kind not in _NO_UTILIZATION else None
-    fn = getattr(mod, "utilization", None) if mod is not None else None
+    fn = None if kind in _NO_UTILIZATION else getattr(accelerator_module(device), "utilization", None)   # CPU: None
     if fn is None:
         return None
     try:
