@@ -42,10 +42,8 @@ def _tensor_bytes(x) -> int:
     """About what torch.save writes for `x`: its tensors' bytes."""
     if isinstance(x, torch.Tensor):
         return x.numel() * x.element_size()
-    if isinstance(x, dict):
-        return sum(_tensor_bytes(v) for v in x.values())
-    if isinstance(x, (list, tuple)):
-        return sum(_tensor_bytes(v) for v in x)
+    if isinstance(x, (dict, list, tuple)):
+        return sum(_tensor_bytes(v) for v in (x.values() if isinstance(x, dict) else x))
     return 0
 
 
