@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..devices import accelerator_module, empty_cache, is_out_of_memory, reset_peak_memory, to_channels_last
 from .device import TrainError, forward_loss
 
 MAX_HALVINGS = 2
@@ -78,8 +79,6 @@ def fit_batch(probe, budget: float, limit: int) -> tuple[int, dict]:
     raises on OOM) stays within `budget`: doubling from 1 while the affine fit of the last two points
     predicts a fit, then the fit's batch at the budget, kept if a last probe confirms it.
     Returns (batch, {b: peak bytes measured})."""
-    from ..devices import is_out_of_memory
-
     def measure(b):
         try:
             return probe(b)
@@ -124,8 +123,6 @@ def auto_batch(model, loss_fn, device: torch.device, imgsz: int, *, amp: str | N
     EMA, not yet allocated) against AUTO_MARGIN of the device's total (of this process's share, under
     set_per_process_memory_fraction). The model's BatchNorm statistics are put back and its gradients
     dropped afterwards. Returns (batch, {batch: peak bytes measured})."""
-    from ..devices import accelerator_module, empty_cache, reset_peak_memory, to_channels_last
-
     mod = accelerator_module(device)
     if mod is None:
         raise TrainError("--batch auto measures the accelerator's memory; on the CPU give --batch N")

@@ -24,7 +24,7 @@ from .device import AMP_DTYPES, TrainError, device_batches, grad_scaler, size_ra
 from .guards import check_out
 from .loss import YoloLoss
 from .model import build_model, count_flops, count_parameters, prepare_model
-from .oom import BufferSnapshot, MicroBatches
+from .oom import BufferSnapshot, MicroBatches, auto_batch
 from .optim import ModelEMA, build_optimizer
 from .resume import resolve_imgsz
 from .step import CommTimer, DeviceClock
@@ -254,8 +254,6 @@ def _release_ddp(run: Run) -> None:
 def measure_batch(run: Run) -> int:
     """--batch auto: the largest micro-batch whose training step peaks within oom.AUTO_MARGIN of the device's
     memory (at the largest --multi-scale size), the same on every rank (their smallest)."""
-    from .oom import auto_batch
-
     cfg = run.cfg
     size = size_range(cfg.imgsz, max(run.raw_model.detect.strides))[1] if cfg.multi_scale else cfg.imgsz
     param_bytes = sum(p.numel() * p.element_size() for p in run.raw_model.parameters())
