@@ -148,23 +148,17 @@ class DevicePrefetcher(AbstractContextManager):
             x = to_channels_last(x, self.device)
         return Batch(x, targets, indices, **(extras or {}))
 
-    def _extras(self, batch) -> dict:
-        """The batch's task geometry (masks, keypoints, rboxes); refused under the device augmentation, which
-        flips pixels and boxes only."""
-        extras = batch.extras() if isinstance(batch, Batch) else {}
-        if extras and self.augment is not None:
-            raise ValueError(f"the device augmentation (HSV, flip) cannot move a batch's {', '.join(extras)}: "
-                             "use LoaderConfig(device_augment=False) (the workers flip them) and "
-                             "DevicePrefetcher(device_augment=False)")
-        return extras
-
     def produce(self, batch) -> Batch | InFlight:
         """The per-batch work, a hook for subclasses (the device loader's feed decodes and renders here): on the
         CPU the finished Batch; on an accelerator an `InFlight` queued on `self.stream` with `self.ops`, whose
         `copied` event says when the loader may reuse the host memory and `ready` when the batch may be used."""
         images, targets = _pair(batch)
         indices = getattr(batch, "indices", None)
-        extras = self._extras(batch)
+        extras = batch.extras() if isinstance(batch, Batch) else {}   # the task geometry: masks, keypoints, rboxes
+        if extras and self.augment is not None:
+            raise ValueError(f"the device augmentation (HSV, flip) cannot move a batch's {', '.join(extras)}: "
+                             "use LoaderConfig(device_augment=False) (the workers flip them) and "
+                             "DevicePrefetcher(device_augment=False)")
         if not self.accelerated:   # copied: the loader may reuse its own
             return self._finish(images, targets.clone(), host=True, indices=indices,
                                 extras={k: v.clone() for k, v in extras.items()})
