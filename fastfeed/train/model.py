@@ -263,24 +263,17 @@ def _stay_in_eval(module: nn.Module, args) -> None:
     module.training = False   # model.train() sets it back; the forward pass must not see it
 
 
-def freeze_batchnorm(model: nn.Module) -> int:
-    """Every BatchNorm frozen as --freeze-bn asks (docs/training.md: eval mode in every forward, whatever
-    model.train() said; no gradient for its weights). Returns the number of layers frozen."""
-    bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    for m in bns:
-        m.eval()
-        m.register_forward_pre_hook(_stay_in_eval)
-        for p in m.parameters(recurse=False):
-            p.requires_grad_(False)
-    return len(bns)
-
-
 def prepare_model(model: nn.Module, cfg, device: torch.device, world_size: int, backend: str) -> nn.Module:
     """The model as --freeze-bn, --sync-bn and --channels-last ask (in that order; the first two exclude
     each other, TrainConfig checks)."""
-    if cfg.freeze_bn:
-        n = freeze_batchnorm(model)
-        log.info("--freeze-bn: %d BatchNorm layers keep their statistics and weights", n)
+    if cfg.freeze_bn:   # docs/training.md: eval mode in every forward, whatever model.train() said; no gradient
+        bns = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        for m in bns:
+            m.eval()
+            m.register_forward_pre_hook(_stay_in_eval)
+            for p in m.parameters(recurse=False):
+                p.requires_grad_(False)
+        log.info("--freeze-bn: %d BatchNorm layers keep their statistics and weights", len(bns))
         if cfg.weights is None and not cfg.resume:
             log.warning("--freeze-bn without --weights freezes freshly initialised BatchNorm layers "
                         "(mean 0, variance 1): meant for fine-tuning")
