@@ -247,18 +247,6 @@ def count_flops(name: str, nc: int, imgsz: int) -> float:
     return 2 * macs / 1e9
 
 
-def sync_batchnorm(model: nn.Module, device: torch.device, world_size: int, backend: str) -> nn.Module:
-    """BatchNorm -> SyncBatchNorm (docs/training.md, --sync-bn): only nccl (CUDA) and hccl (NPU) can run it."""
-    if backend == "gloo" or device.type == "cpu":
-        raise TrainError(f"--sync-bn: SyncBatchNorm synchronises BatchNorm statistics between processes with nccl "
-                         f"(CUDA) or hccl (Ascend NPU); this run's processes use {backend} on the {device.type}, "
-                         "which it does not support. Drop --sync-bn, or train on --device cuda or npu")
-    if world_size == 1:
-        log.warning("--sync-bn with one process: there is nothing to synchronise, BatchNorm stays as it is")
-        return model
-    return nn.SyncBatchNorm.convert_sync_batchnorm(model)
-
-
 def _stay_in_eval(module: nn.Module, args) -> None:
     module.training = False   # model.train() sets it back; the forward pass must not see it
 
@@ -277,8 +265,15 @@ def prepare_model(model: nn.Module, cfg, device: torch.device, world_size: int, 
         if cfg.weights is None and not cfg.resume:
             log.warning("--freeze-bn without --weights freezes freshly initialised BatchNorm layers "
                         "(mean 0, variance 1): meant for fine-tuning")
-    if cfg.sync_bn:
-        model = sync_batchnorm(model, device, world_size, backend)
+    if cfg.sync_bn:   # BatchNorm -> SyncBatchNorm (docs/training.md, --sync-bn): only nccl and hccl can run it
+        if backend == "gloo" or device.type == "cpu":
+            raise TrainError(f"--sync-bn: SyncBatchNorm synchronises BatchNorm statistics between processes with nccl "
+                             f"(CUDA) or hccl (Ascend NPU); this run's processes use {backend} on the {device.type}, "
+                             "which it does not support. Drop --sync-bn, or train on --device cuda or npu")
+        if world_size == 1:
+            log.warning("--sync-bn with one process: there is nothing to synchronise, BatchNorm stays as it is")
+        else:
+            model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     if cfg.channels_last:
         model = to_channels_last(model, device)
     return model
