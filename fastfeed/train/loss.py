@@ -12,7 +12,7 @@ Objectness is weighted per scale by stride (8: 4.0, 16: 1.0, 32: 0.4) because a 
 more cells, nearly all negative. The terms are then scaled by gains (box 0.05, obj 1.0, cls 0.5)
 adjusted like Ultralytics': x 3/nl (number of scales), obj x (imgsz/640)² (cells grow with the
 image), cls x nc/80 (more classes, more BCE terms). The total is multiplied by the batch size: the
-gradient is then a sum over images, so gradient accumulation and DDP just add (see loop.py).
+gradient is then a sum over images, so gradient accumulation and DDP just add (see step.py).
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """Micro-batches, out-of-memory recovery, and --batch auto (docs/training.md, "One optimizer step" and "Out of
-memory": what a replay frees, restores and halves, when it stops, and the DDP ranks' agreement).
-
-The loss is a sum over images, so the optimizer step sees the same gradient whatever the slicing (BatchNorm
-aside: it normalises each micro-batch by its own statistics).
-"""
+memory": what a replay frees, restores and halves, when it stops, and the DDP ranks' agreement). The slicing leaves
+the step's gradient as it is (a sum over images: step.py), BatchNorm aside: it normalises each micro-batch alone."""
 
 from __future__ import annotations
 
