@@ -65,10 +65,8 @@ def verdict(row: dict, images_per_batch: int, ctx: dict) -> dict:
               {"figure": "comm", "value": shares["comm"], "limit": f"<= {COMM_MAX:.0%}", "ok": shares["comm"] <= COMM_MAX}]
     if mem is not None:
         health.append({"figure": "memory", "value": mem, "limit": f"<= {MEM_MAX:.0%}", "ok": mem <= MEM_MAX})
-    if shares["compute"] >= BUSY_MIN or step == 0:
-        part = "compute"
-    else:
-        part = max(("data", "h2d", "comm"), key=lambda p: shares[p])
+    healthy = shares["compute"] >= BUSY_MIN or step == 0
+    part = "compute" if healthy else max(("data", "h2d", "comm"), key=lambda p: shares[p])
     tips = advice(part, ctx)
     if mem is not None and mem > MEM_MAX:
         tips.append(f"memory at {mem:.0%} of the device: --grad-ckpt or a smaller --micro-batch before it runs out")
