@@ -250,10 +250,9 @@ class HostBuffers:
 
     def get(self, shape, dtype: torch.dtype) -> torch.Tensor:
         shape = torch.Size(shape)
-        if _use_count is not None:
-            for t, alone in self.pool:
-                if t.shape == shape and t.dtype == dtype and _uses(t) == alone:
-                    return t.view(shape)   # a view: while the consumer holds it, the count stays up
+        for t, alone in self.pool:   # (empty without the use-count query)
+            if t.shape == shape and t.dtype == dtype and _uses(t) == alone:
+                return t.view(shape)   # a view: while the consumer holds it, the count stays up
         t = torch.empty(shape, dtype=dtype)
         if _use_count is not None:
             self.pool.append((t, _uses(t)))
