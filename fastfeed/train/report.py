@@ -35,10 +35,6 @@ class Meter:
         self.util: list[float] = []
         self.t = time.perf_counter()
 
-    def add_time(self, **seconds: float) -> None:
-        for k, v in seconds.items():
-            self.seconds[k] += max(v, 0.0)
-
     @property
     def busy(self) -> float:
         """Seconds of the step accounted for (data + copy + compute + communication)."""
@@ -97,7 +93,8 @@ class Reporter:
 
     def add_time(self, **seconds: float) -> None:
         for m in (self.window, self.total):
-            m.add_time(**seconds)
+            for k, v in seconds.items():
+                m.seconds[k] += max(v, 0.0)
 
     def add_step(self, losses: list, batches: int, images: int, util: float | None) -> None:
         """A finished optimizer step: its micro-batches' loss terms, its loader batches, the images it trained
