@@ -191,7 +191,6 @@ def free_memory(device) -> tuple[int, int]:
 
 # --- memory, utilisation, layouts: what the trainer asks of an accelerator ------------------------------------
 
-ALLOC_CONF_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")   # the CUDA caching allocator's settings
 NPU_FORMAT_NC1HWC0 = 3   # torch_npu's ACL format id of NC1HWC0, the channel-blocked layout Ascend convolutions use
 
 
@@ -252,7 +251,7 @@ def use_expandable_segments(device: torch.device) -> str | None:
     larger tensor fits. Returns the setting in force (None off CUDA)."""
     if parse_device(device)[0] != "cuda":
         return None
-    for var in ALLOC_CONF_VARS:
+    for var in ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"):   # the caching allocator's settings, either name
         if os.environ.get(var):
             return f"{var}={os.environ[var]} (yours)"
     os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
