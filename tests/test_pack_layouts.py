@@ -165,6 +165,17 @@ def test_data_yaml_with_path_and_the_ultralytics_layout(tmp_path):
     assert Store(tmp_path / "x.ff").class_names == ["x", "y"]
 
 
+def test_data_yaml_relative_path_is_taken_from_the_working_directory_first_then_beside_the_yaml(tmp_path, monkeypatch):
+    YoloBuilder(tmp_path / "cwd" / "ds").add("from_cwd", ["0 0.5 0.5 0.2 0.2"])   # where Ultralytics looks
+    YoloBuilder(tmp_path / "cfg" / "ds").add("beside_yaml", ["0 0.5 0.5 0.2 0.2"])
+    (tmp_path / "cfg" / "data.yaml").write_text("path: ds\ntrain: images/train\nnames: [x]\n")
+    for cwd, packed in (("cwd", "from_cwd.jpg"), ("cfg/ds", "beside_yaml.jpg")):   # cfg/ds/ds does not exist
+        monkeypatch.chdir(tmp_path / cwd)
+        assert pack_cli(tmp_path / "cfg" / "data.yaml", "-o", tmp_path / f"{packed}.ff") == 0
+        store = Store(tmp_path / f"{packed}.ff")
+        assert [store[i].file_name for i in range(len(store))] == [packed]
+
+
 # --- flat COCO and the --ann/--images pair ------------------------------------------------------------------------
 
 def _flat_coco(root, json_name="annotations.json", images_sub="images"):

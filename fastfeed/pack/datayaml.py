@@ -1,7 +1,7 @@
 """Ultralytics' `data.yaml`: the class names, and the split folders (`train:`, `val:`, `test:`) resolved as
 Ultralytics resolves them, so `fastfeed pack data.yaml` packs the folder Ultralytics would train on.
 
-    path: ../datasets/coco128      # the root the splits are relative to (default: the yaml's folder)
+    path: ../datasets/coco128      # the splits' root: from the working directory, else the yaml's folder (default)
     train: images/train2017        # or `../train/images` (Roboflow), a list of folders, a file listing images
     val: images/val2017
     names: {0: person, 1: bicycle} # or a list; `nc`, when given, must be its length
@@ -165,7 +165,7 @@ def read_data_yaml(file: Path) -> DataYaml:
     root = base = file.parent
     if cfg.get("path"):
         p = Path(str(cfg["path"]))
-        tried = [p] if p.is_absolute() else [base / p, Path.cwd() / p]
+        tried = [p] if p.is_absolute() else [Path.cwd() / p, base / p]   # Ultralytics' first, then ours
         found = [t for t in tried if t.is_dir()]
         if not found:
             raise PackError(f"{file}: 'path: {cfg['path']}' is not a folder (looked in "
