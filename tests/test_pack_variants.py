@@ -92,6 +92,20 @@ def test_data_yaml_train_as_a_file_listing_images(tmp_path, capsys, monkeypatch)
     assert pack_cli(root / "data.yaml", "-o", tmp_path / "r.ff") == 0 and len(Store(tmp_path / "r.ff")) == 1
 
 
+def test_a_listed_image_that_is_missing_counts_as_missing_not_as_an_image_without_a_label_file(tmp_path, caplog):
+    root = _two_folders(tmp_path / "ds")
+    for gone in ("images/a/x1.jpg", "labels/a/x1.txt", "labels/b/x1.txt"):   # a/x1 missing; b/x1.jpg without labels
+        (root / gone).unlink()
+    (root / "train.txt").write_text("./images/a/x0.jpg\n./images/a/x1.jpg\n./images/b/x0.jpg\n./images/b/x1.jpg\n")
+    (root / "data.yaml").write_text("train: train.txt\nnames: [p, q, r]\n")
+    res = run_pack(root / "data.yaml", tmp_path / "m.ff")
+    assert res.report.counts["missing_image"] == 1 and res.report.examples["missing_image"] == [
+        f"a/x1.jpg: missing_image ({root}/images/a/x1.jpg does not exist)"]
+    [warning] = [r.message for r in caplog.records if "no label file" in r.message]
+    assert f"1 of the 3 images (33%) have no label file, e.g. {root}/images/b/x1.jpg: they" in warning
+    assert sorted(_boxes_of(Store(tmp_path / "m.ff"))) == ["a/x0.jpg", "b/x0.jpg", "b/x1.jpg"]
+
+
 def test_label_files_of_other_tools_upper_case_extensions_and_repeated_stems_pack_their_boxes(tmp_path):
     b = YoloBuilder(tmp_path / "ds", names=["p", "q"])
     texts = {"blank": "1 0.5 0.5 0.2 0.4\n\n\n  \n", "crlf": "1 0.5 0.5 0.2 0.4\r\n", "tabs": "1\t0.5\t0.5\t0.2\t0.4\n",

@@ -17,8 +17,10 @@ def read_yolo(images_dir: Path, labels_dir: Path, root: Path, split: str | None 
     """`names`: the class names (data.yaml's); None: read from a data.yaml in `root`, else the label ids.
     `pose`: data.yaml's (kpt_shape, flip_idx); None: read from a data.yaml in `root`. `files`: the images under
     `images_dir` that data.yaml lists (`DataYaml.images`), None: all; each one's label file by Ultralytics' rule."""
-    listing = list_folder(images_dir) if files is None else Listing(files, [], [])
-    items, problems = [], list(listing.repeats)
+    gone = sorted(f for f in files or () if not f.exists())   # a listed image that is missing counts only as missing
+    listing = list_folder(images_dir) if files is None else Listing(sorted(set(files) - set(gone)), [], [])
+    items, problems = [], [*listing.repeats, *(Problem("missing_image", str(f.relative_to(images_dir)),
+                                                        f"{f} does not exist") for f in gone)]
     rel = [p.relative_to(images_dir) for p in listing.images]
     # Numeric stems (COCO-style file names) become the image ids; otherwise the position.
     stems = [p.stem for p in rel]
