@@ -251,6 +251,22 @@ def test_a_pose_store_of_another_kpt_shape_than_data_yamls_is_refused_by_name(tm
         trainer.train_store(trainer.data["train"])
 
 
+def test_a_pose_data_yaml_without_kpt_shape_is_refused_by_name_with_the_stores_layout_when_it_has_one(tmp_path,
+                                                                                                     monkeypatch):
+    """Before, Ultralytics' PoseTrainer ended in "KeyError: 'No `kpt_shape` in ...'" from the trainer's constructor."""
+    data = make_set(tmp_path / "pose", "pose", n=2)
+    pack(PackConfig(src=data / "data.yaml", split="train", out=tmp_path / "p.ff", progress=False, task="pose"))
+    bare = tmp_path / "bare.yaml"
+    bare.write_text((data / "data.yaml").read_text().replace(KPT, ""))
+    with pytest.raises(ValueError, match=r"^\S*bare.yaml has no kpt_shape, which a pose model is built from: add "
+                                         r"`kpt_shape: \[K, 2 or 3\]` \(K keypoints .*\) to it$"):
+        trainer_for("pose", bare, tmp_path / "runs")
+    monkeypatch.setenv("FASTFEED_STORE", str(tmp_path / "p.ff"))
+    with pytest.raises(ValueError, match=r"bare.yaml has no kpt_shape, .*: add `kpt_shape: \[3, 3\]` and "
+                                         r"`flip_idx: \[1, 0, 2\]` \(the store's, FASTFEED_STORE\) to it$"):
+        trainer_for("pose", bare, tmp_path / "runs")
+
+
 def test_a_pose_set_whose_data_yaml_is_elsewhere_is_packed_with_its_keypoints_and_repacked_when_flip_idx_changes(
         tmp_path):
     data = make_set(tmp_path / "pose", "pose", yaml_extra="")      # the dataset's own data.yaml: no kpt_shape

@@ -44,8 +44,7 @@ def loader_workers(requested: int, device) -> int:
 
 def loader_name(cache) -> str:
     """`cpu` or `shm` from Ultralytics' `cache` argument; FASTFEED_LOADER=cpu|shm|dali|device overrides it."""
-    name = os.environ.get(LOADER_ENV, "").strip()
-    if name:
+    if name := os.environ.get(LOADER_ENV, "").strip():
         if name not in TRAINER_LOADERS:
             why = "not one FastfeedTrainer feeds from" if name in list_loaders() else "not a fastfeed loader"
             raise ValueError(f"{LOADER_ENV}={name!r}: {why}; valid: {', '.join(TRAINER_LOADERS)}")

@@ -24,9 +24,7 @@ def training_dtype(trainer) -> torch.dtype:
     amp = getattr(trainer, "amp", None)
     if amp is None:
         amp = amp_arg not in (False, "fp32") and (amp_arg == "bf16" or trainer.device.type not in ("cpu", "mps"))
-    if not amp:
-        return torch.float32
-    return torch.bfloat16 if amp_arg == "bf16" else torch.float16
+    return (torch.bfloat16 if amp_arg == "bf16" else torch.float16) if amp else torch.float32
 
 
 def loader_setup(trainer) -> dict:
@@ -56,6 +54,4 @@ def finish_batch(trainer, batch: dict, feed) -> dict:
 
 def for_plots(batch: dict) -> dict:
     """Ultralytics' plots read images through numpy, which has no bfloat16."""
-    if batch["img"].dtype == torch.bfloat16:
-        batch = dict(batch, img=batch["img"].float())
-    return batch
+    return dict(batch, img=batch["img"].float()) if batch["img"].dtype == torch.bfloat16 else batch

@@ -109,9 +109,8 @@ def open_env_store(options: StoreOptions | None = None) -> Store | None:
 
 
 def _names(names) -> list[str] | None:
-    if names is None:
-        return None
-    return [str(names[k]) for k in sorted(names)] if isinstance(names, dict) else [str(n) for n in names]
+    names = [names[k] for k in sorted(names)] if isinstance(names, dict) else names
+    return None if names is None else [str(n) for n in names]
 
 
 def prepare_store(train, progress: bool = True, names=None, options: StoreOptions | None = None, task: str = "detect",
@@ -242,3 +241,14 @@ def check_task(store: Store, task: str, data: dict, trainer: str) -> None:
             raise ValueError(f"{store.path} holds keypoints with {key} {ours}, data.yaml gives {theirs}: the store was "
                              f"packed from another keypoint layout; fix data.yaml's {key}, or re-pack the store (unset "
                              f"{STORE_ENV} to let the trainer pack it)")
+
+
+def check_kpt_shape(data: dict, options: StoreOptions | None = None) -> dict:
+    """`data` (Ultralytics' data.yaml); a pose one without kpt_shape (Ultralytics' PoseTrainer: a KeyError) is refused
+    by name: what to add is the keypoint layout of the store $FASTFEED_STORE names, when it has one."""
+    if data.get("kpt_shape") is None:
+        m = getattr(open_env_store(options), "manifest", None)
+        given = " and ".join(f"`{k}: {v}`" for k in ("kpt_shape", "flip_idx") if (v := getattr(m, k, None)) is not None)
+        what = f"{given} (the store's, {STORE_ENV})" if given else "`kpt_shape: [K, 2 or 3]` (K keypoints of x, y or x, y, visibility)"
+        raise ValueError(f"{data.get('yaml_file', 'data.yaml')} has no kpt_shape, which a pose model is built from: add {what} to it")
+    return data

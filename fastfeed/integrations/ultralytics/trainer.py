@@ -33,7 +33,7 @@ from .device import NAME as DEVICE_LOADER
 from .device import finish_batch, for_plots, loader_setup
 from .feed import FEED_CSV, FastfeedTrainLoader, append_row, epoch_line
 from .stopping import StoppableMixin
-from .store import check_boxes, check_classes, check_data, check_task, prepare_store
+from .store import check_boxes, check_classes, check_data, check_kpt_shape, check_task, prepare_store
 
 
 def _fresh_feed_file(trainer) -> None:
@@ -189,6 +189,9 @@ class FastfeedPoseTrainer(FastfeedMixin, PoseTrainer):
     """Ultralytics' PoseTrainer fed by fastfeed from a pose store (kpt_shape and flip_idx: data.yaml's)."""
 
     fastfeed_task = "pose"
+
+    def get_dataset(self):   # Ultralytics' data.yaml, kpt_shape checked by fastfeed (PoseTrainer's KeyError skipped)
+        return check_kpt_shape(super(PoseTrainer, self).get_dataset(), StoreOptions.from_env(os.environ, self.store_options))
 
 
 class FastfeedOBBTrainer(FastfeedMixin, OBBTrainer):
