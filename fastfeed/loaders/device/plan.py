@@ -81,22 +81,21 @@ class Plan:
     extras: dict = field(default_factory=dict)   # a task store's Batch extras (numpy), rows in targets' order
 
 
-def ship_record(r: Record, size: int, mode: str) -> tuple[str, object, tuple[int, int], int]:
-    """(kind, payload bytes or pixel array, upright (h, w) on the device, orientation to apply) of record
+def ship_record(r: Record, size: int, mode: str) -> tuple[str, np.ndarray, tuple[int, int], int]:
+    """(kind, flat uint8 payload: bytes or pixels, upright (h, w) on the device, orientation to apply) of record
     `r` for an output of side `size`: how every record reaches the device, from a worker or the main process."""
     if r.codec == "raw" and r.size == r.tile_size(size):
-        return "pixels", r.payload, r.size, 1          # stored upright, at the size the sampler uses
+        return "pixels", np.frombuffer(r.payload, np.uint8), r.size, 1   # stored upright, at the sampler's size
     if r.codec == "jpeg" and mode == SHIP_ENCODED:
-        return "jpeg", r.payload, r.tile_size(size), r.orientation
+        return "jpeg", np.frombuffer(r.payload, np.uint8), r.tile_size(size), r.orientation
     img = r.decode_tile(size)                         # the cpu loader's tile: upright, long side size
-    return "pixels", img, img.shape[:2], 1
+    return "pixels", img.reshape(-1), img.shape[:2], 1
 
 
 def read_item(store, i: int, size: int, mode: str) -> Item:
     """Record `i` read in this process as an `Item` carrying its payload (`data`): not through a slot."""
     r = store.record(i)
-    kind, buf, shape, orientation = ship_record(r, size, mode)
-    data = buf.reshape(-1) if isinstance(buf, np.ndarray) else np.frombuffer(buf, np.uint8)
+    kind, data, shape, orientation = ship_record(r, size, mode)
     return Item(i, kind, tuple(shape), orientation, r.where, nbytes=data.size, data=data.tobytes())
 
 
@@ -170,9 +169,8 @@ class Planner:
         items, o = [], 0
         for r in records:
             t0 = perf_counter()
-            kind, buf, shape, orientation = ship_record(r, self.size, self.ship)
+            kind, data, shape, orientation = ship_record(r, self.size, self.ship)
             t1 = perf_counter()
-            data = buf.reshape(-1) if isinstance(buf, np.ndarray) else np.frombuffer(buf, np.uint8)
             item = Item(r.index, kind, tuple(shape), orientation, r.where, nbytes=data.size)
             if o + data.size <= len(out):
                 out[o:o + data.size] = data

@@ -85,12 +85,8 @@ def _init_pool(store, size: int) -> None:
 
 
 def _decode_chunk(indices: list[int]) -> list:
-    """In a pool process: records decoded on the host, as (index, pixels)."""
-    out = []
-    for i in indices:
-        _, buf, shape, _ = ship_record(_POOL["store"].record(i), _POOL["size"], SHIP_DECODED)
-        out.append((i, buf if isinstance(buf, np.ndarray) else np.frombuffer(buf, np.uint8).reshape(*shape, 3).copy()))
-    return out
+    """In a pool process: records decoded on the host, as (index, flat pixels)."""
+    return [(i, ship_record(_POOL["store"].record(i), _POOL["size"], SHIP_DECODED)[1]) for i in indices]
 
 
 def build_vram_cache(store, imgsz: int, batch_size: int, device: torch.device, decoder, upload, *, reserve_gb: float,
@@ -115,7 +111,7 @@ def build_vram_cache(store, imgsz: int, batch_size: int, device: torch.device, d
             with worker_context() as ctx, ctx.Pool(workers or usable_cores(), _init_pool, (store, imgsz)) as pool:
                 for chunk in pool.imap(_decode_chunk, jobs):
                     for i, img in chunk:
-                        put(i, upload(torch.from_numpy(np.ascontiguousarray(img))))
+                        put(i, upload(torch.from_numpy(img)))   # unpickled: a writable copy of the worker's
                     bar.update(len(chunk))
         else:
             for s in range(0, n, _BATCH):
