@@ -109,8 +109,9 @@ class DeviceFeed(DevicePrefetcher):
             return self.cache.pixels, self.cache.bases(plan.tiles)
         new = self._load(plan.items, slot)
         needed = list(dict.fromkeys(int(r) for r in plan.tiles.reshape(-1) if r >= 0))
-        if missing := [r for r in needed if r not in new and r not in self.images]:
-            new.update(self._reread(missing))
+        if missing := [r for r in needed if r not in new and r not in self.images]:   # never seen: read here
+            self.reread += len(missing)
+            new.update(self._load([read_item(self.host.store, i, self.size, self.host.ship) for i in missing], None))
         self.images.update(new)
         imgs = [self.images[r] for r in needed]
         starts = np.cumsum([0] + [im.shape[0] * im.shape[1] for im in imgs])
@@ -130,12 +131,6 @@ class DeviceFeed(DevicePrefetcher):
             raise WorkerError(f"device loader: {e}") from e
         self.decoded += len(out)
         return out
-
-    def _reread(self, records: list[int]) -> dict[int, torch.Tensor]:
-        """Partners the device never saw (a worker's buffer replayed on resume): read and decode them here."""
-        items = [read_item(self.host.store, i, self.size, self.host.ship) for i in records]
-        self.reread += len(items)
-        return self._load(items, None)
 
     def _render(self, plan: Plan, pixels: torch.Tensor, base: np.ndarray) -> torch.Tensor:
         b = len(plan.tiles)
