@@ -110,7 +110,11 @@ def measure(name: str, store, lcfg: LoaderConfig, *, seconds: float, batches: in
         try:   # time to the first batch (loader creation and worker start included), then the warm-up
             t_create = perf_counter()
             loader = create_loader(name, store, lcfg)
-            copy, ready = _device_side(loader, res, copy)
+            ready = None
+            if loader.on_device:   # no copy to time, and waiting for the device to finish a batch is waiting for data
+                copy, ready, res.copy_applicable = None, lambda b: synchronize(b.images.device), False
+                res.notes.append("batches come out on the device: no host->device copy; the wait for each batch "
+                                 "includes the device finishing it")
             res.batches_per_epoch = len(loader)
             order = getattr(loader, "order", None)   # a fastfeed Loader's EpochOrder (a bare iterable has none)
             res.order = order.describe() if order is not None else None
@@ -142,17 +146,6 @@ def measure(name: str, store, lcfg: LoaderConfig, *, seconds: float, batches: in
     log.info("%s: %d images in %.1f s, %.0f images/s%s", label or name, res.timed_images, res.wall_s,
              res.images_per_s.overall, f" (not a steady figure: {res.unreliable})" if res.unreliable else "")
     return res
-
-
-def _device_side(loader, res: LoaderResult, copy: Copy | None):
-    """(copy, ready): a loader whose batches come out on the device has no copy to time, and waiting for the
-    device to finish a batch is waiting for data (ready synchronises)."""
-    if not loader.on_device:
-        return copy, None
-    res.copy_applicable = False
-    res.notes.append("batches come out on the device: no host->device copy; the wait for each batch "
-                     "includes the device finishing it")
-    return None, lambda b: synchronize(b.images.device)
 
 
 def _timed(loader, gen, mon: ResourceMonitor, copy, step, ready, *, seconds: float, batches: int | None, label: str,
