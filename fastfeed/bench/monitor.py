@@ -169,10 +169,7 @@ def machine_info(device: str = "cpu") -> dict:
             "platform": platform.platform(), "versions": versions, "accelerator": None}
     kind = parse_device(device)[0]
     if kind in ("cuda", "npu"):
-        try:
-            name = device_name(device)
-        except (DeviceError, ImportError):   # not on this machine: the bench says so elsewhere
-            name = None
-        if name is not None:
-            info["accelerator"] = {"kind": kind, "name": name} | ({"cuda": torch.version.cuda} if kind == "cuda" else {})
+        with contextlib.suppress(DeviceError, ImportError):   # not on this machine: the bench says so elsewhere
+            if (name := device_name(device)) is not None:
+                info["accelerator"] = {"kind": kind, "name": name} | ({"cuda": torch.version.cuda} if kind == "cuda" else {})
     return info
