@@ -91,10 +91,8 @@ class DaliSource:
         b, S, hyp = len(records), self.size, self.hyp
         out = {name: [] for name in self.outputs}
         cands, plans = self.plans(epoch, k, b) if self.mode != "eval" else (None, None)
-        for j, (data, tile, turn) in enumerate(records):
-            out["data"].append(data)
-            if "turn" in out:
-                out["turn"].append(turn)
+        for j, record in enumerate(records):
+            tile = self._input(out, "data", "turn", record)
             if plans is None:
                 self._emit(out, "", plan_eval(*tile, S))
                 continue
@@ -107,8 +105,8 @@ class DaliSource:
             if self.mode == "mosaic":
                 for s in range(3):
                     real = s < len(partners)
-                    record = partners[s] if real and not from_batch[s] else None
-                    read = self._input(out, f"p{s + 1}", f"t{s + 1}", record)
+                    read = self._input(out, f"p{s + 1}", f"t{s + 1}",
+                                       self.read(partners[s]) if real and not from_batch[s] else None)
                     if real:
                         tiles.append(records[at[s]][1] if from_batch[s] else read)
                     out[f"b{s + 1}"].append(np.array(at[s] if real and from_batch[s] else 0, np.int32))
@@ -127,10 +125,10 @@ class DaliSource:
             if prefix + name in out:
                 out[prefix + name].append(getattr(dp, name))
 
-    def _input(self, out: dict, name: str, turn_name: str, record: int | None):
-        """Read `record` into this sample's input `name` and its turn into `turn_name` (when the graph turns);
+    def _input(self, out: dict, name: str, turn_name: str, read: tuple | None):
+        """A `read` record as this sample's input `name` and its turn as `turn_name` (when the graph turns);
         None: a placeholder. Returns its tile (None for a placeholder)."""
-        data, tile, turn = self.read(record) if record is not None else (self.placeholder(), None, _UPRIGHT)
+        data, tile, turn = read or (self.placeholder(), None, _UPRIGHT)
         out[name].append(data)
         if turn_name in out:
             out[turn_name].append(turn)
@@ -141,8 +139,8 @@ class DaliSource:
         n = sum(1 for name in out if name[0] == "m" and name[1:].isdigit())
         mix = plan.mix
         records = [] if mix is None else [int(cands[mix.other])] + [int(cands[p]) for p in mix.geometry.partners or ()]
-        tiles = [self._input(out, f"m{t}", f"mt{t}", records[t] if t < len(records) else None) for t in range(n)]
-        tiles = tiles[:len(records)]
+        tiles = [self._input(out, f"m{t}", f"mt{t}", self.read(records[t]) if t < len(records) else None)
+                 for t in range(n)][:len(records)]
         dp = empty_plan(n, self.size) if mix is None else pad_tiles(plan_train(mix.geometry, tiles, self.size, self.hyp), n)
         self._emit(out, "m", dp)
         out["mix"].append(np.array([mix.weight if mix else 1.0, float(mix is not None)], np.float32))
