@@ -112,25 +112,21 @@ class TaskGeometry:
         self.size, self.augment = cfg.imgsz, cfg.augment
         self.extras = BatchExtras(cfg.task or manifest.task, cfg, tuple(manifest.kpt_shape or (0, 3)))
 
-    def targets(self, matrices: np.ndarray, p, per_tile: list, plans, hyp, masks=None) -> tuple[np.ndarray, dict]:
-        """(targets float32 [M,6], extras) of plan `p`: `matrices` [B,3,3] mid frame -> output, `per_tile`
-        [(sample, tile slot, Tile)], `plans` the batch's SamplePlans (None: letterbox). A segment store's
+    def targets(self, matrices: np.ndarray, p, shown: list, plans, hyp, masks=None) -> tuple[np.ndarray, dict]:
+        """(targets float32 [M,6], extras) of plan `p`: `matrices` [B,3,3] mid frame -> output, `shown` each
+        sample's Tiles in slot order, `plans` the batch's SamplePlans (None: letterbox). A segment store's
         overlap masks go into `masks` (int16 [>=B, S/r, S/r], the pool's shared mask slot), not the extras."""
-        S, b = self.size, len(p.tiles)
-        shown: list[list] = [[] for _ in range(b)]
-        for j, t, tl in per_tile:
-            shown[j].append((t, tl))
-        rows = []
+        S, rows = self.size, []
         for j, tiles in enumerate(shown):
             if plans is None:   # letterbox: the mid frame is the image, matrices[j] scales and pads it
                 m = matrices[j]
-                labels = letterbox_labels(tiles[0][1].labels, (m[0, 0], m[1, 1]), (m[0, 2], m[1, 2]))
+                labels = letterbox_labels(tiles[0].labels, (m[0, 0], m[1, 1]), (m[0, 2], m[1, 2]))
             else:
-                ts = np.array([t for t, _ in tiles])
-                tile_to_mid = np.stack([place_matrix(place) for place in p.place[j, ts]])
+                n = len(tiles)
+                tile_to_mid = np.stack([place_matrix(place) for place in p.place[j, :n]])
                 # the device samples each tile's exact map over its whole region: that is the realised map and crop
-                crops = region_crop(p.place[j, ts], p.region[j, ts], p.shapes[j, ts])
-                labels = paste_labels([tl.labels for _, tl in tiles], matrices[j] @ tile_to_mid, crops, S, hyp,
+                crops = region_crop(p.place[j, :n], p.region[j, :n], p.shapes[j, :n])
+                labels = paste_labels([tl.labels for tl in tiles], matrices[j] @ tile_to_mid, crops, S, hyp,
                                       crops, flip_lr=plans[j].geometry.affine.flip_lr, flip_idx=self.flip_idx)
             if len(labels):
                 rows.append(make_targets(j, labels.classes, labels.boxes, S))
@@ -195,7 +191,7 @@ class Planner:
         t0 = perf_counter()
         b = len(loaded)
         tiles, shapes, places, regions = [], [], [], []           # per sample, 4 tiles (unused: defaults)
-        matrices, centres, hsv, per_tile = np.empty((b, 3, 3)), [], [], []
+        matrices, centres, hsv, shown_tiles = np.empty((b, 3, 3)), [], [], []
         for j, tile in enumerate(loaded):
             plan = plans[j] if plans is not None else None
             shown, layout, matrices[j], centre = self._geometry(tile, plan)
@@ -205,14 +201,14 @@ class Planner:
             shapes.append([t.hw for t in shown] + [(1, 1)] * pad)
             places.append([pl for pl, _ in layout] + [(1.0, 0.0, 0.0)] * pad)
             regions.append([rg for _, rg in layout] + [(0.0, 0.0, 0.0, 0.0)] * pad)
-            per_tile += [(j, t, tl) for t, tl in enumerate(shown)]
+            shown_tiles.append(shown)
             hsv.append((0.0, 1.0, 1.0) if plan is None or plan.hsv is None else plan.hsv)
         p = Plan(self.token, np.array(tiles, np.int64), np.array(shapes, np.int64), np.linalg.inv(matrices),
                  np.array(centres, np.float64), np.array(regions, np.float64), np.array(places, np.float64),
                  np.array(hsv, np.float64), np.array([bool(q and q.bgr) for q in plans or [None] * b], np.float64),
                  np.zeros((0, 6), np.float32),
                  np.array([t.record for t in self.partners.items], np.int64), items)
-        p.targets, p.extras = self.labels.targets(matrices, p, per_tile, plans, self.hyp, masks)
+        p.targets, p.extras = self.labels.targets(matrices, p, shown_tiles, plans, self.hyp, masks)
         times["plan"] += perf_counter() - t0
         return p, times
 
