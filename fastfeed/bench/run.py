@@ -89,12 +89,9 @@ def sweep_workers(name: str, store, cfg: BenchConfig, base: LoaderConfig) -> tup
     chosen = min((p for p in points if p["images_per_s"] >= (1 - SWEEP_TOLERANCE) * best["images_per_s"]),
                  key=lambda p: p["workers"])
     seen = ", ".join(f"{p['workers']}: {p['images_per_s']:.0f}" for p in points)
-    if chosen is best:
-        reason = f"{best['workers']} worker(s) gave the most images/s ({seen})"
-    else:
-        reason = (f"{chosen['workers']} worker(s) came within {SWEEP_TOLERANCE:.0%} of the best "
-                  f"({best['workers']}: {best['images_per_s']:.0f} images/s) with fewer processes, leaving cores "
-                  f"and memory to the trainer ({seen})")
+    reason = (f"{best['workers']} worker(s) gave the most images/s ({seen})" if chosen is best else
+              f"{chosen['workers']} worker(s) came within {SWEEP_TOLERANCE:.0%} of the best ({best['workers']}: "
+              f"{best['images_per_s']:.0f} images/s) with fewer processes, leaving cores and memory to the trainer ({seen})")
     return Sweep(window_s=window, points=points, chosen=chosen["workers"], reason=reason), None
 
 
