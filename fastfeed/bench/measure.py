@@ -51,11 +51,8 @@ BATCHES_PER_SLICE = 5  # ... and into fewer when there are fewer batches, so a s
 
 
 def rate_stats(t0: float, ends: list[float], counts: list[int], wall: float) -> Rate:
-    """The rate over the whole window (the headline) and its spread over equal slices of the window.
-
-    Batch k counts in the slice its end time `ends[k]` falls in; a slice's rate is its count / its length,
-    so the slices' mean is exactly the overall rate, and a loader that delivers in bursts shows empty slices
-    rather than a median of its fastest moments."""
+    """The rate over the whole window (the headline) and its spread over equal slices of it (`Rate` says how to
+    read them); batch k counts in the slice its end time `ends[k]` falls in."""
     total = sum(counts)
     if wall <= 0:
         return Rate(overall=0.0, slice_s=0.0, slices=[0.0], slice_median=0.0, slice_p25=0.0, slice_p75=0.0,

@@ -30,10 +30,8 @@ SWEEP_TOLERANCE = 0.05   # a smaller worker count within 5 % of the best wins: t
 def make_copy(device: torch.device | None):
     """(batch) -> (images, targets) on `device`, synchronised so the time is the copy's; None on cpu.
 
-    The DevicePrefetcher's own path, one batch at a time: its side stream, a non-blocking copy from the
-    loader's pinned memory, uint8 -> float /255 on the device. The bench hands batches over one by one,
-    so this measures the copy and conversion, not their overlap with the step (that needs the measure
-    loop to iterate `DevicePrefetcher(loader, device)` instead of the loader).
+    `DevicePrefetcher.transfer`, one batch at a time: this measures the copy and the uint8 -> float conversion, not
+    their overlap with the step (that needs the measure loop to iterate `DevicePrefetcher(loader, device)`).
     """
     if device is None:
         return None
