@@ -93,8 +93,7 @@ class NvImageCodecDecoder:
 
     def decode(self, jpegs, stream=None) -> list[torch.Tensor]:
         srcs = [self.nv.CodeStream(t.numpy()) for t, _ in jpegs]
-        handle = getattr(stream, "cuda_stream", 0) if stream is not None else 0
-        images = self.decoder.decode(srcs, params=self.params, cuda_stream=handle)
+        images = self.decoder.decode(srcs, params=self.params, cuda_stream=getattr(stream, "cuda_stream", 0))
         out = []
         for img, (_, o) in zip(images, jpegs):
             if img is None:

@@ -52,9 +52,8 @@ class DeviceFeed(DevicePrefetcher):
     def __init__(self, host, device, *, dtype, decoder, cache, compute: torch.device, timing: bool, ops=None):
         super().__init__(host, device, depth=2, dtype=dtype, device_augment=False, thread=False, ops=ops)
         self.host, self.decoder, self.cache, self.compute = host, decoder, cache, compute
-        cfg = host.cfg
-        self.size, self.fill = cfg.imgsz, cfg.hyp.fill
-        h = cfg.hyp
+        cfg, h = host.cfg, host.cfg.hyp
+        self.size, self.fill = cfg.imgsz, h.fill
         self.jitter = (cfg.augment and bool(h.hsv_h or h.hsv_s or h.hsv_v), bool(h.hsv_h))
         self.drawn = {"projective": cfg.augment and bool(h.perspective), "bgr": cfg.augment and bool(h.bgr)}
         self.images: dict[int, torch.Tensor] = {}   # decoded records a partner buffer still lists
@@ -137,8 +136,7 @@ class DeviceFeed(DevicePrefetcher):
         floats = np.concatenate([plan.minv.reshape(b, 9), plan.centre, plan.region.reshape(b, 16),
                                  plan.place.reshape(b, 12), plan.hsv, plan.bgr[:, None]], axis=1).astype(np.float32)
         ints = np.concatenate([base, plan.shapes.reshape(b, 8)], axis=1).astype(np.int64)
-        f = self._upload(torch.from_numpy(floats)) if self.accelerated else torch.from_numpy(floats)
-        i = self._upload(torch.from_numpy(ints)) if self.accelerated else torch.from_numpy(ints)
+        f, i = (self._upload(torch.from_numpy(a)) if self.accelerated else torch.from_numpy(a) for a in (floats, ints))
         p = Params(f[:, 0:9].reshape(b, 3, 3), f[:, 9:11], f[:, 11:27].reshape(b, 4, 4), f[:, 27:39].reshape(b, 4, 3),
                    f[:, 39:42], i[:, 0:4], i[:, 4:12].reshape(b, 4, 2), f[:, 42])
         return render(pixels, p, self.size, self.fill, self.jitter, self.dtype, **self.drawn)

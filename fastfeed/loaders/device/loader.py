@@ -91,5 +91,4 @@ class DeviceLoader(Loader):
         self.feed.close()
         self.host.close()
         self.feed.release()
-        if self.cache is not None:
-            self.feed.cache = self.cache = None
+        self.feed.cache = self.cache = None
