@@ -144,7 +144,6 @@ def pad_tiles(plan: DaliSample, k: int) -> DaliSample:
     show nothing."""
     n = len(plan.geom)
     if n < k:
-        empty = np.zeros((2, k - n, 2), np.int32)
         plan.geom = np.concatenate([plan.geom, np.tile(np.asarray(UNUSED, np.float32), (k - n, 1))])
-        plan.paste = np.concatenate([plan.paste, empty], axis=1)
+        plan.paste = np.concatenate([plan.paste, np.zeros((2, k - n, 2), np.int32)], axis=1)
     return plan
