@@ -63,10 +63,9 @@ def format_table(result: BenchResult) -> str:
     rows = [_row(r, stall_mode) for r in result.results]
     full = [r for r in rows if len(r) == len(heads)]
     widths = [max(len(h), *(len(r[i]) for r in full)) if full else len(h) for i, h in enumerate(heads)]
-    left = {0}
 
     def line(cells):
-        return "  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
     s0 = heads.index("read")
     span = sum(widths[s0:s0 + 5]) + 2 * 4
