@@ -122,8 +122,8 @@ def measure(name: str, store, lcfg: LoaderConfig, *, seconds: float, batches: in
                      f"{batches} batches" if batches else f"{seconds:g} s")
             mon.set_pids(loader.memory_pids())
             res.warmup_batches = max(warmup, 1)   # untimed batches through the same copy/step path (the first counts)
-            for k in range(res.warmup_batches):
-                dev = copy(first if k == 0 else next(gen)) if copy else (first if k == 0 else next(gen))
+            for batch in itertools.chain([first], itertools.islice(gen, res.warmup_batches - 1)):
+                dev = copy(batch) if copy else batch
                 if step:
                     step(*dev)
             win = _timed(loader, gen, mon, copy, step, ready, seconds=seconds, batches=batches,
