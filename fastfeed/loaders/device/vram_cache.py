@@ -68,12 +68,12 @@ def check_fits(shapes: np.ndarray, imgsz: int, batch_size: int, device: torch.de
         return need
     fits = [s for s in range(imgsz - 32, 31, -32)
             if _estimate(shapes, s) + working_bytes(batch_size, s, device) + reserve <= free]
-    hint = (f"at imgsz {fits[0]} it would need about {_estimate(shapes, fits[0]) / GIB:.1f} GiB" if fits
-            else "no imgsz fits with this reserve")
+    hint = (f"At imgsz {fits[0]} it would need about {_estimate(shapes, fits[0]) / GIB:.1f} GiB" if fits
+            else "No imgsz fits with this reserve")
     raise VramCacheError(
         f"cache='device' needs {need / GIB:.1f} GiB for {len(shapes):,} images at imgsz {imgsz}, plus "
         f"{work / GIB:.1f} GiB of working memory and {reserve / GIB:.1f} GiB kept for the model (cache_reserve_gb); "
-        f"{device} has {free / GIB:.1f} GiB free of {total / GIB:.1f} GiB. {hint[0].upper() + hint[1:]}. Use a "
+        f"{device} has {free / GIB:.1f} GiB free of {total / GIB:.1f} GiB. {hint}. Use a "
         "smaller imgsz, cache=None (decode every step), a device with more memory, or a smaller cache_reserve_gb")
 
 
