@@ -48,8 +48,7 @@ def _worker_main(worker_id: int, make_builder: Callable, slots: torch.Tensor, ta
     except BaseException:
         results.put(("error", -1, -1, -1, worker_id, traceback.format_exc()))
         return
-    out = slots.numpy()
-    mask_out = None if masks is None else masks.numpy()
+    outs = (slots.numpy(),) if masks is None else (slots.numpy(), masks.numpy())   # overlap masks: a slot beside each
     while True:
         task = tasks.get()
         if task is None:
@@ -59,10 +58,7 @@ def _worker_main(worker_id: int, make_builder: Callable, slots: torch.Tensor, ta
             if slot is None:   # a warm-up: load into the partner buffer only, nothing to report
                 builder.warm(indices, reset=True)
                 continue
-            if mask_out is None:
-                targets, times = builder.build(indices, epoch, k, mosaic_on, out[slot])
-            else:   # a segment store's overlap masks: into the mask slot beside the image slot
-                targets, times = builder.build(indices, epoch, k, mosaic_on, out[slot], mask_out[slot])
+            targets, times = builder.build(indices, epoch, k, mosaic_on, *(o[slot] for o in outs))
             results.put(("ok", gen, epoch, k, slot, targets, times, len(indices)))
         except BaseException:
             results.put(("error", gen, epoch, k, worker_id, traceback.format_exc()))
