@@ -18,7 +18,7 @@ import numpy as np
 
 from ..augment import Labels
 from ..cache import CacheHandle, CacheLease, acquire
-from ..checks import field_need
+from ..checks import field_need, is_num
 from ..store.reader import Store
 from ..tasks import get as task_spec
 from .base import LoaderConfig, check_epoch
@@ -38,14 +38,12 @@ class ShmOptions(CpuOptions):
 
     def __post_init__(self):
         super().__post_init__()
-
         need = field_need(self, "shm option ")
         need(isinstance(self.cache_dir, (str, os.PathLike)) and os.fspath(self.cache_dir) != "", "cache_dir",
              "must be a directory path")
         object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
         need(isinstance(self.cache_partial, bool), "cache_partial", "must be True or False")
-        need(isinstance(self.cache_wait, (int, float)) and not isinstance(self.cache_wait, bool) and self.cache_wait > 0,
-             "cache_wait", "must be > 0 seconds")
+        need(is_num(self.cache_wait) and self.cache_wait > 0, "cache_wait", "must be > 0 seconds")
         need(isinstance(self.cache_keep, bool), "cache_keep", "must be True or False")
 
 
