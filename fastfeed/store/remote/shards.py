@@ -6,7 +6,6 @@ order (docs/design.md, "A store in object storage reads through a node-local sha
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import os
 import weakref
@@ -22,8 +21,6 @@ from .link import Link, warming
 from .room import default_limit
 from .shard_cache import ShardCache
 from .sizes import default_dir, parse_size
-
-log = logging.getLogger(__name__)
 
 DEFAULT_READ_AHEAD = 2        # shards downloaded ahead of the ones being read, at least
 READ_AHEAD_BYTES = 16 << 20    # ... and by default at least this much (small shards: more of them ahead)
