@@ -20,6 +20,7 @@ from ..procs import usable_cores
 from ..renamed import renamed
 from ..tasks import TASKS
 from ..tasks import get as task_spec
+from .position import resume, state_of
 from .renders import Renders, UnsupportedTask, batch_task
 from .sampler import EpochOrder, batches_per_epoch
 from .shard_order import default_order
@@ -250,8 +251,6 @@ class Loader(BatchFeed, AbstractContextManager):
         """The position (`batches` consumed into `epoch` on every rank: by default those its iterator has yielded,
         `handed`; a caller that knows better passes them) and what makes the batches (the order's identity, world
         size, batch size, seed, workers, partner buffer, imgsz): plain values, for a checkpoint (position.py)."""
-        from .position import state_of
-
         return state_of(self, self.epoch if epoch is None else int(epoch), self.handed if batches is None else int(batches))
 
     def load_state_dict(self, state: dict) -> str:
@@ -259,8 +258,6 @@ class Loader(BatchFeed, AbstractContextManager):
         the order is the same, else the records of the interrupted epoch not yet trained re-dealt to this loader's
         ranks (position.py). Sets the epoch and its first batch (`epoch`, `start`); returns the one line saying what
         changed and what the resume does about it. A `position.ResumeError` when it cannot."""
-        from .position import resume
-
         return resume(self, state)
 
     def use_order(self, order: EpochOrder) -> None:

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..checks import is_int
 from .sampler import EpochOrder, ShuffledOrder, deal
+from .windowed import FollowedOrder, WindowedOrder, node_layout
 
 FORMAT = "fastfeed-loader-state"
 VERSION = 1
@@ -23,8 +24,6 @@ class ResumeError(ValueError):
 
 def build_order(identity: dict, rank: int) -> EpochOrder:
     """The order `identity` describes, for `rank` (what recomputes a saved run's batches)."""
-    from .windowed import WindowedOrder
-
     i = identity
     kind = i.get("kind")
     if kind == "shuffle":
@@ -70,8 +69,6 @@ class Remainder(EpochOrder):
     def own(self) -> list[np.ndarray]:
         """This rank's batches of the rest of `epoch` (the same count on every rank)."""
         if self._mine is None:
-            from .windowed import node_layout
-
             seq, world, b, drop = self.remaining(), self.world_size, self.batch_size, self.drop_last
             self.rest = len(seq)
             per_rank = len(seq) // world if drop else -(-len(seq) // world)
@@ -115,8 +112,6 @@ class Remainder(EpochOrder):
 def with_remainder(order: EpochOrder, epoch: int, prior: dict, done: int) -> tuple[EpochOrder, Remainder]:
     """`order` with `epoch` replaced by the rest of `prior`'s (inside a `FollowedOrder`: a shard cache follows the
     batches actually read), and that `Remainder`."""
-    from .windowed import FollowedOrder
-
     followed = isinstance(order, FollowedOrder)
     rest = Remainder(order.base if followed else order, epoch, prior, done)
     return (order.with_base(rest) if followed else rest), rest
