@@ -15,7 +15,7 @@ import numpy as np
 from .boxes import box_ioa
 from .labels import Labels
 from .masks import rasterise
-from .paste import paste_tile, place_matrix, region_crop
+from .paste import paste_tile, place_matrix
 from .points import paste_labels
 
 
@@ -29,19 +29,18 @@ def pick(labels: Labels, labels2: Labels, share: float) -> np.ndarray:
     return free[:round(share * len(free))]
 
 
-def flip_in(out: np.ndarray, labels: Labels, tiles, layout, matrix: np.ndarray, frame: tuple[float, float],
+def flip_in(out: np.ndarray, labels: Labels, tiles, layout, regions, matrix: np.ndarray, frame: tuple[float, float],
             hyp) -> tuple[np.ndarray, Labels]:
-    """Mode "flip" on a rendered sample (out, labels: what `render.render_labels` drew of `tiles` by `layout` and the
-    mid frame -> output `matrix`): the objects of the mid frame (`frame`: its width and height) mirrored about its
-    centre, chosen (`pick`) against the frame's own objects, pasted with the mirrored frame's pixels. `out` is
-    changed in place; tiles without polygons paste nothing."""
+    """Mode "flip" on a rendered sample (out, labels: what `render.render_labels` drew of `tiles` by `layout`, their
+    `regions` (`paste.region_crop`), and the mid frame -> output `matrix`): the objects of the mid frame (`frame`: its
+    width and height) mirrored about its centre, chosen (`pick`) against the frame's own objects, pasted with the
+    mirrored frame's pixels. `out` is changed in place; tiles without polygons paste nothing."""
     n = len(layout)
     if any(t[1].polygons is None for t in tiles[:n]):
         return out, labels
     w, h = frame
     side = int(np.ceil(max(w, h)))
-    crops = [region_crop(place, region, img.shape[:2]) for (img, _), (place, region) in zip(tiles, layout)]
-    mid = paste_labels([t[1] for t in tiles[:n]], [place_matrix(place) for place, _ in layout], crops, side, hyp)
+    mid = paste_labels([t[1] for t in tiles[:n]], [place_matrix(place) for place, _ in layout], regions, side, hyp)
     if not len(mid):
         return out, labels
     mirror = np.array([[-1.0, 0.0, w], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])

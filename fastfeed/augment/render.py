@@ -31,12 +31,9 @@ def render_labels(tiles: Sequence[tuple[np.ndarray, Labels]], geometry: Geometry
     shapes = [t[0].shape[:2] for t in tiles[:n]]
     layout, _, matrix = sample_layout(geometry, shapes, size, hyp)
     out.fill(hyp.fill)
-    realised, crops, regions = [], [], []
-    for (img, _), (place, region) in zip(tiles[:n], layout):
-        m, crop = paste_tile(out, img, place, region, matrix)
-        realised.append(m)
-        crops.append(crop)
-        regions.append(region_crop(place, region, img.shape[:2]))
+    realised, crops = zip(*(paste_tile(out, img, place, region, matrix)
+                            for (img, _), (place, region) in zip(tiles, layout)))
+    regions = [region_crop(place, region, img.shape[:2]) for (img, _), (place, region) in zip(tiles, layout)]
     labels = [t[1] for t in tiles[:n]]
     if all(x.boxes_only for x in labels):   # boxes only: the box rule, without building shapes
         boxes, classes = paste_boxes([x.boxes for x in labels], [x.classes for x in labels], realised, crops,
@@ -47,7 +44,7 @@ def render_labels(tiles: Sequence[tuple[np.ndarray, Labels]], geometry: Geometry
     if not geometry.paste_flip:
         return out, shown
     frame = (2.0 * size, 2.0 * size) if geometry.mosaic else layout[0][1][2:]   # the canvas, or the scaled image
-    return flip_in(out, shown, tiles[:n], layout, matrix, frame, hyp)
+    return flip_in(out, shown, tiles[:n], layout, regions, matrix, frame, hyp)
 
 
 def mix_in(res: np.ndarray, labels: Labels, plan: SamplePlan, second, hyp: AugmentHyp) -> tuple[np.ndarray, Labels]:
