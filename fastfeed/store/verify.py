@@ -116,8 +116,7 @@ def verify(path, decode: bool = False, workers: int = 1, progress: bool = True, 
             bar.update(count)
     named = {d["shard"] for d in result.damaged}
     result.damaged += [c for c in changed if c["shard"] not in named]   # changed, but no record says where
-    result.checked = n
-    result.decoded = n if decode else 0
+    result.checked, result.decoded = n, n if decode else 0
     return result
 
 
@@ -140,13 +139,12 @@ def summarize(path, options=None) -> dict:
         long_side = max(int(v) for v in size.split("x"))
         key = next((f"<= {b}" for b in _BUCKETS if long_side <= b), f"> {_BUCKETS[-1]}")
         hist[key] += count
-    shard_bytes = store.stored_bytes()
     return {
         "path": str(store.path), "format_version": m.format_version, "created": m.created,
         "images": m.num_images, "boxes": m.num_boxes, "crowd_boxes": m.num_crowd,
         "classes": [{"id": i, "name": n, "source_id": sid, "boxes": b}
                     for i, (n, sid, b) in enumerate(zip(m.classes, m.category_ids, m.stats["class_boxes"]))],
-        "payload": m.payload, "shards": len(m.shards), "bytes": shard_bytes,
+        "payload": m.payload, "shards": len(m.shards), "bytes": store.stored_bytes(),
         "record_bytes": m.stats["record_bytes"],
         "long_side_histogram": hist, "common_sizes": dict(list(m.stats["sizes"].items())[:5]),
         "source": m.source, "report": m.report, "fingerprint": m.fingerprint, "task": task_summary(m),
