@@ -53,11 +53,10 @@ def resized(file, size: int, packed: int) -> str:   # the one wording of a shard
 
 def store_changed_reason() -> str:
     """Why a read of memory-mapped data faulted (SIGBUS), naming the shards that changed when any did."""
-    changed = changed_shards()
-    if not changed:
-        return ("a memory-mapped file shrank under it: was a store shard or the shm cache truncated or overwritten "
-                "while in use?")
-    return under_reader(changed)
+    if changed := changed_shards():
+        return under_reader(changed)
+    return ("a memory-mapped file shrank under it: was a store shard or the shm cache truncated or overwritten "
+            "while in use?")
 
 
 def under_reader(changed: list[str]) -> str:
