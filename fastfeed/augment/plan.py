@@ -144,9 +144,8 @@ def draw_geometry(rng: np.random.Generator, hyp: AugmentHyp, size: int, mosaic_o
     """Mosaic or not (with probability hyp.mosaic when `mosaic_on`), its partners among `candidates` items and
     its centre, then the affine."""
     if mosaic_on and rng.random() < hyp.mosaic:
-        picks = rng.integers(candidates, size=3)
-        centre = draw_mosaic_centre(rng, size)
-        return Geometry((int(picks[0]), int(picks[1]), int(picks[2])), centre, draw_affine(rng, hyp, size), paste_flip)
+        partners = tuple(int(k) for k in rng.integers(candidates, size=3))
+        return Geometry(partners, draw_mosaic_centre(rng, size), draw_affine(rng, hyp, size), paste_flip)
     return Geometry(None, None, draw_affine(rng, hyp, size), paste_flip)
 
 
