@@ -55,11 +55,9 @@ def recover(out: Path) -> list[str]:
     Returns what was done, one line each (for the log)."""
     out = Path(out)
     done = []
-    if not os.path.lexists(out):
-        olds = [p for p in leftovers(out) if ".old-" in p.name and _is_store(p)]
-        if olds:
-            os.rename(olds[-1], out)
-            done.append(f"restored {out} from {olds[-1].name}: a pack was killed while replacing it")
+    if not os.path.lexists(out) and (olds := [p for p in leftovers(out) if ".old-" in p.name and _is_store(p)]):
+        os.rename(olds[-1], out)
+        done.append(f"restored {out} from {olds[-1].name}: a pack was killed while replacing it")
     keep_old = not _is_store(out)
     for p in leftovers(out):
         if ".old-" in p.name and keep_old and _is_store(p):   # the only copy of a store: never removed
