@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..augment.albu import names
 from ..tasks import TASKS
 from ..tasks import get as task_spec
 
@@ -87,10 +88,7 @@ RENDERERS = (CPU, DEVICE, DALI)
 
 
 def _value(hyp, k: str) -> str:
-    if k == "albumentations":
-        from ..augment.albu import names
-        return f"[{names(hyp.albumentations)}]"
-    return str(getattr(hyp, k))
+    return f"[{names(hyp.albumentations)}]" if k == "albumentations" else str(getattr(hyp, k))
 
 
 def renderer(loader: str) -> Renders:

@@ -10,7 +10,7 @@ import os
 from dataclasses import fields
 
 from ... import tasks
-from ...augment import AugmentHyp
+from ...augment import AugmentHyp, albu
 from ...devices import device_count
 from ...loaders import list_loaders
 from ...loaders.renders import OPTIONAL, renderer
@@ -102,9 +102,8 @@ def albumentations(args) -> tuple[list, list]:
                      "Albumentations (`pip install -e '.[albumentations]'` applies them)")
     if step.transform is None:
         return [], []
-    from ...augment.albu import spatial
     transforms = [t for t in step.transform.transforms if t.p > 0]
-    return [t for t in transforms if not spatial(t)], [t for t in transforms if spatial(t)]
+    return [t for t in transforms if not albu.spatial(t)], [t for t in transforms if albu.spatial(t)]
 
 
 _built: dict = {}
@@ -161,7 +160,5 @@ def warn_unsupported(args, task: str = "detect", loader: str = "cpu") -> None:
 
 
 def describe(hyp: AugmentHyp) -> str:
-    from ...augment.albu import names
-
     return ", ".join([f"{f.name}={getattr(hyp, f.name)}" for f in fields(hyp) if f.name in HYP_ARGS] +
-                     [f"albumentations={names(hyp.albumentations)}"] * bool(hyp.albumentations))
+                     [f"albumentations={albu.names(hyp.albumentations)}"] * bool(hyp.albumentations))

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from ...loaders.position import legacy_state
 from ...preempt import EXIT_PREEMPTED
 from ...train.checkpoint import write_atomically
 from ...train.guards import DataSourceFailed
@@ -130,8 +131,6 @@ def position_of(ckpt) -> dict | None:
 def saved_state(pos: dict, loader) -> dict:
     """The loader state of a mid-epoch position `pos` (its epoch and batches: a lost source's are the entry's). A
     position written before the loader kept its state is taken as of this run's order with its batch and world size."""
-    from ...loaders.position import legacy_state
-
     epoch, batches = int(pos["epoch"]), int(pos["batches"])
     if isinstance(pos.get("loader"), dict):
         return {**pos["loader"], "epoch": epoch, "batches": batches}
