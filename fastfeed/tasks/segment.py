@@ -20,8 +20,7 @@ class Segment(Task):
             raise ValueError(f"{len(polygons)} polygons for {n} objects")
         parts = [np.asarray(p, "<f4").reshape(-1, 2) for p in polygons]
         counts = np.array([len(p) for p in parts], "<u4")
-        points = np.concatenate(parts) if parts else np.zeros((0, 2), "<f4")
-        return 0, 0, counts.tobytes() + points.astype("<f4", copy=False).tobytes()
+        return 0, 0, counts.tobytes() + b"".join(p.tobytes() for p in parts)
 
     def parse(self, buf, off, k, d, n, bad):
         if len(buf) < off + 4 * n:
@@ -32,8 +31,7 @@ class Segment(Task):
         if len(buf) < off + 8 * total:
             raise bad("shorter than its polygons")
         points = np.frombuffer(buf, "<f4", total * 2, off).reshape(total, 2).astype(np.float32)
-        ends = np.cumsum(counts)
-        return [points[e - c:e] for c, e in zip(counts, ends)], off + 8 * total
+        return [points[e - c:e] for c, e in zip(counts, np.cumsum(counts))], off + 8 * total
 
     def check_record(self, value, n, manifest):
         if len(value) != n or any(outside(p) for p in value):
