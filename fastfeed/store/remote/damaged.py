@@ -24,9 +24,8 @@ def read(store, index: int, shard: int, check_crc: bool) -> Record:
     try:
         return _read(store, index, shard, check_crc, seen)
     except fmt.RecordCorrupt as e:
-        first = e
-    cached = store.cache.file(store.shards[shard])
-    log.warning("%s (the node's cached copy %s); downloading the shard again", _plain(first), cached)
+        log.warning("%s (the node's cached copy %s); downloading the shard again", _plain(e),
+                    store.cache.file(store.shards[shard]))
     _refresh(store, shard, seen[-1] if seen else None)
     try:
         return _read(store, index, shard, check_crc, [])
