@@ -123,9 +123,7 @@ def letterbox_boxes(boxes: np.ndarray, ratio, pad: tuple[float, float]) -> np.nd
     """
     b = np.asarray(boxes, np.float32).reshape(-1, 4)
     rx, ry = (ratio, ratio) if isinstance(ratio, numbers.Real) else ratio
-    scale = np.array([rx, ry, rx, ry], np.float32)
-    shift = np.array([pad[0], pad[1], pad[0], pad[1]], np.float32)
-    return b * scale + shift
+    return b * np.array([rx, ry] * 2, np.float32) + np.array([pad[0], pad[1]] * 2, np.float32)
 
 
 def letterbox_labels(labels: Labels, ratio, pad: tuple[float, float]) -> Labels:
