@@ -29,8 +29,7 @@ def reserve(cache, info: fmt.ShardInfo, part: Path, urgent: bool) -> int | None:
     deadline = time.monotonic() + cache.wait_s
     while True:
         with flocked(cache.root / ".space.lock", fcntl.LOCK_EX):
-            room = _make_room(cache, info.bytes, urgent)
-            if room:
+            if _make_room(cache, info.bytes, urgent):
                 fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
                 try:
                     os.posix_fallocate(fd, 0, max(info.bytes, 1))
