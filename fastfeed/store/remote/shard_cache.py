@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import format as fmt
-from ..format import sha256_file
-from ..objstore import shown
+from ..urls import shown
 from . import room
 from .errors import CacheFull, CacheReadOnly, ShardDamaged
 from .locks import fetched_in, flocked, held, log_line, open_lock
@@ -160,7 +159,7 @@ class ShardCache:
                     finally:
                         os.close(fd)
                     size = os.stat(part).st_size
-                    digest = sha256_file(part) if info.sha256 else None
+                    digest = fmt.sha256_file(part) if info.sha256 else None
                     if size == info.bytes and digest == info.sha256:
                         # under the space lock, as room's scans run: a scan beside the rename could count the shard
                         # twice (one needless eviction) or not at all (one shard over the limit)
