@@ -31,12 +31,6 @@ def check_image(img, name: str = "img") -> np.ndarray:
     return img
 
 
-def check_size(size, name: str = "size") -> int:
-    """A positive integer output side."""
-    need(is_int(size) and size >= 1, name, "must be an integer >= 1", size)
-    return int(size)
-
-
 def check_out(out, shape: tuple[int, int, int], name: str = "out") -> np.ndarray:
     """A caller's uint8 buffer of exactly `shape` whose rows OpenCV can write in place.
 
@@ -94,10 +88,10 @@ def letterbox(img: np.ndarray, size: int, *, stride: int = 32, rect: bool = Fals
     the resized size and map boxes exactly (see `letterbox_boxes`).
     """
     check_image(img)
-    size = check_size(size)
-    stride = check_size(stride, "stride")
+    for name, side in (("size", size), ("stride", stride)):
+        need(is_int(side) and side >= 1, name, "must be an integer >= 1", side)
     need(is_int(fill) and 0 <= fill <= 255, "fill", "must be an integer in [0, 255]", fill)
-    fill = int(fill)
+    size, stride, fill = int(size), int(stride), int(fill)
     h, w = img.shape[:2]
     nw, nh, left, top, ow, oh, r = letterbox_geometry(h, w, size, scaleup=scaleup, stride=stride if rect else None)
     out = check_out(out, (oh, ow, 3))
