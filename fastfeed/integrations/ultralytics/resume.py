@@ -97,11 +97,6 @@ def captured_save(trainer, save) -> tuple[object, dict[Path, bytes]]:
     return out, files
 
 
-def write_files(files: dict[Path, bytes]) -> None:
-    for path, data in files.items():
-        write_atomically(path, lambda f, data=data: f.write(data), size=len(data))
-
-
 def mid_epoch_checkpoint(trainer, save, position: dict, state: dict | None = None) -> float:
     """last.pt for `position` (`batches` of `epoch` done), in Ultralytics' format, with `state` (exact.py) beside
     it; returns seconds taken."""

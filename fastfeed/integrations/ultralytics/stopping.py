@@ -18,7 +18,7 @@ from ...devices import rng_state, set_rng_state
 from ...loaders.position import same_order
 from ...preempt import SaveTimer, StopSignals
 from ...train import distributed
-from ...train.checkpoint import check_intact
+from ...train.checkpoint import check_intact, write_atomically
 from ...train.guards import DataSourceFailed, ranks_lost, source_failure
 from ...train.oom import BufferSnapshot
 from .args import log
@@ -33,7 +33,6 @@ from .resume import (
     position_of,
     save_every_min,
     saved_state,
-    write_files,
     write_stop_file,
 )
 
@@ -220,7 +219,8 @@ class StoppableMixin:
     def save_model(self):
         """Ultralytics' save_model, every file it writes written atomically."""
         saved, files = captured_save(self, super().save_model)
-        write_files(files)
+        for path, data in files.items():
+            write_atomically(path, lambda f, data=data: f.write(data), size=len(data))
         if self._ff_timer is not None:
             self._ff_timer.saved()
         return saved
