@@ -109,7 +109,6 @@ def segmentation_points(seg, size, unit, name: str, ann_id, problems: list[Probl
 
 def keypoint_values(kp, unit, k: int, name: str, ann_id, problems: list[Problem]) -> np.ndarray | None:
     """The object's keypoints [K,3] (x, y divided by `unit` (w, h), visibility as given); None when dropped (named)."""
-    w, h = unit
     if kp is None:
         problems.append(Problem("box_without_keypoints", name, f"annotation {ann_id}"))
         return np.zeros((k, 3))
@@ -121,4 +120,4 @@ def keypoint_values(kp, unit, k: int, name: str, ann_id, problems: list[Problem]
         problems.append(Problem("keypoint_count", name, f"annotation {ann_id}: keypoints of {n} values, expected "
                                                         f"{3 * k} (x, y, v for each of the categories' {k} keypoints)"))
         return None
-    return np.asarray(kp, np.float64).reshape(k, 3) / (w, h, 1)
+    return np.asarray(kp, np.float64).reshape(k, 3) / (*unit, 1)
