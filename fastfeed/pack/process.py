@@ -179,10 +179,8 @@ def _labels(item: Item, size, nc: int | None, problems: list[Problem], cfg, task
     xyxy, classes, crowd, keep = _clean_boxes(xyxy.reshape(-1, 4), classes, crowd, size, item.name, problems, where)
     if tasks.get(task.name).field is None:
         return xyxy, classes, crowd, None
-    if item.coco_xywh is not None:
-        geometry = _coco_geometry(item, keep, size, (sw, sh), task, problems)
-    else:
-        geometry = [g for g, k in zip(geometry, keep) if k]
+    geometry = (_coco_geometry(item, keep, size, (sw, sh), task, problems) if item.coco_xywh is not None
+                else [g for g, k in zip(geometry, keep) if k])
     where = [x for x, k in zip(where, keep) if k] if where else None
     dropped = np.array([g is None and not c for g, c in zip(geometry, crowd)], bool)   # dropped by name above
     train = np.flatnonzero(~crowd & ~dropped)
