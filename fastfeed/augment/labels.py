@@ -56,9 +56,10 @@ class Labels:
         extra = {spec.field: spec.to_pixels(record.geometry, scale)} if spec.field else {}
         return cls(boxes.astype(np.float32, copy=False), np.asarray(record.classes, np.int64), **extra)
 
-    def _with(self, boxes, classes, value) -> Labels:
-        field = self.spec.field
-        return Labels(boxes, classes, **({field: value} if field else {}))
+    def _with(self, boxes, classes, fn) -> Labels:
+        """Labels of `boxes`, `classes` and fn(this task, this task's field) (detect: nothing more)."""
+        spec = self.spec
+        return Labels(boxes, classes, **({spec.field: fn(spec, getattr(self, spec.field))} if spec.field else {}))
 
     @classmethod
     def concat(cls, parts: Sequence[Labels]) -> Labels:
@@ -70,9 +71,9 @@ class Labels:
             raise ValueError(f"Labels.concat: cannot join labels of tasks {sorted({p.task for p in parts})}")
         if len(parts) == 1:
             return parts[0]
-        value = spec.join([getattr(p, spec.field) for p in parts]) if spec.field else None
         return parts[0]._with(np.concatenate([p.boxes for p in parts]).astype(np.float32, copy=False),
-                              np.concatenate([p.classes for p in parts]).astype(np.int64, copy=False), value)
+                              np.concatenate([p.classes for p in parts]).astype(np.int64, copy=False),
+                              lambda spec, _: spec.join([getattr(p, spec.field) for p in parts]))
 
     def take(self, keep) -> Labels:
         """The objects selected by a bool mask [N] or an index array, every field alike."""
@@ -82,9 +83,7 @@ class Labels:
                 raise ValueError(f"keep mask of shape {idx.shape} for {len(self)} objects")
             idx = np.flatnonzero(idx)
         idx = idx.astype(np.int64, copy=False).reshape(-1)
-        spec = self.spec
-        return self._with(self.boxes[idx], self.classes[idx],
-                          spec.take(getattr(self, spec.field), idx) if spec.field else None)
+        return self._with(self.boxes[idx], self.classes[idx], lambda spec, value: spec.take(value, idx))
 
     @classmethod
     def empty_like(cls, labels: Labels) -> Labels:
@@ -94,5 +93,4 @@ class Labels:
     def map_points(self, fn) -> Labels:
         """These labels with every point (polygons, keypoint x/y, corners) replaced by fn(points [..., 2])
         (float32 in, float32 out) and the boxes as they are: for maps that move points and boxes apart."""
-        spec = self.spec
-        return self._with(self.boxes, self.classes, spec.map_points(getattr(self, spec.field), fn) if spec.field else None)
+        return self._with(self.boxes, self.classes, lambda spec, value: spec.map_points(value, fn))
