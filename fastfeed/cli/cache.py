@@ -96,11 +96,9 @@ def cmd_ls(args) -> int:
         print(f"{args.shm_dir}: no fastfeed caches")
     else:
         print(f"{args.shm_dir}: {len(infos)} fastfeed cache(s), {human_bytes(sum(i.bytes for i in infos))}")
-        rows = [("SLAB", "SIZE", "STORE", "IMGSZ", "IMAGES", "STATE", "USERS")]
-        for i in infos:
-            images = f"{i.n_cached}/{i.n_records}" if i.state == "complete" else "-"
-            rows.append((i.path.name, human_bytes(i.bytes), i.fingerprint, str(i.imgsz), images, i.state, _users(i)))
-        _table(rows)
+        _table([("SLAB", "SIZE", "STORE", "IMGSZ", "IMAGES", "STATE", "USERS")] + [
+            (i.path.name, human_bytes(i.bytes), i.fingerprint, str(i.imgsz),
+             f"{i.n_cached}/{i.n_records}" if i.state == "complete" else "-", i.state, _users(i)) for i in infos])
         for i in infos:
             if i.note:
                 print(f"  {i.path.name}: {i.note}")
@@ -121,11 +119,9 @@ def _ls_shards(args, quiet_if_empty: bool = False) -> int:
             print(f"{root}: no shard caches")
         return EXIT_OK
     print(f"shard cache {root}: {len(infos)} store(s), {human_bytes(sum(i.bytes for i in infos))}")
-    rows = [("STORE", "SHARDS", "SIZE", "IN USE", "DOWNLOADS", "NEEDED BY")]
-    for i in infos:
-        rows.append((i.url, str(i.shards), human_bytes(i.bytes), str(i.in_use),
-                     f"{i.downloads} ({human_bytes(i.downloaded_bytes)})", ", ".join(map(str, i.pinned_by)) or "-"))
-    _table(rows)
+    _table([("STORE", "SHARDS", "SIZE", "IN USE", "DOWNLOADS", "NEEDED BY")] + [
+        (i.url, str(i.shards), human_bytes(i.bytes), str(i.in_use), f"{i.downloads} ({human_bytes(i.downloaded_bytes)})",
+         ", ".join(map(str, i.pinned_by)) or "-") for i in infos])
     return EXIT_OK
 
 
