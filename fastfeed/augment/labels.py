@@ -1,15 +1,9 @@
 """The labels of one image for every task: boxes and classes, plus the task's per-object geometry.
 
 `Labels` is what the augmentation moves for a sample (`render_labels`, `letterbox_labels`) and what a
-loader collects per output image: boxes float32 [N,4] x1,y1,x2,y2 and classes int64 [N] as everywhere in
-`augment`, and, one entry per object, in pixels of the same image:
-
-    polygons   segment: list of float32 [P_i,2] x, y (P_i may be 0: the object has only its box)
-    keypoints  pose: float32 [N,K,D] x, y (+ visibility when D == 3)
-    corners    obb: float32 [N,4,2] the oriented box's corners, in the label's order
-
-A field is None when the task has no such geometry: at most one is set, its task's (`fastfeed.tasks`). Nothing
-here moves anything: that is `points.paste_labels`.
+loader collects per output image, every field in pixels of that image, one entry per object. A geometry field is
+None when the task has no such geometry: at most one is set, its task's (`fastfeed.tasks`). Nothing here moves
+anything: that is `points.paste_labels`.
 """
 
 from __future__ import annotations
@@ -24,11 +18,11 @@ from .. import tasks
 
 @dataclass
 class Labels:
-    boxes: np.ndarray                    # float32 [N,4] x1,y1,x2,y2 pixels
+    boxes: np.ndarray                    # float32 [N,4] x1,y1,x2,y2, as everywhere in `augment`
     classes: np.ndarray                  # int64 [N]
-    polygons: list | None = None         # segment: float32 [P_i,2] pixels per object
-    keypoints: np.ndarray | None = None  # pose: float32 [N,K,D] pixels (+ visibility)
-    corners: np.ndarray | None = None    # obb: float32 [N,4,2] pixels
+    polygons: list | None = None         # segment: float32 [P_i,2] x, y (P_i may be 0: the object has only its box)
+    keypoints: np.ndarray | None = None  # pose: float32 [N,K,D] x, y (+ visibility when D == 3)
+    corners: np.ndarray | None = None    # obb: float32 [N,4,2] the oriented box's corners, in the label's order
 
     def __len__(self) -> int:
         return len(self.boxes)
