@@ -203,13 +203,6 @@ class Destination:
                 self.uploaded.append(name)
         self.pending.append(self.pool.submit(up))
 
-    def wait(self) -> None:
-        try:
-            for f in self.pending:
-                f.result()
-        finally:
-            self.pending = []
-
     def put(self, name: str, data: bytes) -> None:
         objstore.write_bytes(self.fs, self.key(name), data, urls.join(self.where, name))
 
@@ -223,7 +216,11 @@ class Destination:
 
     def finish(self, manifest: fmt.Manifest, rejects: Path) -> None:
         """rejects.jsonl, the manifest (now the store is the new one), then every shard it does not name."""
-        self.wait()
+        try:
+            for f in self.pending:   # every upload ended first (a failed one raises here)
+                f.result()
+        finally:
+            self.pending = []
         self.put(fmt.REJECTS, rejects.read_bytes())
         self.put(fmt.MANIFEST, fmt.manifest_bytes(manifest))
         keep = {s.file for s in manifest.shards}
