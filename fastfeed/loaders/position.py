@@ -109,14 +109,6 @@ class Remainder(EpochOrder):
         return self.__dict__ | {"_mine": None}
 
 
-def with_remainder(order: EpochOrder, epoch: int, prior: dict, done: int) -> tuple[EpochOrder, Remainder]:
-    """`order` with `epoch` replaced by the rest of `prior`'s (inside a `FollowedOrder`: a shard cache follows the
-    batches actually read), and that `Remainder`."""
-    followed = isinstance(order, FollowedOrder)
-    rest = Remainder(order.base if followed else order, epoch, prior, done)
-    return (order.with_base(rest) if followed else rest), rest
-
-
 def state_of(loader, epoch: int, batches: int) -> dict:
     """`loader.state_dict()`: `batches` consumed into `epoch` on every rank, and what makes them."""
     if batches >= len(loader):
@@ -215,8 +207,9 @@ def resume(loader, state: dict) -> str:
         loader.set_epoch(epoch, 0)
         return (f"resuming {where}: " + ", ".join(changed or ["another epoch order"]) + "; the epoch follows the new "
                 f"order{said}")
-    order, rest = with_remainder(loader.order, epoch, state["order"], done)
-    loader.use_order(order)
+    order, followed = loader.order, isinstance(loader.order, FollowedOrder)   # a shard cache follows what is read
+    rest = Remainder(order.base if followed else order, epoch, state["order"], done)   # what the saved order had not reached
+    loader.use_order(order.with_base(rest) if followed else rest)
     loader.set_epoch(epoch, rest.skipped())
     dropped = f", {rest.left_out} left out (drop_last: they fill no batch on every rank)" if rest.left_out else ""
     return (f"resuming {where}: " + ", ".join(changed or ["another epoch order"]) + f": the {rest.rest} "
