@@ -59,8 +59,7 @@ class RemoteFiles:
         got = objstore.fetch_many(fs, list(paths), lambda p: self.url_of(paths[p].path))
         out = {}
         for p, it in paths.items():
-            v = got[p]
-            if isinstance(v, objstore.RemoteError) and not isinstance(v, objstore.RemoteMissing):
+            if isinstance(v := got[p], objstore.RemoteError) and not isinstance(v, objstore.RemoteMissing):
                 raise PackError(f"{v}; the source could not be read, not an image: nothing was written (run the pack "
                                 "again once the bucket is reachable)")   # an outage is not a smaller dataset
             out[it.name] = v if isinstance(v, bytes) else Problem("unreadable_image", it.name, str(v)[:300])
