@@ -105,8 +105,7 @@ def letterbox(img: np.ndarray, size: int, *, stride: int = 32, rect: bool = Fals
         dst[...] = img
     else:
         # Bilinear aliases below half size; INTER_AREA is slower but correct there.
-        interp = cv2.INTER_AREA if r < 0.5 else cv2.INTER_LINEAR
-        cv2.resize(img, (nw, nh), dst=dst, interpolation=interp)
+        cv2.resize(img, (nw, nh), dst=dst, interpolation=cv2.INTER_AREA if r < 0.5 else cv2.INTER_LINEAR)
     return out, (nw / w, nh / h), (left, top)
 
 
