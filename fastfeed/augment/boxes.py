@@ -24,8 +24,7 @@ def transform_boxes(boxes: np.ndarray, matrix: np.ndarray) -> np.ndarray:
     """
     b = np.asarray(boxes, np.float32).reshape(-1, 4)
     m = np.asarray(matrix, np.float64)
-    if m.ndim == 2:
-        m = m[None]
+    m = m[None] if m.ndim == 2 else m
     if len(b) == 0:
         return np.zeros((0, 4), np.float32)
     cx = b[:, _CORNER_X].astype(np.float64)
