@@ -50,8 +50,7 @@ def encode(transforms) -> tuple[str, ...]:
 
 def spatial(t) -> bool:
     """Whether Albumentations transform `t` (or one inside it) moves the geometry (a DualTransform)."""
-    A = _albumentations()
-    return isinstance(t, A.DualTransform) or any(spatial(x) for x in getattr(t, "transforms", ()))
+    return isinstance(t, _albumentations().DualTransform) or any(spatial(x) for x in getattr(t, "transforms", ()))
 
 
 @lru_cache(maxsize=8)
