@@ -1,16 +1,13 @@
-"""Object storage through fsspec: URLs, file systems, retries, and errors that say what to do.
+"""Object storage through fsspec: file systems, retries, and errors that say what to do.
 
 Every read or write of a store or a dataset in a bucket (`s3://`, `gs://`, `az://`, any fsspec protocol) goes
-through here (what a location is, and how a URL is shown: `urls.py`). Credentials and endpoints come the standard ways: the environment (`AWS_ACCESS_KEY_ID`,
-`AWS_PROFILE`, `AWS_ENDPOINT_URL`, `GOOGLE_APPLICATION_CREDENTIALS`, ...), the cloud's profile files, and
-fsspec `storage_options` (given in Python, `--storage-option KEY=VALUE` on the command line, or the JSON
-object in `$FASTFEED_STORAGE_OPTIONS`). Storage options are never written to a manifest or a log line: a URL
-is shown without any user:password part.
+through here (what a location is, and how a URL is shown: `urls.py`). Credentials and endpoints come the standard
+ways: the environment (`AWS_ACCESS_KEY_ID`, `AWS_PROFILE`, `AWS_ENDPOINT_URL`, `GOOGLE_APPLICATION_CREDENTIALS`,
+...), the cloud's profile files, and fsspec `storage_options` (`options.py`: how they are given; never written).
 
-`retry` runs one operation with bounded exponential backoff on transient failures (connection resets,
-timeouts, 5xx, throttling): after the last try the error names the URL and the last failure. A missing
-object, a missing bucket, missing credentials and a refused access are not transient: each becomes one
-line that says what to do (`RemoteError`).
+`retry` runs one operation with bounded exponential backoff on transient failures (connection resets, timeouts,
+5xx, throttling). A missing object, a missing bucket, missing credentials and a refused access are not transient:
+each becomes one line that says what to do (`RemoteError`).
 """
 
 from __future__ import annotations
