@@ -106,9 +106,8 @@ def _scratch(h: int, w: int, c: int) -> tuple[np.ndarray, np.ndarray]:
     for every tile cost more than the copy they hold)."""
     img, mask = getattr(_LOCAL, "bufs", (np.empty((0, 0, c), np.uint8), np.empty((0, 0), np.uint8)))
     if img.shape[0] < h or img.shape[1] < w or img.shape[2] != c:
-        img, mask = np.empty((max(h, img.shape[0]), max(w, img.shape[1]), c), np.uint8), np.empty(
-            (max(h, img.shape[0]), max(w, img.shape[1])), np.uint8)
-        _LOCAL.bufs = img, mask
+        hw = max(h, img.shape[0]), max(w, img.shape[1])
+        _LOCAL.bufs = img, mask = np.empty((*hw, c), np.uint8), np.empty(hw, np.uint8)
     return img[:h, :w], mask[:h, :w]
 
 
