@@ -197,9 +197,8 @@ def read_coco(ann_file: Path, images_dir: Path, split: str | None = None, root: 
 
 
 def coco_pose(cats: list, ann_file: Path) -> tuple[list[int], list[int] | None]:
-    """([K, 3], flip_idx) of a COCO keypoints file: K from the categories' `keypoints` names (every category
-    that lists them the same K), the flip from their names (`left_x` <-> `right_x`; None when a name has no
-    counterpart)."""
+    """([K, 3], flip_idx) of a COCO keypoints file: K from the categories' `keypoints` names (every category that lists
+    them the same K), the flip from their names (`left_x` <-> `right_x`; None when a name has no counterpart)."""
     lists = [c["keypoints"] for c in cats if isinstance(c.get("keypoints"), list) and c["keypoints"]]
     if not lists:
         raise PackError(f"{ann_file}: no category lists 'keypoints' (their names): not a COCO keypoints file; pack "

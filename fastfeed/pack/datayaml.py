@@ -8,9 +8,8 @@ Ultralytics resolves them, so `fastfeed pack data.yaml` packs the folder Ultraly
     kpt_shape: [17, 3]             # a pose set: keypoints per object, values per keypoint (x, y[, visibility])
     flip_idx: [0, 2, 1, ...]       # a pose set: the keypoint each one becomes in a left-right flip
 
-A label file's path is its image's with the last `images` folder of the path replaced by `labels`
-(`labels_dir_for`), Ultralytics' rule: `images/train2017/x.jpg` -> `labels/train2017/x.txt`,
-`train/images/x.jpg` -> `train/labels/x.txt`.
+A label file's path is its image's with the last `images` folder of the path replaced by `labels` (`labels_dir_for`),
+Ultralytics' rule: `images/train2017/x.jpg` -> `labels/train2017/x.txt`, `train/images/x.jpg` -> `train/labels/x.txt`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""A pack part, a pack worker's unit of work: a contiguous run of images written to a shard of its own
-(`plan` cuts the dataset into those parts); only small summaries cross process boundaries (docs/design.md,
-"Shard-relative keys")."""
+"""A pack part, a pack worker's unit of work: a contiguous run of images written to a shard of its own (`plan` cuts the
+dataset into those parts); only small summaries cross process boundaries (docs/design.md, "Shard-relative keys")."""
 
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
 """The per-image work of a pack, run in worker processes: read, check, convert, encode one record; no one
 file can stop the pack.
 
-A record holds the source bytes when both `fastfeed.codec` and DALI decode them (`formats.STORABLE`), else
-the image is transcoded to PNG or rejected `unsupported_format` (docs/inputs.md, "Image formats"); an image
-over --max-pixels is refused from its header. A `codec.DecodeError` rejects the file as `corrupt_image`; any
-other exception as `check_failed` with its type and message, logged with its traceback: unexpected, so named
-rather than hidden.
+A record holds the source bytes when both `fastfeed.codec` and DALI decode them (`formats.STORABLE`), else the image is
+transcoded to PNG or rejected `unsupported_format` (docs/inputs.md, "Image formats"); an image over --max-pixels is
+refused from its header. A `codec.DecodeError` rejects the file as `corrupt_image`; any other exception as
+`check_failed` with its type and message, logged with its traceback: unexpected, so named rather than hidden.
 """
 
 from __future__ import annotations
@@ -214,10 +213,9 @@ def _annotated_frame(ann, upright, tag: int) -> str | None:
 
 
 def raw_annotation_verdict(frames, annotation_files) -> str | None:
-    """Why a pack stops, when most of a COCO set's EXIF-turned images (5-8) have the width and height of their
-    raw frame: the set was annotated on the raw pixels, so its mirrored/upside-down images (2-4), whose size
-    cannot tell, would be packed with their boxes mirrored or upside down. `frames`: a Counter of
-    `Result.exif_frame`."""
+    """Why a pack stops, when most of a COCO set's EXIF-turned images (5-8) have the width and height of their raw
+    frame: the set was annotated on the raw pixels, so its mirrored/upside-down images (2-4), whose size cannot tell,
+    would be packed with their boxes mirrored or upside down. `frames`: a Counter of `Result.exif_frame`."""
     raw, upright, either = frames["raw"], frames["upright"], frames["either"]
     if raw == 0 or raw <= upright:
         return None

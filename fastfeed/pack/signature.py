@@ -1,12 +1,11 @@
 """A cheap "has the source changed since it was packed?" check, without reading any image.
 
-`Manifest.source_fingerprint` hashes the contents of every source file, so it can only be
-computed by packing again. `source_signature()` hashes what a re-pack would read, as file
-metadata: the layout reader's list of images (`open_source`, the same one `pack()` uses), each
-image's and label file's relative name, size and modification time, the annotation files' too,
-and the class names. Adding, removing, replacing or editing an image or a label changes it; a
-second over the same files costs one `stat` per file. (Like any metadata check, it misses an edit
-that keeps a file's size and restores its modification time.)
+`Manifest.source_fingerprint` hashes the contents of every source file, so it can only be computed by packing again.
+`source_signature()` hashes what a re-pack would read, as file metadata: the layout reader's list of images
+(`open_source`, the same one `pack()` uses), each image's and label file's relative name, size and modification time,
+the annotation files' too, and the class names. Adding, removing, replacing or editing an image or a label changes it; a
+second over the same files costs one `stat` per file. (Like any metadata check, it misses an edit that keeps a file's
+size and restores its modification time.)
 """
 
 from __future__ import annotations

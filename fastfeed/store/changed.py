@@ -74,10 +74,9 @@ def watch_for_bus_errors() -> None:
     dying as before. The handler only writes a line, puts the previous handler back (SIG_DFL, or faulthandler's
     traceback) and raises the signal again, so the process ends the way it would have.
 
-    Checked in every process that maps a shard, not only once: a forked child inherits the handler, but what
-    runs in it may have put its own in place since (a torch DataLoader worker installs one that blames shared
-    memory, and faulthandler's), so a child whose handler is no longer ours installs it again, chaining to
-    that one."""
+    Checked in every process that maps a shard, not only once: a forked child inherits the handler, but what runs in it
+    may have put its own in place since (a torch DataLoader worker installs one that blames shared memory, and
+    faulthandler's), so a child whose handler is no longer ours installs it again, chaining to that one."""
     global _BUS_HANDLER, _BUS_PID
     if _BUS_PID == os.getpid():
         return
