@@ -66,7 +66,6 @@ class LocalShards:
 
     @property
     def location(self) -> Path:
-        """What `Store(...)` opens this provider again from."""
         return self.path
 
     def __getstate__(self):
