@@ -32,9 +32,8 @@ class ShardWriter:
 
     def __init__(self, path: Path):
         self.path = path
-        self.count = 0
+        self.count = self._pending = 0   # records written; their bytes since the last commit
         self._env = self._txn = None
-        self._pending = 0
 
     def append(self, record: bytes) -> None:
         if self._env is None:
