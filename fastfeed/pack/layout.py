@@ -130,7 +130,7 @@ def detect_format(src: Path) -> str:
         return "yolo"
     if any(_flat_coco(d) is not None for d in subdirs):
         return "coco"
-    if data_yaml_in(src) is not None and read_data_yaml(data_yaml_in(src)).entries:
+    if (file := data_yaml_in(src)) is not None and read_data_yaml(file).entries:
         return "yolo"
     if _is_images_folder(src):   # SRC holds the images, or is e.g. data/images/train2017
         return "yolo"
