@@ -43,7 +43,7 @@ def _categories(cats: list, ann_file: Path) -> tuple[list[str], list[int], dict[
     """Class names and source ids, ordered by id; map source id -> contiguous class."""
     seen = {}
     for c in cats:
-        if not isinstance(c, dict) or not isinstance(c.get("id"), int) or isinstance(c.get("id"), bool):
+        if not isinstance(c, dict) or not is_int(c.get("id")):
             raise PackError(f"{ann_file}: category entry without an integer 'id': {str(c)[:120]}")
         if c["id"] in seen:
             raise PackError(f"{ann_file}: category id {c['id']} appears twice")
